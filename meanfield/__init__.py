@@ -1,0 +1,8 @@
+"""meanfield: exact reduced training dynamics of small transformers.
+
+Systems live in subpackages (``meanfield.mixture``, ``meanfield.induction``);
+shared machinery in ``meanfield.integrate`` (steppers), ``meanfield.io`` (HDF5
+run files) and ``meanfield.cli`` (the ``meanfield`` command).
+"""
+
+__version__ = "0.1.0"
