@@ -1,0 +1,167 @@
+"""The mixture run configuration: one frozen dataclass, validated once.
+
+Build it with :func:`make_config` from a dict (TOML file and CLI flags merged);
+every bad value raises a one-line :class:`meanfield.config.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from ..config import (
+    ConfigError,
+    as_choice,
+    as_float,
+    as_int,
+    as_list,
+    check_keys,
+    parse_criterion,
+)
+from .kernels import CRITERIA
+
+SCHEDULES = ("simultaneous", "three-stage")
+METHODS = ("gd", "flow", "rk4")
+RELU0 = (0.0, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class MixtureConfig:
+    """Every knob of a mixture run (defaults: the paper's K=2, L=3 experiment).
+
+    method: ``gd`` (the exact GD map, the paper's experiments), ``flow``
+    (gradient flow, adaptive Dormand-Prince 5(4)), ``rk4`` (flow, fixed step dt).
+    Stage lengths: ``steps`` / ``t_end`` for the simultaneous schedule,
+    ``stage_steps`` (gd) / ``stage_times`` (flow, rk4) for three-stage, each a
+    cap; ``stage_criteria`` ends a stage earlier when its criterion holds.
+    width: None = infinite width (S = 0, A = B = omega^2 I); an integer m samples
+    W_K, W_Q with iid N(0, omega^2/m) entries from ``seed``.
+    """
+
+    K: int = 2
+    L: int = 3
+    p: tuple[float, ...] | None = None
+    omega: float = 0.1
+    eta: float = 0.5
+    method: str = "gd"
+    steps: int = 4000
+    t_end: float | None = None
+    dt: float | None = None
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    schedule: str = "simultaneous"
+    stage_steps: tuple[int, int, int] = (1000, 4000, 2000)
+    stage_times: tuple[float, float, float] | None = None
+    stage_criteria: tuple[str | None, str | None, str | None] = (None, None, None)
+    stage3: str = "neurons"
+    criterion: str | None = None
+    width: int | None = None
+    seed: int = 0
+    neuron_init: str = "zero"
+    relu_prime_at_zero: float = 1.0
+    record_every: int | None = None
+    record_log: int | None = None
+    record_dt: float | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def P(self) -> int:
+        return 2 * self.K
+
+    @property
+    def horizon(self) -> float:
+        """Total time (flow) or steps (gd) if every stage runs to its cap."""
+        if self.method == "gd":
+            return sum(self.stage_steps) if self.schedule == "three-stage" else self.steps
+        if self.schedule == "three-stage":
+            return sum(self.stage_times)
+        return self.t_end
+
+
+_NEURON_RE = re.compile(r"^(zero|const:[^:]+|gaussian:[^:]+)$")
+
+
+def parse_neuron_init(text: str, K: int):
+    """``zero`` | ``const:V1,...,VP`` (both heads) or 2P values (head + then -) |
+    ``gaussian:SIGMA``. Returns ("zero"|"const"|"gaussian", payload)."""
+    s = str(text).strip()
+    P = 2 * K
+    allowed = "neuron_init: must be zero, const:V1,...,VP (P=2K values, or 2P: head + then head -) or gaussian:SIGMA"
+    if not _NEURON_RE.match(s):
+        raise ConfigError(f"{allowed}; got {text!r}")
+    if s == "zero":
+        return "zero", None
+    kind, _, rest = s.partition(":")
+    if kind == "gaussian":
+        return "gaussian", as_float("neuron_init (gaussian SIGMA)", rest, nonneg=True)
+    vals = [as_float("neuron_init (const value)", v) for v in rest.split(",")]
+    if len(vals) == P:
+        return "const", (tuple(vals), tuple(vals))
+    if len(vals) == 2 * P:
+        return "const", (tuple(vals[:P]), tuple(vals[P:]))
+    raise ConfigError(f"{allowed}; got {len(vals)} values for K={K} (P={P})")
+
+
+def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
+    """Validate and freeze. ``data`` (from TOML) is overridden by ``overrides``
+    (CLI flags; None values are ignored)."""
+    raw = dict(data or {})
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    check_keys(MixtureConfig, raw, "config")
+    d = {f.name: f.default for f in dataclasses.fields(MixtureConfig)}
+    d.update(raw)
+    out = {}
+    out["K"] = as_int("K", d["K"], lo=2)
+    out["L"] = as_int("L", d["L"], lo=2)
+    if d["p"] is not None:
+        p = [as_float("p", v, positive=True) for v in as_list("p", d["p"], out["K"])]
+        out["p"] = tuple(p)
+    else:
+        out["p"] = None
+    out["omega"] = as_float("omega", d["omega"], positive=True)
+    out["eta"] = as_float("eta", d["eta"], positive=True)
+    out["method"] = as_choice("method", d["method"], METHODS)
+    out["steps"] = as_int("steps", d["steps"], lo=0)
+    out["rtol"] = as_float("rtol", d["rtol"], positive=True)
+    out["atol"] = as_float("atol", d["atol"], positive=True)
+    out["schedule"] = as_choice("schedule", d["schedule"], SCHEDULES)
+    out["stage_steps"] = tuple(as_int("stage_steps", v, lo=0) for v in as_list("stage_steps", d["stage_steps"], 3))
+    out["stage3"] = as_choice("stage3", d["stage3"], ("neurons", "both"))
+    crits = as_list("stage_criteria", d["stage_criteria"] if d["stage_criteria"] is not None else "none,none,none", 3)
+    out["stage_criteria"] = tuple(
+        None if parse_criterion("stage_criteria", c, CRITERIA) is None else str(c).replace(" ", "") for c in crits
+    )
+    crit = d["criterion"]
+    out["criterion"] = None if parse_criterion("criterion", crit, CRITERIA) is None else str(crit).replace(" ", "")
+    if d["width"] in (None, "inf", "infinite", float("inf")):
+        out["width"] = None
+    else:
+        out["width"] = as_int("width", d["width"], lo=1)
+    out["seed"] = as_int("seed", d["seed"], lo=0)
+    parse_neuron_init(d["neuron_init"], out["K"])
+    out["neuron_init"] = str(d["neuron_init"]).strip()
+    out["relu_prime_at_zero"] = as_choice("relu_prime_at_zero", as_float("relu_prime_at_zero", d["relu_prime_at_zero"]), RELU0)
+    # time horizons (flow): default to the GD horizon in time units
+    if d["t_end"] is not None:
+        out["t_end"] = as_float("t_end", d["t_end"], positive=True)
+    else:
+        out["t_end"] = out["steps"] * out["eta"] if out["method"] != "gd" else None
+    if d["stage_times"] is not None:
+        out["stage_times"] = tuple(as_float("stage_times", v, nonneg=True) for v in as_list("stage_times", d["stage_times"], 3))
+    else:
+        out["stage_times"] = tuple(n * out["eta"] for n in out["stage_steps"]) if out["method"] != "gd" else None
+    out["dt"] = as_float("dt", d["dt"], positive=True) if d["dt"] is not None else (out["eta"] if out["method"] == "rk4" else None)
+    for name in ("record_every", "record_log"):
+        out[name] = as_int(name, d[name], lo=1) if d[name] is not None else None
+    out["record_dt"] = as_float("record_dt", d["record_dt"], positive=True) if d["record_dt"] is not None else None
+    given = [n for n in ("record_every", "record_log", "record_dt") if out[n] is not None]
+    if len(given) > 1:
+        raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
+    if out["record_dt"] is not None and out["method"] == "gd":
+        raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
+    if out["method"] != "gd" and out["schedule"] == "simultaneous" and out["t_end"] <= 0:
+        raise ConfigError(f"t_end: must be > 0, got {out['t_end']}")
+    return MixtureConfig(**out)
