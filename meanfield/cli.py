@@ -1,0 +1,169 @@
+"""The one entry point: ``meanfield <system> <verb> [options]``.
+
+Exit codes: 0 success, 2 bad input (one-line message naming the field),
+3 a run diverged (the file keeps every record so far), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .config import ConfigError, load_toml
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# flag name -> config field; every flag is a string validated by make_config
+RUN_FLAGS = {
+    "--K": "K", "--L": "L", "--p": "p", "--omega": "omega", "--eta": "eta", "--method": "method",
+    "--steps": "steps", "--t-end": "t_end", "--dt": "dt", "--rtol": "rtol", "--atol": "atol",
+    "--schedule": "schedule", "--stage-steps": "stage_steps", "--stage-times": "stage_times",
+    "--stage-criteria": "stage_criteria", "--stage3": "stage3", "--criterion": "criterion",
+    "--width": "width", "--seed": "seed", "--neuron-init": "neuron_init",
+    "--relu-prime-at-zero": "relu_prime_at_zero", "--record-every": "record_every",
+    "--record-log": "record_log", "--record-dt": "record_dt",
+}
+
+RUN_HELP = {
+    "--K": "number of groups (>= 2)", "--L": "tokens per sample (>= 2)",
+    "--p": "group weights, comma-separated (default uniform)",
+    "--omega": "attention init scale (> 0)", "--eta": "GD step size (> 0); flow time unit for defaults",
+    "--method": "gd (exact GD map) | flow (adaptive Dormand-Prince) | rk4 (fixed step --dt)",
+    "--steps": "GD steps (simultaneous schedule)", "--t-end": "flow end time (simultaneous schedule)",
+    "--dt": "rk4 step (default eta)", "--rtol": "flow relative tolerance", "--atol": "flow absolute tolerance",
+    "--schedule": "simultaneous | three-stage", "--stage-steps": "N1,N2,N3: GD steps per stage (caps)",
+    "--stage-times": "T1,T2,T3: flow time per stage (caps)",
+    "--stage-criteria": "C1,C2,C3 ending each stage early, e.g. 'consistent_margin>=0.5,inconsistent_margin>=0.5,loss<=1e-2' (or none)",
+    "--stage3": "what stage 3 trains: neurons | both", "--criterion": "stop criterion of the simultaneous schedule",
+    "--width": "inf (S=0, A=B=omega^2 I) or an attention width m (sampled init)",
+    "--seed": "seed of the sampled init", "--neuron-init": "zero | const:V1,...,VP (or 2P values) | gaussian:SIGMA",
+    "--relu-prime-at-zero": "ReLU'(0): 0 | 0.5 | 1", "--record-every": "record every N (solver) steps",
+    "--record-log": "record N log-spaced steps/times", "--record-dt": "record every DT time units (flow, rk4)",
+}
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file of config fields (flags override it)")
+    for flag, field in RUN_FLAGS.items():
+        p.add_argument(flag, dest=field, default=None, metavar=field.upper() if len(field) > 1 else field,
+                       help=RUN_HELP.get(flag))
+
+
+def _config_from_args(args):
+    from .mixture.config import make_config
+
+    data = load_toml(args.config) if getattr(args, "config", None) else {}
+    return make_config(data, **{f: getattr(args, f) for f in RUN_FLAGS.values()})
+
+
+def _cmd_run(args) -> int:
+    from .mixture.run import EXIT_CODES, run_to_file
+
+    cfg = _config_from_args(args)
+    out = Path(args.out)
+    if out.suffix not in (".h5", ".hdf5"):
+        raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {args.out!r}")
+    traj, path = run_to_file(cfg, out, progress=not args.quiet)
+    print(f"{path}: {traj.status}: {traj.message}")
+    if args.plot:
+        from .mixture.plot import plot_run
+
+        for f in plot_run(path, Path(args.plot)):
+            print(f"figure: {f}")
+    return EXIT_CODES[traj.status]
+
+
+def _cmd_derive(args) -> int:
+    from .mixture import symbolic
+
+    K = _int_arg("K", args.K, 2)
+    L = _int_arg("L", args.L, 2)
+    fmts = ["latex", "json", "python"] if args.format == "all" else [args.format]
+    for fmt in fmts:
+        if args.out:
+            print(symbolic.write(K, L, fmt, Path(args.out)))
+        else:
+            sys.stdout.write(symbolic.render(K, L, fmt))
+            if len(fmts) > 1:
+                sys.stdout.write("\n")
+    return 0
+
+
+def _int_arg(name, v, lo):
+    from .config import as_int
+
+    return as_int(name, v, lo=lo)
+
+
+def _cmd_plot(args) -> int:
+    from .mixture.plot import plot_run
+
+    try:
+        files = plot_run(Path(args.run), Path(args.out))
+    except (FileNotFoundError, ValueError) as e:
+        raise ConfigError(f"run: {e}") from None
+    for f in files:
+        print(f"figure: {f}")
+    return 0
+
+
+def _cmd_demo(args) -> int:
+    from .mixture.demo import demo
+
+    return demo(Path(args.out), quick=args.quick)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="meanfield", description=__doc__.splitlines()[0])
+    from . import __version__
+
+    top.add_argument("--version", action="version", version=f"meanfield {__version__}")
+    systems = top.add_subparsers(dest="system", required=True, parser_class=_Parser)
+    mix = systems.add_parser("mixture", help="K-mixture of linear classification, two-headed transformer (seed 000)")
+    verbs = mix.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+
+    r = verbs.add_parser("run", help="integrate the reduced dynamics and write an HDF5 run file")
+    _add_run_flags(r)
+    r.add_argument("--out", default="runs/run.h5", help="output run file (.h5), written atomically")
+    r.add_argument("--plot", metavar="DIR", help="also write figures to DIR")
+    r.add_argument("--quiet", action="store_true", help="no progress line")
+    r.set_defaults(func=_cmd_run)
+
+    d = verbs.add_parser("derive", help="sympy derivation of the closed-form dynamics")
+    d.add_argument("--K", default="2")
+    d.add_argument("--L", default="3")
+    d.add_argument("--format", choices=["latex", "json", "python", "all"], default="latex")
+    d.add_argument("--out", help="write files to this folder instead of printing")
+    d.set_defaults(func=_cmd_derive)
+
+    p = verbs.add_parser("plot", help="figures of a run file (like the paper's Figure 1)")
+    p.add_argument("run", help="run file (.h5)")
+    p.add_argument("--out", default=None, help="folder for the PNGs (default: beside the run file)")
+    p.set_defaults(func=_cmd_plot)
+
+    m = verbs.add_parser("demo", help="the paper's K=2, L=3 story: runs, figures and a summary")
+    m.add_argument("--out", default="runs/demo")
+    m.add_argument("--quick", action="store_true", help="shorter runs")
+    m.set_defaults(func=_cmd_demo)
+    return top
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "verb", None) == "plot" and args.out is None:
+        args.out = str(Path(args.run).with_suffix("")) + "_figures"
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"meanfield: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
