@@ -22,6 +22,7 @@ class _Parser(argparse.ArgumentParser):
 RUN_FLAGS = {
     "--K": "K", "--L": "L", "--p": "p", "--omega": "omega", "--eta": "eta", "--method": "method",
     "--steps": "steps", "--t-end": "t_end", "--dt": "dt", "--rtol": "rtol", "--atol": "atol",
+    "--h-min": "h_min", "--max-abs": "max_abs",
     "--schedule": "schedule", "--stage-steps": "stage_steps", "--stage-times": "stage_times",
     "--stage-criteria": "stage_criteria", "--stage3": "stage3", "--criterion": "criterion",
     "--width": "width", "--seed": "seed", "--neuron-init": "neuron_init",
@@ -36,6 +37,8 @@ RUN_HELP = {
     "--method": "gd (exact GD map) | flow (adaptive Dormand-Prince) | rk4 (fixed step --dt)",
     "--steps": "GD steps (simultaneous schedule)", "--t-end": "flow end time (simultaneous schedule)",
     "--dt": "rk4 step (default eta)", "--rtol": "flow relative tolerance", "--atol": "flow absolute tolerance",
+    "--h-min": "flow: smallest adaptive step; below it steps are forced (ReLU kinks); default 1e-4 * horizon",
+    "--max-abs": "stop as diverged when a state entry exceeds this in absolute value (default 1e6)",
     "--schedule": "simultaneous | three-stage", "--stage-steps": "N1,N2,N3: GD steps per stage (caps)",
     "--stage-times": "T1,T2,T3: flow time per stage (caps)",
     "--stage-criteria": "C1,C2,C3 ending each stage early, e.g. 'consistent_margin>=0.5,inconsistent_margin>=0.5,loss<=1e-2' (or none)",
@@ -70,6 +73,8 @@ def _cmd_run(args) -> int:
         raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {args.out!r}")
     traj, path = run_to_file(cfg, out, progress=not args.quiet)
     print(f"{path}: {traj.status}: {traj.message}")
+    if traj.status == "diverged":
+        print(f"meanfield: run diverged; {path} keeps every record up to the step named above", file=sys.stderr)
     if args.plot:
         from .mixture.plot import plot_run
 

@@ -42,6 +42,9 @@ class System(Protocol):
     def criterion_value(self, y: np.ndarray, name: str) -> float:
         """The quantity a criterion ``(name, op, value)`` compares."""
 
+    #: a state entry above this in absolute value stops the run as diverged
+    max_abs: float
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -86,6 +89,7 @@ class Trajectory:
     stage_ends: list = field(default_factory=list)  # dicts: stage, step, t, reason
     status: str = "running"
     message: str = ""
+    warnings: list = field(default_factory=list)  # strings, also appended to message
 
     def record(self, t: float, step: int, stage: int, y: np.ndarray) -> None:
         if self.step and self.step[-1] == step and self.t[-1] == t:
@@ -127,6 +131,12 @@ class Monitor:
         self._last = self.t0
         self._last_ckpt = self.t0
         self._printed = False
+        try:
+            self._tty = bool(self.stream.isatty())
+        except (AttributeError, ValueError):
+            self._tty = False
+        if not self._tty:  # a log file: one line every 10 s is plenty
+            self.every_s = max(self.every_s, 10.0)
 
     def __enter__(self):
         self.t0 = self._last = self._last_ckpt = time.perf_counter()
@@ -165,12 +175,12 @@ class Monitor:
         rate = done / el if el > 0 else 0.0
         line = (f"{self.label}{self.unit} {done:.6g}/{self.total:.6g} ({100 * frac:5.1f}%) stage {stage} "
                 f"{info} [{el:6.1f} s, {rate:.3g} {self.unit}/s]")
-        if self.stream.isatty():
+        if self._tty:
             self.stream.write("\r" + line)
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
-        self._printed = self.stream.isatty()
+        self._printed = self._tty
 
 
 def _holds(value: float, op: str, thresh: float) -> bool:
@@ -215,12 +225,14 @@ class GDMap:
                 if done > 0:
                     per_step = (time.perf_counter() - t0) / done
                 step += done
-                if code == 2:
+                if code in (2, 3):
                     traj.record(step * self.eta, step, stage.index, y)
                     traj.status = "diverged"
-                    traj.message = (f"diverged (non-finite state or loss) at step {step + 1} "
-                                    f"(t = {(step + 1) * self.eta:.6g}) in stage {stage.index}; "
-                                    f"the last finite state (step {step}) is the last record")
+                    what = ("a non-finite state or loss" if code == 2 else
+                            f"a state entry above max_abs = {getattr(system, 'max_abs', math.inf):g} in absolute value")
+                    traj.message = (f"step {step + 1} (t = {(step + 1) * self.eta:.6g}) in stage "
+                                    f"{stage.index} gave {what}; every record up to the last accepted state "
+                                    f"(step {step}) is kept; try a smaller eta")
                     return traj
                 if code == 1 or step >= end:
                     traj.record(step * self.eta, step, stage.index, y)
@@ -236,7 +248,7 @@ class GDMap:
                     traj.message = f"interrupted by signal {mon.signal} at step {step} (t = {step * self.eta:.6g}), stage {stage.index}"
                     return traj
         traj.status = "complete"
-        traj.message = f"complete: {step} steps (t = {step * self.eta:.6g})"
+        traj.message = f"{step} steps (t = {step * self.eta:.6g})"
         return traj
 
 
@@ -287,12 +299,15 @@ class _FlowDriver:
                 traj.stage_ends.append({"stage": stage.index, "step": nstep, "t": t, "reason": "criterion"})
                 continue
             f0 = system.rhs(y, stage.mode)
+            max_abs = getattr(system, "max_abs", math.inf)
             while t < t_end * (1 - 1e-15) and t_end - t > 1e-14 * max(1.0, abs(t_end)):
                 out = step_fn(system, stage, t, y, f0, t_end)
-                if out is None:
+                if out is None or np.max(np.abs(out[1])) > max_abs:
+                    what = ("a non-finite state (or the step size underflowed)" if out is None else
+                            f"a state entry above max_abs = {max_abs:g} in absolute value")
                     traj.status = "diverged"
-                    traj.message = (f"diverged (non-finite state, or step size underflow) near t = {t:.6g} "
-                                    f"(solver step {nstep}) in stage {stage.index}; the last finite state is the last record")
+                    traj.message = (f"the solver step from t = {t:.6g} (solver step {nstep + 1}) in "
+                                    f"stage {stage.index} gave {what}; every record up to t = {t:.6g} is kept")
                     traj.record(t, nstep, stage.index, y)
                     return traj
                 t1, y1, f1, dense = out
@@ -337,7 +352,7 @@ class _FlowDriver:
                 traj.record(t, nstep, stage.index, y)
                 traj.stage_ends.append({"stage": stage.index, "step": nstep, "t": t, "reason": "length"})
         traj.status = "complete"
-        traj.message = f"complete: t = {t:.6g} ({nstep} solver steps)"
+        traj.message = f"t = {t:.6g} ({nstep} solver steps)"
         return traj
 
 
@@ -378,10 +393,19 @@ class RK4(_FlowDriver):
 class Dopri5(_FlowDriver):
     """Adaptive Dormand-Prince 5(4): local error control with ``rtol``/``atol``
     (RMS norm), 4th-order dense output, event location by Brent's method on the
-    dense output. ``max_steps`` guards against stiffness blow-ups."""
+    dense output. ``max_steps`` guards against stiffness blow-ups.
+
+    ``h_min``: where error control would shrink the step below ``h_min`` the
+    step is taken at ``h_min`` without error control ("forced"). Gradient flow
+    through a ReLU is non-smooth: when a pre-activation slides along its kink
+    u = 0 (a Filippov sliding mode) the error estimate never falls below
+    tolerance and an adaptive method would crawl. Forced steps follow the
+    sliding motion to O(h_min), like GD with step h_min; the trajectory's
+    ``warnings`` say how many there were and over which times."""
 
     rtol: float = 1e-8
     atol: float = 1e-10
+    h_min: float = 0.0
     safety: float = 0.9
     min_factor: float = 0.2
     max_factor: float = 10.0
@@ -398,7 +422,7 @@ class Dopri5(_FlowDriver):
         return min(100 * h0, h1, t_end - t)
 
     def solve(self, system, y0, stages, save: SaveAt, monitor: Monitor | None = None) -> Trajectory:
-        counter = {"n": 0}
+        counter = {"n": 0, "forced": 0, "spans": []}
         state = {"h": None}
 
         def step(system, stage, t, y, f0, t_end):
@@ -423,7 +447,15 @@ class Dopri5(_FlowDriver):
                     continue
                 scale = self.atol + np.maximum(np.abs(y), np.abs(y1)) * self.rtol
                 err = _rms(h * np.dot(_DP_E, K) / scale)
-                if err <= 1.0:
+                forced = err > 1.0 and self.h_min > 0 and h <= self.h_min * (1 + 1e-12)
+                if forced:
+                    counter["forced"] += 1
+                    sp = counter["spans"]
+                    if sp and t - sp[-1][1] <= 2 * self.h_min:
+                        sp[-1][1] = t + h
+                    else:
+                        sp.append([t, t + h])
+                if err <= 1.0 or forced:
                     fac = self.max_factor if err == 0 else min(self.max_factor, self.safety * err ** -0.2)
                     state["h"] = h * fac
                     Q = K.T @ _DP_P
@@ -434,5 +466,16 @@ class Dopri5(_FlowDriver):
 
                     return t + h, y1, K[6], dense
                 h *= max(self.min_factor, self.safety * err ** -0.2)
+                if self.h_min > 0 and h < self.h_min:
+                    h = min(self.h_min, h / max(self.min_factor, self.safety * err ** -0.2))
 
-        return self._run(system, y0, stages, save, monitor, step)
+        traj = self._run(system, y0, stages, save, monitor, step)
+        if counter["forced"]:
+            spans = counter["spans"]
+            shown = ", ".join(f"[{a:.6g}, {b:.6g}]" for a, b in spans[:5]) + (" ..." if len(spans) > 5 else "")
+            n = counter['forced']
+            w = (f"error control suspended on {n} step{'s' if n > 1 else ''} of at most h_min = {self.h_min:g} over t in {shown}: "
+                 f"the flow is non-smooth there (a pre-activation at the ReLU kink), accurate to O(h_min) only")
+            traj.warnings.append(w)
+            traj.message += "; warning: " + w
+        return traj

@@ -30,7 +30,7 @@ def _setup(K, L, m, omega, seed, w_sd=0.3, extra_d=3):
 def _gd_advance(y, nsteps, eta, samples, r0, train_w, train_att):
     return kernels.gd_advance(
         y, nsteps, eta, samples.P, samples.idx, samples.sgn, samples.y, samples.weight,
-        samples.consistent, float(r0), bool(train_w), bool(train_att), 0, 1, 0.0)
+        samples.consistent, float(r0), bool(train_w), bool(train_att), 0, 1, 0.0, np.inf)
 
 
 # ---------------------------------------------------------------- oracle itself

@@ -129,7 +129,7 @@ def _check_against_kernels(K, L, gen, seed):
                 ky = y.copy()
                 steps, code, _ = kernels.gd_advance(
                     ky, 1, eta, P, s.idx, s.sgn, s.y, s.weight, s.consistent, r0,
-                    True, True, 0, 1, 0.0)
+                    True, True, 0, 1, 0.0, np.inf)
                 assert (steps, code) == (1, 0)
                 _close(nxt, ky)
                 _, A1, B1, _ = kernels.unpack(nxt)

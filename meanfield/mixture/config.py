@@ -37,6 +37,14 @@ class MixtureConfig:
     cap; ``stage_criteria`` ends a stage earlier when its criterion holds.
     width: None = infinite width (S = 0, A = B = omega^2 I); an integer m samples
     W_K, W_Q with iid N(0, omega^2/m) entries from ``seed``.
+    max_abs: a run whose state (any score, self-score or neuron variable) would
+    exceed this in absolute value stops with status ``diverged``; besides NaN
+    and overflow this catches GD blow-ups that float64 would otherwise carry
+    along (at |S| ~ 1e3 the attention softmax is one-hot to machine precision
+    and its gradients are exactly zero, so nothing later means anything).
+    h_min (flow): smallest adaptive step; where error control wants less (a
+    pre-activation sliding along its ReLU kink) steps of h_min are forced and
+    the run says so. Default 1e-4 times the horizon.
     """
 
     K: int = 2
@@ -50,6 +58,8 @@ class MixtureConfig:
     dt: float | None = None
     rtol: float = 1e-8
     atol: float = 1e-10
+    h_min: float | None = None
+    max_abs: float = 1e6
     schedule: str = "simultaneous"
     stage_steps: tuple[int, int, int] = (1000, 4000, 2000)
     stage_times: tuple[float, float, float] | None = None
@@ -126,6 +136,7 @@ def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
     out["method"] = as_choice("method", d["method"], METHODS)
     out["steps"] = as_int("steps", d["steps"], lo=0)
     out["rtol"] = as_float("rtol", d["rtol"], positive=True)
+    out["max_abs"] = as_float("max_abs", d["max_abs"], positive=True)
     out["atol"] = as_float("atol", d["atol"], positive=True)
     out["schedule"] = as_choice("schedule", d["schedule"], SCHEDULES)
     out["stage_steps"] = tuple(as_int("stage_steps", v, lo=0) for v in as_list("stage_steps", d["stage_steps"], 3))
@@ -164,4 +175,11 @@ def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
         raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
     if out["method"] != "gd" and out["schedule"] == "simultaneous" and out["t_end"] <= 0:
         raise ConfigError(f"t_end: must be > 0, got {out['t_end']}")
+    if d["h_min"] is not None:
+        out["h_min"] = as_float("h_min", d["h_min"], nonneg=True)
+    elif out["method"] == "flow":
+        H = sum(out["stage_times"]) if out["schedule"] == "three-stage" else out["t_end"]
+        out["h_min"] = 1e-4 * H
+    else:
+        out["h_min"] = None
     return MixtureConfig(**out)

@@ -271,13 +271,14 @@ def criterion_value(kind, loss, margin, consistent, dw):
 
 @njit(cache=True)
 def gd_advance(y, nsteps, eta, P, idx, sgn, lab, weight, consistent, r0, train_w, train_att,
-               crit_kind, crit_op, crit_thresh):
+               crit_kind, crit_op, crit_thresh, max_abs):
     """Apply up to ``nsteps`` exact GD steps to ``y`` in place.
 
     Before each step the criterion is checked at the current state; returns
     (steps_done, code, loss_at_final_state) with code 0 = all steps done,
-    1 = criterion holds at the final state, 2 = non-finite state or loss
-    (``y`` then holds the last finite state).
+    1 = criterion holds at the final state, 2 = non-finite state or loss,
+    3 = a state entry would exceed ``max_abs`` in absolute value (blow-up);
+    with codes 2 and 3 ``y`` holds the last accepted state.
     """
     n = idx.shape[0]
     u = np.empty((n, 2))
@@ -303,16 +304,14 @@ def gd_advance(y, nsteps, eta, P, idx, sgn, lab, weight, consistent, r0, train_w
             _attention_update(y, new, P, G, eta, True)
         else:
             new[:woff] = y[:woff]
-        ok = True
         for h in range(2):
             for a in range(P):
                 v = y[woff + h * P + a] - eta * dw[h, a] if train_w else y[woff + h * P + a]
                 new[woff + h * P + a] = v
         for i in range(new.shape[0]):
             if not np.isfinite(new[i]):
-                ok = False
-                break
-        if not ok:
-            return k, 2, loss
+                return k, 2, loss
+            if abs(new[i]) > max_abs:
+                return k, 3, loss
         y[:] = new
         k += 1

@@ -32,6 +32,7 @@ class MixtureSystem:
 
     samples: SampleSet
     relu_prime_at_zero: float = 1.0
+    max_abs: float = math.inf
 
     def _args(self):
         s = self.samples
@@ -46,7 +47,7 @@ class MixtureSystem:
         s = self.samples
         done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), s.P, s.idx, s.sgn, s.y, s.weight,
                                            s.consistent, float(self.relu_prime_at_zero), bool(mode[0]),
-                                           bool(mode[1]), kind, op, thr)
+                                           bool(mode[1]), kind, op, thr, float(self.max_abs))
         return int(done), int(code)
 
     def rhs(self, y, mode):
@@ -82,7 +83,7 @@ def solver(cfg: MixtureConfig):
         return integrate.GDMap(cfg.eta)
     if cfg.method == "rk4":
         return integrate.RK4(cfg.dt)
-    return integrate.Dopri5(rtol=cfg.rtol, atol=cfg.atol)
+    return integrate.Dopri5(rtol=cfg.rtol, atol=cfg.atol, h_min=cfg.h_min or 0.0)
 
 
 def save_at(cfg: MixtureConfig) -> integrate.SaveAt:
@@ -103,7 +104,7 @@ def save_at(cfg: MixtureConfig) -> integrate.SaveAt:
 def run(cfg: MixtureConfig, y0: np.ndarray | None = None, monitor: integrate.Monitor | None = None) -> integrate.Trajectory:
     """Integrate the reduced dynamics for ``cfg`` (from ``y0`` if given)."""
     samples = sample_set(cfg.K, cfg.L, cfg.p)
-    system = MixtureSystem(samples, cfg.relu_prime_at_zero)
+    system = MixtureSystem(samples, cfg.relu_prime_at_zero, cfg.max_abs)
     y = initial_state(cfg) if y0 is None else np.asarray(y0, dtype=np.float64)
     return solver(cfg).solve(system, y, stages(cfg), save_at(cfg), monitor)
 
@@ -138,6 +139,7 @@ def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, statu
         "n_samples": samples.n, "stage_ends": traj.stage_ends,
         "stopped_at_step": int(arr["step"][-1]) if arr["step"].size else 0,
         "stopped_at_t": float(arr["t"][-1]) if arr["t"].size else 0.0,
+        "warnings": list(traj.warnings),
     }
     attrs.update(extra_attrs or {})
     return write_run(path, system="mixture", config=cfg.to_dict(), status=status or traj.status,
