@@ -216,7 +216,7 @@ class GDMap:
                 if j < len(pts):
                     target = min(target, int(pts[j]))
                 chunk = target - step
-                if per_step is not None and per_step > 0:
+                if per_step is not None and per_step > 0 and chunk > 0:
                     chunk = max(1, min(chunk, int(self.max_chunk_s / per_step)))
                 elif chunk > 64:
                     chunk = 64
