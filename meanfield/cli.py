@@ -117,6 +117,15 @@ def _cmd_plot(args) -> int:
     return 0
 
 
+def _cmd_check(args) -> int:
+    from .mixture.claims import check_suite
+
+    claims, report = check_suite(Path(args.out), quick=args.quick)
+    for c in claims:
+        print(f"{c.status}  {c.name}: {c.statement}")
+    return 0 if all(c.passed for c in claims) else 1
+
+
 def _cmd_demo(args) -> int:
     from .mixture.demo import demo
 
@@ -151,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="folder for the PNGs (default: beside the run file)")
     p.set_defaults(func=_cmd_plot)
 
+    c = verbs.add_parser("check", help="rerun the paper's claims; report.md, report.json, figures; exit 0 iff all pass")
+    c.add_argument("--out", default="runs/check", help="report folder")
+    c.add_argument("--quick", action="store_true", help="reduced version (seconds)")
+    c.set_defaults(func=_cmd_check)
+
     m = verbs.add_parser("demo", help="the paper's K=2, L=3 story: runs, figures and a summary")
     m.add_argument("--out", default="runs/demo")
     m.add_argument("--quick", action="store_true", help="shorter runs")
@@ -168,6 +182,9 @@ def main(argv=None) -> int:
     except ConfigError as e:
         print(f"meanfield: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into head & co.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

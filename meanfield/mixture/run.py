@@ -21,6 +21,7 @@ from .config import MixtureConfig
 from .data import SampleSet, feature_labels, sample_set
 from .init import initial_state
 from .observables import observables
+from .stagetimes import stage_times
 
 EXIT_CODES = {"complete": 0, "diverged": 3, "interrupted": 130}
 
@@ -141,6 +142,9 @@ def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, statu
         "stopped_at_t": float(arr["t"][-1]) if arr["t"].size else 0.0,
         "warnings": list(traj.warnings),
     }
+    st = stage_times(arr["t"], obs["loss"], obs["margin"], samples.consistent, obs["S"], obs["A"], obs["B"],
+                     obs["w"], samples, cfg.schedule, traj.stage_ends, cfg.relu_prime_at_zero)
+    attrs.update({"T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"], "stage_time_criteria": st["criteria"]})
     attrs.update(extra_attrs or {})
     return write_run(path, system="mixture", config=cfg.to_dict(), status=status or traj.status,
                      message=message or traj.message, data=data, attrs=attrs)

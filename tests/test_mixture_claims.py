@@ -1,0 +1,154 @@
+"""Claim checkers: PASS on the paper's setting, FAIL on runs built to violate
+each claim (no checker passes vacuously); stage-time detection; the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+from meanfield.cli import main
+from meanfield.mixture import claims as C
+from meanfield.mixture.config import make_config
+
+BASE = {"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return C.simulate(make_config(BASE, steps=1500, record_every=1))
+
+
+@pytest.fixture(scope="module")
+def three():
+    return C.simulate(make_config(BASE, schedule="three-stage", stage_steps=(1000, 4000, 2000), record_every=5))
+
+
+@pytest.fixture(scope="module")
+def frozen():
+    """Attention frozen through stage 2 (a stage 2 of zero steps)."""
+    return C.simulate(make_config(BASE, schedule="three-stage", stage_steps=(1000, 0, 2000), record_every=5))
+
+
+def test_stagewise(sim):
+    assert C.check_stagewise(sim).passed
+    # attention trained first (stage 1 of zero steps, nonzero neurons): the scores move first
+    att_first = C.simulate(make_config(BASE, schedule="three-stage", stage_steps=(0, 1000, 1000),
+                                       neuron_init="const:0.5,0.5,1,1,0.5,0.5,-1,-1", record_every=1))
+    c = C.check_stagewise(att_first)
+    assert not c.passed and c.numbers["t_scores"] < c.numbers["t_neurons"]
+
+
+def test_c_slower_than_v(sim):
+    c = C.check_c_slower_than_v(sim)
+    assert c.passed and 0 < c.numbers["rate_ratio_c_over_v"] < 1
+    # relabel the features c <-> v: now "c" is the fast one
+    swapped = dict(sim, features=["v1", "v2", "c1", "c2"])
+    assert not C.check_c_slower_than_v(swapped).passed
+
+
+def test_after_neuron_stage(three):
+    c = C.check_after_neuron_stage(three)
+    assert c.passed and c.numbers["max_abs_margin_inconsistent"] < 1e-12
+    no_stage1 = C.simulate(make_config(BASE, schedule="three-stage", stage_steps=(0, 100, 100)))
+    assert not C.check_after_neuron_stage(no_stage1).passed
+    # an asymmetric neuron init (c1 on head + only) moves the inconsistent samples off 0
+    tie = C.simulate(make_config(BASE, schedule="three-stage", stage_steps=(1000, 10, 10),
+                                 neuron_init="const:0.3,0,0,0,0,0,0,0"))  # head + only
+    assert not C.check_after_neuron_stage(tie).passed
+
+
+def test_after_attention_stage(three, frozen):
+    assert C.check_after_attention_stage(three).passed
+    c = C.check_after_attention_stage(frozen)
+    assert not c.passed and c.numbers["min_margin_after_stage2"] < 1e-8
+
+
+def test_omega_sweep_fit_and_failures():
+    om = np.geomspace(1e-3, 0.3, 8)
+    x = np.log(1 / om)
+    assert C.check_omega_sweep(om, 3.0 * x + 2.0).passed
+    assert abs(C.check_omega_sweep(om, 3.0 * x + 2.0).numbers["slope"] - 3.0) < 1e-12
+    rng = np.random.default_rng(0)
+    assert not C.check_omega_sweep(om, 3.0 * x + rng.normal(0, 5, 8)).passed  # not linear
+    assert not C.check_omega_sweep(om, -3.0 * x + 30).passed  # shrinking
+    d = 3.0 * x + 2.0
+    d[3] = np.nan  # stage 2 never ended
+    assert not C.check_omega_sweep(om, d).passed
+
+
+def test_omega_sweep_measured():
+    om = np.geomspace(1e-3, 0.3, 5)
+    d = C.omega_sweep(om, BASE)
+    c = C.check_omega_sweep(om, d)
+    assert c.passed and c.numbers["r2"] >= 0.99 and c.numbers["slope"] > 0
+
+
+def test_self_score_symmetry(three, sim, frozen):
+    assert C.check_self_score_symmetry(three, sim).passed
+    assert not C.check_self_score_symmetry(frozen, sim).passed  # B stays omega^2 I
+
+
+def test_exact_symmetries():
+    sb = dict(BASE, steps=300, record_every=10, neuron_init="const:0.01,0.01,0,0")
+    inf = C.simulate(make_config(sb))
+    fin = {m: [C.simulate(make_config(sb, width=m, seed=s)) for s in (1, 2)] for m in (64, 1024, 16384)}
+    c = C.check_exact_symmetries(inf, fin)
+    assert c.passed, c.numbers
+    # an infinite-width run that is not symmetric (unequal group weights) fails
+    skew = C.simulate(make_config(sb, p=(0.7, 0.3)))
+    assert not C.check_exact_symmetries(skew, fin).passed
+    # finite widths whose violation does not shrink (zero init: kinks) fail
+    zb = dict(sb, neuron_init="zero")
+    zfin = {m: [C.simulate(make_config(zb, width=m, seed=s)) for s in (1, 2)] for m in (64, 1024, 16384)}
+    assert not C.check_exact_symmetries(C.simulate(make_config(zb)), zfin).passed
+
+
+def test_symmetry_violation_independent():
+    """The violation measure, against an explicit per-entry computation."""
+    r = C.simulate(make_config(BASE, steps=50, width=8, seed=3, record_every=10))
+    v = C.symmetry_violation(r, 2)
+    S = r["S"][-1]
+    # group swap c1<->c2, v1<->v2 is the permutation [1, 0, 3, 2]; head swap flips v signs
+    perm = [1, 0, 3, 2]
+    sg = [1, 1, -1, -1]
+    worst = 0.0
+    for h in range(2):
+        for a in range(4):
+            for b in range(4):
+                worst = max(worst, abs(S[h, perm[a], perm[b]] - S[h, a, b]),
+                            abs(sg[a] * sg[b] * S[1 - h, a, b] - S[h, a, b]))
+    assert v[-1] >= worst - 1e-15
+
+
+def test_gd_to_flow():
+    errs = C.gd_flow_errors(make_config(BASE), [0.2, 0.1, 0.05], 10.0)
+    c = C.check_gd_to_flow([0.2, 0.1, 0.05], errs)
+    assert c.passed and 0.8 < c.numbers["slope"] < 1.2
+    assert not C.check_gd_to_flow([0.2, 0.1, 0.05], [1e-3, 1e-3, 1e-3]).passed
+    assert not C.check_gd_to_flow([0.2, 0.1, 0.05], [4e-2, 1e-2, 2.5e-3]).passed  # second order
+
+
+def test_stage_times_attrs(tmp_path):
+    out = tmp_path / "r.h5"
+    assert main(["mixture", "run", "--schedule", "three-stage", "--out", str(out), "--quiet",
+                 "--record-every", "1"]) == 0
+    from meanfield.io import read_run
+
+    r = read_run(out)
+    assert r.attrs["T1"] == 500.0
+    c = r["samples"]["consistent"].astype(bool)
+    mi = r["margin"][:, ~c].min(axis=1)
+    i = np.flatnonzero((r["t"] >= 500.0) & (mi >= 0.1))[0]
+    assert r.attrs["T2"] == r["t"][i]
+    assert r.attrs["T_loss"] == r["t"][np.flatnonzero(r["loss"] <= 0.05)[0]]
+    assert "T2" in r.attrs["stage_time_criteria"]
+
+
+def test_check_cli_quick(tmp_path):
+    assert main(["mixture", "check", "--quick", "--out", str(tmp_path)]) == 0
+    rep = json.loads((tmp_path / "report.json").read_text())
+    names = {c["name"]: c for c in rep["claims"]}
+    assert all(c["status"] == "PASS" for c in rep["claims"])
+    om = names["stage2_duration_log_omega"]["numbers"]
+    assert om["r2"] >= 0.99 and {"slope", "intercept", "r2", "residuals"} <= set(om)
+    assert (tmp_path / "report.md").exists() and (tmp_path / "omega_sweep.png").exists()
