@@ -29,8 +29,13 @@ indices ``i`` are 0-based, in the order of the run's ``samples/description``)::
     max_g              max of g[i] over all samples
     omega, eta, K, L, n (number of samples), m (attention width; inf for
                        infinite width)
-    T1, T2, T3         end times of stages 1..3 (the run's stage_ends attribute;
-                       an error if the run has no such stage end)
+    T1, T2, T_loss     the run's detected stage times (attributes T1, T2, T_loss
+                       written by ``meanfield.mixture.stagetimes``: neuron
+                       stage done, attention stage done, loss level reached);
+                       an error if the run never reached it
+    T3                 end time of stage 3; Tend1, Tend2, Tend3: end times
+                       of stages 1..3 (the run's stage_ends attribute; an error
+                       if the run has no such stage end)
     inf, pi            constants; numbers: 1, 0.5, 1e-3
 
 The head sign is written directly after the letter, without spaces (``S+[``;
@@ -108,9 +113,13 @@ VARIABLES = {
     "K": "number of groups",
     "L": "tokens per sample",
     "n": "number of samples",
-    "T1": "end time of stage 1",
-    "T2": "end time of stage 2",
+    "T1": "detected end of the neuron stage (run attribute T1)",
+    "T2": "detected end of the attention stage (run attribute T2)",
+    "T_loss": "first time the loss reached the detection level (run attribute T_loss)",
     "T3": "end time of stage 3",
+    "Tend1": "end time of stage 1",
+    "Tend2": "end time of stage 2",
+    "Tend3": "end time of stage 3",
     "inf": "infinity",
     "pi": "3.14159...",
 }
@@ -473,8 +482,22 @@ class _Env:
         if name == "m":
             w = self._attr("width")
             return math.inf if w < 0 else w
-        if name in ("T1", "T2", "T3"):
-            return self._stage_end(int(name[1]))
+        if name in ("T1", "T2", "T_loss"):
+            v = self.attrs.get(name)
+            if v is None:
+                if name == "T_loss":
+                    self.fail("T_loss: the run file has no T_loss attribute (written since stage-time detection)")
+                return self._stage_end(int(name[1]))
+            v = float(v)
+            if math.isnan(v):
+                crit = self.attrs.get("stage_time_criteria", {})
+                self.fail(f"{name}: the run never reached it (criterion: "
+                          f"{crit.get(name, 'see meanfield.mixture.stagetimes') if isinstance(crit, dict) else crit})")
+            return v
+        if name == "T3":
+            return self._stage_end(3)
+        if name in ("Tend1", "Tend2", "Tend3"):
+            return self._stage_end(int(name[-1]))
         if name == "inf":
             return math.inf
         if name == "pi":

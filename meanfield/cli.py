@@ -126,6 +126,18 @@ def _cmd_check(args) -> int:
     return 0 if all(c.passed for c in claims) else 1
 
 
+def _cmd_bound(args) -> int:
+    from .bounds import run_bounds_cli
+    from .config import as_float
+
+    tmin = as_float("tmin", args.tmin) if args.tmin is not None else None
+    tmax = as_float("tmax", args.tmax) if args.tmax is not None else None
+    exprs = [args.expr] if args.expr else []
+    if not exprs and not args.file:
+        raise ConfigError("bound: give an expression or --file BOUNDS.toml")
+    return run_bounds_cli(args.run, exprs, args.during, tmin, tmax, file=args.file)
+
+
 def _cmd_demo(args) -> int:
     from .mixture.demo import demo
 
@@ -164,6 +176,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default="runs/check", help="report folder")
     c.add_argument("--quick", action="store_true", help="reduced version (seconds)")
     c.set_defaults(func=_cmd_check)
+
+    b = verbs.add_parser("bound", help="check an inequality over a run: holds / violated, worst slack, first violation",
+                         description="Expressions use the paper's names: S+[c1,v1], A-[v2,v2], B+[v1,v2], w+[c1], "
+                                     "loss, margin[i], g[i], u+[i], t, omega, eta, m, K, L, T1, T2, T3, ...; "
+                                     "operators + - * / ** and abs exp log sqrt min max. Exit 0 if every bound "
+                                     "holds, 1 if one is violated, 2 on bad input.")
+    b.add_argument("run", help="run file (.h5)")
+    b.add_argument("expr", nargs="?", help='the inequality, e.g. "loss <= log(2) * exp(-(t - T2) / 1000)"')
+    b.add_argument("--file", help="a TOML file of [[bound]] tables (name, expr, during, tmin, tmax)")
+    b.add_argument("--during", default="all", help="all | stage1 | stage2 | stage3")
+    b.add_argument("--tmin", default=None)
+    b.add_argument("--tmax", default=None)
+    b.set_defaults(func=_cmd_bound)
 
     m = verbs.add_parser("demo", help="the paper's K=2, L=3 story: runs, figures and a summary")
     m.add_argument("--out", default="runs/demo")

@@ -108,8 +108,8 @@ def _ref_cases(r):
          le(omega**2 - 1e-15, np.maximum(np.maximum(A[:, 0, 2, 2], B[:, 1, 3, 3]), w[:, 1, 1]))),
         ("-S-[c2,v2]*2 - -A-[c1,v2] < log(1 + t) / 3 + min(0, 1)", "stage2", 100.0, 300.0, None,
          lt(-S[:, 1, 1, 3] * 2 + A[:, 1, 0, 3], np.log(1 + t) / 3)),
-        ("t >= T1", "stage2", None, None, True, le(bc(ends[1]), t)),
-        ("t <= T2 - 100", "stage2", None, None, False, le(t, bc(ends[2] - 100))),
+        ("t >= Tend1", "stage2", None, None, True, le(bc(ends[1]), t)),
+        ("t <= Tend2 - 100", "stage2", None, None, False, le(t, bc(ends[2] - 100))),
     ]
 
 
@@ -170,7 +170,17 @@ def test_atoms_and_names_equal_the_run_arrays(run):
     np.testing.assert_array_equal(values("loss", run), run["loss"])
     ends = _ends(run)
     for k in (1, 2, 3):
-        assert values(f"T{k}", run)[0] == ends[k]
+        assert values(f"Tend{k}", run)[0] == ends[k]
+    assert values("T3", run)[0] == ends[3]
+    # T1, T2, T_loss are the detected stage times (run attributes)
+    for name in ("T1", "T2"):
+        assert values(name, run)[0] == run.attrs[name]
+    if np.isnan(run.attrs["T_loss"]):  # this short run never reaches the loss level
+        with pytest.raises(BoundError, match="never reached"):
+            values("T_loss", run)
+    else:
+        assert values("T_loss", run)[0] == run.attrs["T_loss"]
+    assert values("T1", run)[0] == ends[1]  # three-stage: the neuron stage ends with stage 1
     assert ends[1] == STAGE_STEPS[0] * 0.5 and ends[2] == sum(STAGE_STEPS[:2]) * 0.5
     for name, want in [("omega", 0.1), ("eta", 0.5), ("K", 2), ("L", 3), ("n", 8), ("m", np.inf), ("inf", np.inf),
                        ("pi", np.pi), ("2**-1 + 3*4/8 - -1", 3.0)]:
@@ -188,16 +198,16 @@ def test_stage_restriction_and_stage_ends(run, srun):
     assert evaluate(f"w+[v1] == {w_T1!r}", run, "stage2").holds
     assert not evaluate(f"w+[v1] == {w_T1!r}", run, "stage3").holds
     # stages are closed intervals [T_{k-1}, T_k]
-    r = evaluate("T1 <= t <= T2", run, "stage2")
+    r = evaluate("Tend1 <= t <= Tend2", run, "stage2")
     assert r.holds and r.n_times == int(((t >= ends[1]) & (t <= ends[2])).sum())
-    r = evaluate("t > T1", run, "stage2")
+    r = evaluate("t > Tend1", run, "stage2")
     assert not r.holds and r.first_violation_t == ends[1] and r.n_violations == 1 and r.worst_slack == 0
-    assert evaluate("t <= T1", run, "stage1").holds and evaluate("t >= T2", run, "stage3").holds
-    r = evaluate("T2 <= t <= T3", run, "all", tmin=ends[2], tmax=ends[3])
+    assert evaluate("t <= Tend1", run, "stage1").holds and evaluate("t >= Tend2", run, "stage3").holds
+    r = evaluate("Tend2 <= t <= T3", run, "all", tmin=ends[2], tmax=ends[3])
     assert r.holds and r.n_times == int((t >= ends[2]).sum())
     # a simultaneous run has one stage
-    assert evaluate("t <= T1", srun, "stage1").holds
-    for expr, during, msg in [("t <= T2", "all", "no end of stage 2"), ("T3 > 0", "all", "no end of stage 3"),
+    assert evaluate("t <= Tend1", srun, "stage1").holds
+    for expr, during, msg in [("t <= Tend2", "all", "no end of stage 2"), ("T3 > 0", "all", "no end of stage 3"),
                               ("loss < 1", "stage2", "no records of stage 2")]:
         with pytest.raises(BoundError, match=msg):
             evaluate(expr, srun, during)
@@ -451,8 +461,8 @@ def test_run_bounds_cli(files, tmp_path):
     names = [ln.split(":")[0].split(None, 1)[1] for ln in out.getvalue().splitlines()[:-1]]
     assert names == ["loss below log 2", "scores signed in stage 3", "late loss"]
     out = io.StringIO()
-    assert run_bounds_cli(files["three"], [str(p), "t >= T1"], during="stage2", stream=out) in (0, 1)
-    assert "t >= T1: worst slack +0 at t=100 " in out.getvalue() and "during=stage2" in out.getvalue()
+    assert run_bounds_cli(files["three"], [str(p), "t >= Tend1"], during="stage2", stream=out) in (0, 1)
+    assert "t >= Tend1: worst slack +0 at t=100 " in out.getvalue() and "during=stage2" in out.getvalue()
     # bad input: ConfigError before anything is printed
     for args, kw, msg in [((files["three"], "S+[c9,v1] > 0"), {}, "unknown feature"),
                           ((files["three"], ["loss < 1", "lambda: 1"]), {}, "lambda"),
