@@ -190,10 +190,24 @@ def _attention_update(y, out, P, G, eta, exact):
     """out[S, A, B] = the GD map (exact=True, with the eta^2 terms) or the flow
     right-hand side times eta (exact=False: out = -eta * (...), no base state)."""
     n2 = P * P
+    T = np.empty((3, P, P))  # second-order scratch: S^T G, B G^T, A G (O(P^3) per head)
     for h in range(2):
         So = h * n2
         Ao = 2 * n2 + h * n2
         Bo = 4 * n2 + h * n2
+        if exact:
+            for c in range(P):
+                for b in range(P):
+                    tS = 0.0
+                    tA = 0.0
+                    tB = 0.0
+                    for e in range(P):
+                        tS += y[So + e * P + c] * G[h, e, b]  # (S^T G)[c, b]
+                        tA += y[Bo + c * P + e] * G[h, b, e]  # (B G^T)[c, b]
+                        tB += y[Ao + c * P + e] * G[h, e, b]  # (A G)[c, b]
+                    T[0, c, b] = tS
+                    T[1, c, b] = tA
+                    T[2, c, b] = tB
         for a in range(P):
             for b in range(P):
                 # first order: S: A G + G B ; A: G S^T + S G^T ; B: G^T S + S^T G
@@ -210,16 +224,9 @@ def _attention_update(y, out, P, G, eta, exact):
                     sA = 0.0
                     sB = 0.0
                     for c in range(P):
-                        tS = 0.0
-                        tA = 0.0
-                        tB = 0.0
-                        for e in range(P):
-                            tS += y[So + e * P + c] * G[h, e, b]  # (S^T G)[c, b]
-                            tA += y[Bo + c * P + e] * G[h, b, e]  # (B G^T)[c, b]
-                            tB += y[Ao + c * P + e] * G[h, e, b]  # (A G)[c, b]
-                        sS += G[h, a, c] * tS
-                        sA += G[h, a, c] * tA
-                        sB += G[h, c, a] * tB
+                        sS += G[h, a, c] * T[0, c, b]
+                        sA += G[h, a, c] * T[1, c, b]
+                        sB += G[h, c, a] * T[2, c, b]
                     out[So + a * P + b] = y[So + a * P + b] - eta * dS + eta * eta * sS
                     out[Ao + a * P + b] = y[Ao + a * P + b] - eta * dA + eta * eta * sA
                     out[Bo + a * P + b] = y[Bo + a * P + b] - eta * dB + eta * eta * sB
