@@ -138,6 +138,36 @@ def _cmd_bound(args) -> int:
     return run_bounds_cli(args.run, exprs, args.during, tmin, tmax, file=args.file)
 
 
+def _base_from_args(args) -> dict:
+    """Config overrides from --config and the run flags, not yet validated."""
+    data = load_toml(args.config) if getattr(args, "config", None) else {}
+    data.update({f: getattr(args, f) for f in RUN_FLAGS.values() if getattr(args, f) is not None})
+    return data
+
+
+def _workers(args):
+    from .config import as_int
+
+    return as_int("workers", args.workers, lo=1) if args.workers is not None else None
+
+
+def _cmd_sweep(args) -> int:
+    from .mixture.config import MixtureConfig, make_config
+    from .sweep import SweepSpec, parse_params, run_sweep
+    import dataclasses
+
+    base = _base_from_args(args)
+    make_config(base)  # the base must be valid on its own
+    params = parse_params(args.param or [], [f.name for f in dataclasses.fields(MixtureConfig)])
+    idx = run_sweep(SweepSpec(base, params, Path(args.out)), workers=_workers(args), progress=not args.quiet)
+    n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
+    from .sweep import sweep_paths
+
+    print(f"{sweep_paths(Path(args.out))[0]}: {idx['status']}: {idx['n_done']}/{idx['n_points']} points done, "
+          f"{n_ok} complete")
+    return 130 if idx["status"] == "interrupted" else 0
+
+
 def _cmd_demo(args) -> int:
     from .mixture.demo import demo
 
@@ -176,6 +206,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default="runs/check", help="report folder")
     c.add_argument("--quick", action="store_true", help="reduced version (seconds)")
     c.set_defaults(func=_cmd_check)
+
+    sw = verbs.add_parser("sweep", help="a grid over config fields, in parallel, resumable")
+    _add_run_flags(sw)
+    sw.add_argument("--param", action="append", metavar="NAME=VALUES",
+                    help="a config field and its values: A:B:log:N, A:B:lin:N or V1,V2,... (repeatable)")
+    sw.add_argument("--out", default="runs/sweep", help="a folder (sweep.json + points/) or FILE.json")
+    sw.add_argument("--workers", default=None, help="local processes (default: all cores)")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.set_defaults(func=_cmd_sweep)
 
     b = verbs.add_parser("bound", help="check an inequality over a run: holds / violated, worst slack, first violation",
                          description="Expressions use the paper's names: S+[c1,v1], A-[v2,v2], B+[v1,v2], w+[c1], "
