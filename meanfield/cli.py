@@ -168,6 +168,27 @@ def _cmd_sweep(args) -> int:
     return 130 if idx["status"] == "interrupted" else 0
 
 
+def _cmd_width_sweep(args) -> int:
+    from .config import as_float, as_int, as_list
+    from .mixture.widths import width_sweep
+
+    widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
+    seeds = as_int("seeds", args.seeds, lo=1)
+    tol = as_float("kink_tol", args.kink_tol, positive=True)
+    base = _base_from_args(args)
+    if base.get("width") not in (None, "inf"):
+        raise ConfigError("width: not with width-sweep (use --widths)")
+    s = width_sweep(base, widths, seeds, Path(args.out), tol_rel=tol, workers=_workers(args),
+                    progress=not args.quiet, log=(lambda *a: None) if args.quiet else print)
+    print(f"{'m':>8} " + " ".join(f"{q + ' err':>12}" for q in ("S", "A", "B", "w", "loss")))
+    for i, m in enumerate(s["widths"]):
+        print(f"{m:>8} " + " ".join(f"{s['errors'][q][i]:>12.4g}" for q in ("S", "A", "B", "w", "loss")))
+    print(s["message"])
+    for f in s["files"]:
+        print(f"wrote {f}")
+    return 0
+
+
 def _cmd_demo(args) -> int:
     from .mixture.demo import demo
 
@@ -215,6 +236,16 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--workers", default=None, help="local processes (default: all cores)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     sw.set_defaults(func=_cmd_sweep)
+
+    ws = verbs.add_parser("width-sweep", help="finite widths against infinite width: errors, exponent, kinks")
+    _add_run_flags(ws)
+    ws.add_argument("--widths", default="64,256,1024,4096", help="attention widths m, comma-separated")
+    ws.add_argument("--seeds", default="4", help="seeds per width")
+    ws.add_argument("--kink-tol", default="1e-9", help="|u| <= this x max(1, max|u|) counts as at the ReLU kink")
+    ws.add_argument("--out", default="runs/width_sweep.h5", help="FILE.h5; FILE.json and FILE.png are written beside")
+    ws.add_argument("--workers", default=None, help="local processes (default: all cores)")
+    ws.add_argument("--quiet", action="store_true")
+    ws.set_defaults(func=_cmd_width_sweep)
 
     b = verbs.add_parser("bound", help="check an inequality over a run: holds / violated, worst slack, first violation",
                          description="Expressions use the paper's names: S+[c1,v1], A-[v2,v2], B+[v1,v2], w+[c1], "

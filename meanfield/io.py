@@ -49,6 +49,24 @@ def _write_group(g: h5py.Group, content: dict[str, Any]) -> None:
             g.create_dataset(name, data=arr, **kw)
 
 
+def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any]) -> Path:
+    """Write an HDF5 file atomically (tmp file in the same folder, then rename):
+    root attributes and datasets / groups (name -> array or dict)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            for k, v in attrs.items():
+                f.attrs[k] = _attr(v)
+            _write_group(f, data)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
 def write_run(path: str | Path, *, system: str, config: dict, status: str, message: str,
               data: dict[str, Any], attrs: dict[str, Any] | None = None) -> Path:
     """Write a run file atomically. ``data``: name -> array, or name -> dict (a group)."""
