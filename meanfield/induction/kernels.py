@@ -36,11 +36,11 @@ from numba import njit
 #: pattern path when n_pat <= PATTERN_MAX (the Gram tables are H * n_pat^2 doubles)
 PATTERN_MAX = 512
 
-#: stop criteria: name -> kind. loss: batch loss; grad_norm: Euclidean norm of
-#: the gradient restricted to the trained groups; a: the classifier scalar;
-#: c_top: max_S c_S^2 / sum c^2; rpe_top: min over heads of the largest
-#: full-window RPE softmax weight.
-CRITERIA = {"loss": 1, "grad_norm": 2, "a": 3, "c_top": 4, "rpe_top": 5}
+#: stop criteria: name -> kind. loss: mean loss on the training batch;
+#: grad_norm / grad_c / grad_w / grad_a: Euclidean norm of the full gradient /
+#: of its c, w, a part; a: the classifier scalar; c_top: max_S c_S^2 / sum c^2;
+#: rpe_top: min over heads of the largest full-window RPE softmax weight.
+CRITERIA = {"loss": 1, "grad_norm": 2, "a": 3, "c_top": 4, "rpe_top": 5, "grad_c": 6, "grad_w": 7, "grad_a": 8}
 
 
 def n_patterns(d: int, M: int) -> int:
@@ -468,16 +468,23 @@ def loss_grad(theta, tokens, codes, use_pattern, first, M, d, members, sizes, lo
 
 
 @njit(cache=True, error_model="numpy")
-def criterion_value(kind, loss, theta, grad, rates, nS, H, M):
+def criterion_value(kind, loss, theta, grad, nS, H, M):
     """The quantity a stop criterion compares (see :data:`CRITERIA`)."""
     if kind == 1:
         return loss
-    if kind == 2:
+    if kind == 2 or kind >= 6:
+        lo = 0
+        hi = theta.shape[0]
+        if kind == 6:
+            hi = nS
+        elif kind == 7:
+            lo = nS
+            hi = nS + H * M
+        elif kind == 8:
+            lo = nS + H * M
         s = 0.0
-        for i in range(theta.shape[0]):
-            r = rates[0] if i < nS else (rates[1] if i < nS + H * M else rates[2])
-            if r != 0.0:
-                s += grad[i] * grad[i]
+        for i in range(lo, hi):
+            s += grad[i] * grad[i]
         return np.sqrt(s)
     if kind == 3:
         return theta[nS + H * M]
@@ -529,7 +536,7 @@ def gd_advance(theta, nsteps, rates, tokens, codes, use_pattern, first, M, d, me
         if not np.isfinite(loss):
             return k, 2, loss
         if crit_kind != 0:
-            cv = criterion_value(crit_kind, loss, theta, grad, rates, nS, H, M)
+            cv = criterion_value(crit_kind, loss, theta, grad, nS, H, M)
             if (crit_op > 0 and cv >= crit_thresh) or (crit_op < 0 and cv <= crit_thresh):
                 return k, 1, loss
         if k == nsteps:

@@ -1,0 +1,278 @@
+"""The induction-head run configuration: one frozen dataclass, validated once.
+
+Build it with :func:`make_config` from a dict (TOML file and CLI flags
+merged); every bad value raises a one-line
+:class:`meanfield.config.ConfigError` naming the field. Conditions that are
+allowed but suspicious (a parent lag that no head's window can see) are
+returned by :meth:`InductionConfig.warnings` and also issued with
+``warnings.warn`` by :func:`make_config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings as _warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import ConfigError, as_choice, as_float, as_int, as_list, check_keys, parse_criterion
+from .kernels import CRITERIA
+
+SCHEDULES = ("three-phase", "joint")
+METHODS = ("gd", "flow", "rk4")
+DATA_MODES = ("fixed", "fresh")
+PHASE_NAMES = ("c", "w", "a")
+
+
+@dataclass(frozen=True)
+class InductionConfig:
+    """Every knob of an induction-head run (spec: ``shared/spec/induction.md``).
+
+    Data: ``d`` tokens, sequences x_1..x_{L+1} of an n-gram chain with parent
+    lags ``pa`` (default (1, 2), a trigram chain), per-sequence kernels
+    Dirichlet(``alpha`` 1_d) (default alpha = 1: uniform on the simplex).
+    ``sampling = fixed``: empirical risk on ``n_train`` sequences (seed
+    ``(seed, 0)``, or the HDF5 data file ``train_file``); ``sampling = fresh``
+    (gd only): every GD step uses a fresh Monte Carlo batch of ``batch``
+    sequences (seed ``(seed, 2, step)``), an unbiased estimate of the
+    population gradient, and the recorded "train" loss is the loss on the
+    fixed ``n_train`` set. With ``train_file`` its d, L, pa, alpha must match
+    the config and the run trains on its first ``n_train`` sequences (all of
+    them when n_train is not given). Held-out loss: ``n_test`` sequences of length
+    ``L_test`` (default L; seed ``(seed, 1)``).
+
+    Model TF(M, H, d, D): ``H`` heads, each with ``M`` RPE weights on the lags
+    ``first_lags[h] .. first_lags[h] + M - 1`` (default first lag 1 for all);
+    subsets of heads up to size ``D``. Init: w = ``w_plus`` on the head's
+    ``start_lags`` entry (default head h on lag h when that lag is in its
+    window, else ``first + (h-1) mod M``), ``w_minus`` elsewhere; every
+    c_S = ``c_init``; a = ``a_init``. Defaults w_plus = 2, w_minus = 0 (with
+    M = 3 each head starts with softmax weight 0.79 on its lag), c_init = 1
+    (uniform c_S^2 weights), a_init = 1 (a = 0 would make phase 1's gradient
+    vanish: d loss/d c is proportional to a). Default schedule: phase_etas
+    (2, 10, 1), phase_steps (300, 300, 300): on the default trigram data the
+    c_S^2 weights concentrate on {1,2} in phase 1, heads 1 and 2 sharpen on
+    lags 1 and 2 in phase 2, and a saturates in phase 3. ``yhat_floor``: the log(0) guard,
+    loss = -log(max(y_hat[x_{L+1}], yhat_floor)) (see ``model``).
+
+    Training: ``method`` gd (gradient descent), flow (gradient flow,
+    adaptive Dormand-Prince 5(4) with ``rtol``/``atol``) or rk4 (flow, fixed
+    step ``dt``, default the smallest phase step size). ``schedule``
+    three-phase: phase 1 trains c only, phase 2 w only, phase 3 a only, with
+    step sizes ``phase_etas`` and lengths ``phase_steps`` (gd) or
+    ``phase_times`` (flow; default phase_steps * phase_etas); each phase can
+    end early by its ``phase_criteria``. ``schedule`` joint: everything with
+    step ``eta`` for ``steps`` (gd) or time ``t_end`` (flow; default
+    steps * eta), optional ``criterion``. Time t of a GD run is the sum of
+    the step sizes taken (gradient-flow time). ``max_abs``: a parameter above
+    this in absolute value stops the run as diverged.
+
+    Records: every ``record_every`` steps, or ``record_log`` log-spaced
+    points, or every ``record_dt`` time units (flow); default about 200
+    records over the horizon.
+    """
+
+    d: int = 3
+    L: int = 100
+    pa: tuple[int, ...] = (1, 2)
+    alpha: float = 1.0
+    n_train: int = 10000
+    n_test: int = 2000
+    L_test: int | None = None
+    sampling: str = "fixed"
+    batch: int = 1000
+    train_file: str | None = None
+    seed: int = 0
+    H: int = 3
+    M: int = 3
+    D: int = 2
+    first_lags: tuple[int, ...] | None = None
+    start_lags: tuple[int, ...] | None = None
+    w_plus: float = 2.0
+    w_minus: float = 0.0
+    c_init: float = 1.0
+    a_init: float = 1.0
+    yhat_floor: float = 1e-300
+    method: str = "gd"
+    schedule: str = "three-phase"
+    eta: float = 1.0
+    steps: int = 1000
+    t_end: float | None = None
+    phase_etas: tuple[float, float, float] = (2.0, 10.0, 1.0)
+    phase_steps: tuple[int, int, int] = (300, 300, 300)
+    phase_times: tuple[float, float, float] | None = None
+    phase_criteria: tuple[str | None, str | None, str | None] = (None, None, None)
+    criterion: str | None = None
+    dt: float | None = None
+    rtol: float = 1e-6
+    atol: float = 1e-9
+    max_abs: float = 1e6
+    record_every: int | None = None
+    record_log: int | None = None
+    record_dt: float | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def horizon(self) -> float:
+        """Total steps (gd) or time (flow, rk4) if every phase runs to its cap."""
+        if self.method == "gd":
+            return sum(self.phase_steps) if self.schedule == "three-phase" else self.steps
+        return sum(self.phase_times) if self.schedule == "three-phase" else self.t_end
+
+    def arch(self):
+        from .model import Arch
+
+        return Arch(self.d, self.H, self.M, self.D, self.first_lags)
+
+    def warnings(self) -> list[str]:
+        """Allowed but suspicious settings, one line each."""
+        out = []
+        windows = [(f, f + self.M - 1) for f in self.first_lags]
+        for lag in self.pa:
+            if not any(lo <= lag <= hi for lo, hi in windows):
+                out.append(f"pa: parent lag {lag} lies in no head's window "
+                           f"({', '.join(f'{lo}..{hi}' for lo, hi in windows)}); the model cannot copy it")
+        return out
+
+
+def _int_tuple(name, v, n=None, lo=None):
+    return tuple(as_int(name, x, lo=lo) for x in as_list(name, v, n))
+
+
+def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
+    """Validate and freeze. ``data`` (from TOML) is overridden by ``overrides``
+    (CLI flags; None values are ignored). Warnings (see
+    :meth:`InductionConfig.warnings`) are issued with ``warnings.warn``."""
+    raw = dict(data or {})
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    check_keys(InductionConfig, raw, "config")
+    d = {f.name: f.default for f in dataclasses.fields(InductionConfig)}
+    d.update(raw)
+    out: dict = {}
+    out["d"] = as_int("d", d["d"], lo=2)
+    out["alpha"] = as_float("alpha", d["alpha"], positive=True)
+    pa = _int_tuple("pa", d["pa"], lo=1)
+    if not pa:
+        raise ConfigError("pa: needs at least one parent lag (positive integers)")
+    if len(set(pa)) != len(pa):
+        raise ConfigError(f"pa: parent lags must be distinct, got {d['pa']!r}")
+    out["pa"] = tuple(sorted(pa))
+    out["H"] = as_int("H", d["H"], lo=1)
+    out["M"] = as_int("M", d["M"], lo=1)
+    out["D"] = as_int("D", d["D"], lo=0)
+    if out["D"] > out["H"]:
+        raise ConfigError(f"D: must be <= H = {out['H']}, got {out['D']}")
+    H, M = out["H"], out["M"]
+    if d["first_lags"] is None:
+        out["first_lags"] = (1,) * H
+    else:
+        out["first_lags"] = _int_tuple("first_lags", d["first_lags"], H, lo=1)
+    windows = [(f, f + M - 1) for f in out["first_lags"]]
+    if d["start_lags"] is None:
+        out["start_lags"] = tuple((h + 1) if lo <= h + 1 <= hi else lo + (h % M) for h, (lo, hi) in enumerate(windows))
+    else:
+        out["start_lags"] = _int_tuple("start_lags", d["start_lags"], H, lo=1)
+        for h, (lag, (lo, hi)) in enumerate(zip(out["start_lags"], windows)):
+            if not lo <= lag <= hi:
+                raise ConfigError(f"start_lags: lag {lag} of head {h + 1} is outside its window {lo}..{hi}")
+    max_lag = max(max(out["pa"]), max(hi for _, hi in windows))
+    out["L"] = as_int("L", d["L"], lo=1)
+    if out["L"] <= max_lag:
+        raise ConfigError(f"L: must be > the largest lag {max_lag} (parent lags and head windows), got {out['L']}")
+    if d["L_test"] is None:
+        out["L_test"] = out["L"]
+    else:
+        out["L_test"] = as_int("L_test", d["L_test"], lo=1)
+        if out["L_test"] <= max_lag:
+            raise ConfigError(f"L_test: must be > the largest lag {max_lag}, got {out['L_test']}")
+    out["n_train"] = as_int("n_train", d["n_train"], lo=1)
+    out["n_test"] = as_int("n_test", d["n_test"], lo=0)
+    out["sampling"] = as_choice("sampling", d["sampling"], DATA_MODES)
+    out["batch"] = as_int("batch", d["batch"], lo=1)
+    out["seed"] = as_int("seed", d["seed"], lo=0)
+    out["train_file"] = None if d["train_file"] in (None, "", "none") else str(d["train_file"])
+    for name in ("w_plus", "w_minus", "c_init", "a_init"):
+        out[name] = as_float(name, d[name])
+    if out["c_init"] == 0.0:
+        raise ConfigError("c_init: must be nonzero (K divides by sum_S c_S^2)")
+    out["yhat_floor"] = as_float("yhat_floor", d["yhat_floor"], positive=True)
+    if not 1e-300 <= out["yhat_floor"] < 1.0:
+        raise ConfigError(f"yhat_floor: must be in [1e-300, 1), got {d['yhat_floor']!r}")
+    out["method"] = as_choice("method", d["method"], METHODS)
+    out["schedule"] = as_choice("schedule", d["schedule"], SCHEDULES)
+    if out["sampling"] == "fresh" and out["method"] != "gd":
+        raise ConfigError(f"sampling: fresh batches need method gd, got method {out['method']}")
+    if out["sampling"] == "fresh" and out["train_file"] is not None:
+        raise ConfigError("train_file: only with sampling fixed (fresh batches are generated)")
+    out["eta"] = as_float("eta", d["eta"], positive=True)
+    out["steps"] = as_int("steps", d["steps"], lo=0)
+    out["phase_etas"] = tuple(as_float("phase_etas", v, positive=True) for v in as_list("phase_etas", d["phase_etas"], 3))
+    out["phase_steps"] = _int_tuple("phase_steps", d["phase_steps"], 3, lo=0)
+    crits = as_list("phase_criteria", d["phase_criteria"] if d["phase_criteria"] is not None else "none,none,none", 3)
+    out["phase_criteria"] = tuple(
+        None if parse_criterion("phase_criteria", c, CRITERIA) is None else str(c).replace(" ", "") for c in crits)
+    crit = d["criterion"]
+    out["criterion"] = None if parse_criterion("criterion", crit, CRITERIA) is None else str(crit).replace(" ", "")
+    flow = out["method"] != "gd"
+    if d["t_end"] is not None:
+        out["t_end"] = as_float("t_end", d["t_end"], positive=True)
+    else:
+        out["t_end"] = out["steps"] * out["eta"] if flow else None
+    if d["phase_times"] is not None:
+        out["phase_times"] = tuple(as_float("phase_times", v, nonneg=True) for v in as_list("phase_times", d["phase_times"], 3))
+    else:
+        out["phase_times"] = tuple(n * e for n, e in zip(out["phase_steps"], out["phase_etas"])) if flow else None
+    if d["dt"] is not None:
+        out["dt"] = as_float("dt", d["dt"], positive=True)
+    else:
+        out["dt"] = (min(out["phase_etas"]) if out["schedule"] == "three-phase" else out["eta"]) if out["method"] == "rk4" else None
+    out["rtol"] = as_float("rtol", d["rtol"], positive=True)
+    out["atol"] = as_float("atol", d["atol"], positive=True)
+    out["max_abs"] = as_float("max_abs", d["max_abs"], positive=True)
+    for name in ("record_every", "record_log"):
+        out[name] = as_int(name, d[name], lo=1) if d[name] is not None else None
+    out["record_dt"] = as_float("record_dt", d["record_dt"], positive=True) if d["record_dt"] is not None else None
+    given = [n for n in ("record_every", "record_log", "record_dt") if out[n] is not None]
+    if len(given) > 1:
+        raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
+    if out["record_dt"] is not None and out["method"] == "gd":
+        raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
+    if flow and out["schedule"] == "joint" and out["t_end"] <= 0:
+        raise ConfigError(f"t_end: must be > 0, got {out['t_end']}")
+    if out["train_file"] is not None:
+        _check_train_file(out, explicit_n="n_train" in raw)
+    cfg = InductionConfig(**out)
+    for w in cfg.warnings():
+        _warnings.warn(w, stacklevel=2)
+    return cfg
+
+
+def _check_train_file(out: dict, explicit_n: bool) -> None:
+    """The file must match d, L, pa, alpha. n_train: the first n_train
+    sequences of the file when given (at most what it holds), else all."""
+    import h5py
+
+    from .data import DATA_FORMAT
+
+    p = Path(out["train_file"])
+    if not p.exists():
+        raise ConfigError(f"train_file: file not found: {p}")
+    try:
+        with h5py.File(p, "r") as f:
+            if f.attrs.get("format") != DATA_FORMAT:
+                raise ConfigError(f"train_file: {p} is not a meanfield induction data file")
+            got = {"d": int(f.attrs["d"]), "L": int(f.attrs["L"]),
+                   "pa": tuple(int(v) for v in f.attrs["pa"]), "alpha": float(f.attrs["alpha"])}
+            n = int(f["tokens"].shape[0])
+    except OSError as e:
+        raise ConfigError(f"train_file: cannot read {p}: {e}") from None
+    want = {k: out[k] for k in got}
+    if got != want:
+        diff = ", ".join(f"{k}={got[k]!r} (config {want[k]!r})" for k in got if got[k] != want[k])
+        raise ConfigError(f"train_file: {p} was generated with {diff}")
+    if explicit_n and out["n_train"] > n:
+        raise ConfigError(f"n_train: {p} holds {n} sequences, asked for {out['n_train']}")
+    if not explicit_n:
+        out["n_train"] = n

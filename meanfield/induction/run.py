@@ -1,0 +1,348 @@
+"""One induction-head run, from a validated config to an HDF5 run file.
+
+:class:`InductionSystem` adapts the numba kernels to the shared steppers of
+``meanfield.integrate``; :func:`stages` turns a schedule into stages;
+:func:`run` integrates and :func:`save` writes the public run format
+(:func:`meanfield.io.write_run`, ``system = "induction"``).
+
+Stage modes are ``(rate_c, rate_w, rate_a)``: GD takes
+``theta[group] -= rate_group * grad[group]`` with the shared
+:class:`~meanfield.integrate.GDMap` run at eta = 1, so every phase has its own
+step size (three-phase: (eta_1, 0, 0), (0, eta_2, 0), (0, 0, eta_3); joint:
+(eta, eta, eta)); the flow is ``d theta/dt = -rate * grad`` with rates 1 / 0.
+The time ``t`` written for a GD run is the gradient-flow time, the sum of the
+step sizes taken (recomputed from the steps and the phase ends).
+
+Run file (``meanfield.io`` common attributes plus):
+
+* datasets, T records: ``t`` (T,), ``step`` (T,), ``stage`` (T,) (phase 1..3,
+  or 1 for joint), ``theta`` (T, n_params) (layout of
+  ``meanfield.induction.model``), ``c`` (T, nS), ``c_weight`` (T, nS) =
+  c_S^2 / sum c^2, ``w`` (T, H, M), ``rpe`` (T, H, M) = full-window RPE
+  softmax per head, ``a`` (T,), ``loss_train`` (T,), ``loss_test`` (T,)
+  (NaN when n_test = 0), ``clipped_train`` / ``clipped_test`` (T,) (how many
+  sequences the log(0) guard clipped);
+* ``subsets`` (nS,) strings ("{}", "{1}", "{1,2}": 1-based heads, canonical
+  order), ``subset_members`` (nS, max(D, 1)) 0-based heads padded with -1,
+  ``lags`` (H, M) the lag of each RPE weight;
+* attributes: d, L, L_test, pa, alpha, H, M, D, first_lags, start_lags,
+  method, schedule, sampling, n_train, n_test, batch, seed, train_seed,
+  test_seed, kernel_path, yhat_floor, stage_names, stage_ends,
+  stopped_at_step, stopped_at_t, warnings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import integrate
+from ..config import parse_criterion
+from ..io import write_run
+from . import kernels
+from .config import InductionConfig
+from .data import InductionData, generate, load_data
+from .model import Arch, init_params, rpe_softmax, subset_label, unpack
+
+EXIT_CODES = {"complete": 0, "diverged": 3, "interrupted": 130}
+PHASE_NAMES = ("c", "w", "a")
+
+
+def train_seed(cfg: InductionConfig) -> tuple[int, ...]:
+    return (cfg.seed, 0)
+
+
+def test_seed(cfg: InductionConfig) -> tuple[int, ...]:
+    return (cfg.seed, 1)
+
+
+def fresh_seed(cfg: InductionConfig, step: int) -> tuple[int, ...]:
+    """Seed of the fresh batch used by GD step ``step`` (0-based) in sampling = fresh."""
+    return (cfg.seed, 2, int(step))
+
+
+def train_data(cfg: InductionConfig) -> InductionData:
+    if cfg.train_file is not None:
+        ds = load_data(cfg.train_file)
+        return ds.subset(slice(0, cfg.n_train)) if ds.N > cfg.n_train else ds
+    return generate(cfg.n_train, cfg.d, cfg.L, cfg.pa, cfg.alpha, train_seed(cfg))
+
+
+def test_data(cfg: InductionConfig) -> InductionData | None:
+    if cfg.n_test == 0:
+        return None
+    return generate(cfg.n_test, cfg.d, cfg.L_test, cfg.pa, cfg.alpha, test_seed(cfg))
+
+
+@dataclass
+class Problem:
+    """Everything a run needs besides the config: architecture, prepared batches, initial state."""
+
+    cfg: InductionConfig
+    arch: Arch
+    train: kernels.Batch
+    test: kernels.Batch | None
+    theta0: np.ndarray
+
+    @staticmethod
+    def build(cfg: InductionConfig) -> "Problem":
+        arch = cfg.arch()
+        train = kernels.Batch(train_data(cfg).tokens, arch)
+        te = test_data(cfg)
+        test = None if te is None else kernels.Batch(te.tokens, arch)
+        theta0 = init_params(arch, cfg.w_plus, cfg.w_minus, cfg.c_init, cfg.a_init, cfg.start_lags)
+        return Problem(cfg, arch, train, test, theta0)
+
+
+def _crit_args(criterion):
+    if criterion is None:
+        return 0, 1, 0.0
+    return kernels.CRITERIA[criterion[0]], (1 if criterion[1] == ">=" else -1), float(criterion[2])
+
+
+@dataclass
+class InductionSystem:
+    """The induction-head model as a system for ``meanfield.integrate``.
+
+    ``mode`` of a stage: (rate_c, rate_w, rate_a). With ``fresh`` (a config in
+    sampling = fresh) every GD step draws its own batch (seed
+    :func:`fresh_seed` of the global step count ``steps_done``), so a run is
+    reproducible whatever the chunking; otherwise GD, the flow and the
+    criteria use the fixed training batch ``train``."""
+
+    train: kernels.Batch
+    arch: Arch
+    yhat_floor: float = 1e-300
+    max_abs: float = math.inf
+    fresh: InductionConfig | None = None
+    steps_done: int = 0
+
+    @property
+    def log_cap(self) -> float:
+        return kernels.log_cap_of(self.yhat_floor)
+
+    def _fresh_batch(self, step: int) -> kernels.Batch:
+        c = self.fresh
+        ds = generate(c.batch, c.d, c.L, c.pa, c.alpha, fresh_seed(c, step))
+        return kernels.Batch(ds.tokens, self.arch)
+
+    def gd_advance(self, y, nsteps, eta, mode, criterion):
+        rates = float(eta) * np.asarray(mode, dtype=np.float64)
+        kind, op, thr = _crit_args(criterion)
+        if self.fresh is None:
+            done, code, _ = kernels.gd_advance(y, int(nsteps), rates, *self.train.args(), self.log_cap,
+                                               kind, op, thr, float(self.max_abs))
+            self.steps_done += int(done)
+            return int(done), int(code)
+        done = 0
+        while done < nsteps:
+            b = self._fresh_batch(self.steps_done)
+            k, code, _ = kernels.gd_advance(y, 1, rates, *b.args(), self.log_cap, kind, op, thr, float(self.max_abs))
+            if code != 0:
+                return done, int(code)
+            done += 1
+            self.steps_done += 1
+        return done, 0
+
+    def grad(self, y) -> tuple[float, np.ndarray]:
+        g = np.zeros(y.shape[0])
+        loss, _ = kernels.loss_grad(np.ascontiguousarray(y, dtype=np.float64), *self.train.args(),
+                                    self.log_cap, True, g)
+        return float(loss), g
+
+    def rhs(self, y, mode):
+        _, g = self.grad(y)
+        a = self.arch
+        rates = np.empty_like(g)
+        rates[: a.nS] = mode[0]
+        rates[a.nS: a.nS + a.H * a.M] = mode[1]
+        rates[a.nS + a.H * a.M:] = mode[2]
+        return -rates * g
+
+    def criterion_value(self, y, name):
+        loss, g = self.grad(y)
+        a = self.arch
+        return float(kernels.criterion_value(kernels.CRITERIA[name], loss, np.ascontiguousarray(y, dtype=np.float64),
+                                             g, a.nS, a.H, a.M))
+
+
+def stages(cfg: InductionConfig) -> list[integrate.Stage]:
+    """Stages of the schedule; lengths are steps (gd) or times (flow, rk4)."""
+    gd = cfg.method == "gd"
+    if cfg.schedule == "joint":
+        rate = cfg.eta if gd else 1.0
+        crit = parse_criterion("criterion", cfg.criterion, kernels.CRITERIA)
+        return [integrate.Stage(1, (rate, rate, rate), cfg.steps if gd else cfg.t_end, crit, "joint")]
+    out = []
+    for k in range(3):
+        mode = [0.0, 0.0, 0.0]
+        mode[k] = cfg.phase_etas[k] if gd else 1.0
+        out.append(integrate.Stage(k + 1, tuple(mode), cfg.phase_steps[k] if gd else cfg.phase_times[k],
+                                   parse_criterion("phase_criteria", cfg.phase_criteria[k], kernels.CRITERIA),
+                                   PHASE_NAMES[k]))
+    return out
+
+
+def solver(cfg: InductionConfig):
+    if cfg.method == "gd":
+        return integrate.GDMap(1.0)  # the step sizes are the stage modes
+    if cfg.method == "rk4":
+        return integrate.RK4(cfg.dt)
+    return integrate.Dopri5(rtol=cfg.rtol, atol=cfg.atol)
+
+
+def save_at(cfg: InductionConfig) -> integrate.SaveAt:
+    """The recording grid; default about 200 records over the horizon."""
+    gd = cfg.method == "gd"
+    Hz = cfg.horizon
+    if cfg.record_every is not None:
+        return integrate.SaveAt(every=cfg.record_every)
+    if cfg.record_log is not None:
+        return integrate.SaveAt.log(cfg.record_log, Hz, integer=gd)
+    if cfg.record_dt is not None:
+        return integrate.SaveAt.uniform(cfg.record_dt, Hz)
+    if gd:
+        return integrate.SaveAt(every=max(1, int(Hz) // 200))
+    return integrate.SaveAt.uniform(Hz / 200, Hz) if Hz > 0 else integrate.SaveAt()
+
+
+def stage_rate(cfg: InductionConfig, stage: int) -> float:
+    """GD step size of a stage (the time a step adds)."""
+    return cfg.eta if cfg.schedule == "joint" else cfg.phase_etas[stage - 1]
+
+
+def gd_times(cfg: InductionConfig, step, stage, stage_ends) -> np.ndarray:
+    """Gradient-flow time of GD records: sum of the step sizes up to each record."""
+    step = np.asarray(step, dtype=np.int64)
+    stage = np.asarray(stage, dtype=np.int64)
+    start_step = {}
+    start_t = {}
+    s0, t0 = 0, 0.0
+    ends = {e["stage"]: e["step"] for e in stage_ends}
+    for k in sorted(set(int(s) for s in stage) | set(ends)):
+        start_step[k], start_t[k] = s0, t0
+        if k in ends:
+            t0 += (ends[k] - s0) * stage_rate(cfg, k)
+            s0 = ends[k]
+    out = np.empty(step.shape, dtype=np.float64)
+    for i, (s, k) in enumerate(zip(step, stage)):
+        out[i] = start_t[int(k)] + (int(s) - start_step[int(k)]) * stage_rate(cfg, int(k))
+    return out
+
+
+def _fix_gd_trajectory(cfg: InductionConfig, traj: integrate.Trajectory) -> None:
+    """Replace GDMap's t = step (eta = 1) by the gradient-flow time, and its messages."""
+    t = gd_times(cfg, traj.step, traj.stage, traj.stage_ends)
+    traj.t = [float(v) for v in t]
+    ends = gd_times(cfg, [e["step"] for e in traj.stage_ends], [e["stage"] for e in traj.stage_ends], traj.stage_ends)
+    for e, te in zip(traj.stage_ends, ends):
+        e["t"] = float(te)
+    s = traj.step[-1] if traj.step else 0
+    k = traj.stage[-1] if traj.stage else 1
+    tl = traj.t[-1] if traj.t else 0.0
+    if traj.status == "complete":
+        traj.message = f"{s} steps (t = {tl:.6g})"
+    elif traj.status == "diverged":
+        what = ("a parameter above max_abs = %g in absolute value" % cfg.max_abs
+                if "max_abs" in traj.message else "a non-finite state or loss")
+        traj.message = (f"GD step {s + 1} in stage {k} gave {what}; every record up to the last accepted "
+                        f"state (step {s}, t = {tl:.6g}) is kept; try smaller step sizes")
+    elif traj.status == "interrupted":
+        head = traj.message.split(" at step")[0]
+        traj.message = f"{head} at step {s} (t = {tl:.6g}), stage {k}"
+
+
+def run(cfg: InductionConfig, problem: Problem | None = None, theta0: np.ndarray | None = None,
+        monitor: integrate.Monitor | None = None) -> integrate.Trajectory:
+    """Train for ``cfg`` (from ``theta0`` if given) and return the trajectory
+    (the state y of each record is the flat parameter vector theta)."""
+    pb = problem or Problem.build(cfg)
+    system = InductionSystem(pb.train, pb.arch, cfg.yhat_floor, cfg.max_abs,
+                             fresh=cfg if cfg.sampling == "fresh" else None)
+    y = pb.theta0 if theta0 is None else np.asarray(theta0, dtype=np.float64)
+    traj = solver(cfg).solve(system, y, stages(cfg), save_at(cfg), monitor)
+    if cfg.method == "gd":
+        _fix_gd_trajectory(cfg, traj)
+    return traj
+
+
+def observables(pb: Problem, Y: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-record quantities of the run file from the states Y (T, n_params)."""
+    cfg = pb.cfg
+    arch = pb.arch
+    c, w, a = unpack(Y, arch)
+    c2 = c * c
+    T = Y.shape[0]
+    lt = np.empty(T)
+    le = np.full(T, np.nan)
+    ct = np.zeros(T, dtype=np.int64)
+    ce = np.zeros(T, dtype=np.int64)
+    for i in range(T):
+        lt[i], _, ct[i] = kernels.batch_loss_grad(Y[i], pb.train, cfg.yhat_floor, want_grad=False)
+        if pb.test is not None:
+            le[i], _, ce[i] = kernels.batch_loss_grad(Y[i], pb.test, cfg.yhat_floor, want_grad=False)
+    return {
+        "c": c, "c_weight": c2 / c2.sum(axis=-1, keepdims=True), "w": w, "rpe": rpe_softmax(w), "a": a,
+        "loss_train": lt, "loss_test": le, "clipped_train": ct, "clipped_test": ce,
+    }
+
+
+def save(path: str | Path, cfg: InductionConfig, traj: integrate.Trajectory, problem: Problem | None = None,
+         status: str | None = None, message: str | None = None, extra_attrs: dict | None = None) -> Path:
+    """Write the run file (format in the module docstring)."""
+    pb = problem or Problem.build(cfg)
+    arch = pb.arch
+    arr = traj.arrays()
+    Y = arr["y"] if arr["y"].size else np.empty((0, arch.n_params))
+    obs = observables(pb, Y)
+    data = {
+        "t": arr["t"], "step": arr["step"], "stage": arr["stage"], "theta": Y,
+        **obs,
+        "subsets": np.array([subset_label(S) for S in arch.subsets], dtype=object),
+        "subset_members": arch.members, "lags": arch.lags,
+    }
+    attrs = {
+        "d": cfg.d, "L": cfg.L, "L_test": cfg.L_test, "pa": list(cfg.pa), "alpha": cfg.alpha,
+        "H": cfg.H, "M": cfg.M, "D": cfg.D, "first_lags": list(arch.first), "start_lags": list(cfg.start_lags),
+        "method": cfg.method, "schedule": cfg.schedule, "sampling": cfg.sampling, "n_train": pb.train.N,
+        "n_test": 0 if pb.test is None else pb.test.N, "batch": cfg.batch, "seed": cfg.seed,
+        "train_seed": list(train_seed(cfg)), "test_seed": list(test_seed(cfg)),
+        "train_file": cfg.train_file or "", "kernel_path": pb.train.path, "yhat_floor": cfg.yhat_floor,
+        "stage_names": ["joint"] if cfg.schedule == "joint" else list(PHASE_NAMES),
+        "stage_ends": traj.stage_ends,
+        "stopped_at_step": int(arr["step"][-1]) if arr["step"].size else 0,
+        "stopped_at_t": float(arr["t"][-1]) if arr["t"].size else 0.0,
+        "warnings": list(cfg.warnings()) + list(traj.warnings),
+    }
+    attrs.update(extra_attrs or {})
+    return write_run(path, system="induction", config=cfg.to_dict(), status=status or traj.status,
+                     message=message or traj.message, data=data, attrs=attrs)
+
+
+def run_to_file(cfg: InductionConfig, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0):
+    """Run and write ``out``; progress on stderr for long runs, a checkpoint
+    file (status "interrupted") every ``checkpoint_s`` seconds so that even a
+    killed process leaves a valid file. Returns (trajectory, path)."""
+    pb = Problem.build(cfg)
+    unit = "step" if cfg.method == "gd" else "t"
+
+    def ckpt(traj):
+        tr = traj
+        if cfg.method == "gd":  # a copy with gradient-flow times
+            tr = integrate.Trajectory(list(traj.t), list(traj.step), list(traj.stage), list(traj.y),
+                                      [dict(e) for e in traj.stage_ends], "interrupted", "", list(traj.warnings))
+            _fix_gd_trajectory(cfg, tr)
+        where = tr.step[-1] if unit == "step" else tr.t[-1]
+        save(out, cfg, tr, pb, status="interrupted",
+             message=f"checkpoint at {unit} {where:.6g}: the run was still going when this was written; "
+                     f"if you read this, it ended early")
+
+    mon = integrate.Monitor(total=cfg.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
+                            checkpoint=ckpt, checkpoint_s=checkpoint_s, label="induction: ")
+    with mon:
+        traj = run(cfg, pb, monitor=mon)
+    path = save(out, cfg, traj, pb)
+    return traj, path
