@@ -1,0 +1,132 @@
+"""Benchmark of the finite-width particle sampler (``meanfield.mixture.particles``).
+
+GD steps per second of explicit full-batch GD on W_K, W_Q (2 heads x m x d)
+and w, for K = 2, L = 3, at m = 1e3, 1e4, 1e5 with d = 2K + 1 and at m = 1e4
+with d = 256, and the ratio to the reduced system's steps per second
+(``kernels.gd_advance`` through ``run.MixtureSystem``), everything measured in
+this one process so that the ratios mean something on a noisy machine.
+
+Each case: finite-width config (omega = 0.1, eta = 0.5, zero neurons,
+ReLU'(0) = 1, seed 0), simultaneous training, no criterion, max_abs = inf;
+``steps`` GD steps from the initial state in one ``gd_advance`` call, best of
+``repeats`` (each repeat from the same initial weights). Threads: numba's
+setting for problems above ``particles.PAR_MIN`` (else 1), and 1 thread for
+comparison. Sanity: after the timed steps the projected particle state is
+compared with the reduced GD map run from the same initial state.
+
+Usage:  .venv/bin/python benchmarks/bench_particles.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+K, L = 2, 3
+# (m, d, steps, repeats) for the full and the quick run
+CASES_FULL = [(1_000, 5, 2000, 3), (10_000, 5, 300, 3), (100_000, 5, 40, 3), (10_000, 256, 30, 3)]
+CASES_QUICK = [(1_000, 5, 300, 2), (10_000, 5, 50, 2), (100_000, 5, 6, 2), (10_000, 256, 6, 2)]
+
+
+def _cfg(m: int, steps: int):
+    from meanfield.mixture.config import make_config
+
+    return make_config({}, K=K, L=L, width=m, seed=0, steps=steps)
+
+
+def bench_reduced(steps: int = 20000, repeats: int = 5) -> float:
+    """Steps per second of the reduced GD map (finite-width init, m = 1000)."""
+    from meanfield.mixture.init import initial_state
+    from meanfield.mixture.run import MixtureSystem
+    from meanfield.mixture.data import sample_set
+
+    cfg = _cfg(1000, steps)
+    system = MixtureSystem(sample_set(K, L), cfg.relu_prime_at_zero, np.inf)
+    y0 = initial_state(cfg)
+    system.gd_advance(y0.copy(), 2, cfg.eta, (True, True), None)  # compile / load outside the timing
+    best = np.inf
+    for _ in range(repeats):
+        y = y0.copy()
+        t = time.perf_counter()
+        system.gd_advance(y, steps, cfg.eta, (True, True), None)
+        best = min(best, time.perf_counter() - t)
+    return steps / best
+
+
+def bench_particles(m: int, d: int, steps: int, repeats: int, threads: int | None) -> dict:
+    from meanfield.mixture import particles
+    from meanfield.mixture.data import sample_set
+    from meanfield.mixture.run import MixtureSystem
+
+    cfg = _cfg(m, steps)
+    E, WK0, WQ0, w0 = particles.initial_particles(cfg, d)
+    samples = sample_set(K, L)
+    psys = particles.ParticleSystem(samples, E, m, cfg.relu_prime_at_zero, np.inf, threads)
+    tiny = particles.ParticleSystem(samples, E, 2, cfg.relu_prime_at_zero, np.inf)
+    tiny.gd_advance(tiny.state(WK0[:, :2], WQ0[:, :2], w0), 2, cfg.eta, (True, True), None)  # compile / load
+    best = np.inf
+    for _ in range(repeats):
+        system = particles.ProjectedParticles(psys, WK0.copy(), WQ0.copy(), w0.copy())
+        y = system.projection()
+        t = time.perf_counter()
+        done, code = system.gd_advance(y, steps, cfg.eta, (True, True), None)
+        best = min(best, time.perf_counter() - t)
+    # sanity: the reduced GD map from the projected initial state
+    y_red = particles.projected_state(E, WK0, WQ0, w0)
+    MixtureSystem(samples, cfg.relu_prime_at_zero, np.inf).gd_advance(y_red, steps, cfg.eta, (True, True), None)
+    err = float(np.max(np.abs(y - y_red)) / np.max(np.abs(y_red)))
+    return dict(m=m, d=d, steps=steps, threads=psys.threads, rate=steps / best, done=done, code=code, err=err,
+                mem_mb=4 * m * d * 8 / 2**20)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer steps and repeats")
+    args = ap.parse_args(argv)
+    cases = CASES_QUICK if args.quick else CASES_FULL
+
+    import numba
+
+    from meanfield.mixture import particles
+
+    t_start = time.perf_counter()
+    print(f"meanfield particle sampler benchmark ({'quick' if args.quick else 'full'} run), K={K}, L={L}")
+    print(f"python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}, "
+          f"{os.cpu_count()} CPUs, "
+          f"NUMBA_NUM_THREADS={numba.config.NUMBA_NUM_THREADS}, PAR_MIN={particles.PAR_MIN}")
+    red = bench_reduced(4000 if args.quick else 20000, 3 if args.quick else 5)
+    print(f"reduced GD map (kernels.gd_advance): {red:,.0f} steps/s ({1e6 / red:.2f} us/step)")
+    print()
+    hdr = (f"{'m':>7} {'d':>4} {'weights MB':>10} {'threads':>7} {'steps':>6} {'steps/s':>10} {'ms/step':>9} "
+           f"{'ns/entry':>10} {'reduced/particles':>18} {'rel err vs reduced':>19}")
+    print(hdr)
+    print("-" * len(hdr))
+    rows = []
+    for m, d, steps, rep in cases:
+        auto = particles.auto_threads(m, d, 2 * K)
+        for threads in sorted({auto, 1}, reverse=True):
+            r = bench_particles(m, d, steps, rep, threads)
+            rows.append(r)
+            print(f"{m:>7} {d:>4} {r['mem_mb']:>10.1f} {r['threads']:>7} {steps:>6} {r['rate']:>10.1f} "
+                  f"{1e3 / r['rate']:>9.3f} {1e9 / r['rate'] / (4 * m * d):>10.3f} {red / r['rate']:>17,.0f}x "
+                  f"{r['err']:>19.1e}")
+            assert r["done"] == steps and r["code"] == 0
+    if numba.config.NUMBA_NUM_THREADS > 1:
+        print(f"\nthreading layer: {numba.threading_layer()}")
+    print(f"\nns/entry: time per step per weight entry (4 m d entries: W_K, W_Q of 2 heads)")
+    print(f"total benchmark time {time.perf_counter() - t_start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
