@@ -202,3 +202,26 @@ def test_cli_run_and_data(tmp_path, capsys):
     add_run_flags(p)
     dests = {a.dest for a in p._actions}
     assert {f.name for f in fields(InductionConfig)} <= dests
+
+
+def test_checkpoint_files_are_valid(tmp_path, monkeypatch):
+    import shutil
+
+    cfg = make_config(dict(SMALL, n_train=100, n_test=20, phase_steps=(10, 10, 10)))
+    out = tmp_path / "ck.h5"
+    copies = []
+    orig = R.save
+
+    def spy(path, *a, **k):
+        p = orig(path, *a, **k)
+        if k.get("status") == "interrupted" and not copies:
+            copies.append(shutil.copy(p, tmp_path / "first_ckpt.h5"))
+        return p
+
+    monkeypatch.setattr(R, "save", spy)
+    traj, path = R.run_to_file(cfg, out, progress=False, checkpoint_s=0.0)
+    assert traj.status == "complete" and read_run(path).attrs["status"] == "complete"
+    ck = read_run(copies[0])
+    assert ck.attrs["status"] == "interrupted" and "checkpoint" in ck.attrs["message"]
+    # gradient-flow times in the checkpoint too (phase 1 step size 2)
+    np.testing.assert_allclose(ck["t"], 2.0 * ck["step"])
