@@ -223,6 +223,22 @@ def _cmd_construct(args) -> int:
     return 0 if ok else 1
 
 
+def _cmd_study(args) -> int:
+    from .config import as_int, as_list
+    from .mixture import studies
+
+    if args.name == "k-mixtures":
+        Ks = [as_int("K", v, lo=2) for v in as_list("K", args.K)]
+        widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
+        rep = studies.k_mixtures(Ks, Path(args.out), L=as_int("L", args.L, lo=2),
+                                 steps=as_int("steps", args.steps, lo=1), widths=widths,
+                                 seeds=as_int("seeds", args.seeds, lo=1))
+        for r in rep["rows"]:
+            print(f"K={r['K']}: same-group {r['same_group_mean']:.4g}, between-group {r['between_group_mean']:.4g}")
+        return 0
+    raise ConfigError(f"study: unknown study {args.name!r}")
+
+
 def _cmd_demo(args) -> int:
     from .mixture.demo import demo
 
@@ -289,6 +305,16 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--d", default=None, help="ambient dimension (>= 2K; default 2K)")
     co.add_argument("--out", default=None, help="write the weights to this HDF5 file")
     co.set_defaults(func=_cmd_construct)
+
+    st = verbs.add_parser("study", help="studies beyond the paper, each a report with figures")
+    st.add_argument("name", choices=["k-mixtures"], help="k-mixtures: Appendix A.4 (scores vs K, asymmetries vs m)")
+    st.add_argument("--K", default="3,4,8", help="group counts")
+    st.add_argument("--L", default="3")
+    st.add_argument("--steps", default="4000")
+    st.add_argument("--widths", default="16,64,256,1024,4096", help="finite widths for the asymmetry part")
+    st.add_argument("--seeds", default="4")
+    st.add_argument("--out", default="runs/study_k_mixtures")
+    st.set_defaults(func=_cmd_study)
 
     b = verbs.add_parser("bound", help="check an inequality over a run: holds / violated, worst slack, first violation",
                          description="Expressions use the paper's names: S+[c1,v1], A-[v2,v2], B+[v1,v2], w+[c1], "
