@@ -85,6 +85,23 @@ def _cmd_run(args) -> int:
     return EXIT_CODES[traj.status]
 
 
+def _cmd_particles(args) -> int:
+    from .config import as_int
+    from .mixture.particles import particles_to_file
+    from .mixture.run import EXIT_CODES
+
+    cfg = _config_from_args(args)
+    out = Path(args.out)
+    if out.suffix not in (".h5", ".hdf5"):
+        raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {args.out!r}")
+    d = as_int("d", args.d, lo=2) if args.d is not None else None
+    es = as_int("embed_seed", args.embed_seed, lo=0) if args.embed_seed is not None else None
+    th = as_int("threads", args.threads, lo=1) if args.threads is not None else None
+    traj, path = particles_to_file(cfg, out, d=d, progress=not args.quiet, embed_seed=es, threads=th)
+    print(f"{path}: {traj.status}: {traj.message}")
+    return EXIT_CODES[traj.status]
+
+
 def _cmd_derive(args) -> int:
     from .mixture import symbolic
 
@@ -180,12 +197,15 @@ def _cmd_width_sweep(args) -> int:
     base = _base_from_args(args)
     if base.get("width") not in (None, "inf"):
         raise ConfigError("width: not with width-sweep (use --widths)")
+    pm = as_int("particles_up_to", args.particles_up_to, lo=0)
     s = width_sweep(base, widths, seeds, Path(args.out), tol_rel=tol, workers=_workers(args),
-                    progress=not args.quiet, log=(lambda *a: None) if args.quiet else print)
+                    progress=not args.quiet, log=(lambda *a: None) if args.quiet else print, particles_up_to=pm)
     print(f"{'m':>8} " + " ".join(f"{q + ' err':>12}" for q in ("S", "A", "B", "w", "loss")))
     for i, m in enumerate(s["widths"]):
         print(f"{m:>8} " + " ".join(f"{s['errors'][q][i]:>12.4g}" for q in ("S", "A", "B", "w", "loss")))
     print(s["message"])
+    for m, dv in s["particles_max_rel_diff"].items():
+        print(f"particle cross-check m={m}: explicit network vs reduced, max relative deviation {dv:.2e}")
     for f in s["files"]:
         print(f"wrote {f}")
     return 0
@@ -261,6 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress line")
     r.set_defaults(func=_cmd_run)
 
+    pa = verbs.add_parser("particles", help="train the EXPLICIT finite-width network (W_K, W_Q in R^{m x d}) by GD; "
+                                             "same run file, observables by projection")
+    _add_run_flags(pa)
+    pa.add_argument("--d", default=None, help="ambient dimension (>= 2K; default 2K+1)")
+    pa.add_argument("--embed-seed", default=None, help="seed of the random orthonormal feature embedding")
+    pa.add_argument("--threads", default=None, help="numba threads (default: automatic)")
+    pa.add_argument("--out", default="runs/particles.h5")
+    pa.add_argument("--quiet", action="store_true")
+    pa.set_defaults(func=_cmd_particles)
+
     d = verbs.add_parser("derive", help="sympy derivation of the closed-form dynamics")
     d.add_argument("--K", default="2")
     d.add_argument("--L", default="3")
@@ -292,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     ws.add_argument("--widths", default="64,256,1024,4096", help="attention widths m, comma-separated")
     ws.add_argument("--seeds", default="4", help="seeds per width")
     ws.add_argument("--kink-tol", default="1e-9", help="|u| <= this x max(1, max|u|) counts as at the ReLU kink")
+    ws.add_argument("--particles-up-to", default="0",
+                    help="also train the explicit network (particle sampler) for widths m <= this, as a cross-check")
     ws.add_argument("--out", default="runs/width_sweep.h5", help="FILE.h5; FILE.json and FILE.png are written beside")
     ws.add_argument("--workers", default=None, help="local processes (default: all cores)")
     ws.add_argument("--quiet", action="store_true")

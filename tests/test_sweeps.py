@@ -153,3 +153,19 @@ def test_width_sweep_bad_input(tmp_path, capsys):
                  ["--kink-tol", "-1"]):
         assert main(["mixture", "width-sweep", *argv, "--out", str(tmp_path / "w.h5"), "--quiet"]) == 2
         assert not (tmp_path / "w.h5").exists()
+
+
+def test_width_sweep_particle_cross_check(tmp_path):
+    s = width_sweep({"steps": 200, "neuron_init": "const:0.01,0.01,0,0"}, [8, 64], 1, tmp_path / "w.h5", workers=1,
+                    progress=False, log=lambda *a: None, particles_up_to=8)
+    assert list(s["particles_max_rel_diff"]) == ["8"] and s["particles_max_rel_diff"]["8"] < 1e-10
+
+
+def test_particles_cli(tmp_path, capsys):
+    out = tmp_path / "p.h5"
+    assert main(["mixture", "particles", "--width", "5", "--steps", "50", "--out", str(out), "--quiet"]) == 0
+    with h5py.File(out) as f:
+        assert f.attrs["particles"] == 1 and f.attrs["width"] == 5 and f["S"].shape[1:] == (2, 4, 4)
+    assert main(["mixture", "particles", "--steps", "50", "--out", str(tmp_path / "q.h5")]) == 2
+    assert main(["mixture", "particles", "--width", "5", "--d", "3", "--out", str(tmp_path / "q.h5")]) == 2
+    assert not (tmp_path / "q.h5").exists()

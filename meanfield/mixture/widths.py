@@ -70,10 +70,19 @@ def kink_events(t: np.ndarray, u: np.ndarray, tol_rel: float = 1e-9) -> list[dic
 def _finite_job(job):
     """Worker: one finite-width run; errors against the infinite-width records
     and the sides of its pre-activations in each kink event."""
-    cfg_dict, inf, events = job
+    cfg_dict, inf, events, with_particles = job
     cfg = make_config(cfg_dict)
     t0 = time.perf_counter()
     traj, arr, obs = _observe(cfg)
+    pdiff = None
+    if with_particles:  # cross-check: the explicit network, trained independently, projected
+        from .particles import run_particles
+
+        ptraj = run_particles(cfg)
+        py = ptraj.arrays()["y"]
+        n = min(len(py), len(arr["y"]))
+        scale = np.maximum(np.abs(arr["y"][:n]).max(axis=1, keepdims=True), 1e-300)
+        pdiff = float(np.max(np.abs(py[:n] - arr["y"][:n]) / scale)) if n else math.nan
     T = min(len(arr["t"]), len(inf["t"]))
     if T and not np.allclose(arr["t"][:T], inf["t"][:T], rtol=1e-12, atol=1e-12):
         raise RuntimeError("finite- and infinite-width record grids differ")
@@ -87,7 +96,7 @@ def _finite_job(job):
         h = 0 if e["head"] == "+" else 1
         uu = obs["u"][e["i_start"]:i1 + 1, e["sample"], h]
         sides.append([int(np.sum(uu > 0)), int(np.sum(uu < 0)), int(np.sum(uu == 0))])
-    return {"width": cfg.width, "seed": cfg.seed, "status": traj.status, "n_records": T,
+    return {"width": cfg.width, "seed": cfg.seed, "status": traj.status, "n_records": T, "particles_rel_diff": pdiff,
             "err_t": err_t, "sides": sides, "elapsed_s": time.perf_counter() - t0}
 
 
@@ -109,8 +118,12 @@ def fit_exponent(widths, errors) -> dict:
 
 
 def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: float = 1e-9,
-                workers: int | None = None, executor=None, progress: bool = True, log=print) -> dict:
-    """Run the sweep and write ``out`` (.h5), ``out.json`` and ``out.png``; returns the summary."""
+                workers: int | None = None, executor=None, progress: bool = True, log=print,
+                particles_up_to: int = 0) -> dict:
+    """Run the sweep and write ``out`` (.h5), ``out.json`` and ``out.png``; returns the summary.
+    ``particles_up_to``: for widths m <= this, also train the explicit network
+    (the particle sampler) from the same init and report its largest relative
+    deviation from the reduced finite-width run (a cross-check: ~1e-15)."""
     out = Path(out)
     if out.suffix not in (".h5", ".hdf5"):
         raise ConfigError(f"out: must end in .h5 or .hdf5, got {str(out)!r}")
@@ -132,7 +145,10 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
     traj_inf, arr_inf, obs_inf = _observe(cfg_inf)
     events = kink_events(arr_inf["t"], obs_inf["u"], tol_rel)
     inf = {"t": arr_inf["t"], **{q: obs_inf[q] for q in QUANTITIES}}
-    jobs = [(replace(cfg_inf, width=m, seed=s).to_dict(), inf, events) for m in widths for s in range(seeds)]
+    if particles_up_to and cfg_inf.method != "gd":
+        raise ConfigError("particles_up_to: the particle cross-check needs method gd")
+    jobs = [(replace(cfg_inf, width=m, seed=s).to_dict(), inf, events, m <= particles_up_to)
+            for m in widths for s in range(seeds)]
     log(f"[width-sweep] {len(jobs)} finite-width runs (widths {widths}, {seeds} seeds), "
         f"{len(events)} kink events at infinite width ...")
     bar = Progress(len(jobs), label="width-sweep", quiet=not progress)
@@ -163,6 +179,8 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
         "exponent": None, "exponent_ci": None, "exponents": {},
         "kinks": kinks, "kink_tolerance_rel": tol_rel,
         "infinite_width_status": traj_inf.status,
+        "particles_max_rel_diff": {str(m): max(r["particles_rel_diff"] for r in res if r["width"] == m)
+                                   for m in widths if m <= particles_up_to},
         "finite_width_statuses": {s: statuses.count(s) for s in set(statuses)},
     }
     if split_events:
