@@ -247,9 +247,10 @@ def _figure(summary: dict, path: Path) -> Path:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("attention width m")
-    ax.set_ylabel("sup over t of |finite - infinite| (mean, min-max over seeds)")
+    ax.set_ylabel("sup over t of |finite - infinite|")
     n_split = sum(k["split"] for k in summary["kinks"])
-    ax.set_title(f"{n_split} kink(s) crossed: no exponent" if n_split else "finite vs infinite width",
+    ax.set_title(f"{n_split} kink(s) crossed: no exponent" if n_split else
+                 f"finite vs infinite width (mean; bars: min-max over {summary['seeds']} seeds)",
                  color="C3" if n_split else "k")
     ax.legend(fontsize=8)
     fig.tight_layout()
