@@ -365,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out", default="runs/demo")
     m.add_argument("--quick", action="store_true", help="shorter runs")
     m.set_defaults(func=_cmd_demo)
+    from .induction.cli import add_parser as add_induction
+
+    add_induction(systems)
     return top
 
 
