@@ -26,9 +26,27 @@ Stop criteria evaluated inside :func:`gd_advance` (``crit_kind``):
     0 none, 1 loss, 2 min margin of consistent samples, 3 min margin of
     inconsistent samples, 4 min margin of all samples, 5 norm of dLoss/dw~;
 compared with ``crit_thresh`` by ``crit_op`` (+1: >=, -1: <=).
+
+One copy of the mathematics, several targets. The per-step mathematics is
+written once below as plain Python functions marked ``@portable``: scalar
+loops over preallocated arrays that never allocate and call nothing but
+``math`` functions and each other. ``@portable`` compiles each one for the CPU
+at import (``numba.njit(cache=True)``; the module-level name is the CPU
+version) and keeps its Python source in a registry; :func:`compile_portable`
+compiles the same source for another target, e.g.
+``compile_portable(numba.cuda.jit(device=True))`` for the GPU (see
+``meanfield.mixture.batched``, which builds it only when the CUDA backend is
+asked for, so importing meanfield never needs CUDA). The public CPU kernels
+(:func:`forward`, :func:`backward`, :func:`loss_and_grads`, :func:`flow_rhs`,
+:func:`gd_advance`, ...) allocate their scratch and call the portable
+functions; their results are bit-identical to the earlier hand-written
+kernels.
 """
 
 from __future__ import annotations
+
+import math
+import types
 
 import numpy as np
 from numba import njit
@@ -69,8 +87,56 @@ def unpack(y: np.ndarray):
     return tuple(out)
 
 
-@njit(cache=True)
-def _relu_prime(u, r0):
+# ------------------------------------------------------ portable mathematics
+
+_PORTABLE: dict[str, object] = {}  # name -> plain Python function (definition order)
+_CPU: dict[str, object] = {}  # name -> its CPU (njit) compilation
+
+
+def portable(fn):
+    """Register ``fn`` (plain Python, target-agnostic: scalar loops over
+    preallocated arrays, ``math`` calls only, no allocation) and return its CPU
+    compilation ``numba.njit(cache=True)(fn)``. Other modules may register
+    functions too (names must be unique); they are compiled for other targets
+    by :func:`compile_portable`."""
+    name = fn.__name__
+    if name in _PORTABLE and _PORTABLE[name].__code__ is not fn.__code__:
+        raise ValueError(f"portable function {name!r} registered twice")
+    _PORTABLE[name] = fn
+    _CPU[name] = njit(cache=True)(fn)
+    return _CPU[name]
+
+
+def compile_portable(jit) -> types.SimpleNamespace:
+    """Every registered portable function compiled with the decorator ``jit``
+    (e.g. ``numba.cuda.jit(device=True)``), as attributes of a namespace.
+
+    Each function is rebuilt from its own code object over a copy of its
+    module's globals in which every portable function (by name, and any other
+    global bound to its CPU compilation) is replaced by its ``jit`` version, so
+    calls between portable functions stay on the target. Nothing is compiled
+    here; targets compile lazily on first use."""
+    cpu_ids = {id(f): name for name, f in _CPU.items()}
+    out: dict[str, object] = {}
+    module_globals: dict[str, dict] = {}
+    for name, fn in _PORTABLE.items():
+        g = module_globals.get(fn.__module__)
+        if g is None:
+            g = module_globals[fn.__module__] = dict(fn.__globals__)
+        py = types.FunctionType(fn.__code__, g, name, fn.__defaults__, fn.__closure__)
+        py.__qualname__ = fn.__qualname__
+        py.__doc__ = fn.__doc__
+        out[name] = jit(py)
+    for g in module_globals.values():
+        for key, val in list(g.items()):
+            if id(val) in cpu_ids:
+                g[key] = out[cpu_ids[id(val)]]
+        g.update(out)
+    return types.SimpleNamespace(**out)
+
+
+@portable
+def relu_prime(u, r0):
     if u > 0.0:
         return 1.0
     if u < 0.0:
@@ -78,30 +144,30 @@ def _relu_prime(u, r0):
     return r0
 
 
-@njit(cache=True)
-def _softplus_neg(z):
+@portable
+def softplus_neg(z):
     # log(1 + exp(-z)), stable for both signs
     if z > 0.0:
-        return np.log1p(np.exp(-z))
-    return -z + np.log1p(np.exp(z))
+        return math.log1p(math.exp(-z))
+    return -z + math.log1p(math.exp(z))
 
 
-@njit(cache=True)
-def _sigmoid_neg(z):
+@portable
+def sigmoid_neg(z):
     # 1 / (1 + exp(z)) = -l'(z), stable
     if z > 0.0:
-        e = np.exp(-z)
+        e = math.exp(-z)
         return e / (1.0 + e)
-    return 1.0 / (1.0 + np.exp(z))
+    return 1.0 / (1.0 + math.exp(z))
 
 
-@njit(cache=True)
-def forward(y, P, idx, sgn, lab, weight, u_out, margin_out):
-    """Pre-activations u (n, 2), margins (n,) and the loss at state ``y``."""
-    n, L = idx.shape
+@portable
+def forward_into(y, P, idx, sgn, lab, weight, u_out, margin_out, logit):
+    """:func:`forward` with scratch ``logit`` (L,)."""
+    n = idx.shape[0]
+    L = idx.shape[1]
     n2 = P * P
     woff = 6 * n2
-    logit = np.empty(L)
     loss = 0.0
     for s in range(n):
         f = 0.0
@@ -110,7 +176,7 @@ def forward(y, P, idx, sgn, lab, weight, u_out, margin_out):
             wo = woff + h * P
             u = 0.0
             for l in range(L):
-                mx = -np.inf
+                mx = -math.inf
                 for i in range(L):
                     z = sgn[s, i] * sgn[s, l] * y[So + idx[s, i] * P + idx[s, l]]
                     logit[i] = z
@@ -119,7 +185,7 @@ def forward(y, P, idx, sgn, lab, weight, u_out, margin_out):
                 den = 0.0
                 num = 0.0
                 for i in range(L):
-                    e = np.exp(logit[i] - mx)
+                    e = math.exp(logit[i] - mx)
                     den += e
                     num += e * sgn[s, i] * y[wo + idx[s, i]]
                 u += num / den
@@ -129,30 +195,32 @@ def forward(y, P, idx, sgn, lab, weight, u_out, margin_out):
                 f += (1.0 - 2.0 * h) * u
         m = lab[s] * f
         margin_out[s] = m
-        loss += weight[s] * _softplus_neg(m)
+        loss += weight[s] * softplus_neg(m)
     return loss
 
 
-@njit(cache=True)
-def backward(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw):
-    """G = dLoss/dS (2, P, P) and dw = dLoss/dw~ (2, P) given forward's u, margin."""
-    n, L = idx.shape
+@portable
+def backward_into(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw, logit, p):
+    """:func:`backward` with scratch ``logit``, ``p`` (L,)."""
+    n = idx.shape[0]
+    L = idx.shape[1]
     n2 = P * P
     woff = 6 * n2
-    G[:] = 0.0
-    dw[:] = 0.0
-    logit = np.empty(L)
-    p = np.empty(L)
+    for h in range(2):
+        for a in range(P):
+            dw[h, a] = 0.0
+            for b in range(P):
+                G[h, a, b] = 0.0
     for s in range(n):
-        g = _sigmoid_neg(margin[s])
+        g = sigmoid_neg(margin[s])
         for h in range(2):
-            coef = -weight[s] * g * lab[s] * (1.0 - 2.0 * h) * _relu_prime(u[s, h], r0) / L
+            coef = -weight[s] * g * lab[s] * (1.0 - 2.0 * h) * relu_prime(u[s, h], r0) / L
             if coef == 0.0:
                 continue
             So = h * n2
             wo = woff + h * P
             for l in range(L):
-                mx = -np.inf
+                mx = -math.inf
                 for i in range(L):
                     z = sgn[s, i] * sgn[s, l] * y[So + idx[s, i] * P + idx[s, l]]
                     logit[i] = z
@@ -160,7 +228,7 @@ def backward(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw):
                         mx = z
                 den = 0.0
                 for i in range(L):
-                    p[i] = np.exp(logit[i] - mx)
+                    p[i] = math.exp(logit[i] - mx)
                     den += p[i]
                 vbar = 0.0
                 for i in range(L):
@@ -172,25 +240,11 @@ def backward(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw):
                     dw[h, idx[s, i]] += coef * p[i] * sgn[s, i]
 
 
-@njit(cache=True)
-def loss_and_grads(y, P, idx, sgn, lab, weight, r0):
-    """Convenience (allocating): (loss, G (2,P,P), dw (2,P), margin (n,), u (n,2))."""
-    n = idx.shape[0]
-    u = np.empty((n, 2))
-    margin = np.empty(n)
-    G = np.empty((2, P, P))
-    dw = np.empty((2, P))
-    loss = forward(y, P, idx, sgn, lab, weight, u, margin)
-    backward(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw)
-    return loss, G, dw, margin, u
-
-
-@njit(cache=True)
-def _attention_update(y, out, P, G, eta, exact):
-    """out[S, A, B] = the GD map (exact=True, with the eta^2 terms) or the flow
-    right-hand side times eta (exact=False: out = -eta * (...), no base state)."""
+@portable
+def attention_update_into(y, out, P, G, eta, exact, T):
+    """:func:`_attention_update` with scratch ``T`` (3, P, P) for the
+    second-order terms S^T G, B G^T, A G (O(P^3) per head)."""
     n2 = P * P
-    T = np.empty((3, P, P))  # second-order scratch: S^T G, B G^T, A G (O(P^3) per head)
     for h in range(2):
         So = h * n2
         Ao = 2 * n2 + h * n2
@@ -236,30 +290,27 @@ def _attention_update(y, out, P, G, eta, exact):
                     out[Bo + a * P + b] = -eta * dB
 
 
-@njit(cache=True)
-def flow_rhs(y, out, P, idx, sgn, lab, weight, r0, train_w, train_att):
-    """Gradient-flow right-hand side dy/dt into ``out``; returns the loss."""
-    n = idx.shape[0]
-    u = np.empty((n, 2))
-    margin = np.empty(n)
-    G = np.empty((2, P, P))
-    dw = np.empty((2, P))
-    loss = forward(y, P, idx, sgn, lab, weight, u, margin)
-    backward(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw)
+@portable
+def flow_rhs_into(y, out, P, idx, sgn, lab, weight, r0, train_w, train_att, u, margin, G, dw, logit, p, T):
+    """:func:`flow_rhs` with scratch u (n, 2), margin (n,), G (2, P, P),
+    dw (2, P), logit, p (L,), T (3, P, P)."""
+    loss = forward_into(y, P, idx, sgn, lab, weight, u, margin, logit)
+    backward_into(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw, logit, p)
     n2 = P * P
     if train_att:
-        _attention_update(y, out, P, G, 1.0, False)
+        attention_update_into(y, out, P, G, 1.0, False, T)
     else:
-        out[: 6 * n2] = 0.0
+        for i in range(6 * n2):
+            out[i] = 0.0
     for h in range(2):
         for a in range(P):
             out[6 * n2 + h * P + a] = -dw[h, a] if train_w else 0.0
     return loss
 
 
-@njit(cache=True)
-def criterion_value(kind, loss, margin, consistent, dw):
-    """The quantity a stop criterion compares (see module docstring)."""
+@portable
+def criterion_of(kind, loss, margin, consistent, dw):
+    """:func:`criterion_value`."""
     if kind == 1:
         return loss
     if kind == 5:
@@ -267,13 +318,116 @@ def criterion_value(kind, loss, margin, consistent, dw):
         for h in range(dw.shape[0]):
             for a in range(dw.shape[1]):
                 s += dw[h, a] * dw[h, a]
-        return np.sqrt(s)
-    v = np.inf
+        return math.sqrt(s)
+    v = math.inf
     for s in range(margin.shape[0]):
         if kind == 4 or (kind == 2 and consistent[s]) or (kind == 3 and not consistent[s]):
             if margin[s] < v:
                 v = margin[s]
     return v
+
+
+@portable
+def gd_advance_into(y, nsteps, eta, P, idx, sgn, lab, weight, consistent, r0, train_w, train_att,
+                    crit_kind, crit_op, crit_thresh, max_abs, u, margin, G, dw, new, logit, p, T):
+    """:func:`gd_advance` with scratch u (n, 2), margin (n,), G (2, P, P),
+    dw (2, P), new (state size,), logit, p (L,), T (3, P, P)."""
+    n2 = P * P
+    woff = 6 * n2
+    ny = y.shape[0]
+    k = 0
+    while True:
+        loss = forward_into(y, P, idx, sgn, lab, weight, u, margin, logit)
+        if not math.isfinite(loss):
+            return k, 2, loss
+        backward_into(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw, logit, p)
+        if crit_kind != 0:
+            c = criterion_of(crit_kind, loss, margin, consistent, dw)
+            if (crit_op > 0 and c >= crit_thresh) or (crit_op < 0 and c <= crit_thresh):
+                return k, 1, loss
+        if k == nsteps:
+            return k, 0, loss
+        if train_att:
+            attention_update_into(y, new, P, G, eta, True, T)
+        else:
+            for i in range(woff):
+                new[i] = y[i]
+        for h in range(2):
+            for a in range(P):
+                v = y[woff + h * P + a] - eta * dw[h, a] if train_w else y[woff + h * P + a]
+                new[woff + h * P + a] = v
+        for i in range(ny):
+            if not math.isfinite(new[i]):
+                return k, 2, loss
+            if abs(new[i]) > max_abs:
+                return k, 3, loss
+        for i in range(ny):
+            y[i] = new[i]
+        k += 1
+
+
+# --------------------------------------------------- public CPU kernels
+
+_relu_prime = relu_prime
+_softplus_neg = softplus_neg
+_sigmoid_neg = sigmoid_neg
+
+
+@njit(cache=True)
+def forward(y, P, idx, sgn, lab, weight, u_out, margin_out):
+    """Pre-activations u (n, 2), margins (n,) and the loss at state ``y``."""
+    logit = np.empty(idx.shape[1])
+    return forward_into(y, P, idx, sgn, lab, weight, u_out, margin_out, logit)
+
+
+@njit(cache=True)
+def backward(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw):
+    """G = dLoss/dS (2, P, P) and dw = dLoss/dw~ (2, P) given forward's u, margin."""
+    L = idx.shape[1]
+    logit = np.empty(L)
+    p = np.empty(L)
+    backward_into(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw, logit, p)
+
+
+@njit(cache=True)
+def loss_and_grads(y, P, idx, sgn, lab, weight, r0):
+    """Convenience (allocating): (loss, G (2,P,P), dw (2,P), margin (n,), u (n,2))."""
+    n = idx.shape[0]
+    u = np.empty((n, 2))
+    margin = np.empty(n)
+    G = np.empty((2, P, P))
+    dw = np.empty((2, P))
+    loss = forward(y, P, idx, sgn, lab, weight, u, margin)
+    backward(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw)
+    return loss, G, dw, margin, u
+
+
+@njit(cache=True)
+def _attention_update(y, out, P, G, eta, exact):
+    """out[S, A, B] = the GD map (exact=True, with the eta^2 terms) or the flow
+    right-hand side times eta (exact=False: out = -eta * (...), no base state)."""
+    T = np.empty((3, P, P))
+    attention_update_into(y, out, P, G, eta, exact, T)
+
+
+@njit(cache=True)
+def flow_rhs(y, out, P, idx, sgn, lab, weight, r0, train_w, train_att):
+    """Gradient-flow right-hand side dy/dt into ``out``; returns the loss."""
+    n, L = idx.shape
+    u = np.empty((n, 2))
+    margin = np.empty(n)
+    G = np.empty((2, P, P))
+    dw = np.empty((2, P))
+    logit = np.empty(L)
+    p = np.empty(L)
+    T = np.empty((3, P, P))
+    return flow_rhs_into(y, out, P, idx, sgn, lab, weight, r0, train_w, train_att, u, margin, G, dw, logit, p, T)
+
+
+@njit(cache=True)
+def criterion_value(kind, loss, margin, consistent, dw):
+    """The quantity a stop criterion compares (see module docstring)."""
+    return criterion_of(kind, loss, margin, consistent, dw)
 
 
 @njit(cache=True)
@@ -287,38 +441,14 @@ def gd_advance(y, nsteps, eta, P, idx, sgn, lab, weight, consistent, r0, train_w
     3 = a state entry would exceed ``max_abs`` in absolute value (blow-up);
     with codes 2 and 3 ``y`` holds the last accepted state.
     """
-    n = idx.shape[0]
+    n, L = idx.shape
     u = np.empty((n, 2))
     margin = np.empty(n)
     G = np.empty((2, P, P))
     dw = np.empty((2, P))
     new = np.empty_like(y)
-    n2 = P * P
-    woff = 6 * n2
-    k = 0
-    while True:
-        loss = forward(y, P, idx, sgn, lab, weight, u, margin)
-        if not np.isfinite(loss):
-            return k, 2, loss
-        backward(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw)
-        if crit_kind != 0:
-            c = criterion_value(crit_kind, loss, margin, consistent, dw)
-            if (crit_op > 0 and c >= crit_thresh) or (crit_op < 0 and c <= crit_thresh):
-                return k, 1, loss
-        if k == nsteps:
-            return k, 0, loss
-        if train_att:
-            _attention_update(y, new, P, G, eta, True)
-        else:
-            new[:woff] = y[:woff]
-        for h in range(2):
-            for a in range(P):
-                v = y[woff + h * P + a] - eta * dw[h, a] if train_w else y[woff + h * P + a]
-                new[woff + h * P + a] = v
-        for i in range(new.shape[0]):
-            if not np.isfinite(new[i]):
-                return k, 2, loss
-            if abs(new[i]) > max_abs:
-                return k, 3, loss
-        y[:] = new
-        k += 1
+    logit = np.empty(L)
+    p = np.empty(L)
+    T = np.empty((3, P, P))
+    return gd_advance_into(y, nsteps, eta, P, idx, sgn, lab, weight, consistent, r0, train_w, train_att,
+                           crit_kind, crit_op, crit_thresh, max_abs, u, margin, G, dw, new, logit, p, T)
