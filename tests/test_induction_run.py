@@ -225,3 +225,12 @@ def test_checkpoint_files_are_valid(tmp_path, monkeypatch):
     assert ck.attrs["status"] == "interrupted" and "checkpoint" in ck.attrs["message"]
     # gradient-flow times in the checkpoint too (phase 1 step size 2)
     np.testing.assert_allclose(ck["t"], 2.0 * ck["step"])
+
+
+def test_held_out_at_another_length():
+    cfg = make_config(dict(SMALL, L_test=60, phase_steps=(5, 5, 5), record_every=5))
+    pb = R.Problem.build(cfg)
+    assert pb.test.tokens.shape == (100, 61)
+    traj = R.run(cfg, pb)
+    obs = R.observables(pb, np.asarray(traj.y))
+    assert np.all(np.isfinite(obs["loss_test"])) and obs["loss_test"].shape == (4,)
