@@ -1,0 +1,715 @@
+"""Batched trajectories: many independent mixture runs advanced together.
+
+Sweeps over omega, eta, m and seeds are thousands of independent trajectories
+of one small ODE. This module advances B of them at once, one trajectory per
+thread:
+
+* ``cpu``: a ``numba.prange`` loop over trajectories (``parallel=True``); use
+  ``numba.set_num_threads`` to choose the number of threads;
+* ``cuda``: a ``numba.cuda`` kernel, one GPU thread per trajectory, its
+  scratch in ``cuda.local.array`` sized by compile-time constants (one kernel
+  per (P, L, number of samples)).
+
+Both run the SAME mathematics: the per-trajectory drivers below
+(:func:`gd_trajectory`, :func:`rk4_trajectory`) and the per-step functions of
+``meanfield.mixture.kernels`` are ``@portable`` plain-Python functions,
+compiled with ``numba.njit`` for the CPU and, only when the CUDA backend is
+asked for, with ``numba.cuda.jit(device=True)`` for the GPU
+(``kernels.compile_portable``). Importing this module never imports CUDA.
+
+What a batch supports (:func:`batchable` says why a config is refused):
+
+* method ``gd`` (the exact GD map), simultaneous and three-stage schedules,
+  stage criteria and ``criterion``, records on ``record_every`` and/or the
+  integer points of ``record_log`` (the default grid of ``run``);
+* method ``rk4`` (fixed step ``dt``) with ``record_every``, without criteria;
+* per-trajectory omega, eta (dt), width, seed, neuron init, ReLU'(0),
+  max_abs, stage lengths and modes; one (K, L, p) per kernel launch
+  (:func:`run_batch` groups configs by them).
+
+Not batched: method ``flow`` (adaptive Dormand-Prince), rk4 with criteria
+(their event location needs dense output) and rk4 with ``record_dt`` /
+``record_log`` (interpolated records). Run those unbatched.
+
+Records follow ``meanfield.integrate`` exactly (GDMap / RK4 with ``SaveAt``):
+the initial state, every ``every``-th step (and the given points), every
+stage end and the final (or last accepted) state, a record at the same
+(step, t) as the previous one replacing it. CPU batched results equal
+``meanfield.mixture.run.run`` bit for bit. Divergence (a non-finite state or
+loss, or an entry above ``max_abs``) stops that trajectory only, with its
+status, stop step and stage.
+
+CUDA numerics: NVVM contracts a*b + c into fused multiply-adds by default,
+which breaks the exact cancellations the reduced dynamics rely on (a
+pre-activation sitting exactly at the ReLU kink). The kernel is therefore
+compiled with NVVM ``-fma=0`` (numba-cuda has no public option for it yet:
+NVIDIA/numba-cuda#118; we add it while our kernel compiles). ``exp``/``log1p``
+come from libdevice, not the CPU's libm, so GPU results agree with the CPU to
+rounding, not bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from .. import integrate
+from ..config import ConfigError
+from . import kernels
+from .config import MixtureConfig
+from .data import sample_set
+from .init import initial_state
+from .kernels import flow_rhs_into, gd_advance_into, portable
+
+BACKENDS = ("cpu", "cuda", "auto")
+#: per-trajectory status codes: 0 complete, 2 non-finite state or loss,
+#: 3 an entry above max_abs, 4 record buffer full (a bug: cannot happen)
+COMPLETE, NONFINITE, MAXABS, OVERFLOW = 0, 2, 3, 4
+THREADS_PER_BLOCK = 64
+
+cuda = None  # numba.cuda, imported on first use by _load_cuda (a module global so the simulator can swap it)
+
+
+# ----------------------------------------------------------- portable drivers
+
+
+@portable
+def record_into(b, t, step, stage, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+    """Append (t, step, stage, y) to trajectory b's records; a record at the
+    same (step, t) as the previous one replaces it (as Trajectory.record).
+    Returns False when the buffer is full."""
+    n = n_rec[b]
+    if n > 0 and rec_step[b, n - 1] == step and rec_t[b, n - 1] == t:
+        n -= 1
+    elif n >= rec_t.shape[1]:
+        return False
+    rec_t[b, n] = t
+    rec_step[b, n] = step
+    rec_stage[b, n] = stage
+    for i in range(y.shape[0]):
+        rec_y[b, n, i] = y[i]
+    n_rec[b] = n + 1
+    return True
+
+
+@portable
+def gd_trajectory(b, y, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
+                  every, pts, n_pts, P, idx, sgn, lab, weight, consistent,
+                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                  u, margin, G, dw, new, logit, p, T):
+    """Trajectory b under the exact GD map, as ``integrate.GDMap.solve``:
+    stages s < n_stages[b] of stage_len[b, s] steps in mode stage_mode[b, s]
+    = (train_w, train_att), ending early when criterion (crit_kind, crit_op,
+    crit_thr)[b, s] holds; records every every[b] steps (0: none) and at
+    pts[b, :n_pts[b]] (sorted); y is the working state (initial state in)."""
+    et = eta[b]
+    ev = every[b]
+    npt = n_pts[b]
+    mab = max_abs[b]
+    rz = r0[b]
+    n_rec[b] = 0
+    status[b] = 0
+    stop_stage[b] = 0
+    step = 0
+    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+        status[b] = 4
+        return
+    j = 0
+    for s in range(n_stages[b]):
+        sidx = s + 1
+        end = step + stage_len[b, s]
+        train_w = stage_mode[b, s, 0] != 0
+        train_att = stage_mode[b, s, 1] != 0
+        while True:
+            target = end
+            if ev > 0:
+                nxt = (step // ev + 1) * ev
+                if nxt < target:
+                    target = nxt
+            while j < npt and pts[b, j] <= step:
+                j += 1
+            if j < npt and pts[b, j] < target:
+                target = pts[b, j]
+            res = gd_advance_into(y, target - step, et, P, idx, sgn, lab, weight, consistent, rz, train_w,
+                                  train_att, crit_kind[b, s], crit_op[b, s], crit_thr[b, s], mab,
+                                  u, margin, G, dw, new, logit, p, T)
+            step += res[0]
+            code = res[1]
+            t = step * et
+            if code == 2 or code == 3:
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+                status[b] = code
+                stop_stage[b] = sidx
+                return
+            if code == 1 or step >= end:
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+                end_step[b, s] = step
+                end_t[b, s] = t
+                end_reason[b, s] = code
+                break
+            if (ev > 0 and step % ev == 0) or (j < npt and step == pts[b, j]):
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+        stop_stage[b] = sidx
+
+
+@portable
+def rk4_step_into(y, y1, f0, f1, k2, k3, k4, tmp, h, P, idx, sgn, lab, weight, r0, train_w, train_att,
+                  u, margin, G, dw, logit, p, T):
+    """One classical RK4 step of the flow from y (f0 = rhs(y)) into y1 and
+    f1 = rhs(y1), with the operation order of ``integrate.RK4`` (numpy).
+    Returns False if y1 or f1 is not finite."""
+    ny = y.shape[0]
+    hh = 0.5 * h
+    for i in range(ny):
+        tmp[i] = y[i] + hh * f0[i]
+    flow_rhs_into(tmp, k2, P, idx, sgn, lab, weight, r0, train_w, train_att, u, margin, G, dw, logit, p, T)
+    for i in range(ny):
+        tmp[i] = y[i] + hh * k2[i]
+    flow_rhs_into(tmp, k3, P, idx, sgn, lab, weight, r0, train_w, train_att, u, margin, G, dw, logit, p, T)
+    for i in range(ny):
+        tmp[i] = y[i] + h * k3[i]
+    flow_rhs_into(tmp, k4, P, idx, sgn, lab, weight, r0, train_w, train_att, u, margin, G, dw, logit, p, T)
+    h6 = h / 6.0
+    for i in range(ny):
+        y1[i] = y[i] + h6 * (f0[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])
+    for i in range(ny):
+        if not math.isfinite(y1[i]):
+            return False
+    flow_rhs_into(y1, f1, P, idx, sgn, lab, weight, r0, train_w, train_att, u, margin, G, dw, logit, p, T)
+    for i in range(ny):
+        if not math.isfinite(f1[i]):
+            return False
+    return True
+
+
+@portable
+def rk4_trajectory(b, y, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, P, idx, sgn, lab, weight,
+                   rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                   u, margin, G, dw, logit, p, T, f0, f1, k2, k3, k4, tmp, y1):
+    """Trajectory b under fixed-step RK4 of the flow, as ``integrate.RK4.solve``
+    with ``SaveAt(every=every[b])``: stages of time stage_len[b, s], the last
+    step of a stage shortened to land on its end."""
+    h_max = dt[b]
+    ev = every[b]
+    mab = max_abs[b]
+    rz = r0[b]
+    ny = y.shape[0]
+    n_rec[b] = 0
+    status[b] = 0
+    stop_stage[b] = 0
+    t = 0.0
+    nstep = 0
+    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+        status[b] = 4
+        return
+    for s in range(n_stages[b]):
+        sidx = s + 1
+        t_end = t + stage_len[b, s]
+        train_w = stage_mode[b, s, 0] != 0
+        train_att = stage_mode[b, s, 1] != 0
+        flow_rhs_into(y, f0, P, idx, sgn, lab, weight, rz, train_w, train_att, u, margin, G, dw, logit, p, T)
+        while t < t_end * (1.0 - 1e-15) and t_end - t > 1e-14 * max(1.0, abs(t_end)):
+            h = min(h_max, t_end - t)
+            code = 0
+            if not rk4_step_into(y, y1, f0, f1, k2, k3, k4, tmp, h, P, idx, sgn, lab, weight, rz, train_w,
+                                 train_att, u, margin, G, dw, logit, p, T):
+                code = 2
+            else:
+                for i in range(ny):
+                    if abs(y1[i]) > mab:
+                        code = 3
+                        break
+            if code != 0:
+                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+                status[b] = code
+                stop_stage[b] = sidx
+                return
+            t = t + h
+            nstep += 1
+            for i in range(ny):
+                y[i] = y1[i]
+                f0[i] = f1[i]
+            if ev > 0 and nstep % ev == 0:
+                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+        if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+            status[b] = 4
+            return
+        end_step[b, s] = nstep
+        end_t[b, s] = t
+        end_reason[b, s] = 0
+        stop_stage[b] = sidx
+
+
+# ---------------------------------------------------------------- CPU drivers
+
+
+@njit(parallel=True, cache=True)
+def _gd_batch_cpu(Y0, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
+                  every, pts, n_pts, P, idx, sgn, lab, weight, consistent,
+                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason):
+    B, ny = Y0.shape
+    nS, L = idx.shape
+    for b in prange(B):
+        y = Y0[b].copy()
+        u = np.empty((nS, 2))
+        margin = np.empty(nS)
+        G = np.empty((2, P, P))
+        dw = np.empty((2, P))
+        new = np.empty(ny)
+        logit = np.empty(L)
+        p = np.empty(L)
+        T = np.empty((3, P, P))
+        gd_trajectory(b, y, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
+                      every, pts, n_pts, P, idx, sgn, lab, weight, consistent,
+                      rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                      u, margin, G, dw, new, logit, p, T)
+
+
+@njit(parallel=True, cache=True)
+def _rk4_batch_cpu(Y0, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, P, idx, sgn, lab, weight,
+                   rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason):
+    B, ny = Y0.shape
+    nS, L = idx.shape
+    for b in prange(B):
+        y = Y0[b].copy()
+        u = np.empty((nS, 2))
+        margin = np.empty(nS)
+        G = np.empty((2, P, P))
+        dw = np.empty((2, P))
+        logit = np.empty(L)
+        p = np.empty(L)
+        T = np.empty((3, P, P))
+        f0 = np.empty(ny)
+        f1 = np.empty(ny)
+        k2 = np.empty(ny)
+        k3 = np.empty(ny)
+        k4 = np.empty(ny)
+        tmp = np.empty(ny)
+        y1 = np.empty(ny)
+        rk4_trajectory(b, y, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, P, idx, sgn, lab, weight,
+                       rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                       u, margin, G, dw, logit, p, T, f0, f1, k2, k3, k4, tmp, y1)
+
+
+# --------------------------------------------------------------- CUDA drivers
+
+
+def _load_cuda():
+    """numba.cuda (NVIDIA's numba-cuda when installed, else numba's built-in
+    target), imported on first use."""
+    global cuda
+    if cuda is None:
+        from numba import cuda as _cuda
+
+        cuda = _cuda
+    return cuda
+
+
+def _simulator() -> bool:
+    from numba.core import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def cuda_available() -> bool:
+    """True when a real CUDA GPU can be used (never under the simulator)."""
+    try:
+        if _simulator():
+            return False
+        return bool(_load_cuda().is_available())
+    except Exception:  # no numba.cuda, no driver, broken toolkit: no GPU
+        return False
+
+
+def resolve_backend(name: str) -> str:
+    """``cpu`` | ``cuda`` | ``auto`` -> ``cpu`` or ``cuda``. ``auto`` picks CUDA
+    only when a real GPU is present; ``cuda`` needs one, or the CUDA simulator
+    (``NUMBA_ENABLE_CUDASIM=1``, for tests)."""
+    if name not in BACKENDS:
+        raise ConfigError(f"backend: must be one of {', '.join(BACKENDS)}; got {name!r}")
+    if name == "cpu":
+        return "cpu"
+    if name == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    try:
+        if _simulator():
+            _load_cuda()
+            return "cuda"
+    except Exception as e:  # pragma: no cover - simulator import failure
+        raise ConfigError(f"backend cuda: the CUDA simulator cannot be imported ({e})") from None
+    if not cuda_available():
+        raise ConfigError("backend cuda: no usable CUDA GPU (install the extra: pip install 'meanfield[cuda]', "
+                          "needs an NVIDIA driver); use --backend cpu or auto")
+    return "cuda"
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_portable():
+    """The portable functions compiled as CUDA device functions (built once)."""
+    return kernels.compile_portable(_load_cuda().jit(device=True))
+
+
+_NVVM_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _nvvm_no_fma():
+    """While active, NVVM compiles without FMA contraction (-fma=0) unless
+    fastmath asks for it. numba-cuda (and numba's built-in target) call
+    ``numba.cuda.cudadrv.nvvm.compile_ir(ir, **options)`` and pass every
+    option to NVVM; there is no public switch yet (NVIDIA/numba-cuda#118)."""
+    if _simulator():
+        yield
+        return
+    try:
+        from numba.cuda.cudadrv import nvvm
+    except Exception:  # pragma: no cover
+        yield
+        return
+    orig = getattr(nvvm, "compile_ir", None)
+    if orig is None:  # pragma: no cover - a future layout: keep its defaults
+        yield
+        return
+
+    def compile_ir(llvmir, **options):
+        if not options.get("fastmath"):
+            options.setdefault("fma", False)
+        return orig(llvmir, **options)
+
+    with _NVVM_LOCK:
+        nvvm.compile_ir = compile_ir
+        try:
+            yield
+        finally:
+            nvvm.compile_ir = orig
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_kernel(method: str, P: int, L: int, nS: int):
+    """The batch kernel for one (method, P, L, number of samples): one thread
+    per trajectory, scratch in local memory of compile-time size."""
+    cu = _load_cuda()
+    dev = _cuda_portable()
+    from numba import float64
+
+    ny = kernels.state_size(P)
+    if method == "gd":
+        traj = dev.gd_trajectory
+
+        def gd_kernel(Y0, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
+                      every, pts, n_pts, idx, sgn, lab, weight, consistent,
+                      rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason):
+            b = cuda.grid(1)
+            if b >= Y0.shape[0]:
+                return
+            y = cuda.local.array(ny, float64)
+            for i in range(ny):
+                y[i] = Y0[b, i]
+            u = cuda.local.array((nS, 2), float64)
+            margin = cuda.local.array(nS, float64)
+            G = cuda.local.array((2, P, P), float64)
+            dw = cuda.local.array((2, P), float64)
+            new = cuda.local.array(ny, float64)
+            logit = cuda.local.array(L, float64)
+            p = cuda.local.array(L, float64)
+            T = cuda.local.array((3, P, P), float64)
+            traj(b, y, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
+                 every, pts, n_pts, P, idx, sgn, lab, weight, consistent,
+                 rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                 u, margin, G, dw, new, logit, p, T)
+
+        return cu.jit(gd_kernel)
+    traj = dev.rk4_trajectory
+
+    def rk4_kernel(Y0, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, idx, sgn, lab, weight,
+                   rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason):
+        b = cuda.grid(1)
+        if b >= Y0.shape[0]:
+            return
+        y = cuda.local.array(ny, float64)
+        for i in range(ny):
+            y[i] = Y0[b, i]
+        u = cuda.local.array((nS, 2), float64)
+        margin = cuda.local.array(nS, float64)
+        G = cuda.local.array((2, P, P), float64)
+        dw = cuda.local.array((2, P), float64)
+        logit = cuda.local.array(L, float64)
+        p = cuda.local.array(L, float64)
+        T = cuda.local.array((3, P, P), float64)
+        f0 = cuda.local.array(ny, float64)
+        f1 = cuda.local.array(ny, float64)
+        k2 = cuda.local.array(ny, float64)
+        k3 = cuda.local.array(ny, float64)
+        k4 = cuda.local.array(ny, float64)
+        tmp = cuda.local.array(ny, float64)
+        y1 = cuda.local.array(ny, float64)
+        traj(b, y, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, P, idx, sgn, lab, weight,
+             rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+             u, margin, G, dw, logit, p, T, f0, f1, k2, k3, k4, tmp, y1)
+
+    return cu.jit(rk4_kernel)
+
+
+_COMPILED: set = set()
+
+
+def _launch_cuda(method, P, idx, args, outs, B):
+    """Copy inputs to the device, run the kernel over B trajectories, copy the
+    outputs (in place) back."""
+    cu = _load_cuda()
+    L = idx.shape[1]
+    nS = idx.shape[0]
+    kern = _cuda_kernel(method, P, L, nS)
+    d_args = [cu.to_device(np.ascontiguousarray(a)) for a in args]
+    d_outs = [cu.to_device(o) for o in outs]
+    tpb = max(1, min(THREADS_PER_BLOCK, B))
+    blocks = (B + tpb - 1) // tpb
+    key = (method, P, L, nS)
+    if key not in _COMPILED:  # the first launch compiles: without FMA contraction
+        with _nvvm_no_fma():
+            kern[blocks, tpb](*d_args, *d_outs)
+        _COMPILED.add(key)
+    else:
+        kern[blocks, tpb](*d_args, *d_outs)
+    cu.synchronize()
+    for d, o in zip(d_outs, outs):
+        d.copy_to_host(o)
+
+
+# ------------------------------------------------------------------ host side
+
+
+@dataclass
+class BatchResult:
+    """Records of B trajectories on their grids: row b has ``n_records[b]``
+    valid records ``t[b, :n]``, ``step``, ``stage`` and states ``y[b, :n]``
+    (B, T, state size); ``code[b]`` 0 complete, 2 non-finite, 3 above
+    max_abs; ``stop_stage[b]`` the stage it was in when it stopped;
+    ``end_step``, ``end_t``, ``end_reason`` (0 length, 1 criterion) (B, 3)
+    for the stages it finished."""
+
+    method: str
+    t: np.ndarray
+    step: np.ndarray
+    stage: np.ndarray
+    y: np.ndarray
+    n_records: np.ndarray
+    code: np.ndarray
+    stop_stage: np.ndarray
+    end_step: np.ndarray
+    end_t: np.ndarray
+    end_reason: np.ndarray
+    n_stages: np.ndarray
+
+
+def batchable(cfg: MixtureConfig) -> str | None:
+    """Why ``cfg`` cannot run in a batch (one line), or None when it can."""
+    from .run import save_at
+
+    if cfg.method == "flow":
+        return ("method flow (adaptive Dormand-Prince) is not batched; use method gd or rk4 (fixed step dt), "
+                "or run it unbatched")
+    if cfg.method == "rk4":
+        if cfg.schedule == "simultaneous":
+            crit = [c for c in (cfg.criterion,) if c is not None]
+        else:
+            crit = [c for c in cfg.stage_criteria if c is not None]
+        if crit:
+            return (f"stop criteria ({', '.join(crit)}) with method rk4 are not batched (their event location "
+                    f"needs dense output); use method gd, drop the criteria, or run it unbatched")
+        if save_at(cfg).points is not None:
+            return ("method rk4 is batched with record_every only (record_dt / record_log interpolate); "
+                    "give record_every, or run it unbatched")
+    return None
+
+
+def check_batchable(cfg: MixtureConfig, backend: str = "cpu") -> None:
+    """Raise a one-line ConfigError when ``cfg`` cannot run in a batch."""
+    why = batchable(cfg)
+    if why is not None:
+        raise ConfigError(f"backend {backend}: {why}")
+
+
+def _pack(cfgs: list[MixtureConfig], y0s: list[np.ndarray]) -> dict:
+    """Per-trajectory inputs of one batch (same K, L, p and method)."""
+    from .run import save_at, stages
+
+    B = len(cfgs)
+    gd = cfgs[0].method == "gd"
+    n_stages = np.zeros(B, np.int64)
+    stage_len = np.zeros((B, 3), np.int64 if gd else np.float64)
+    stage_mode = np.zeros((B, 3, 2), np.int8)
+    crit_kind = np.zeros((B, 3), np.int64)
+    crit_op = np.ones((B, 3), np.int64)
+    crit_thr = np.zeros((B, 3), np.float64)
+    every = np.zeros(B, np.int64)
+    step_par = np.array([c.eta if gd else c.dt for c in cfgs], np.float64)
+    r0 = np.array([c.relu_prime_at_zero for c in cfgs], np.float64)
+    max_abs = np.array([c.max_abs for c in cfgs], np.float64)
+    pts_list = []
+    cap = np.zeros(B, np.int64)
+    for b, c in enumerate(cfgs):
+        st = stages(c)
+        n_stages[b] = len(st)
+        for s, stg in enumerate(st):
+            stage_len[b, s] = int(stg.length) if gd else float(stg.length)
+            stage_mode[b, s] = stg.mode
+            if stg.criterion is not None:
+                crit_kind[b, s] = kernels.CRITERIA[stg.criterion[0]]
+                crit_op[b, s] = 1 if stg.criterion[1] == ">=" else -1
+                crit_thr[b, s] = float(stg.criterion[2])
+        sv = save_at(c)
+        every[b] = int(sv.every) if sv.every else 0
+        pts = np.asarray(sv.points, np.int64) if (gd and sv.points is not None) else np.zeros(0, np.int64)
+        pts_list.append(pts)
+        if gd:
+            nsteps = int(stage_len[b, : len(st)].sum())
+        else:
+            nsteps = sum(int(math.ceil(float(x) / c.dt * (1 + 1e-12))) + 1 for x in stage_len[b, : len(st)])
+        cap[b] = 2 + len(st) + (nsteps // every[b] if every[b] else 0) + len(pts)
+    npmax = max(1, max(len(p) for p in pts_list))
+    pts = np.zeros((B, npmax), np.int64)
+    n_pts = np.zeros(B, np.int64)
+    for b, p in enumerate(pts_list):
+        pts[b, : len(p)] = p
+        n_pts[b] = len(p)
+    Y0 = np.ascontiguousarray(np.stack([np.asarray(y, np.float64) for y in y0s]))
+    return dict(Y0=Y0, step_par=step_par, r0=r0, max_abs=max_abs, n_stages=n_stages, stage_len=stage_len,
+                stage_mode=stage_mode, crit_kind=crit_kind, crit_op=crit_op, crit_thr=crit_thr, every=every,
+                pts=pts, n_pts=n_pts, T=int(cap.max()))
+
+
+def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, backend: str = "cpu",
+            max_bytes: float = 8 * 2**30) -> BatchResult:
+    """Run one batch of configs sharing (K, L, p, method) on ``backend``
+    (``cpu`` or ``cuda``, see :func:`resolve_backend`) and return the raw
+    records. ``max_bytes`` caps the record buffer (B x T x state x 8 bytes)."""
+    if not cfgs:
+        raise ValueError("advance: empty batch")
+    c0 = cfgs[0]
+    for c in cfgs:
+        if (c.K, c.L, c.p, c.method) != (c0.K, c0.L, c0.p, c0.method):
+            raise ValueError("advance: a batch needs one (K, L, p, method); use run_batch to group")
+        check_batchable(c, backend)
+    if y0s is None:
+        y0s = [initial_state(c) for c in cfgs]
+    s = sample_set(c0.K, c0.L, c0.p)
+    P = s.P
+    x = _pack(cfgs, y0s)
+    B, ny = x["Y0"].shape
+    T = x["T"]
+    need = B * T * ny * 8
+    if need > max_bytes:
+        raise ConfigError(f"backend {backend}: the records of {B} trajectories need {need / 2**30:.3g} GiB "
+                          f"({T} records x {ny} numbers each); record less often (record_every) or run fewer "
+                          f"at once")
+    rec_t = np.zeros((B, T))
+    rec_step = np.zeros((B, T), np.int64)
+    rec_stage = np.zeros((B, T), np.int64)
+    rec_y = np.zeros((B, T, ny))
+    n_rec = np.zeros(B, np.int64)
+    status = np.zeros(B, np.int64)
+    stop_stage = np.zeros(B, np.int64)
+    end_step = np.zeros((B, 3), np.int64)
+    end_t = np.zeros((B, 3))
+    end_reason = np.zeros((B, 3), np.int64)
+    outs = [rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason]
+    consistent = s.consistent.astype(np.bool_)
+    if c0.method == "gd":
+        head = [x["Y0"], x["step_par"], x["r0"], x["max_abs"], x["n_stages"], x["stage_len"], x["stage_mode"],
+                x["crit_kind"], x["crit_op"], x["crit_thr"], x["every"], x["pts"], x["n_pts"]]
+        data = [s.idx, s.sgn, s.y, s.weight, consistent]
+        if backend == "cuda":
+            _launch_cuda("gd", P, s.idx, head + data, outs, B)
+        else:
+            _gd_batch_cpu(*head, P, *data, *outs)
+    else:
+        head = [x["Y0"], x["step_par"], x["r0"], x["max_abs"], x["n_stages"], x["stage_len"], x["stage_mode"],
+                x["every"]]
+        data = [s.idx, s.sgn, s.y, s.weight]
+        if backend == "cuda":
+            _launch_cuda("rk4", P, s.idx, head + data, outs, B)
+        else:
+            _rk4_batch_cpu(*head, P, *data, *outs)
+    if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact enough
+        raise RuntimeError("batched: record buffer full (capacity bound too small): a bug")
+    return BatchResult(c0.method, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step,
+                       end_t, end_reason, x["n_stages"])
+
+
+def trajectory(res: BatchResult, b: int, cfg: MixtureConfig) -> integrate.Trajectory:
+    """Trajectory b of a batch as ``meanfield.mixture.run.run`` returns it
+    (records, stage ends, status and message)."""
+    n = int(res.n_records[b])
+    tr = integrate.Trajectory()
+    tr.t = [float(v) for v in res.t[b, :n]]
+    tr.step = [int(v) for v in res.step[b, :n]]
+    tr.stage = [int(v) for v in res.stage[b, :n]]
+    tr.y = [res.y[b, i].copy() for i in range(n)]
+    code = int(res.code[b])
+    stop = int(res.stop_stage[b])
+    n_done = stop if code == COMPLETE else stop - 1
+    gd = res.method == "gd"
+    for s in range(n_done):
+        tr.stage_ends.append({"stage": s + 1, "step": int(res.end_step[b, s]), "t": float(res.end_t[b, s]),
+                              "reason": "criterion" if res.end_reason[b, s] == 1 else "length"})
+    step = tr.step[-1]
+    t = tr.t[-1]
+    if code == COMPLETE:
+        tr.status = "complete"
+        tr.message = f"{step} steps (t = {step * cfg.eta:.6g})" if gd else f"t = {t:.6g} ({step} solver steps)"
+        return tr
+    tr.status = "diverged"
+    if gd:
+        what = ("a non-finite state or loss" if code == NONFINITE else
+                f"a state entry above max_abs = {cfg.max_abs:g} in absolute value")
+        tr.message = (f"step {step + 1} (t = {(step + 1) * cfg.eta:.6g}) in stage {stop} gave {what}; every "
+                      f"record up to the last accepted state (step {step}) is kept; try a smaller eta")
+    else:
+        what = ("a non-finite state (or the step size underflowed)" if code == NONFINITE else
+                f"a state entry above max_abs = {cfg.max_abs:g} in absolute value")
+        tr.message = (f"the solver step from t = {t:.6g} (solver step {step + 1}) in stage {stop} gave {what}; "
+                      f"every record up to t = {t:.6g} is kept")
+    return tr
+
+
+def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndarray] | None = None,
+              max_bytes: float = 8 * 2**30) -> list[integrate.Trajectory]:
+    """Run every config as one trajectory, batched on ``backend`` (``cpu``,
+    ``cuda`` or ``auto``); returns one ``integrate.Trajectory`` per config, in
+    order, equal to what ``meanfield.mixture.run.run(cfg)`` returns (bit for
+    bit on the CPU). Configs are grouped by (K, L, p, method), one launch per
+    group. Raises a one-line ConfigError for a config that cannot be batched
+    (see :func:`batchable`) before running anything."""
+    be = resolve_backend(backend)
+    cfgs = list(cfgs)
+    for c in cfgs:
+        check_batchable(c, backend)
+    if y0s is not None and len(y0s) != len(cfgs):
+        raise ValueError(f"run_batch: {len(y0s)} initial states for {len(cfgs)} configs")
+    groups: dict = {}
+    for i, c in enumerate(cfgs):
+        groups.setdefault((c.K, c.L, c.p, c.method), []).append(i)
+    out: list = [None] * len(cfgs)
+    for members in groups.values():
+        sub = [cfgs[i] for i in members]
+        res = advance(sub, None if y0s is None else [y0s[i] for i in members], be, max_bytes)
+        for k, i in enumerate(members):
+            out[i] = trajectory(res, k, cfgs[i])
+    return out
