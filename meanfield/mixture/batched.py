@@ -564,25 +564,34 @@ def _pack(cfgs: list[MixtureConfig], y0s: list[np.ndarray]) -> dict:
     max_abs = np.array([c.max_abs for c in cfgs], np.float64)
     pts_list = []
     cap = np.zeros(B, np.int64)
+    memo: dict = {}  # schedule and record grid, shared by configs that differ only in omega, width, seed, ...
     for b, c in enumerate(cfgs):
-        st = stages(c)
-        n_stages[b] = len(st)
-        for s, stg in enumerate(st):
-            stage_len[b, s] = int(stg.length) if gd else float(stg.length)
-            stage_mode[b, s] = stg.mode
-            if stg.criterion is not None:
-                crit_kind[b, s] = kernels.CRITERIA[stg.criterion[0]]
-                crit_op[b, s] = 1 if stg.criterion[1] == ">=" else -1
-                crit_thr[b, s] = float(stg.criterion[2])
-        sv = save_at(c)
-        every[b] = int(sv.every) if sv.every else 0
-        pts = np.asarray(sv.points, np.int64) if (gd and sv.points is not None) else np.zeros(0, np.int64)
+        key = (c.method, c.schedule, c.steps, c.t_end, c.stage_steps, c.stage_times, c.stage_criteria, c.stage3,
+               c.criterion, c.record_every, c.record_log, c.record_dt, c.eta, c.dt)
+        if key not in memo:
+            st = stages(c)
+            sv = save_at(c)
+            lens = [int(x.length) if gd else float(x.length) for x in st]
+            crit = [(0, 1, 0.0) if x.criterion is None else
+                    (kernels.CRITERIA[x.criterion[0]], 1 if x.criterion[1] == ">=" else -1, float(x.criterion[2]))
+                    for x in st]
+            ev = int(sv.every) if sv.every else 0
+            pts = np.asarray(sv.points, np.int64) if (gd and sv.points is not None) else np.zeros(0, np.int64)
+            if gd:
+                nsteps = sum(lens)
+            else:
+                nsteps = sum(int(math.ceil(x / c.dt * (1 + 1e-12))) + 1 for x in lens)
+            memo[key] = (lens, [x.mode for x in st], crit, ev, pts,
+                         2 + len(st) + (nsteps // ev if ev else 0) + len(pts))
+        lens, modes, crit, ev, pts, cp = memo[key]
+        n_stages[b] = len(lens)
+        stage_len[b, : len(lens)] = lens
+        stage_mode[b, : len(lens)] = modes
+        for s_, (k, o, v) in enumerate(crit):
+            crit_kind[b, s_], crit_op[b, s_], crit_thr[b, s_] = k, o, v
+        every[b] = ev
         pts_list.append(pts)
-        if gd:
-            nsteps = int(stage_len[b, : len(st)].sum())
-        else:
-            nsteps = sum(int(math.ceil(float(x) / c.dt * (1 + 1e-12))) + 1 for x in stage_len[b, : len(st)])
-        cap[b] = 2 + len(st) + (nsteps // every[b] if every[b] else 0) + len(pts)
+        cap[b] = cp
     npmax = max(1, max(len(p) for p in pts_list))
     pts = np.zeros((B, npmax), np.int64)
     n_pts = np.zeros(B, np.int64)
