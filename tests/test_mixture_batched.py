@@ -84,6 +84,11 @@ def test_cpu_batch_same_with_one_thread_and_given_initial_states():
     A = np.broadcast_to(0.01 * np.eye(4), (2, 4, 4))
     y0s = [kernels.pack(0.01 * rng.standard_normal((2, 4, 4)), A, A, 0.1 * rng.standard_normal((2, 4))) for _ in cfgs]
     many = batched.run_batch(cfgs, "cpu", y0s=y0s)
+    seen = []
+    chunked = batched.run_batch(cfgs, "cpu", y0s=y0s, chunk_size=3, on_result=lambda i, tr: seen.append(i))
+    assert sorted(seen) == [0, 1, 2, 3]
+    for a, b in zip(many, chunked):
+        _assert_same(a, b)
     n = numba.get_num_threads()
     numba.set_num_threads(1)
     try:

@@ -55,6 +55,7 @@ import functools
 import math
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from numba import njit, prange
@@ -699,26 +700,39 @@ def trajectory(res: BatchResult, b: int, cfg: MixtureConfig) -> integrate.Trajec
 
 
 def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndarray] | None = None,
-              max_bytes: float = 8 * 2**30) -> list[integrate.Trajectory]:
+              max_bytes: float = 8 * 2**30, chunk_size: int | None = None,
+              on_result: Callable[[int, integrate.Trajectory], None] | None = None) -> list[integrate.Trajectory]:
     """Run every config as one trajectory, batched on ``backend`` (``cpu``,
     ``cuda`` or ``auto``); returns one ``integrate.Trajectory`` per config, in
-    order, equal to what ``meanfield.mixture.run.run(cfg)`` returns (bit for
-    bit on the CPU). Configs are grouped by (K, L, p, method), one launch per
-    group. Raises a one-line ConfigError for a config that cannot be batched
-    (see :func:`batchable`) before running anything."""
+    order, equal to what ``meanfield.mixture.run.run(cfg)`` (from ``y0s[i]``
+    if given) returns: bit for bit on the CPU, to rounding on a GPU.
+
+    Configs are grouped by (K, L, p, method), one launch per group, or per
+    ``chunk_size`` configs of a group when given (bounds memory; a caller can
+    react between chunks, e.g. to an interrupt). ``on_result(i, trajectory)``
+    is called for each config as its chunk finishes. Raises a one-line
+    ConfigError for a config that cannot be batched (see :func:`batchable`)
+    or a record buffer above ``max_bytes``, before running anything of that
+    chunk; the batchability of every config is checked before anything runs."""
     be = resolve_backend(backend)
     cfgs = list(cfgs)
     for c in cfgs:
         check_batchable(c, backend)
     if y0s is not None and len(y0s) != len(cfgs):
         raise ValueError(f"run_batch: {len(y0s)} initial states for {len(cfgs)} configs")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"run_batch: chunk_size must be >= 1, got {chunk_size}")
     groups: dict = {}
     for i, c in enumerate(cfgs):
         groups.setdefault((c.K, c.L, c.p, c.method), []).append(i)
     out: list = [None] * len(cfgs)
     for members in groups.values():
-        sub = [cfgs[i] for i in members]
-        res = advance(sub, None if y0s is None else [y0s[i] for i in members], be, max_bytes)
-        for k, i in enumerate(members):
-            out[i] = trajectory(res, k, cfgs[i])
+        step = chunk_size or len(members)
+        for lo in range(0, len(members), step):
+            part = members[lo:lo + step]
+            res = advance([cfgs[i] for i in part], None if y0s is None else [y0s[i] for i in part], be, max_bytes)
+            for k, i in enumerate(part):
+                out[i] = trajectory(res, k, cfgs[i])
+                if on_result is not None:
+                    on_result(i, out[i])
     return out
