@@ -108,11 +108,16 @@ def _cmd_derive(args) -> int:
     K = _int_arg("K", args.K, 2)
     L = _int_arg("L", args.L, 2)
     fmts = ["latex", "json", "python"] if args.format == "all" else [args.format]
+    render, write = symbolic.render, symbolic.write
+    if args.reduce_symmetry:
+        from .mixture import symmetry
+
+        render, write = symmetry.symbolic_reduced, symmetry.write_reduced
     for fmt in fmts:
         if args.out:
-            print(symbolic.write(K, L, fmt, Path(args.out)))
+            print(write(K, L, fmt, Path(args.out)))
         else:
-            sys.stdout.write(symbolic.render(K, L, fmt))
+            sys.stdout.write(render(K, L, fmt))
             if len(fmts) > 1:
                 sys.stdout.write("\n")
     return 0
@@ -296,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--L", default="3")
     d.add_argument("--format", choices=["latex", "json", "python", "all"], default="latex")
     d.add_argument("--out", help="write files to this folder instead of printing")
+    d.add_argument("--reduce-symmetry", action="store_true",
+                   help="exact symmetry reduction (group of the default config, orbit variables, closed ODE); "
+                        "JSON reports counts.independent and counts.full")
     d.set_defaults(func=_cmd_derive)
 
     p = verbs.add_parser("plot", help="figures of a run file (like the paper's Figure 1)")
