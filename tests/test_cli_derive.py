@@ -23,6 +23,7 @@ def test_derive_reduce_symmetry_json(capsys):
 
 def test_derive_bad_input(capsys):
     assert main(["mixture", "derive", "--K", "1"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
     with pytest.raises(SystemExit) as e:  # argparse choices: one line, exit 2
         main(["mixture", "derive", "--format", "pdf"])
     assert e.value.code == 2
