@@ -457,7 +457,10 @@ class Dopri5(_FlowDriver):
                         sp.append([t, t + h])
                 if err <= 1.0 or forced:
                     fac = self.max_factor if err == 0 else min(self.max_factor, self.safety * err ** -0.2)
-                    state["h"] = h * fac
+                    h_next = h * fac
+                    if self.h_min > 0 and h >= self.h_min * (1 - 1e-12):
+                        h_next = max(h_next, self.h_min)  # at the floor, stay there (sliding along a kink)
+                    state["h"] = h_next
                     Q = K.T @ _DP_P
 
                     def dense(s, t=t, y=y, h=h, Q=Q):
@@ -470,6 +473,10 @@ class Dopri5(_FlowDriver):
                     h = min(self.h_min, h / max(self.min_factor, self.safety * err ** -0.2))
 
         traj = self._run(system, y0, stages, save, monitor, step)
+        if traj.status == "diverged" and counter["n"] > self.max_steps:
+            traj.message = (f"stopped after max_steps = {self.max_steps} solver step attempts at t = {traj.t[-1]:.6g} "
+                            f"(stiff or non-smooth right-hand side; raise h_min or max_steps); every record so far "
+                            f"is kept")
         if counter["forced"]:
             spans = counter["spans"]
             shown = ", ".join(f"[{a:.6g}, {b:.6g}]" for a, b in spans[:5]) + (" ..." if len(spans) > 5 else "")

@@ -126,7 +126,10 @@ def read_run(path: str | Path) -> Run:
         for k, v in f.attrs.items():
             if isinstance(v, bytes):
                 v = v.decode()
-            if isinstance(v, str) and k not in ("message", "status", "system", "format", "meanfield_version"):
+            # JSON-encoded attributes (dicts, lists, None) start with { or [ or are "null";
+            # any other string stays a string
+            if isinstance(v, str) and k not in ("message", "status", "system", "format", "meanfield_version") and \
+                    (v[:1] in ("{", "[") or v == "null"):
                 try:
                     v = json.loads(v)
                 except json.JSONDecodeError:

@@ -138,3 +138,12 @@ def test_read_errors(tmp_path):
         f["x"] = np.arange(2)
     with pytest.raises(ValueError, match="not a meanfield run file"):
         io.read_run(other)
+
+
+def test_plain_string_attributes_stay_strings(tmp_path):
+    from meanfield.io import read_run, write_run
+
+    p = write_run(tmp_path / "r.h5", system="mixture", config={}, status="complete", message="m",
+                  data={"t": np.zeros(1)}, attrs={"a": "1", "b": "true", "c": [1, "x"], "d": None})
+    r = read_run(p)
+    assert r.attrs["a"] == "1" and r.attrs["b"] == "true" and r.attrs["c"] == [1, "x"] and r.attrs["d"] is None
