@@ -10,6 +10,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..config import (
     ConfigError,
     as_choice,
@@ -45,6 +47,18 @@ class MixtureConfig:
     h_min (flow): smallest adaptive step; where error control wants less (a
     pre-activation sliding along its ReLU kink) steps of h_min are forced and
     the run says so. Default 1e-4 times the horizon.
+
+    The reviewers' extensions (defaults: the paper's setting):
+    label_prob: P(y = +1) (default 0.5); label_noise: label flip probability
+    (default 0; population: every sample also appears flipped with weight
+    times rho); feature_gram: the features' Gram matrix E^T E (None =
+    orthonormal; a spec ``cc:RHO,vv:RHO,cv:RHO,cvx:RHO`` or a full P x P
+    matrix, see :func:`gram_matrix`); noise_sigma, n_train, ambient_d,
+    data_seed: a finite training set of n_train sequences with N(0,
+    noise_sigma^2 I) noise on every token in R^ambient_d (empirical risk);
+    n_neurons: neurons per head sharing its attention (mean field over
+    neurons, f = sum_j a_j (1/n) sum_r relu(u_{j,r})). feature_gram, n_train
+    or n_neurons > 1 run on the dense path (``meanfield.mixture.dense``).
     """
 
     K: int = 2
@@ -73,6 +87,20 @@ class MixtureConfig:
     record_every: int | None = None
     record_log: int | None = None
     record_dt: float | None = None
+    label_prob: float = 0.5
+    label_noise: float = 0.0
+    feature_gram: str | tuple[tuple[float, ...], ...] | None = None
+    noise_sigma: float = 0.0
+    n_train: int | None = None
+    ambient_d: int | None = None
+    data_seed: int = 0
+    n_neurons: int = 1
+
+    @property
+    def dense(self) -> bool:
+        """True when the run needs the dense path (general token vectors or
+        several neurons per head) instead of the signed-feature kernels."""
+        return self.feature_gram is not None or self.n_train is not None or self.n_neurons > 1
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -113,6 +141,64 @@ def parse_neuron_init(text: str, K: int):
     if len(vals) == 2 * P:
         return "const", (tuple(vals[:P]), tuple(vals[P:]))
     raise ConfigError(f"{allowed}; got {len(vals)} values for K={K} (P={P})")
+
+
+GRAM_KEYS = {
+    "cc": "<c_j, c_k>, j != k",
+    "vv": "<v_j, v_k>, j != k",
+    "cv": "<c_k, v_k> (same group)",
+    "cvx": "<c_j, v_k>, j != k",
+}
+_GRAM_ITEM = re.compile(r"^(cc|vv|cv|cvx):([-+0-9.eE]+)$")
+
+
+def gram_matrix(value, K: int) -> np.ndarray | None:
+    """The features' Gram matrix Gamma = E^T E (P x P, basis order c1..cK, v1..vK)
+    from a ``feature_gram`` value: None / ``none`` / ``identity`` (orthonormal
+    features: returns None), a spec ``KEY:RHO,...`` with KEY in cc, vv, cv, cvx
+    (unit norms; unnamed pairs 0), or a full P x P matrix (list of rows).
+    Must be symmetric positive definite; errors are one-line ConfigErrors."""
+    P = 2 * K
+    allowed = ("feature_gram: must be none, a spec KEY:RHO,... with KEY in " + ", ".join(
+        f"{k} ({v})" for k, v in GRAM_KEYS.items()) + f", or a symmetric positive definite {P}x{P} matrix")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.replace(" ", "")
+        if text.lower() in ("", "none", "identity"):
+            return None
+        vals = {}
+        for item in text.split(","):
+            m = _GRAM_ITEM.match(item)
+            if not m:
+                raise ConfigError(f"{allowed}; got {value!r}")
+            if m.group(1) in vals:
+                raise ConfigError(f"feature_gram: {m.group(1)} given twice in {value!r}")
+            vals[m.group(1)] = as_float(f"feature_gram ({m.group(1)})", m.group(2))
+        G = np.eye(P)
+        for j in range(K):
+            for k in range(K):
+                if j != k:
+                    G[j, k] = vals.get("cc", 0.0)
+                    G[K + j, K + k] = vals.get("vv", 0.0)
+                    G[j, K + k] = G[K + k, j] = vals.get("cvx", 0.0)
+            G[j, K + j] = G[K + j, j] = vals.get("cv", 0.0)
+    else:
+        try:
+            G = np.array(value, dtype=float)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{allowed}; got {value!r}") from None
+        if G.shape != (P, P):
+            raise ConfigError(f"{allowed}; got shape {G.shape}")
+        if not np.all(np.isfinite(G)):
+            raise ConfigError(f"feature_gram: entries must be finite numbers; got {value!r}")
+        if np.max(np.abs(G - G.T)) > 1e-12 * max(1.0, np.max(np.abs(G))):
+            raise ConfigError(f"feature_gram: must be symmetric; got {value!r}")
+    ev = float(np.linalg.eigvalsh(G).min())
+    if not ev > 1e-10 * max(1.0, float(np.abs(G).max())):
+        raise ConfigError(f"feature_gram: must be symmetric positive definite; smallest eigenvalue {ev:.3g} "
+                          f"for {value!r}")
+    return G
 
 
 def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
@@ -182,4 +268,32 @@ def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
         out["h_min"] = 1e-4 * H
     else:
         out["h_min"] = None
+    # ------------------------------------------------------- the reviewers' extensions
+    out["label_prob"] = as_float("label_prob", d["label_prob"])
+    if not 0.0 < out["label_prob"] < 1.0:
+        raise ConfigError(f"label_prob: must be in (0, 1) (P(y = +1)); got {d['label_prob']!r}")
+    out["label_noise"] = as_float("label_noise", d["label_noise"], nonneg=True)
+    if not out["label_noise"] < 0.5:
+        raise ConfigError(f"label_noise: must be in [0, 0.5) (a flip probability); got {d['label_noise']!r}")
+    fg = d["feature_gram"]
+    G = gram_matrix(fg, out["K"])
+    if G is None:
+        out["feature_gram"] = None
+    elif isinstance(fg, str):
+        out["feature_gram"] = fg.replace(" ", "")
+    else:
+        out["feature_gram"] = tuple(tuple(float(x) for x in row) for row in G)
+    out["noise_sigma"] = as_float("noise_sigma", d["noise_sigma"], nonneg=True)
+    out["n_train"] = as_int("n_train", d["n_train"], lo=1) if d["n_train"] is not None else None
+    if out["noise_sigma"] > 0 and out["n_train"] is None:
+        raise ConfigError("n_train: required when noise_sigma > 0 (noisy tokens need a finite training set "
+                          "of n_train sequences)")
+    if d["ambient_d"] is not None:
+        if out["n_train"] is None:
+            raise ConfigError("ambient_d: only used with a finite training set; give n_train too")
+        out["ambient_d"] = as_int("ambient_d", d["ambient_d"], lo=2 * out["K"])
+    else:
+        out["ambient_d"] = None
+    out["data_seed"] = as_int("data_seed", d["data_seed"], lo=0)
+    out["n_neurons"] = as_int("n_neurons", d["n_neurons"], lo=1)
     return MixtureConfig(**out)

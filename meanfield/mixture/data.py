@@ -8,6 +8,24 @@ with the reduced basis ``E = [c1..cK, v1..vK]`` (feature index ``k`` is ``c_{k+1
 
 Token order inside a sample (irrelevant to the model, fixed for reading):
 ``[c_k, y v_k, distractor_1, ..., distractor_{L-2}]``; distractors are sorted.
+
+Extensions (defaults keep the paper's setting, bit for bit):
+
+* label probability ``label_prob`` = P(y = +1) (default 1/2): the weight of a
+  sample with label y is multiplied by ``label_prob`` or ``1 - label_prob``
+  instead of 1/2;
+* label noise ``label_noise`` = rho, a flip probability: every sample keeps its
+  tokens (built from its clean label, so its v_k token is ``y_clean v_k``) and
+  appears twice, with the clean label (weight times 1 - rho) and with the
+  flipped label (weight times rho). Flipped copies follow all clean ones, in
+  the same order; ``flipped`` marks them. ``y`` is the label the loss sees;
+  ``consistent`` keeps referring to the tokens (every distractor sign equals the
+  sign of the sample's v_k token);
+* :func:`training_set`: a FINITE training set of n sequences drawn from the
+  mixture (seeded), every token carrying Gaussian noise N(0, sigma^2 I_d) in an
+  ambient R^d in which the features are the columns of a random embedding E
+  (orthonormal, or with a given Gram matrix); each sequence has weight 1/n
+  (empirical risk).
 """
 
 from __future__ import annotations
@@ -32,7 +50,10 @@ class SampleSet:
       idx (n, L) int64, sgn (n, L) float64: the tokens (see module docstring);
       y (n,) float64 label; group (n,) int64 (0-based k); weight (n,) float64
       (probability, sums to 1); consistent (n,) bool (every distractor sign == y);
-      distractor_group (n, L-2) int64, distractor_sign (n, L-2) float64.
+      distractor_group (n, L-2) int64, distractor_sign (n, L-2) float64;
+      flipped (n,) bool: the label is the flipped one (label noise), None when
+      the set was built without that information (read it through
+      :attr:`is_flipped`).
     """
 
     K: int
@@ -46,6 +67,16 @@ class SampleSet:
     consistent: np.ndarray
     distractor_group: np.ndarray
     distractor_sign: np.ndarray
+    flipped: np.ndarray | None = None
+    label_prob: float = 0.5
+    label_noise: float = 0.0
+
+    @property
+    def is_flipped(self) -> np.ndarray:
+        """(n,) bool: True where the label is flipped (label noise)."""
+        if self.flipped is None:
+            return np.zeros(self.n, dtype=bool)
+        return np.asarray(self.flipped, dtype=bool)
 
     @property
     def n(self) -> int:
@@ -62,7 +93,8 @@ class SampleSet:
         for a, s in zip(self.idx[i], self.sgn[i]):
             name = labels[a]
             toks.append(name if name.startswith("c") else ("+" if s > 0 else "-") + name)
-        return f"k={self.group[i] + 1} y={int(self.y[i]):+d} [{', '.join(toks)}]"
+        flip = " (flipped)" if self.is_flipped[i] else ""
+        return f"k={self.group[i] + 1} y={int(self.y[i]):+d}{flip} [{', '.join(toks)}]"
 
 
 def n_samples(K: int, L: int) -> int:
@@ -71,25 +103,37 @@ def n_samples(K: int, L: int) -> int:
     return K * 2 * comb(2 * (K - 1) + L - 3, L - 2)
 
 
-def sample_set(K: int, L: int, p=None) -> SampleSet:
-    """Enumerate the K-mixture's samples exactly.
-
-    ``p``: group weights (length K, positive, normalised here); uniform by default.
-    Distractors: each of the L-2 tokens is ``eps v_{k'}`` with k' uniform on the
-    other K-1 groups and eps uniform on {+1, -1}, independently; a multiset of
-    counts ``n_t`` has probability ``(L-2)! / prod(n_t!) * (1 / (2(K-1)))^(L-2)``.
-    """
+def _check_common(K: int, L: int, p, label_prob: float, label_noise: float) -> np.ndarray:
     if K < 2:
         raise ValueError(f"K: must be an integer >= 2, got {K}")
     if L < 2:
         raise ValueError(f"L: must be an integer >= 2, got {L}")
+    if not (0.0 < float(label_prob) < 1.0):
+        raise ValueError(f"label_prob: must be in (0, 1), got {label_prob}")
+    if not (0.0 <= float(label_noise) < 0.5):
+        raise ValueError(f"label_noise: must be in [0, 0.5), got {label_noise}")
     if p is None:
-        p = np.full(K, 1.0 / K)
-    else:
-        p = np.asarray(p, dtype=float)
-        if p.shape != (K,) or np.any(~np.isfinite(p)) or np.any(p <= 0):
-            raise ValueError(f"p: must be {K} positive group weights, got {list(np.ravel(p))}")
-        p = p / p.sum()
+        return np.full(K, 1.0 / K)
+    p = np.asarray(p, dtype=float)
+    if p.shape != (K,) or np.any(~np.isfinite(p)) or np.any(p <= 0):
+        raise ValueError(f"p: must be {K} positive group weights, got {list(np.ravel(p))}")
+    return p / p.sum()
+
+
+def sample_set(K: int, L: int, p=None, label_prob: float = 0.5, label_noise: float = 0.0) -> SampleSet:
+    """Enumerate the K-mixture's samples exactly.
+
+    ``p``: group weights (length K, positive, normalised here); uniform by default.
+    ``label_prob``: P(y = +1) (default 1/2); ``label_noise``: flip probability
+    (default 0; see the module docstring: with rho > 0 every sample also
+    appears with the flipped label, weight times rho).
+    Distractors: each of the L-2 tokens is ``eps v_{k'}`` with k' uniform on the
+    other K-1 groups and eps uniform on {+1, -1}, independently; a multiset of
+    counts ``n_t`` has probability ``(L-2)! / prod(n_t!) * (1 / (2(K-1)))^(L-2)``.
+    """
+    p = _check_common(K, L, p, label_prob, label_noise)
+    q_pos = float(label_prob)
+    rho = float(label_noise)
     nd = L - 2
     n_types = 2 * (K - 1)
     q = 1.0 / n_types
@@ -104,7 +148,7 @@ def sample_set(K: int, L: int, p=None) -> SampleSet:
                 mult = factorial(nd)
                 for c in counts:
                     mult //= factorial(int(c))
-                w = p[k] * 0.5 * mult * q**nd
+                w = p[k] * (q_pos if y > 0 else 1.0 - q_pos) * mult * q**nd
                 dg = [types[t][0] for t in combo]
                 ds = [types[t][1] for t in combo]
                 idx = [k, K + k] + [K + g for g in dg]
@@ -112,6 +156,13 @@ def sample_set(K: int, L: int, p=None) -> SampleSet:
                 rows.append((idx, sgn, y, k, w, all(s == y for s in ds), dg, ds))
     n = len(rows)
     assert n == n_samples(K, L)
+    flipped = [False] * n
+    if rho > 0.0:
+        # clean copies (weight times 1 - rho), then flipped copies (weight times rho), same order
+        rows = ([r[:2] + (r[2], r[3], r[4] * (1.0 - rho)) + r[5:] for r in rows]
+                + [r[:2] + (-r[2], r[3], r[4] * rho) + r[5:] for r in rows])
+        flipped = [False] * n + [True] * n
+        n = 2 * n
     idx = np.array([r[0] for r in rows], dtype=np.int64).reshape(n, L)
     sgn = np.array([r[1] for r in rows], dtype=np.float64).reshape(n, L)
     arr = dict(
@@ -123,10 +174,11 @@ def sample_set(K: int, L: int, p=None) -> SampleSet:
         consistent=np.array([r[5] for r in rows], dtype=bool),
         distractor_group=np.array([r[6] for r in rows], dtype=np.int64).reshape(n, nd),
         distractor_sign=np.array([r[7] for r in rows], dtype=np.float64).reshape(n, nd),
+        flipped=np.array(flipped, dtype=bool),
     )
     for a in arr.values():
         a.setflags(write=False)
-    return SampleSet(K=K, L=L, p=tuple(float(x) for x in p), **arr)
+    return SampleSet(K=K, L=L, p=tuple(float(x) for x in p), label_prob=q_pos, label_noise=rho, **arr)
 
 
 def token_matrix(samples: SampleSet, i: int) -> np.ndarray:
@@ -135,3 +187,89 @@ def token_matrix(samples: SampleSet, i: int) -> np.ndarray:
     for l in range(samples.L):
         Z[samples.idx[i, l], l] += samples.sgn[i, l]
     return Z
+
+
+def random_embedding(P: int, d: int, rng: np.random.Generator, gram=None) -> np.ndarray:
+    """Features E (d, P) in R^d: a random orthonormal frame (QR of a Gaussian, signs
+    fixed), times ``chol(gram)^T`` when a Gram matrix is given, so that
+    E^T E = gram (the identity by default)."""
+    if d < P:
+        raise ValueError(f"ambient_d: must be >= 2K = {P}, got {d}")
+    Qf, R = np.linalg.qr(rng.standard_normal((d, P)))
+    E = Qf * np.where(np.diag(R) < 0, -1.0, 1.0)
+    if gram is not None:
+        E = E @ np.linalg.cholesky(np.asarray(gram, dtype=float)).T
+    return E
+
+
+@dataclass(frozen=True)
+class TrainingSet:
+    """A finite training set of n noisy sequences (empirical risk, weights 1/n).
+
+    ``samples``: the clean structure of the n drawn sequences as a
+    :class:`SampleSet` (idx, sgn: the clean tokens ``sgn e_idx``; y: the label
+    the loss sees; consistent, group, distractors, flipped as there; weight 1/n).
+    ``E`` (d, P): the features in R^d; ``X`` (n, d, L): the explicit tokens,
+    ``X[s, :, i] = sgn[s, i] E[:, idx[s, i]] + sigma xi``, xi ~ N(0, I_d) iid.
+    """
+
+    samples: SampleSet
+    E: np.ndarray
+    X: np.ndarray
+    sigma: float
+    seed: int
+
+    @property
+    def d(self) -> int:
+        return int(self.E.shape[0])
+
+
+def training_set(K: int, L: int, n: int, p=None, label_prob: float = 0.5, label_noise: float = 0.0,
+                 sigma: float = 0.0, d: int | None = None, seed: int = 0, gram=None) -> TrainingSet:
+    """Draw n sequences of the K-mixture (Definition 2.1) with noisy tokens.
+
+    Per sequence: group k ~ Categorical(p), clean label y ~ +1 w.p. ``label_prob``;
+    tokens c_k, y v_k and L-2 distractors eps v_k' (k' uniform on the other
+    groups, eps uniform on {+1, -1}); the label the loss sees is flipped with
+    probability ``label_noise``; every token gets N(0, sigma^2 I_d) noise.
+    ``d``: ambient dimension (default 2K + 4); ``gram``: the features' Gram
+    matrix (default: orthonormal features). Reproducible from ``seed``: one
+    ``default_rng(seed)`` draws, in this order, the embedding, groups, labels,
+    distractor groups, distractor signs, flips, noise.
+    """
+    p = _check_common(K, L, p, label_prob, label_noise)
+    n = int(n)
+    if n < 1:
+        raise ValueError(f"n_train: must be an integer >= 1, got {n}")
+    if sigma < 0 or not np.isfinite(sigma):
+        raise ValueError(f"noise_sigma: must be a finite number >= 0, got {sigma}")
+    P = 2 * K
+    d = P + 4 if d is None else int(d)
+    rng = np.random.default_rng(seed)
+    E = random_embedding(P, d, rng, gram)
+    nd = L - 2
+    group = rng.choice(K, size=n, p=p).astype(np.int64)
+    y_clean = np.where(rng.random(n) < label_prob, 1.0, -1.0)
+    dg = rng.integers(0, K - 1, size=(n, nd))
+    dg = (dg + (dg >= group[:, None])).astype(np.int64)     # uniform on the other groups
+    ds = np.where(rng.random((n, nd)) < 0.5, -1.0, 1.0)
+    flipped = rng.random(n) < label_noise if label_noise > 0 else np.zeros(n, dtype=bool)
+    noise = rng.standard_normal((n, d, L)) * sigma
+    # distractors sorted by (group, sign), as in sample_set
+    order = np.lexsort((ds, dg), axis=1) if nd else np.zeros((n, 0), dtype=np.int64)
+    dg = np.take_along_axis(dg, order, axis=1)
+    ds = np.take_along_axis(ds, order, axis=1)
+    idx = np.concatenate([group[:, None], (K + group)[:, None], K + dg], axis=1).astype(np.int64)
+    sgn = np.concatenate([np.ones((n, 1)), y_clean[:, None], ds], axis=1)
+    X = np.einsum("dsl,sl->sdl", E[:, idx], sgn) + noise
+    arr = dict(
+        idx=idx, sgn=sgn, y=np.where(flipped, -y_clean, y_clean), group=group,
+        weight=np.full(n, 1.0 / n), consistent=np.all(ds == y_clean[:, None], axis=1),
+        distractor_group=dg.reshape(n, nd), distractor_sign=ds.reshape(n, nd), flipped=flipped,
+    )
+    for a in arr.values():
+        a.setflags(write=False)
+    X.setflags(write=False)
+    samples = SampleSet(K=K, L=L, p=tuple(float(x) for x in p), label_prob=float(label_prob),
+                        label_noise=float(label_noise), **arr)
+    return TrainingSet(samples=samples, E=E, X=X, sigma=float(sigma), seed=int(seed))

@@ -157,3 +157,64 @@ def project(params: dict, E: np.ndarray) -> np.ndarray:
     B = np.einsum("jma,jmb->jab", QE, QE)
     wt = params["w"] @ E
     return np.concatenate([S.ravel(), A.ravel(), B.ravel(), wt.ravel()]).astype(np.float64)
+
+
+# ------------------------------------------------ several neurons per head
+
+def forward_neurons(params: dict, X: np.ndarray, samples):
+    """(loss, u (n, 2, nn), margins (n,)) with nn neurons per head sharing its attention:
+    w (2, nn, d);  zbar_j = (1/L) sum_l sum_i p[l, i] X_i,  u_{j,q} = w_{j,q}^T zbar_j,
+    f = sum_j a_j (1/nn) sum_q relu(u_{j,q})."""
+    n, _, L = X.shape
+    nn = params["w"].shape[1]
+    u = np.empty((n, 2, nn))
+    for j in range(2):
+        # attention only (the value vector passed here is unused)
+        _, p, _, _, _ = _head_forward(params["W_K"][j], params["W_Q"][j], np.zeros(X.shape[1]), X)
+        zbar = np.einsum("sli,sdi->sd", p, X) / L
+        u[:, j, :] = zbar @ params["w"][j].T
+    f = np.maximum(u[:, 0, :], 0.0).mean(axis=1) - np.maximum(u[:, 1, :], 0.0).mean(axis=1)
+    margins = np.asarray(samples.y) * f
+    loss = float(np.sum(np.asarray(samples.weight) * _logistic_loss(margins)))
+    return loss, u, margins
+
+
+def gradients_neurons(params: dict, X: np.ndarray, samples, relu_prime_at_zero: float = 1.0) -> dict:
+    """dLoss/dW_K, dLoss/dW_Q (2, m, d) and dLoss/dw (2, nn, d) of :func:`forward_neurons`
+    by explicit backprop."""
+    y = np.asarray(samples.y)
+    weight = np.asarray(samples.weight)
+    n, _, L = X.shape
+    nn = params["w"].shape[1]
+    heads = [_head_forward(params["W_K"][j], params["W_Q"][j], np.zeros(X.shape[1]), X) for j in range(2)]
+    zbars = [np.einsum("sli,sdi->sd", heads[j][1], X) / L for j in range(2)]
+    u = np.stack([zbars[j] @ params["w"][j].T for j in range(2)], axis=1)           # (n, 2, nn)
+    f = np.maximum(u[:, 0, :], 0.0).mean(axis=1) - np.maximum(u[:, 1, :], 0.0).mean(axis=1)
+    g = 1.0 / (1.0 + np.exp(np.clip(y * f, -700, 700)))   # -l'(margin)
+    out = {k: np.zeros_like(params[k]) for k in ("W_K", "W_Q", "w")}
+    for j in range(2):
+        _, p, keys, queries, _ = heads[j]
+        # dLoss/du_{j,q} = weight * l'(margin) * y * a_j * relu'(u_{j,q}) / nn
+        c = (-weight * g * y * HEAD_SIGN[j])[:, None] * _relu_prime(u[:, j, :], relu_prime_at_zero) / nn  # (n, nn)
+        out["w"][j] = c.T @ zbars[j]                                      # (nn, d)
+        om = c @ params["w"][j]                                           # (n, d): dLoss/dzbar_j
+        v = np.einsum("sd,sdi->si", om, X)                                # om . X_i
+        vbar = np.einsum("sli,si->sl", p, v)
+        D = np.swapaxes(p, 1, 2) * (v[:, :, None] - vbar[:, None, :]) / L  # [n, i, l]
+        out["W_K"][j] = (queries @ np.swapaxes(D, 1, 2) @ np.swapaxes(X, 1, 2)).sum(axis=0)
+        out["W_Q"][j] = (keys @ D @ np.swapaxes(X, 1, 2)).sum(axis=0)
+    return out
+
+
+def gd_step_neurons(params: dict, X: np.ndarray, samples, eta: float, neuron_eta: float,
+                    train_w: bool = True, train_att: bool = True, relu_prime_at_zero: float = 1.0) -> dict:
+    """One plain full-batch GD step of the several-neuron network: step ``eta`` on
+    W_K, W_Q, step ``neuron_eta`` on the neurons (eta * nn: the mean-field time scale)."""
+    grads = gradients_neurons(params, X, samples, relu_prime_at_zero)
+    new = {k: np.array(v, copy=True) for k, v in params.items()}
+    if train_att:
+        new["W_K"] = params["W_K"] - eta * grads["W_K"]
+        new["W_Q"] = params["W_Q"] - eta * grads["W_Q"]
+    if train_w:
+        new["w"] = params["w"] - neuron_eta * grads["w"]
+    return new

@@ -3,6 +3,11 @@
 :class:`MixtureSystem` adapts the numba kernels to the shared steppers of
 ``meanfield.integrate``; :func:`stages` turns a schedule into stages;
 :func:`run` integrates and :func:`save` writes the public run format.
+
+Configs that need general token vectors or several neurons per head
+(``cfg.dense``: ``feature_gram``, ``n_train`` / ``noise_sigma`` or
+``n_neurons > 1``) are handed to ``meanfield.mixture.dense`` by :func:`run`
+and :func:`save`; every other config runs here, unchanged.
 """
 
 from __future__ import annotations
@@ -102,27 +107,47 @@ def save_at(cfg: MixtureConfig) -> integrate.SaveAt:
     return integrate.SaveAt.uniform(H / 1000, H)
 
 
+def samples_of(cfg: MixtureConfig) -> SampleSet:
+    """The exact sample set of a config (group weights, label probability, label noise)."""
+    return sample_set(cfg.K, cfg.L, cfg.p, cfg.label_prob, cfg.label_noise)
+
+
 def run(cfg: MixtureConfig, y0: np.ndarray | None = None, monitor: integrate.Monitor | None = None) -> integrate.Trajectory:
-    """Integrate the reduced dynamics for ``cfg`` (from ``y0`` if given)."""
-    samples = sample_set(cfg.K, cfg.L, cfg.p)
+    """Integrate the reduced dynamics for ``cfg`` (from ``y0`` if given).
+    Dense configs (``cfg.dense``) run on ``meanfield.mixture.dense``: their
+    states are in that module's basis coordinates."""
+    if cfg.dense:
+        from . import dense
+
+        return dense.run(cfg, y0, monitor)
+    samples = samples_of(cfg)
     system = MixtureSystem(samples, cfg.relu_prime_at_zero, cfg.max_abs)
     y = initial_state(cfg) if y0 is None else np.asarray(y0, dtype=np.float64)
     return solver(cfg).solve(system, y, stages(cfg), save_at(cfg), monitor)
 
 
 def samples_group(samples: SampleSet) -> dict:
-    return {
+    out = {
         "idx": samples.idx, "sgn": samples.sgn, "y": samples.y, "group": samples.group,
         "weight": samples.weight, "consistent": samples.consistent.astype(np.int8),
         "distractor_group": samples.distractor_group, "distractor_sign": samples.distractor_sign,
         "description": np.array([samples.describe(i) for i in range(samples.n)], dtype=object),
     }
+    if samples.is_flipped.any():
+        out["flipped"] = samples.is_flipped.astype(np.int8)
+    return out
 
 
 def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, status: str | None = None,
          message: str | None = None, extra_attrs: dict | None = None) -> Path:
-    """Write the run file (public format, see the README)."""
-    samples = sample_set(cfg.K, cfg.L, cfg.p)
+    """Write the run file (public format, see the README). Dense configs are
+    written by ``meanfield.mixture.dense.save`` (same datasets, in feature
+    coordinates, plus the dense path's extras)."""
+    if cfg.dense:
+        from . import dense
+
+        return dense.save(path, cfg, traj, status, message, extra_attrs)
+    samples = samples_of(cfg)
     arr = traj.arrays()
     Y = arr["y"] if arr["y"].size else np.empty((0, kernels.state_size(cfg.P)))
     obs = observables(samples, Y)
@@ -142,8 +167,10 @@ def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, statu
         "stopped_at_t": float(arr["t"][-1]) if arr["t"].size else 0.0,
         "warnings": list(traj.warnings),
     }
-    st = stage_times(arr["t"], obs["loss"], obs["margin"], samples.consistent, obs["S"], obs["A"], obs["B"],
-                     obs["w"], samples, cfg.schedule, traj.stage_ends, cfg.relu_prime_at_zero)
+    # margins of flipped labels (label noise) do not count for the stage times
+    clean = ~samples.is_flipped
+    st = stage_times(arr["t"], obs["loss"], obs["margin"][:, clean], samples.consistent[clean], obs["S"], obs["A"],
+                     obs["B"], obs["w"], samples, cfg.schedule, traj.stage_ends, cfg.relu_prime_at_zero)
     attrs.update({"T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"], "stage_time_criteria": st["criteria"]})
     attrs.update(extra_attrs or {})
     return write_run(path, system="mixture", config=cfg.to_dict(), status=status or traj.status,

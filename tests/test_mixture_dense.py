@@ -1,0 +1,467 @@
+"""The dense path (``meanfield.mixture.dense``) and the reviewers' extensions.
+
+Acceptance: for non-orthogonal features, a noisy finite training set and
+several neurons per head, the dense reduced GD map equals full-batch GD on the
+explicit network (``meanfield.mixture.model``, plain numpy) to 1e-10 relative
+over 200 steps; with Gamma = I and one neuron the dense path equals the fast
+path (``meanfield.mixture.run.run``) to 1e-12. Also: the sympy-derived GD
+map in feature coordinates with the metric Gamma equals the dense map;
+sample weights with label probability and label noise equal a brute-force
+enumeration; config errors are one line naming the field.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from meanfield.config import ConfigError
+from meanfield.io import read_run
+from meanfield.mixture import dense, kernels, model
+from meanfield.mixture import run as R
+from meanfield.mixture.config import gram_matrix, make_config
+from meanfield.mixture.data import sample_set, training_set
+
+GRAM_SPEC = "cc:0.3,vv:0.25,cv:0.2,cvx:-0.1"
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _project(params, Q, nn=None):
+    """Dense flat state of explicit weights in the orthonormal basis Q (d, r)."""
+    KQ = np.einsum("jmd,dr->jmr", params["W_K"], Q)
+    QQ = np.einsum("jmd,dr->jmr", params["W_Q"], Q)
+    S = np.einsum("jma,jmb->jab", KQ, QQ)
+    A = np.einsum("jma,jmb->jab", KQ, KQ)
+    B = np.einsum("jma,jmb->jab", QQ, QQ)
+    w = params["w"] @ Q if params["w"].ndim == 2 else np.einsum("jqd,dr->jqr", params["w"], Q)
+    return dense.pack(S, A, B, w)
+
+
+def _advance(y, data, nn, nsteps, eta, r0=1.0, train_w=True, train_att=True):
+    s = data.samples
+    return dense.gd_advance(y, nsteps, eta, data.r, nn, data.X, s.y, s.weight, s.consistent, float(r0),
+                            train_w, train_att, 0, 1, 0.0, np.inf)
+
+
+def _compare(data, X, params, Q, eta, nn=1, n_steps=200, every=20, tol=1e-10, r0=1.0,
+             train_w=True, train_att=True):
+    """Dense GD map vs explicit GD (step eta, neurons eta * nn) over n_steps."""
+    samples = data.samples
+    y = _project(params, Q)
+    y0 = y.copy()
+    worst = 0.0
+    for start in range(0, n_steps, every):
+        k = min(every, n_steps - start)
+        done, code, loss = _advance(y, data, nn, k, eta, r0, train_w, train_att)
+        assert (done, code) == (k, 0)
+        for _ in range(k):
+            if nn == 1 and params["w"].ndim == 2:
+                params = model.gd_step(params, X, samples, eta, train_w, train_att, r0)
+            else:
+                params = model.gd_step_neurons(params, X, samples, eta, eta * nn, train_w, train_att, r0)
+        ref = _project(params, Q)
+        err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
+        worst = max(worst, err)
+        assert err < tol, f"step {start + k}: relative state error {err:.2e}"
+        ref_loss = (model.forward if params["w"].ndim == 2 else model.forward_neurons)(params, X, samples)[0]
+        assert abs(loss - ref_loss) <= 1e-10 * abs(ref_loss)
+    return y0, y, params, worst
+
+
+def _moved(y0, y, r, nn):
+    S0, A0, B0, w0 = dense.unpack(y0, r, nn)
+    S1, A1, B1, w1 = dense.unpack(y, r, nn)
+    return (max(np.max(np.abs(S1 - S0)), np.max(np.abs(A1 - A0)), np.max(np.abs(B1 - B0))),
+            float(np.max(np.abs(w1 - w0))))
+
+
+# ------------------------------------------------- Gamma = I: the fast path
+
+
+FAST_CASES = {
+    "paper": dict(steps=600, record_every=20),
+    "finite-width-gaussian": dict(steps=400, record_every=40, width=7, seed=3, neuron_init="gaussian:0.1"),
+    "three-stage-K3L4": dict(K=3, L=4, schedule="three-stage", stage_steps=(150, 150, 100), record_every=25,
+                             stage_criteria="consistent_margin>=0.05,none,none"),
+    "labels": dict(steps=300, record_every=30, p=(0.7, 0.3), label_prob=0.7, label_noise=0.1),
+    "rk4": dict(method="rk4", steps=150, record_every=10, neuron_init="const:0.01,0.01,0,0"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAST_CASES))
+def test_identity_gram_one_neuron_equals_fast_path(case, tmp_path):
+    base = make_config({}, **FAST_CASES[case])
+    assert not base.dense
+    cfg = make_config(base.to_dict() | {"feature_gram": "cc:0"})
+    assert cfg.dense and np.array_equal(gram_matrix(cfg.feature_gram, cfg.K), np.eye(cfg.P))
+    a = R.run(base)
+    b = R.run(cfg)
+    ya, yb = a.arrays()["y"], b.arrays()["y"]
+    assert ya.shape == yb.shape and np.array_equal(a.arrays()["t"], b.arrays()["t"])
+    assert a.stage_ends == b.stage_ends
+    assert np.max(np.abs(ya - yb)) <= 1e-12 * np.max(np.abs(ya))
+    # run files: same recorded quantities and stage times
+    fa = read_run(R.save(tmp_path / "a.h5", base, a))
+    fb = read_run(R.save(tmp_path / "b.h5", cfg, b))
+    for k in ("S", "A", "B", "w", "loss", "margin", "u"):
+        np.testing.assert_allclose(fb[k], fa[k], rtol=0, atol=1e-12 * max(1.0, np.max(np.abs(fa[k]))))
+    for k in ("T1", "T2", "T_loss"):
+        assert (math.isnan(fa.attrs[k]) and math.isnan(fb.attrs[k])) or abs(fa.attrs[k] - fb.attrs[k]) < 1e-12
+    assert fb.attrs["dense_path"] == 1 and "dense_path" not in fa.attrs
+    assert np.array_equal(fb["samples"]["weight"], fa["samples"]["weight"])
+
+
+def test_default_config_stays_on_fast_path():
+    cfg = make_config({})
+    assert not cfg.dense
+    assert (cfg.label_prob, cfg.label_noise, cfg.feature_gram, cfg.noise_sigma, cfg.n_train, cfg.n_neurons) == \
+        (0.5, 0.0, None, 0.0, None, 1)
+    s = sample_set(2, 3)
+    np.testing.assert_array_equal(s.weight, np.full(8, 0.125))
+    assert not s.is_flipped.any()
+
+
+# ------------------------------------------------- non-orthogonal features
+
+
+def _gram_setup(K, L, m, seed, gram, d_extra=3, w_sd=0.3, omega=0.8):
+    rng = np.random.default_rng(seed)
+    d = 2 * K + d_extra
+    Eo = model.embedding(K, d, rng)
+    E = Eo @ np.linalg.cholesky(gram).T        # E^T E = gram
+    samples = sample_set(K, L)
+    X = model.tokens(samples, E)
+    params = model.init_weights(m, d, omega, rng, w=rng.standard_normal((2, d)) * w_sd)
+    data = dense.population_data(K, L, gram=gram)
+    return data, X, params, Eo, E
+
+
+@pytest.mark.parametrize("m", [1, 3, 50])
+@pytest.mark.parametrize("K,L", [(2, 3), (3, 4)])
+def test_gram_reduced_gd_equals_explicit_gd(K, L, m):
+    gram = gram_matrix(GRAM_SPEC, K)
+    data, X, params, Q, E = _gram_setup(K, L, m, seed=500 + 10 * K + m, gram=gram)
+    np.testing.assert_allclose(E.T @ E, gram, atol=1e-14)
+    np.testing.assert_allclose(Q @ data.C, E, atol=1e-14)   # E = Q C: the basis of the dense data
+    y0, y, params, worst = _compare(data, X, params, Q, eta=0.4)
+    att, w = _moved(y0, y, data.r, 1)
+    assert att > 0.05 and w > 0.3
+    # feature coordinates = the explicit e_a^T W_K^T W_Q e_b, e_a^T w
+    feat = dense.to_features(data, y, 1)
+    for j in range(2):
+        np.testing.assert_allclose(feat["S"][0, j], E.T @ params["W_K"][j].T @ params["W_Q"][j] @ E, atol=1e-10)
+        np.testing.assert_allclose(feat["A"][0, j], E.T @ params["W_K"][j].T @ params["W_K"][j] @ E, atol=1e-10)
+        np.testing.assert_allclose(feat["w"][0, j], E.T @ params["w"][j], atol=1e-10)
+
+
+@pytest.mark.parametrize("schedule", [(True, False), (False, True)])
+def test_gram_stagewise_modes(schedule):
+    gram = gram_matrix("cv:0.4,vv:-0.3", 2)
+    data, X, params, Q, _ = _gram_setup(2, 3, 4, seed=9, gram=gram)
+    y0, y, _, _ = _compare(data, X, params, Q, eta=0.5, n_steps=60, every=30,
+                           train_w=schedule[0], train_att=schedule[1])
+    att, w = _moved(y0, y, data.r, 1)
+    assert (att > 0) == schedule[1] and (w > 0) == schedule[0]
+
+
+def test_gram_feature_map_equals_sympy_derivation():
+    """The sympy-derived GD map in feature coordinates (metric Gamma), fed with
+    G = dLoss/dS_feat from the FAST kernels (exact in feature coordinates for
+    signed-feature tokens), equals the dense map at random states."""
+    from meanfield.mixture import symbolic_gram as SG
+
+    res = SG.derive()
+    assert all(res["matches_expected"].values())
+    assert all(v != 0 for v in res["mismatch"].values())
+    K, L = 2, 3
+    gram = gram_matrix(GRAM_SPEC, K)
+    data = dense.population_data(K, L, gram=gram)
+    smp = data.samples
+    rng = np.random.default_rng(3)
+    for trial in range(4):
+        eta = 0.3 + 0.2 * trial
+        MK, MQ = rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 4))
+        y = dense.pack(np.einsum("jma,jmb->jab", MK, MQ), np.einsum("jma,jmb->jab", MK, MK),
+                       np.einsum("jma,jmb->jab", MQ, MQ), rng.standard_normal((2, 1, 4)))
+        f0 = dense.to_features(data, y, 1)
+        yf = kernels.pack(f0["S"][0], f0["A"][0], f0["B"][0], f0["w"][0])
+        loss, G, dw, _, _ = kernels.loss_and_grads(yf, 4, smp.idx, smp.sgn, smp.y, smp.weight, 1.0)
+        y1 = y.copy()
+        assert _advance(y1, data, 1, 1, eta)[:2] == (1, 0)
+        f1 = dense.to_features(data, y1, 1)
+        for j in range(2):
+            S1, A1, B1, w1 = SG.gd_map_features(f0["S"][0, j], f0["A"][0, j], f0["B"][0, j], f0["w"][0, j],
+                                                G[j], dw[j], gram, eta)
+            for got, want in ((f1["S"][0, j], S1), (f1["A"][0, j], A1), (f1["B"][0, j], B1), (f1["w"][0, j], w1)):
+                np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(1.0, np.max(np.abs(want))))
+        # the first-proposed A' differs at a generic state (the test can tell them apart)
+        import sympy as sp
+        fA = sp.lambdify((SG.S, SG.A, SG.B, SG.WT, SG.G, SG.GW, SG.GAMMA, SG.ETA), SG.PROPOSED["A"], "numpy")
+        bad = fA(f0["S"][0, 0], f0["A"][0, 0], f0["B"][0, 0], f0["w"][0, 0][:, None], G[0], dw[0][:, None], gram, eta)
+        assert np.max(np.abs(bad - f1["A"][0, 0])) > 1e-6
+
+
+def test_gram_infinite_width_init_in_feature_coordinates():
+    cfg = make_config({}, feature_gram=GRAM_SPEC, omega=0.3, neuron_init="const:0.1,0.2,0.3,0.4")
+    data = dense.data_of(cfg)
+    f = dense.to_features(data, dense.initial_state(cfg, data), 1)
+    gram = gram_matrix(GRAM_SPEC, 2)
+    np.testing.assert_allclose(f["A"][0, 0], 0.09 * gram, atol=1e-15)   # omega^2 Gamma, not omega^2 I
+    np.testing.assert_allclose(f["S"][0], 0.0)
+    np.testing.assert_allclose(f["w"][0, 1], [0.1, 0.2, 0.3, 0.4], atol=1e-15)
+
+
+def test_gram_finite_width_init_law():
+    """Finite width: S_feat = (W_K E)^T (W_Q E) with W iid N(0, omega^2/m): E[A_feat] = omega^2 Gamma."""
+    gram = gram_matrix(GRAM_SPEC, 2)
+    acc = np.zeros((4, 4))
+    n = 200
+    for seed in range(n):
+        cfg = make_config({}, feature_gram=GRAM_SPEC, width=20, seed=seed, omega=1.0)
+        data = dense.data_of(cfg)
+        acc += dense.to_features(data, dense.initial_state(cfg, data), 1)["A"][0, 0]
+    np.testing.assert_allclose(acc / n, gram, atol=0.08)
+
+
+# ------------------------------------------------- noisy finite training sets
+
+
+@pytest.mark.parametrize("m", [1, 3, 50])
+@pytest.mark.parametrize("n,d", [(6, 7), (2, 15)])
+def test_noisy_training_set_reduced_gd_equals_explicit_gd(m, n, d):
+    K, L = 2, 3
+    ts = training_set(K, L, n, sigma=0.1, d=d, seed=11 + m)
+    data = dense.training_data(ts)
+    assert data.r == min(d, n * L + 2 * K)
+    np.testing.assert_allclose(data.Q.T @ data.Q, np.eye(data.r), atol=1e-13)
+    rng = np.random.default_rng(100 + m + d)
+    params = model.init_weights(m, d, 0.8, rng, w=rng.standard_normal((2, d)) * 0.3)
+    y0, y, params, worst = _compare(data, ts.X, params, data.Q, eta=0.4)
+    att, w = _moved(y0, y, data.r, 1)
+    assert att > 0.05 and w > 0.3
+    # feature coordinates: projections on the clean features
+    feat = dense.to_features(data, y, 1)
+    for j in range(2):
+        np.testing.assert_allclose(feat["S"][0, j], ts.E.T @ params["W_K"][j].T @ params["W_Q"][j] @ ts.E,
+                                   atol=1e-10)
+
+
+def test_noisy_training_set_with_gram_and_neurons():
+    K, L, n, d, nn, m = 2, 3, 6, 7, 3, 3
+    gram = gram_matrix("cc:0.2,vv:0.3", K)
+    ts = training_set(K, L, n, sigma=0.1, d=d, seed=4, gram=gram)
+    np.testing.assert_allclose(ts.E.T @ ts.E, gram, atol=1e-14)
+    data = dense.training_data(ts)
+    rng = np.random.default_rng(8)
+    params = model.init_weights(m, d, 0.8, rng)
+    params["w"] = rng.standard_normal((2, nn, d)) * 0.3
+    _compare(data, ts.X, params, data.Q, eta=0.4, nn=nn)
+
+
+def test_training_set_sampler():
+    K, L, n = 3, 4, 20000
+    ts = training_set(K, L, n, p=(0.5, 0.3, 0.2), label_prob=0.7, label_noise=0.1, sigma=0.2, d=9, seed=1)
+    s = ts.samples
+    assert ts.X.shape == (n, 9, L) and s.n == n and np.all(s.weight == 1.0 / n)
+    np.testing.assert_allclose(np.bincount(s.group, minlength=K) / n, [0.5, 0.3, 0.2], atol=0.015)
+    y_clean = s.sgn[:, 1]
+    assert abs(np.mean(y_clean > 0) - 0.7) < 0.015
+    assert abs(np.mean(s.is_flipped) - 0.1) < 0.01
+    np.testing.assert_array_equal(s.y, np.where(s.is_flipped, -y_clean, y_clean))
+    np.testing.assert_array_equal(s.consistent, np.all(s.distractor_sign == y_clean[:, None], axis=1))
+    assert np.all(s.distractor_group != s.group[:, None])
+    clean = np.einsum("dsl,sl->sdl", ts.E[:, s.idx], s.sgn)
+    noise = ts.X - clean
+    assert abs(noise.std() - 0.2) < 0.005 and abs(noise.mean()) < 0.005
+    a = training_set(K, L, 50, sigma=0.1, seed=7)
+    b = training_set(K, L, 50, sigma=0.1, seed=7)
+    assert np.array_equal(a.X, b.X) and np.array_equal(a.samples.idx, b.samples.idx)
+    # sigma = 0: tokens in the features' span, basis dimension P
+    assert dense.training_data(training_set(K, L, 30, sigma=0.0, d=12, seed=2)).r == 2 * K
+
+
+# ------------------------------------------------- several neurons per head
+
+
+def test_neuron_oracle_is_the_one_neuron_oracle_and_finite_differences():
+    rng = np.random.default_rng(2)
+    K, L, m, d = 2, 3, 3, 6
+    samples = sample_set(K, L)
+    X = model.tokens(samples, model.embedding(K, d, rng))
+    params = model.init_weights(m, d, 0.9, rng, w=rng.standard_normal((2, d)) * 0.5)
+    multi = dict(params, w=params["w"][:, None, :])
+    l1, u1, m1 = model.forward(params, X, samples)
+    l2, u2, m2 = model.forward_neurons(multi, X, samples)
+    assert abs(l1 - l2) < 1e-14 and np.allclose(u2[:, :, 0], u1, atol=1e-14)
+    g1 = model.gradients(params, X, samples)
+    g2 = model.gradients_neurons(multi, X, samples)
+    for k in ("W_K", "W_Q"):
+        np.testing.assert_allclose(g2[k], g1[k], atol=1e-14)
+    np.testing.assert_allclose(g2["w"][:, 0], g1["w"], atol=1e-14)
+    # several neurons: finite differences
+    multi = dict(params, w=rng.standard_normal((2, 3, d)) * 0.5)
+    assert np.min(np.abs(model.forward_neurons(multi, X, samples)[1])) > 1e-4
+    g = model.gradients_neurons(multi, X, samples)
+    h = 1e-6
+    for name in ("W_K", "w"):
+        for ix in [(0, 1, 2), (1, 2, 4), (0, 0, 0)]:
+            pl = {k: v.copy() for k, v in multi.items()}
+            mi = {k: v.copy() for k, v in multi.items()}
+            pl[name][ix] += h
+            mi[name][ix] -= h
+            fd = (model.forward_neurons(pl, X, samples)[0] - model.forward_neurons(mi, X, samples)[0]) / (2 * h)
+            assert abs(fd - g[name][ix]) < 1e-7 * max(1.0, abs(fd))
+
+
+@pytest.mark.parametrize("m", [1, 3, 50])
+@pytest.mark.parametrize("nn", [2, 5])
+def test_neurons_reduced_gd_equals_explicit_gd(m, nn):
+    K, L = 2, 3
+    rng = np.random.default_rng(20 + m + nn)
+    d = 2 * K + 2
+    Q = model.embedding(K, d, rng)
+    samples = sample_set(K, L)
+    X = model.tokens(samples, Q)
+    params = model.init_weights(m, d, 0.8, rng)
+    params["w"] = rng.standard_normal((2, nn, d)) * 0.3
+    data = dense.population_data(K, L)
+    y0, y, params, _ = _compare(data, X, params, Q, eta=0.4, nn=nn)
+    att, w = _moved(y0, y, data.r, nn)
+    assert att > 0.05 and w > 0.3
+    # the recorded w is the mean neuron, w_neurons all of them
+    feat = dense.to_features(data, y, nn)
+    np.testing.assert_allclose(feat["w_neurons"][0], np.einsum("da,jqd->jqa", Q, params["w"]), atol=1e-10)
+    np.testing.assert_allclose(feat["w"][0], feat["w_neurons"][0].mean(axis=1), atol=1e-15)
+
+
+def test_neurons_gaussian_init_and_run_file(tmp_path):
+    cfg = make_config({}, n_neurons=4, neuron_init="gaussian:0.05", steps=200, record_every=50, seed=5)
+    data = dense.data_of(cfg)
+    y0 = dense.initial_state(cfg, data)
+    w = dense.unpack(y0, data.r, 4)[3]
+    _, rng = dense._streams(5)
+    np.testing.assert_array_equal(w, 0.05 * rng.standard_normal((2, 4, 4)))
+    # one neuron: the numbers of init.neuron_init
+    from meanfield.mixture.init import neuron_init
+    one = make_config({}, n_neurons=1, neuron_init="gaussian:0.05", seed=5, feature_gram="cc:0")
+    d1 = dense.data_of(one)
+    np.testing.assert_array_equal(dense.unpack(dense.initial_state(one, d1), 4, 1)[3][:, 0],
+                                  neuron_init(2, "gaussian:0.05", 5))
+    traj = R.run(cfg)
+    f = read_run(R.save(tmp_path / "n.h5", cfg, traj))
+    T = len(f["t"])
+    assert f["w_neurons"].shape == (T, 2, 4, 4) and f["w"].shape == (T, 2, 4)
+    np.testing.assert_allclose(f["w"], f["w_neurons"].mean(axis=2), atol=1e-15)
+    assert f["u_neurons"].shape == (T, 8, 2, 4) and f["S"].shape == (T, 2, 4, 4)
+    assert f.attrs["n_neurons"] == 4 and f.attrs["basis_dim"] == 4
+
+
+def test_flow_rhs_is_the_eta_derivative_of_the_gd_map():
+    cfg = make_config({}, n_neurons=3, neuron_init="gaussian:0.3", feature_gram=GRAM_SPEC, width=6, seed=2)
+    data = dense.data_of(cfg)
+    y = dense.initial_state(cfg, data)
+    sysm = dense.system_of(cfg, data)
+    rhs = sysm.rhs(y, (True, True))
+    eta = 1e-7
+    y1 = y.copy()
+    sysm.gd_advance(y1, 1, eta, (True, True), None)
+    np.testing.assert_allclose((y1 - y) / eta, rhs, atol=1e-6 * np.max(np.abs(rhs)))
+
+
+def test_dense_flow_and_criteria_run():
+    cfg = make_config({}, feature_gram="vv:0.3", n_neurons=2, neuron_init="gaussian:0.1", method="flow",
+                      t_end=20.0, criterion="min_margin>=0.05", record_every=5)
+    traj = R.run(cfg)
+    assert traj.status == "complete"
+    data = dense.data_of(cfg)
+    y = traj.arrays()["y"][-1]
+    if traj.stage_ends[-1]["reason"] == "criterion":
+        assert abs(dense.system_of(cfg, data).criterion_value(y, "min_margin") - 0.05) < 1e-6
+
+
+# ------------------------------------------------- label probability and label noise
+
+
+def _brute_force_weights(K, L, p, q, rho):
+    """Enumerate ordered token sequences: (group, observed label, flipped?, clean tokens) -> probability."""
+    p = np.asarray(p) / np.sum(p)
+    out = {}
+    others = lambda k: [kk for kk in range(K) if kk != k]  # noqa: E731
+    for k in range(K):
+        for y in (1.0, -1.0):
+            py = q if y > 0 else 1 - q
+            for dist in itertools.product(*[[(kk, e) for kk in others(k) for e in (-1.0, 1.0)]] * (L - 2)):
+                pr = p[k] * py * (1.0 / (2 * (K - 1))) ** (L - 2)
+                toks = tuple(sorted([(k, 1.0), (K + k, y)] + [(K + kk, e) for kk, e in dist]))
+                for flip, pf in ((False, 1 - rho), (True, rho)):
+                    if pf == 0:
+                        continue
+                    key = (k, -y if flip else y, flip, toks)
+                    out[key] = out.get(key, 0.0) + pr * pf
+    return out
+
+
+@pytest.mark.parametrize("K,L,p,q,rho", [(2, 3, (0.7, 0.3), 0.7, 0.0), (2, 4, None, 0.5, 0.2),
+                                         (3, 4, (0.2, 0.5, 0.3), 0.35, 0.1), (3, 2, None, 0.6, 0.3)])
+def test_label_prob_and_noise_weights_by_enumeration(K, L, p, q, rho):
+    s = sample_set(K, L, p, label_prob=q, label_noise=rho)
+    want = _brute_force_weights(K, L, p if p is not None else np.ones(K), q, rho)
+    got = {}
+    for i in range(s.n):
+        toks = tuple(sorted(zip(s.idx[i].tolist(), s.sgn[i].tolist())))
+        key = (int(s.group[i]), float(s.y[i]), bool(s.is_flipped[i]), toks)
+        assert key not in got
+        got[key] = float(s.weight[i])
+        # consistent refers to the tokens: distractor signs == sign of the v_k token
+        assert s.consistent[i] == all(e == s.sgn[i, 1] for e in s.distractor_sign[i])
+    assert set(got) == set(want)
+    for key in want:
+        assert abs(got[key] - want[key]) < 1e-15
+    assert abs(s.weight.sum() - 1.0) < 1e-14
+    n0 = s.n // 2 if rho > 0 else s.n
+    assert not s.is_flipped[:n0].any() and s.is_flipped[n0:].all()
+
+
+def test_label_noise_run_stage_times_use_clean_margins(tmp_path):
+    cfg = make_config({}, label_noise=0.1, steps=3000, record_every=30)
+    assert not cfg.dense
+    f = read_run(R.save(tmp_path / "ln.h5", cfg, R.run(cfg)))
+    assert f["margin"].shape[1] == 16 and "flipped" in f["samples"]
+    assert np.isfinite(f.attrs["T1"]) and np.isfinite(f.attrs["T2"])
+
+
+# ------------------------------------------------- config validation
+
+
+@pytest.mark.parametrize("bad,field", [
+    (dict(label_prob=0.0), "label_prob"), (dict(label_prob=1.2), "label_prob"),
+    (dict(label_noise=0.5), "label_noise"), (dict(label_noise=-0.1), "label_noise"),
+    (dict(feature_gram="cc:0.2,xx:1"), "feature_gram"), (dict(feature_gram="cc:2"), "feature_gram"),
+    (dict(feature_gram="cc:0.2,cc:0.1"), "feature_gram"),
+    (dict(feature_gram=[[1, 0.1], [0.1, 1]]), "feature_gram"),
+    (dict(feature_gram=[[1, 0.1, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]), "feature_gram"),
+    (dict(feature_gram=[[1, 0, 0, 0], [0, -1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]), "feature_gram"),
+    (dict(noise_sigma=0.1), "n_train"), (dict(noise_sigma=-1, n_train=4), "noise_sigma"),
+    (dict(n_train=0), "n_train"), (dict(ambient_d=8), "ambient_d"), (dict(n_train=4, ambient_d=3), "ambient_d"),
+    (dict(data_seed=-1), "data_seed"), (dict(n_neurons=0), "n_neurons"), (dict(n_neurons=1.5), "n_neurons"),
+])
+def test_config_errors(bad, field):
+    with pytest.raises(ConfigError) as e:
+        make_config({}, **bad)
+    msg = str(e.value)
+    assert msg.startswith(field) and "\n" not in msg
+
+
+def test_config_extensions_roundtrip():
+    cfg = make_config({"feature_gram": [[1, 0.2, 0, 0], [0.2, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
+                       "noise_sigma": 0.1, "n_train": 8, "ambient_d": 9, "n_neurons": 3})
+    assert cfg.dense and cfg.feature_gram[0][1] == 0.2
+    again = make_config(cfg.to_dict())
+    assert again == cfg
+    assert make_config({}, feature_gram="identity").feature_gram is None
+    assert make_config({}, n_train=5).dense
