@@ -178,6 +178,8 @@ def _verdict(ok: bool) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer steps and repeats (a few seconds plus compile)")
+    ap.add_argument("--grid", action="store_true",
+                    help="also the step-time grid K in {2,3,4,8} x L in {3,4,6} (always in the full run)")
     args = ap.parse_args(argv)
     cases = CASES_QUICK if args.quick else CASES_FULL
     ocases = ORACLE_QUICK if args.quick else ORACLE_FULL
@@ -255,6 +257,21 @@ def main(argv=None) -> int:
     for (K, L), r in red.items():
         if (K, L) != (2, 3):
             print(f"{f'reduced GD step K={K} L={L} (us)':<34} {r['best_us']:>12.3f} {'':>10}")
+    if args.grid or not args.quick:
+        print()
+        print("4. step-time grid (issue 4): exact GD step, best of 3, steps chosen for ~0.3 s per repeat")
+        from meanfield.mixture.data import n_samples
+
+        Ls = (3, 4, 6)
+        print(f"{'K':>3} " + " ".join(f"{'L=' + str(L) + ' us/step':>16} {'samples':>8}" for L in Ls))
+        for K in (2, 3, 4, 8):
+            cells = []
+            for L in Ls:
+                n = n_samples(K, L)
+                steps = max(3, int(3e5 / (n * L * L + 50 * (2 * K) ** 3)))
+                r = bench_reduced(K, L, steps, 3, chunks=1)
+                cells.append(f"{r['best_us']:>16.2f} {n:>8}")
+            print(f"{K:>3} " + " ".join(cells))
     print(f"\ntotal benchmark time {time.perf_counter() - t_start:.1f} s")
     return 0
 

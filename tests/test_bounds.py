@@ -476,3 +476,22 @@ def test_run_bounds_cli(files, tmp_path):
         with pytest.raises(ConfigError, match=msg):
             run_bounds_cli(*args, stream=out, **kw)
         assert out.getvalue() == ""
+
+
+def test_bound_cli_malicious_exit_2(tmp_path, capsys):
+    """From the command line: a malicious expression exits 2 with one line and runs nothing."""
+    from meanfield.cli import main
+
+    out = tmp_path / "r.h5"
+    assert main(["mixture", "run", "--steps", "20", "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    sentinel = tmp_path / "pwned"
+    for expr in ("__import__('os').system('touch " + str(sentinel) + "')", "().__class__",
+                 "loss.__class__.__bases__", "[x for x in ()]"):
+        assert main(["mixture", "bound", str(out), expr]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not allowed" in err or "unknown" in err
+    assert not sentinel.exists()
+    assert main(["mixture", "bound", str(out), "loss <= 1"]) == 0
+    assert main(["mixture", "bound", str(out), "loss <= 0.1"]) == 1
+    assert main(["mixture", "bound", str(tmp_path / "missing.h5"), "loss <= 1"]) == 2
