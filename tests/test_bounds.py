@@ -490,7 +490,7 @@ def test_bound_cli_malicious_exit_2(tmp_path, capsys):
                  "loss.__class__.__bases__", "[x for x in ()]"):
         assert main(["mixture", "bound", str(out), expr]) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "not allowed" in err or "unknown" in err
+        assert err.count("\n") == 1 and ("not allowed" in err or "unknown" in err), err
     assert not sentinel.exists()
     assert main(["mixture", "bound", str(out), "loss <= 1"]) == 0
     assert main(["mixture", "bound", str(out), "loss <= 0.1"]) == 1
