@@ -465,3 +465,15 @@ def test_config_extensions_roundtrip():
     assert again == cfg
     assert make_config({}, feature_gram="identity").feature_gram is None
     assert make_config({}, n_train=5).dense
+
+
+def test_simulate_matches_run_file(tmp_path):
+    cfg = make_config({}, n_train=12, noise_sigma=0.2, data_seed=3, steps=400, record_every=20, label_noise=0.1)
+    sim = dense.simulate(cfg)
+    f = read_run(R.save(tmp_path / "s.h5", cfg, R.run(cfg)))
+    for k in ("S", "w", "loss", "margin"):
+        np.testing.assert_array_equal(sim[k], f[k])
+    for k in ("T1", "T2", "T_loss"):
+        a, b = sim["attrs"][k], f.attrs[k]
+        assert (math.isnan(a) and math.isnan(b)) or a == b
+    assert f["training_set"]["tokens"].shape == (12, 8, 3) and f.attrs["basis_dim"] == 8
