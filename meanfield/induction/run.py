@@ -209,6 +209,20 @@ def save_at(cfg: InductionConfig) -> integrate.SaveAt:
     return integrate.SaveAt.uniform(Hz / 200, Hz) if Hz > 0 else integrate.SaveAt()
 
 
+def phase_log_grid(cfg: InductionConfig, every: int, n_log: int) -> integrate.SaveAt:
+    """GD record grid of a three-phase run: every ``every`` steps in phases 1
+    and 2, and ``n_log`` log-spaced steps counted from the start of phase 3.
+    The points assume every phase runs its full length (a criterion that ends
+    phase 1 or 2 early shifts phase 3 against the grid)."""
+    if cfg.method != "gd" or cfg.schedule != "three-phase":
+        raise ValueError("phase_log_grid: needs method gd and schedule three-phase")
+    n1, n2, n3 = cfg.phase_steps
+    pts = [np.arange(every, n1 + n2, every, dtype=np.int64)]
+    if n3 > 0:
+        pts.append(n1 + n2 + np.unique(np.round(np.geomspace(1, n3, n_log)).astype(np.int64)))
+    return integrate.SaveAt(points=np.unique(np.concatenate(pts)))
+
+
 def stage_rate(cfg: InductionConfig, stage: int) -> float:
     """GD step size of a stage (the time a step adds)."""
     return cfg.eta if cfg.schedule == "joint" else cfg.phase_etas[stage - 1]
@@ -256,14 +270,16 @@ def _fix_gd_trajectory(cfg: InductionConfig, traj: integrate.Trajectory) -> None
 
 
 def run(cfg: InductionConfig, problem: Problem | None = None, theta0: np.ndarray | None = None,
-        monitor: integrate.Monitor | None = None) -> integrate.Trajectory:
+        monitor: integrate.Monitor | None = None, saveat: integrate.SaveAt | None = None) -> integrate.Trajectory:
     """Train for ``cfg`` (from ``theta0`` if given) and return the trajectory
-    (the state y of each record is the flat parameter vector theta)."""
+    (the state y of each record is the flat parameter vector theta).
+    ``saveat`` replaces the config's record grid (e.g. log-spaced records
+    inside phase 3: :func:`phase_log_grid`)."""
     pb = problem or Problem.build(cfg)
     system = InductionSystem(pb.train, pb.arch, cfg.yhat_floor, cfg.max_abs,
                              fresh=cfg if cfg.sampling == "fresh" else None)
     y = pb.theta0 if theta0 is None else np.asarray(theta0, dtype=np.float64)
-    traj = solver(cfg).solve(system, y, stages(cfg), save_at(cfg), monitor)
+    traj = solver(cfg).solve(system, y, stages(cfg), saveat if saveat is not None else save_at(cfg), monitor)
     if cfg.method == "gd":
         _fix_gd_trajectory(cfg, traj)
     return traj
