@@ -1,4 +1,4 @@
-"""``meanfield induction run|data``: the induction-head system on the command line.
+"""``meanfield induction run|data|chi2|check|plot``: the induction-head system on the command line.
 
 :func:`add_parser` adds the ``induction`` system to the top-level parser's
 subparsers (``meanfield.cli``); each verb's handler returns the exit code
@@ -9,6 +9,12 @@ Every field of :class:`~meanfield.induction.config.InductionConfig` is a
 flag ``--field-name`` (underscores become dashes; tuples are comma-separated);
 ``--config FILE.toml`` gives fields in a file (flat keys or a ``[run]``
 table), flags override it.
+
+``chi2`` prints the modified chi-square mutual information of every lag
+subset (:mod:`meanfield.induction.theory`); ``check`` reruns the paper's
+claims (:mod:`meanfield.induction.claims`; exit 0 only if every claim
+passes, 1 otherwise); ``plot`` writes the figures of a run file
+(:mod:`meanfield.induction.plot`).
 """
 
 from __future__ import annotations
@@ -121,8 +127,80 @@ def cmd_data(args) -> int:
     return 0
 
 
+CHI2_FIELDS = ("d", "pa", "alpha", "H", "M", "D", "first_lags")
+
+
+def cmd_chi2(args) -> int:
+    import json
+
+    from .config import make_config
+    from .theory import candidate_lags, chi2_table
+
+    data = load_toml(args.config) if args.config else {}
+    data = {k: v for k, v in data.items() if k in CHI2_FIELDS}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # parent lags outside the windows are fine here
+        cfg = make_config(data, **{f: getattr(args, f) for f in CHI2_FIELDS})
+    if args.lags is not None:
+        lags = tuple(as_int("lags", v, lo=1) for v in as_list("lags", args.lags))
+        if not lags:
+            raise ConfigError("lags: needs at least one positive integer")
+    else:
+        lags = candidate_lags(cfg.M, cfg.first_lags)
+    exps = tuple(as_float("exponent", v) for v in as_list("exponent", args.exponent))
+    if not exps:
+        raise ConfigError("exponent: needs at least one number")
+    n = as_int("n_kernels", args.n_kernels, lo=2)
+    seed = tuple(as_int("seed", v, lo=0) for v in as_list("seed", args.seed))
+    if not seed:
+        raise ConfigError("seed: needs at least one non-negative integer")
+    res = chi2_table(cfg.d, cfg.pa, cfg.alpha, lags, cfg.D, n, seed, exps)
+    print(f"modified chi-square MI  I~_k(S) = E_pi sum_z mu(z)^k (sum_e mu(e|z)^2/mu(e) - 1)")
+    print(f"d={cfg.d}, pa={list(cfg.pa)}, alpha={cfg.alpha:g}, candidate lags {list(res.lags)} "
+          f"({'--lags' if args.lags is not None else 'union of the head windows'}), |S| <= {cfg.D}, "
+          f"{n} kernels (seed {list(seed)}), exact stationary laws"
+          + (f", {res.n_reducible} reducible (Cesaro law)" if res.n_reducible else ""))
+    for k in res.exponents:
+        m, se = res.mean[k], res.se[k]
+        print(f"\nexponent k = {k:g}:  S* = {{{','.join(map(str, res.S_star(k)))}}} "
+              f"(ahead of the runner-up by {res.gap_in_se(k):.1f} paired standard errors)")
+        print(f"{'rank':>4}  {'S':<12} {'I~':>12} {'+- se':>10}")
+        for r, S in enumerate(res.ranking(k), 1):
+            i = res.subsets.index(S)
+            print(f"{r:>4}  {'{' + ','.join(map(str, S)) + '}':<12} {m[i]:>12.6g} {se[i]:>10.2g}")
+    if args.json:
+        p = Path(args.json)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(res.to_dict(), indent=2))
+        print(f"\n{p}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .claims import check_suite
+
+    claims, report = check_suite(Path(args.out), quick=args.quick,
+                                 log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
+    for c in claims:
+        print(f"{c.status}  {c.name}: {c.statement}")
+    print(f"report: {report}")
+    return 0 if all(c.passed for c in claims) else 1
+
+
+def cmd_plot(args) -> int:
+    from .plot import plot_run
+
+    try:
+        files = plot_run(Path(args.run), Path(args.out))
+    except (FileNotFoundError, ValueError) as e:
+        raise ConfigError(f"run: {e}") from None
+    for f in files:
+        print(f"figure: {f}")
+    return 0
+
+
 def add_parser(systems):
-    """Add ``induction run`` and ``induction data`` to the top-level subparsers ``systems``."""
+    """Add ``induction run|data|chi2|check|plot`` to the top-level subparsers ``systems``."""
     ind = systems.add_parser("induction", help="induction heads on in-context n-gram Markov chains (seed 002)")
     verbs = ind.add_subparsers(dest="verb", required=True, parser_class=type(ind))
 
@@ -142,4 +220,29 @@ def add_parser(systems):
     g.add_argument("--kernels", action="store_true", help="also store every sequence's kernel (N, d**|pa|, d)")
     g.add_argument("--out", default="runs/induction_data.h5", help="output data file (.h5)")
     g.set_defaults(func=cmd_data)
+
+    x = verbs.add_parser("chi2", help="modified chi-square MI of every lag subset from the exact stationary laws; S*")
+    x.add_argument("--config", help="TOML file (only d, pa, alpha, H, M, D, first_lags are read)")
+    for f in CHI2_FIELDS:
+        x.add_argument(_flag(f), dest=f, default=None, metavar=f.upper() if len(f) > 1 else f, help=HELP.get(f))
+    x.add_argument("--lags", default=None,
+                   help="candidate lags, comma-separated (default: the union of the head windows, lags 1..M)")
+    x.add_argument("--exponent", default="2",
+                   help="exponent k of mu(z) (comma-separated for several; the paper's value is 2)")
+    x.add_argument("--n-kernels", dest="n_kernels", default="2000", help="Monte Carlo kernels from the prior")
+    x.add_argument("--seed", default="0", help="seed of the kernels (an int or comma-separated ints)")
+    x.add_argument("--json", default=None, help="also write the table (means, standard errors, rankings) here")
+    x.set_defaults(func=cmd_chi2)
+
+    c = verbs.add_parser("check", help="rerun the paper's claims; report.md, report.json, figures, run.h5; "
+                                       "exit 0 iff all pass")
+    c.add_argument("--out", default="runs/induction_check", help="report folder")
+    c.add_argument("--quick", action="store_true", help="smaller data sets and studies (about 30 s)")
+    c.add_argument("--quiet", action="store_true", help="no progress lines")
+    c.set_defaults(func=cmd_check)
+
+    p = verbs.add_parser("plot", help="figures of an induction run file: c mass, RPE heatmaps, a(t), losses")
+    p.add_argument("run", help="run file (.h5)")
+    p.add_argument("--out", default=None, help="figure folder (default RUN_figures)")
+    p.set_defaults(func=cmd_plot)
     return ind
