@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -178,6 +179,10 @@ def test_gram_feature_map_equals_sympy_derivation():
     res = SG.derive()
     assert all(res["matches_expected"].values())
     assert all(v != 0 for v in res["mismatch"].values())
+    tex = SG.latex()
+    assert r"A' &= A - \eta\left(\Gamma G S^{T} + S G^{T} \Gamma\right) + \eta^{2}\,\Gamma G B G^{T} \Gamma" in tex
+    committed = Path(__file__).resolve().parent.parent / "derivations" / "generated" / "gram_metric.tex"
+    assert committed.read_text().endswith(tex), "regenerate: python derivations/gram_metric.py"
     K, L = 2, 3
     gram = gram_matrix(GRAM_SPEC, K)
     data = dense.population_data(K, L, gram=gram)

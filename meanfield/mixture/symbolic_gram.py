@@ -168,11 +168,49 @@ def derive() -> dict:
             "mismatch": mismatch}
 
 
+def collect(expr: sp.MatrixExpr) -> dict[int, list[tuple[sp.Expr, sp.MatrixExpr]]]:
+    """Terms of a reduced map by power of eta: {0: [...], 1: [...], 2: [...]},
+    each (coefficient without eta, matrix product)."""
+    out: dict[int, list] = {}
+    terms = expr.args if isinstance(expr, sp.MatAdd) else (expr,)
+    for t in terms:
+        coeff, mats = _factors(t)
+        k = int(sp.degree(coeff, ETA)) if coeff.has(ETA) else 0
+        out.setdefault(k, []).append((sp.simplify(coeff / ETA**k), sp.MatMul(*mats) if len(mats) > 1 else mats[0]))
+    return out
+
+
 def latex() -> str:
-    """The derived map as LaTeX lines."""
+    """The derived map as LaTeX (amsmath ``align``), grouped by powers of eta."""
     res = derive()
-    lines = [rf"{name}' = {sp.latex(res['map'][name])}" for name in ("S", "A", "B", "w")]
-    return "\n".join(lines)
+    names = {"S": "S'", "A": "A'", "B": "B'", "w": r"\tilde w'"}
+    lines = []
+    for name in ("S", "A", "B", "w"):
+        parts = collect(res["map"][name])
+        txt = ""
+        for k in sorted(parts):
+            inner = ""
+            for c, M in parts[k]:
+                tex = sp.latex(M).replace("wt", r"\tilde w")
+                sign = "-" if c.could_extract_minus_sign() else "+"
+                mag = -c if sign == "-" else c
+                inner += f" {sign} " + ("" if mag == 1 else sp.latex(mag) + " ") + tex
+            inner = inner.strip()
+            if k == 0:
+                txt += inner.removeprefix("+ ")
+            else:
+                fac = r"\eta" if k == 1 else rf"\eta^{{{k}}}"
+                if len(parts[k]) == 1:
+                    txt += rf" {inner[0]} {fac}\,{inner[2:]}" if inner[0] in "+-" else rf" + {fac}\,{inner}"
+                else:
+                    neg = all(c.could_extract_minus_sign() for c, _ in parts[k])
+                    if neg:
+                        inner = " ".join(("+" if tok == "-" else tok) for tok in inner.split(" ")).removeprefix("+ ")
+                        txt += rf" - {fac}\left({inner}\right)"
+                    else:
+                        txt += rf" + {fac}\left({inner.removeprefix('+ ')}\right)"
+        lines.append(rf"{names[name]} &= {txt} \\")
+    return "\\begin{align}\n" + "\n".join(lines) + "\n\\end{align}\n"
 
 
 @lru_cache(maxsize=1)
