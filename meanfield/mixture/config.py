@@ -57,8 +57,12 @@ class MixtureConfig:
     data_seed: a finite training set of n_train sequences with N(0,
     noise_sigma^2 I) noise on every token in R^ambient_d (empirical risk);
     n_neurons: neurons per head sharing its attention (mean field over
-    neurons, f = sum_j a_j (1/n) sum_r relu(u_{j,r})). feature_gram, n_train
-    or n_neurons > 1 run on the dense path (``meanfield.mixture.dense``).
+    neurons, f = sum_j a_j (1/n) sum_r relu(u_{j,r}), neuron step eta * n; with
+    the zero or a const init all neurons of a head stay equal, i.e. one neuron).
+    feature_gram, n_train or n_neurons > 1 run on the dense path
+    (``meanfield.mixture.dense``); there the infinite-width init A = B =
+    omega^2 I holds in an orthonormal basis of the features, so in feature
+    coordinates A = B = omega^2 Gamma.
     """
 
     K: int = 2

@@ -51,8 +51,11 @@ Neurons move on the mean-field time scale: the GD step of neuron q is
 ``eta n dLoss/dw~_q`` (the gradient of the loss in the particle's own
 direction, independent of n), i.e. plain GD on the explicit network with step
 eta for W_K, W_Q and eta n for the neurons. For n = 1 it is plain GD. The
-``grad_w`` criterion is the L2(mu) norm of that velocity field,
-sqrt((1/n) sum_q |n dLoss/dw~_q|^2), the fast path's |dLoss/dw~| at n = 1.
+``grad_w`` criterion (and the gradient norm in the stage time T1) is the
+L2(mu) norm of that velocity field in the basis, i.e. of the AMBIENT gradient,
+sqrt((1/n) sum_q |n dLoss/dw_q|^2): the fast path's |dLoss/dw~| for one neuron
+and orthonormal features; for non-orthogonal features it is |E g| =
+sqrt(g^T Gamma g) with g the feature-coordinate gradient, not |g|.
 
 State: one flat float64 vector ``[S (2,r,r), A (2,r,r), B (2,r,r), w (2,n,r)]``
 (for n = 1 and Gamma = I the fast path's layout and values).
