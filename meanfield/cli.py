@@ -30,6 +30,9 @@ RUN_FLAGS = {
     "--width": "width", "--seed": "seed", "--neuron-init": "neuron_init",
     "--relu-prime-at-zero": "relu_prime_at_zero", "--record-every": "record_every",
     "--record-log": "record_log", "--record-dt": "record_dt",
+    "--label-prob": "label_prob", "--label-noise": "label_noise", "--feature-gram": "feature_gram",
+    "--noise-sigma": "noise_sigma", "--n-train": "n_train", "--ambient-d": "ambient_d", "--data-seed": "data_seed",
+    "--n-neurons": "n_neurons",
 }
 
 RUN_HELP = {
@@ -49,6 +52,13 @@ RUN_HELP = {
     "--seed": "seed of the sampled init", "--neuron-init": "zero | const:V1,...,VP (or 2P values) | gaussian:SIGMA",
     "--relu-prime-at-zero": "ReLU'(0): 0 | 0.5 | 1", "--record-every": "record every N (solver) steps",
     "--record-log": "record N log-spaced steps/times", "--record-dt": "record every DT time units (flow, rk4)",
+    "--label-prob": "P(y = +1), in (0, 1) (default 0.5)",
+    "--label-noise": "label flip probability, in [0, 0.5) (default 0)",
+    "--feature-gram": "non-orthogonal features: cc:RHO,vv:RHO,cv:RHO,cvx:RHO (or a full matrix in TOML)",
+    "--noise-sigma": "Gaussian noise on every token of a finite training set (needs --n-train)",
+    "--n-train": "finite training set of N noisy sequences (empirical risk)",
+    "--ambient-d": "ambient dimension of the training set's tokens (default 2K+4)",
+    "--data-seed": "seed of the training set", "--n-neurons": "neurons per head (mean-field over neurons)",
 }
 
 
@@ -252,6 +262,16 @@ def _cmd_study(args) -> int:
     from .config import as_int, as_list
     from .mixture import studies
 
+    if args.name != "k-mixtures":
+        from .mixture.extensions import run_extension_study
+
+        out = Path(args.out if args.out != "runs/study_k_mixtures" else f"runs/study_{args.name}")
+        try:
+            rep = run_extension_study(args.name, out, quick=args.quick)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        print(f"report: {out / 'report.md'}")
+        return 0
     if args.name == "k-mixtures":
         Ks = [as_int("K", v, lo=2) for v in as_list("K", args.K)]
         widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
@@ -347,7 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.set_defaults(func=_cmd_construct)
 
     st = verbs.add_parser("study", help="studies beyond the paper, each a report with figures")
-    st.add_argument("name", choices=["k-mixtures"], help="k-mixtures: Appendix A.4 (scores vs K, asymmetries vs m)")
+    st.add_argument("name", choices=["k-mixtures", "imbalance", "gram", "noise", "neurons", "label-noise"],
+                    help="k-mixtures: Appendix A.4 (scores vs K, asymmetries vs m); the reviewers' extensions: "
+                         "imbalance, gram (non-orthogonal features), noise (noisy finite training set), neurons "
+                         "(several neurons per head), label-noise")
+    st.add_argument("--quick", action="store_true", help="extension studies: fewer points")
     st.add_argument("--K", default="3,4,8", help="group counts")
     st.add_argument("--L", default="3")
     st.add_argument("--steps", default="4000")

@@ -41,3 +41,16 @@ def test_k_mixtures_study(tmp_path):
 def test_study_bad_input(tmp_path):
     assert main(["mixture", "study", "k-mixtures", "--K", "1,3", "--out", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_extension_study_cli(tmp_path):
+    assert main(["mixture", "study", "label-noise", "--quick", "--out", str(tmp_path / "ln")]) == 0
+    rep = json.loads((tmp_path / "ln" / "report.json").read_text())
+    assert rep and (tmp_path / "ln" / "report.md").exists()
+
+
+def test_dense_configs_refused_where_unsupported(tmp_path):
+    assert main(["mixture", "particles", "--width", "4", "--n-neurons", "2", "--out", str(tmp_path / "p.h5")]) == 2
+    assert main(["mixture", "width-sweep", "--widths", "8", "--seeds", "1", "--feature-gram", "vv:0.2",
+                 "--out", str(tmp_path / "w.h5"), "--quiet"]) == 2
+    assert not (tmp_path / "p.h5").exists() and not (tmp_path / "w.h5").exists()

@@ -21,10 +21,10 @@ import numpy as np
 
 from .. import integrate
 from .config import MixtureConfig, make_config
-from .data import feature_labels, sample_set
+from .data import feature_labels
 from .observables import observables
 from .run import run as run_traj
-from .run import samples_group
+from .run import samples_group, samples_of
 from .stagetimes import stage_times
 
 
@@ -58,9 +58,13 @@ def _f(x):
 def simulate(cfg: MixtureConfig) -> dict:
     """Run ``cfg`` and return the recorded quantities as a run-like dict
     (the same keys as a run file, computed by the same observable function)."""
+    if cfg.dense:
+        from .dense import simulate as dense_simulate
+
+        return dense_simulate(cfg)
     traj = run_traj(cfg)
     arr = traj.arrays()
-    samples = sample_set(cfg.K, cfg.L, cfg.p)
+    samples = samples_of(cfg)
     obs = observables(samples, arr["y"])
     out = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], **obs,
            "samples": samples_group(samples), "features": feature_labels(cfg.K)}
@@ -295,7 +299,7 @@ def gd_flow_errors(base: MixtureConfig, etas, horizon: float, rtol: float = 1e-1
     (state entries), flow by Dopri5 with dense output at the GD times."""
     from .run import MixtureSystem, initial_state
 
-    samples = sample_set(base.K, base.L, base.p)
+    samples = samples_of(base)
     system = MixtureSystem(samples, base.relu_prime_at_zero)
     y0 = initial_state(base)
     errs = []

@@ -504,6 +504,9 @@ def default_d(K: int) -> int:
 def _check_cfg(cfg: MixtureConfig, d: int | None) -> int:
     if cfg.width is None:
         raise ConfigError("width: the particle sampler needs a finite width m (an integer >= 1), got infinite")
+    if cfg.dense:
+        raise ConfigError("feature_gram/n_train/n_neurons: the particle sampler covers the paper's data "
+                          "(orthonormal features, one neuron per head); use the default for these fields")
     if cfg.method != "gd":
         raise ConfigError(f"method: the particle sampler runs gradient descent only (method = gd), got {cfg.method!r}")
     d = default_d(cfg.K) if d is None else d
@@ -719,7 +722,9 @@ def make_particles(cfg: MixtureConfig, d: int | None = None, embed_seed: int | N
     about 32 m d bytes for the weights)."""
     d = _check_cfg(cfg, d)
     E, WK, WQ, w = initial_particles(cfg, d, embed_seed)
-    samples = sample_set(cfg.K, cfg.L, cfg.p)
+    from .run import samples_of
+
+    samples = samples_of(cfg)  # group weights, label probability, label noise
     psys = ParticleSystem(samples, E, cfg.width, cfg.relu_prime_at_zero, cfg.max_abs, threads)
     return ProjectedParticles(psys, WK, WQ, w)
 

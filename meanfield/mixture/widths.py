@@ -33,9 +33,9 @@ from ..config import ConfigError
 from ..io import write_h5_atomic
 from ..sweep import Progress, map_points
 from .config import MixtureConfig, make_config
-from .data import sample_set
 from .observables import observables
 from .run import run as run_traj
+from .run import samples_of
 
 QUANTITIES = ("S", "A", "B", "w", "loss")
 TIE_BREAK_HINT = ("use a tie-breaking neuron init, e.g. --neuron-init const:0.01,0.01,...,0,0 (small equal positive "
@@ -45,7 +45,7 @@ TIE_BREAK_HINT = ("use a tie-breaking neuron init, e.g. --neuron-init const:0.01
 def _observe(cfg: MixtureConfig):
     traj = run_traj(cfg)
     arr = traj.arrays()
-    obs = observables(sample_set(cfg.K, cfg.L, cfg.p), arr["y"])
+    obs = observables(samples_of(cfg), arr["y"])
     return traj, arr, obs
 
 
@@ -139,6 +139,9 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
         if base["record_every"] is None:
             base.pop("record_every")
     cfg_inf = make_config(base)
+    if cfg_inf.dense:
+        raise ConfigError("feature_gram/n_train/n_neurons: width-sweep covers the paper's data (orthonormal "
+                          "features, one neuron per head)")
     widths = sorted(set(int(m) for m in widths))
     t0 = time.perf_counter()
     log(f"[width-sweep] infinite width, {cfg_inf.method}, {cfg_inf.schedule} ...")
@@ -163,7 +166,7 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
         split = bool(other > 0 or (plus > 0 and minus > 0))
         kinks.append({"sample": e["sample"], "head": e["head"], "t_start": e["t_start"], "t_end": e["t_end"],
                       "split": split, "runs_positive": int(plus), "runs_negative": int(minus),
-                      "description": sample_set(cfg_inf.K, cfg_inf.L, cfg_inf.p).describe(e["sample"])})
+                      "description": samples_of(cfg_inf).describe(e["sample"])})
     split_events = [k for k in kinks if k["split"]]
 
     sup = {q: np.array([[float(np.max(r["err_t"][q])) for r in res if r["width"] == m] for m in widths])
