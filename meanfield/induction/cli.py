@@ -179,7 +179,8 @@ def cmd_chi2(args) -> int:
 def cmd_check(args) -> int:
     from .claims import check_suite
 
-    claims, report = check_suite(Path(args.out), quick=args.quick,
+    base = {"seed": as_int("seed", args.seed, lo=0)} if args.seed is not None else None
+    claims, report = check_suite(Path(args.out), quick=args.quick, base=base,
                                  log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
     for c in claims:
         print(f"{c.status}  {c.name}: {c.statement}")
@@ -238,6 +239,7 @@ def add_parser(systems):
                                        "exit 0 iff all pass")
     c.add_argument("--out", default="runs/induction_check", help="report folder")
     c.add_argument("--quick", action="store_true", help="smaller data sets and studies (about 30 s)")
+    c.add_argument("--seed", default=None, help="seed of every data set and kernel sample (default 0)")
     c.add_argument("--quiet", action="store_true", help="no progress lines")
     c.set_defaults(func=cmd_check)
 

@@ -270,10 +270,15 @@ def plot_losses(run, out: Path, baselines: dict | None = None, name: str = "loss
     return name
 
 
-def plot_chi2(chi, observed: dict, out: Path, default_obs: dict | None = None, name: str = "chi2_ranking.png") -> str:
+def plot_chi2(chi, velocity: dict, out: Path, end_weights: dict | None = None,
+              name: str = "chi2_ranking.png") -> str:
     """Left: I~_k(S) / max_S I~_k (+- standard error) for every exponent k;
-    right: the phase-1 c_S^2 weights by lag set (log axis). Subsets in the
-    order of I~ with exponent 2."""
+    middle: the phase-1 velocity -dL/dc_S at initialisation (+- standard
+    error over batches) against I~_k / max, with the linear fit and its R^2,
+    per exponent; right: the c_S^2 weights at the end of phase 1 (log axis).
+    ``velocity``: {lag set: per-batch values}; ``end_weights``: {lag set: weight}."""
+    from .claims import fit_line
+
     plt = _plt()
     k0 = 2.0 if 2.0 in chi.mean else chi.exponents[0]
     subs = sorted(chi.subsets, key=lambda S: -chi.mean[k0][chi.subsets.index(S)])
@@ -281,32 +286,51 @@ def plot_chi2(chi, observed: dict, out: Path, default_obs: dict | None = None, n
     labels = ["{" + ",".join(map(str, S)) + "}" for S in subs]
     ks = list(chi.exponents)
     wbar = 0.8 / len(ks)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3 if end_weights is not None else 2, figsize=(16 if end_weights else 11, 4.2))
+    ax = axes[0]
     for n, k in enumerate(ks):
         m = np.array([chi.mean[k][chi.subsets.index(S)] for S in subs])
         s = np.array([chi.se[k][chi.subsets.index(S)] for S in subs])
         top = m.max() if m.max() > 0 else 1.0
-        ax.bar(x + n * wbar, m / top, wbar, yerr=s / top, capsize=2, label=f"exponent {k:g}", alpha=0.85)
+        ax.bar(x + n * wbar, m / top, wbar, yerr=s / top, capsize=2, label=f"k = {k:g}", alpha=0.85)
     ax.set_xticks(x + 0.4 - wbar / 2, labels)
     ax.set_xlabel("lag set S")
     ax.set_ylabel("I~_k(S) / max_S I~_k")
     ax.set_title(f"modified chi-square MI (d={chi.d}, pa={[int(v) for v in chi.pa]}, alpha={chi.alpha:g}, "
                  f"{chi.n_kernels} kernels)", fontsize=9)
-    ax.legend(fontsize=7)
-    series = [("clean copiers", observed, "k")]
-    if default_obs is not None:
-        series.append(("default init", default_obs, "gray"))
-    w2 = 0.8 / len(series)
-    for n, (lab, obs, col) in enumerate(series):
-        v = np.array([max(obs.get(S, 0.0), 1e-300) for S in subs])
-        bx.bar(x + n * w2, v, w2, color=col, alpha=0.75, label=lab)
-    bx.set_yscale("log")
-    bx.set_ylim(bottom=1e-8)
-    bx.set_xticks(x + 0.4 - w2 / 2, labels)
-    bx.set_xlabel("lag set S")
-    bx.set_ylabel("c_S^2 / sum c^2 at the end of phase 1")
-    bx.set_title("what phase 1 selects", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    bx = axes[1]
+    keys = [S for S in subs if len(S) > 0 and S in velocity]
+    vm = np.array([np.mean(velocity[S]) for S in keys])
+    vs = np.array([np.std(velocity[S], ddof=1) / np.sqrt(np.size(velocity[S])) if np.size(velocity[S]) > 1 else 0.0
+                   for S in keys])
+    for n, k in enumerate(ks):
+        xi = np.array([chi.mean[k][chi.subsets.index(S)] for S in keys])
+        xi = xi / xi.max() if xi.max() > 0 else xi
+        f = fit_line(xi, vm)
+        bx.errorbar(xi, vm, yerr=vs, fmt="o", ms=4, color=f"C{n}", label=f"k = {k:g}: R^2 {f['r2']:.3f}")
+        xx = np.linspace(xi.min(), xi.max(), 10)
+        bx.plot(xx, f["slope"] * xx + f["intercept"], "-", color=f"C{n}", lw=0.8)
+    if 2.0 in ks:
+        xi = np.array([chi.mean[2.0][chi.subsets.index(S)] for S in keys])
+        xi = xi / xi.max()
+        for S, a_, b_ in zip(keys, xi, vm):
+            bx.annotate("{" + ",".join(map(str, S)) + "}", (a_, b_), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+    bx.set_xlabel("I~_k(S) / max (labels: k = 2)")
+    bx.set_ylabel("phase-1 velocity -dL/dc_S at init")
+    bx.set_title("which exponent predicts phase 1 (clean copiers)", fontsize=9)
     bx.legend(fontsize=7)
+    if end_weights is not None:
+        cx = axes[2]
+        v = np.array([max(end_weights.get(S, 0.0), 1e-300) for S in subs])
+        cx.bar(x, v, 0.6, color="k", alpha=0.75)
+        cx.set_yscale("log")
+        cx.set_ylim(bottom=max(1e-12, v[v > 1e-300].min() / 10) if (v > 1e-300).any() else 1e-12)
+        cx.set_xticks(x, labels)
+        cx.set_xlabel("lag set S")
+        cx.set_ylabel("c_S^2 / sum c^2")
+        cx.set_title("end of phase 1 (clean copiers)", fontsize=9)
     fig.tight_layout()
     fig.savefig(Path(out) / name, dpi=120)
     plt.close(fig)

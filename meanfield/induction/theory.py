@@ -62,9 +62,15 @@ Predictors (each returns (N, d) distributions over x_{L+1})
   match. ``a = inf`` is the limit: the in-context frequency of e after the
   matching histories; when no position matches, the limit of the formula is
   the uniform weight over all positions, i.e. the **unigram in-context
-  frequency** (the fallback). This is also the trained model's a -> infinity
-  limit when c sits on S and the RPE is one-hot on the lags of S (the
-  similarities are then exactly the indicators).
+  frequency** (the fallback). This is also the trained model's limit when c
+  sits on S and each head's RPE is one-hot on its lag of S: the similarities
+  are then exactly the match indicators, so the model's y_hat equals the GIH's
+  for every a (and the a -> infinity limits agree). One boundary caveat: a
+  head whose window starts below its lag s (default windows 1..M) looks, at
+  a position l <= s, at the lags that exist there (the softmax runs over
+  them), so such a position can count as a match for the model but never for
+  the GIH; with each head's window starting at its lag (``first_lags``) the
+  two agree at every position.
 * :func:`bayes_predict`: the Bayes-optimal in-context predictor, the
   Dirichlet posterior mean (N(z, e) + alpha) / (N(z) + d alpha) of the row
   z = x_{L+1-pa}, with the transition counts N over positions r < l <= L.

@@ -1,0 +1,249 @@
+"""Checkers of the induction claims (meanfield.induction.claims): each one
+passes on a run or numbers that satisfy its claim and FAILS on one built to
+violate it; the suite writes the report schema; the plot module and the
+chi2 / check / plot verbs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from meanfield.cli import main
+from meanfield.induction import claims as C
+from meanfield.induction import plot as P
+from meanfield.induction.model import Arch, subset_label
+
+ARCH = Arch(3, 3, 3, 2)
+SUBSETS = ARCH.subsets  # (), (0,), (1,), (2,), (0,1), (0,2), (1,2)
+I12 = SUBSETS.index((0, 1))
+
+
+def synthetic_run(c_end=None, rpe_before=0.79, rpe_after=0.99, after_lags=(1, 2, 3), a_of_tau=None,
+                  t1=400.0, t2=2400.0, n3=150, tau_max=600.0):
+    """A run-like dict of a three-phase run: phase 1 moves c (uniform -> c_end),
+    phase 2 moves the RPE (head h from ``rpe_before`` on lag h+1 to ``rpe_after`` on
+    ``after_lags[h]``), phase 3 moves a along ``a_of_tau`` (log-spaced records)."""
+    nS = len(SUBSETS)
+    c_end = np.full(nS, 1 / nS) if c_end is None else np.asarray(c_end, float)
+    a_of_tau = a_of_tau or (lambda tau: 1.0 + np.log1p(tau / 3.0))
+    t = list(np.linspace(0, t1, 11)) + list(np.linspace(t1, t2, 11)[1:])
+    stage = [1] * 11 + [2] * 10
+    tau = np.geomspace(0.5, tau_max, n3)
+    t += list(t2 + tau)
+    stage += [3] * n3
+    T = len(t)
+    cw = np.empty((T, nS))
+    rpe = np.empty((T, 3, 3))
+    a = np.empty(T)
+
+    def rpe_of(top, lags):
+        r = np.full((3, 3), 0.0)
+        for h in range(3):
+            r[h] = (1 - top) / 2
+            r[h, lags[h] - 1] = top
+        return r
+
+    for i, (ti, si) in enumerate(zip(t, stage)):
+        f1 = min(ti / t1, 1.0)
+        cw[i] = (1 - f1) / nS + f1 * c_end
+        f2 = 0.0 if ti <= t1 else min((ti - t1) / (t2 - t1), 1.0)
+        rpe[i] = rpe_of(rpe_before, (1, 2, 3)) if f2 == 0 else rpe_of(rpe_before + f2 * (rpe_after - rpe_before),
+                                                                      after_lags if f2 > 0.5 else (1, 2, 3))
+        a[i] = a_of_tau(ti - t2) if si == 3 else a_of_tau(0.0)
+    return {"t": np.array(t), "stage": np.array(stage), "c_weight": cw, "rpe": rpe, "a": a,
+            "subsets": [subset_label(S) for S in SUBSETS], "subset_members": ARCH.members, "lags": ARCH.lags,
+            "attrs": {"stage_ends": [{"stage": 1, "t": t1}, {"stage": 2, "t": t2}, {"stage": 3, "t": t[-1]}]}}
+
+
+def on12(mass):
+    c = np.full(len(SUBSETS), (1 - mass) / (len(SUBSETS) - 1))
+    c[I12] = mass
+    return c
+
+
+# ----------------------------------------------------------------- phase 1
+
+
+def test_parent_selection_pass_and_fail():
+    ok = C.check_parent_selection(synthetic_run(on12(0.97)), (1, 2))
+    assert ok.passed and ok.numbers["c_mass_on_S_star"] == pytest.approx(0.97)
+    assert ok.numbers["selected_lags"] == [1, 2] and ok.numbers["S_star"] == [1, 2]
+    frozen = C.check_parent_selection(synthetic_run(None), (1, 2))  # phase 1 did nothing
+    assert not frozen.passed and frozen.numbers["c_mass_on_S_star"] == pytest.approx(1 / 7)
+    wrong = np.full(7, 0.01)
+    wrong[SUBSETS.index((1, 2))] = 0.94
+    assert not C.check_parent_selection(synthetic_run(wrong), (1, 2)).passed
+    assert not C.check_parent_selection(synthetic_run(on12(0.8)), (1, 2)).passed  # not enough mass
+
+
+def test_exponent_checker_pass_and_fail():
+    subs = [(), (1,), (2,), (3,), (1, 2), (1, 3), (2, 3)]
+    th2 = dict(zip(subs, [0, 0.145, 0.16, 0.146, 0.196, 0.158, 0.166]))
+    th1 = dict(zip(subs, [0, 0.6, 0.67, 0.55, 1.29, 0.94, 1.0]))
+    th3 = dict(zip(subs, [0, 0.062, 0.069, 0.062, 0.063, 0.054, 0.054]))
+    rng = np.random.default_rng(0)
+    # velocities affine in I~_2 (plus batch noise): exponent 2 wins
+    like2 = {S: 0.3 * (v - 0.15) + 1e-4 * rng.standard_normal(10) for S, v in th2.items()}
+    good = C.check_exponent({1: th1, 2: th2, 3: th3}, like2)
+    assert good.passed and good.numbers["best_exponent"] == 2.0 and good.numbers["r2"]["2.0"] > 0.99
+    assert good.numbers["top_observed"] == [1, 2]
+    # velocities affine in I~_1: exponent 1 wins, the claim fails
+    like1 = {S: 0.02 * (v - 0.5) + 1e-4 * rng.standard_normal(10) for S, v in th1.items()}
+    bad = C.check_exponent({1: th1, 2: th2, 3: th3}, like1)
+    assert not bad.passed and bad.numbers["best_exponent"] == 1.0
+    # anti-correlated with I~_2 (negative slope) fails even if it fits
+    anti = {S: -v for S, v in th2.items()}
+    assert not C.check_exponent({1: th1, 2: th2}, anti).passed
+    # Monte Carlo values: pairs the sample does not resolve are left out
+    noisy = {S: v + 0.5 * rng.standard_normal(50) for S, v in th2.items()}
+    ag = C.ranking_agreement(noisy, {S: float(np.mean(v)) for S, v in like2.items()})
+    assert ag["unresolved"] > 0 and ag["concordant"] + ag["discordant"] + ag["unresolved"] == 21
+    both = C.ranking_agreement_both(th2, like2)
+    assert both["discordant"] == 0 and both["concordant"] >= 15
+
+
+# ----------------------------------------------------------------- phase 2
+
+
+def test_copier_pass_and_fail():
+    run = synthetic_run(on12(0.97))
+    ok = C.check_copier(run, (1, 2))
+    assert ok.passed and ok.numbers["head_lags"] == [1, 2] and ok.numbers["rpe_top_after"][0] == pytest.approx(0.99)
+    frozen = synthetic_run(on12(0.97), rpe_after=0.79)  # phase 2 did nothing
+    assert not C.check_copier(frozen, (1, 2)).passed
+    wrong_lag = synthetic_run(on12(0.97), after_lags=(1, 3, 3))  # head 2 copies a non-parent
+    assert not C.check_copier(wrong_lag, (1, 2)).passed
+    same_lag = synthetic_run(on12(0.97), after_lags=(1, 1, 3))  # both heads copy lag 1
+    assert not C.check_copier(same_lag, (1, 2)).passed
+    no2 = dict(run, stage=np.where(run["stage"] == 2, 1, run["stage"]))
+    assert not C.check_copier(no2, (1, 2)).passed
+
+
+# ----------------------------------------------------------------- phase 3
+
+
+def test_log_growth_pass_and_fail():
+    good = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: 1 + np.log1p(tau / 3.0)))
+    assert good.passed and good.numbers["r2"] >= 0.95 and good.numbers["slope"] == pytest.approx(1.0, abs=0.2)
+    # saturating log growth (the real, finite-L shape) passes too
+    sat = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: 1 + 4.7 * (1 - 1 / (1 + (tau / 3) ** 0.8)) ** 1))
+    assert sat.numbers["r2"] > 0.9
+    linear = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: 1 + 0.01 * tau))
+    assert not linear.passed and linear.numbers["r2_linear"] > linear.numbers["r2"]
+    expo = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: 1 + 4.6 * (1 - np.exp(-tau / 60))))
+    assert not expo.passed and expo.numbers["curvature"] > 1.5
+    power = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: 1 + np.sqrt(tau)))
+    assert not power.passed
+    flat = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: 1.0 + 0 * tau))
+    assert not flat.passed
+    run = synthetic_run(on12(0.97))
+    no3 = {k: (v[run["stage"] != 3] if isinstance(v, np.ndarray) and v.shape[:1] == run["t"].shape else v)
+           for k, v in run.items()}
+    assert not C.check_log_growth(no3).passed
+
+
+def test_saturation_pass_and_fail():
+    a_star = {50: 4.87, 100: 5.67, 200: 6.62}
+    assert C.check_saturation(5.65, 5.67, a_star).passed
+    assert not C.check_saturation(3.0, 5.67, a_star).passed                 # stopped while still growing
+    assert not C.check_saturation(5.65, 5.67, {50: 4.9, 100: 5.67, 200: 5.1}).passed  # not increasing in L
+    assert not C.check_saturation(49.99, 50.0, {50: 50.0, 100: 50.0}).passed  # no finite optimum
+    c = C.check_saturation(5.65, 5.67, a_star)
+    assert c.numbers["slope_a_star_vs_log_L"] > 0 and c.numbers["L"] == [50, 100, 200]
+
+
+def test_gih_and_generalisation_checkers_pass_and_fail():
+    base = {"gih_best": 0.2265, "gih_a_end": 0.2265, "bayes": 0.2223, "unigram": 0.698, "gih_inf": 6.0}
+    assert C.check_gih(0.228, 0.585, base).passed
+    assert not C.check_gih(0.585, 0.585, base).passed        # never trained
+    assert not C.check_gih(0.30, 0.585, base).passed         # stuck far from the GIH
+    rows = [{"L": 200, "model": 0.209, "bayes": 0.206, "unigram": 0.705},
+            {"L": 400, "model": 0.176, "bayes": 0.171, "unigram": 0.685}]
+    assert C.check_longer_contexts(rows, 0.228).passed
+    lost = [dict(rows[0]), dict(rows[1], model=0.6)]
+    assert not C.check_longer_contexts(lost, 0.228).passed
+    rises = [dict(rows[0], model=0.26, bayes=0.2, unigram=0.7)]
+    assert not C.check_longer_contexts(rises, 0.228).passed
+    assert not C.check_longer_contexts([], 0.228).passed
+    pri = [{"alpha": 1.0, "model": 0.945, "bayes": 0.897, "unigram": 1.06, "gih_a_end": 0.95}]
+    assert C.check_other_prior(pri).passed
+    assert not C.check_other_prior([dict(pri[0], model=1.05)]).passed
+    assert not C.check_other_prior([dict(pri[0], gih_a_end=0.9)]).passed
+    assert C.gain_fraction(0.5, 0.5, 1.0) == 1.0 and math.isnan(C.gain_fraction(0.5, 1.0, 1.0))
+
+
+def test_fit_log_growth_window():
+    tau = np.r_[0.0, np.geomspace(0.1, 1e4, 400)]
+    a = 1 + np.log1p(tau)
+    f = C.fit_log_growth(tau, a)
+    assert f["r2"] > 0.99 and f["slope"] == pytest.approx(1.0, abs=0.05)
+    assert a[f["window"][0]] >= 1 + 0.1 * (a[-1] - 1) and a[f["window"][-1]] < 1 + 0.91 * (a[-1] - 1)
+    assert math.isnan(C.fit_log_growth(tau, 0 * tau + 1)["r2"])
+
+
+# ----------------------------------------------------------------- the suite, plots and verbs
+
+TINY_BASE = {"L": 30}
+TINY = {"n_train": 300, "n_test": 200, "phase_steps": (60, 40, 300), "phase_etas": (2.0, 10.0, 0.5),
+        "record_every": 10, "record_log3": 40, "n_kernels": 200, "L_sat": (20, 30), "L_mult": (2,),
+        "alphas": (1.0,), "clean_w_plus": 8.0, "grad_batches": 3, "grad_batch": 300, "exponents": (1.0, 2.0)}
+
+
+@pytest.fixture(scope="module")
+def tiny_check(tmp_path_factory):
+    out = tmp_path_factory.mktemp("check")
+    claims, report = C.check_suite(out, quick=True, log=lambda *a: None, base=TINY_BASE, settings=TINY)
+    return out, claims
+
+
+def test_suite_writes_the_report_schema(tiny_check):
+    out, claims = tiny_check
+    rep = json.loads((out / "report.json").read_text())
+    names = [c["name"] for c in rep["claims"]]
+    assert names == ["phase1_selects_S_star", "chi2_exponent", "phase2_copier", "phase3_a_log_t",
+                     "a_saturates_finite_L", "model_approaches_gih", "generalises_longer_L", "generalises_other_prior"]
+    for c in rep["claims"]:
+        assert set(c) == {"name", "status", "statement", "setting", "numbers", "figure"}
+        assert c["status"] in ("PASS", "FAIL")
+        if c["figure"]:
+            assert (out / c["figure"]).exists()
+    assert rep["all_pass"] == all(c["status"] == "PASS" for c in rep["claims"])
+    s = rep["summary"]
+    assert s["S_star"] == [1, 2] and 0 <= s["c_mass_on_S_star"] <= 1 and "r2" in s
+    assert rep["claims"][0]["numbers"]["S_star"] == [1, 2]
+    assert "r2" in rep["claims"][3]["numbers"]
+    assert (out / "report.md").read_text().startswith("# meanfield induction check")
+    from meanfield.io import read_run
+
+    run = read_run(out / "run.h5")
+    assert run.attrs["system"] == "induction"
+    # log-spaced records in phase 3 (from its start), every 10 steps before
+    st = run["step"][run["stage"] == 3] - 100
+    assert st[0] == 1 and len(st) >= 20 and np.all(np.diff(run["step"]) > 0)
+
+
+def test_plot_run_and_verbs(tiny_check, tmp_path, capsys, monkeypatch):
+    out, _ = tiny_check
+    files = P.plot_run(out / "run.h5", tmp_path / "figs")
+    assert [f.name for f in files] == list(P.FIGURES) and all(f.stat().st_size > 0 for f in files)
+    assert main(["induction", "plot", str(out / "run.h5"), "--out", str(tmp_path / "f2")]) == 0
+    assert (tmp_path / "f2" / "a_log_t.png").exists()
+    assert main(["induction", "plot", str(tmp_path / "missing.h5")]) == 2
+    assert main(["induction", "chi2", "--alpha", "0.1", "--n-kernels", "300", "--exponent", "1,2",
+                 "--json", str(tmp_path / "chi.json")]) == 0
+    text = capsys.readouterr().out
+    assert "S* = {1,2}" in text and "exponent k = 1" in text
+    js = json.loads((tmp_path / "chi.json").read_text())
+    assert js["exponents"]["2.0"]["S_star"] == [1, 2] and js["lags"] == [1, 2, 3]
+    assert main(["induction", "chi2", "--lags", "1,4", "--D", "1", "--n-kernels", "50"]) == 0
+    assert "{4}" in capsys.readouterr().out
+    assert main(["induction", "chi2", "--n-kernels", "1"]) == 2
+    # check: exit code is 0 iff every claim passes (tiny settings through the verb)
+    monkeypatch.setitem(C.SETTINGS, "quick", TINY)
+    monkeypatch.setattr(C, "BASE", dict(C.BASE, **TINY_BASE))
+    rc = main(["induction", "check", "--quick", "--quiet", "--out", str(tmp_path / "chk")])
+    rep = json.loads((tmp_path / "chk" / "report.json").read_text())
+    assert rc == (0 if rep["all_pass"] else 1)
