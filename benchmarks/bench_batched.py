@@ -20,7 +20,9 @@ are best of ``--repeats`` and include packing the batch and copying records
 
 Target (reported PASS / MISS, never asserted): at B = 16384 the CPU batch with
 every thread reaches >= 1.7x the trajectory-steps/s of the same batch on one
-thread (on a 2-core machine). The column "cores" is this process's CPU time
+thread (on a 2-core machine). A calibration (an embarrassingly parallel
+prange loop, before and after) shows what parallelism the machine offered
+during the run. The column "cores" is this process's CPU time
 over wall time (1 thread / every thread): on a machine shared with other
 work it shows how many cores the run actually got.
 
@@ -76,6 +78,37 @@ def time_batch(cfgs, y0s, backend: str, repeats: int) -> tuple[float, float]:
     return best
 
 
+def calibrate(n_threads: int) -> float:
+    """Speedup of an embarrassingly parallel numba prange loop (no memory
+    traffic) on every thread over one thread: what this machine gives a
+    perfectly parallel code right now (about n_threads when idle)."""
+    import numba
+    from numba import njit, prange
+
+    @njit(parallel=True)
+    def spin(n, out):
+        for b in prange(out.shape[0]):
+            s = 0.0
+            for i in range(n):
+                s += np.sin(i * 1e-3 + b)
+            out[b] = s
+
+    out = np.zeros(64 * n_threads)
+    spin(10, out)
+    best = {}
+    for th in (1, n_threads):
+        numba.set_num_threads(th)
+        best[th] = min(_timed(spin, 400_000, out) for _ in range(3))
+    numba.set_num_threads(n_threads)
+    return best[1] / best[n_threads]
+
+
+def _timed(f, *a) -> float:
+    t0 = time.perf_counter()
+    f(*a)
+    return time.perf_counter() - t0
+
+
 def time_unbatched(cfgs, y0s, repeats: int) -> float:
     """One trajectory at a time through kernels.gd_advance (the run() path)."""
     from meanfield.mixture import kernels
@@ -116,7 +149,10 @@ def main(argv=None) -> int:
     batched.advance(c, y, "cpu")  # compile (or load the cache)
     if gpu:
         batched.advance(c, y, "cuda")
-    print(f"warm-up (compile or cache load): {time.perf_counter() - t0:.1f} s\n")
+    print(f"warm-up (compile or cache load): {time.perf_counter() - t0:.1f} s")
+    cal0 = calibrate(n_threads)
+    print(f"calibration: a perfectly parallel prange loop runs {cal0:.2f}x faster on {n_threads} threads than on 1 "
+          f"(about {n_threads} on an idle machine)\n", flush=True)
 
     rows = []
     for B in BATCHES:
@@ -147,10 +183,14 @@ def main(argv=None) -> int:
         if gpu:
             line += f" {rg:11.4g}"
         print(line)
+    cal1 = calibrate(n_threads)
+    cal = (cal0 + cal1) / 2
     sp = rows[-1][6]
     verdict = "PASS" if sp >= TARGET_SPEEDUP else "MISS"
     print(f"\nparallel speedup at B={rows[-1][0]} on {n_threads} threads: {sp:.2f}x "
           f"(target >= {TARGET_SPEEDUP}x) {verdict}; parallel efficiency {sp / n_threads:.0%}")
+    print(f"calibration (perfectly parallel loop) before / after: {cal0:.2f}x / {cal1:.2f}x; the batch reaches "
+          f"{sp / cal:.0%} of what this machine gave a perfectly parallel code")
     k1, kn = rows[-1][7], rows[-1][8]
     print(f"cores obtained (process CPU time / wall time): {k1:.2f} on 1 thread, {kn:.2f} on {n_threads} threads"
           + ("; the machine is busy: other processes hold cores, so the speedup measures them too"

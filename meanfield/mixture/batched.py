@@ -328,13 +328,32 @@ def _simulator() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+def _cuda_problem() -> str | None:
+    """Why the real CUDA backend cannot run here (one line), or None."""
+    try:
+        cu = _load_cuda()
+    except Exception as e:  # pragma: no cover - numba always ships a numba.cuda
+        return f"numba.cuda cannot be imported ({e})"
+    try:
+        if not cu.is_available():
+            return "no usable CUDA GPU (no NVIDIA driver or device found)"
+    except Exception as e:  # pragma: no cover - driver errors
+        return f"the CUDA driver failed ({e})"
+    try:
+        from numba.cuda.cudadrv import nvvm
+
+        if not nvvm.is_available():
+            return "a CUDA GPU is present but the NVVM compiler library is missing"
+    except Exception as e:  # pragma: no cover
+        return f"the NVVM compiler library failed to load ({e})"
+    return None
+
+
 def cuda_available() -> bool:
     """True when a real CUDA GPU can be used (never under the simulator)."""
     try:
-        if _simulator():
-            return False
-        return bool(_load_cuda().is_available())
-    except Exception:  # no numba.cuda, no driver, broken toolkit: no GPU
+        return not _simulator() and _cuda_problem() is None
+    except Exception:  # pragma: no cover - anything broken means no GPU
         return False
 
 
@@ -348,15 +367,16 @@ def resolve_backend(name: str) -> str:
         return "cpu"
     if name == "auto":
         return "cuda" if cuda_available() else "cpu"
-    try:
-        if _simulator():
+    if _simulator():
+        try:
             _load_cuda()
-            return "cuda"
-    except Exception as e:  # pragma: no cover - simulator import failure
-        raise ConfigError(f"backend cuda: the CUDA simulator cannot be imported ({e})") from None
-    if not cuda_available():
-        raise ConfigError("backend cuda: no usable CUDA GPU (install the extra: pip install 'meanfield[cuda]', "
-                          "needs an NVIDIA driver); use --backend cpu or auto")
+        except Exception as e:  # pragma: no cover - simulator import failure
+            raise ConfigError(f"backend cuda: the CUDA simulator cannot be imported ({e})") from None
+        return "cuda"
+    why = _cuda_problem()
+    if why is not None:
+        raise ConfigError(f"backend cuda: {why}; install the GPU extra (pip install 'meanfield[cuda]') on a machine "
+                          f"with an NVIDIA driver, or use --backend cpu or auto")
     return "cuda"
 
 
@@ -467,9 +487,6 @@ def _cuda_kernel(method: str, P: int, L: int, nS: int):
     return cu.jit(rk4_kernel)
 
 
-_COMPILED: set = set()
-
-
 def _launch_cuda(method, P, idx, args, outs, B):
     """Copy inputs to the device, run the kernel over B trajectories, copy the
     outputs (in place) back."""
@@ -481,12 +498,7 @@ def _launch_cuda(method, P, idx, args, outs, B):
     d_outs = [cu.to_device(o) for o in outs]
     tpb = max(1, min(THREADS_PER_BLOCK, B))
     blocks = (B + tpb - 1) // tpb
-    key = (method, P, L, nS)
-    if key not in _COMPILED:  # the first launch compiles: without FMA contraction
-        with _nvvm_no_fma():
-            kern[blocks, tpb](*d_args, *d_outs)
-        _COMPILED.add(key)
-    else:
+    with _nvvm_no_fma():  # a launch that compiles does so without FMA contraction
         kern[blocks, tpb](*d_args, *d_outs)
     cu.synchronize()
     for d, o in zip(d_outs, outs):
