@@ -128,9 +128,14 @@ def test_copier_pass_and_fail():
 def test_log_growth_pass_and_fail():
     good = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: 1 + np.log1p(tau / 3.0)))
     assert good.passed and good.numbers["r2"] >= 0.95 and good.numbers["slope"] == pytest.approx(1.0, abs=0.2)
-    # saturating log growth (the real, finite-L shape) passes too
-    sat = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: 1 + 4.7 * (1 - 1 / (1 + (tau / 3) ** 0.8)) ** 1))
-    assert sat.numbers["r2"] > 0.9
+    # log growth that saturates at a finite optimum (the finite-L shape): da/dtau = e^{-a} - e^{-a*}
+    tt = np.linspace(0, 700, 700001)
+    aa = np.empty_like(tt)
+    aa[0] = 1.0
+    for i in range(1, tt.size):
+        aa[i] = aa[i - 1] + 1e-3 * (math.exp(-aa[i - 1]) - math.exp(-5.7))
+    sat = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: np.interp(tau, tt, aa)))
+    assert sat.passed and sat.numbers["a_end"] == pytest.approx(5.7, abs=0.2)
     linear = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: 1 + 0.01 * tau))
     assert not linear.passed and linear.numbers["r2_linear"] > linear.numbers["r2"]
     expo = C.check_log_growth(synthetic_run(on12(0.97), a_of_tau=lambda tau: 1 + 4.6 * (1 - np.exp(-tau / 60))))

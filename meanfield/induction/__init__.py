@@ -7,5 +7,9 @@
 * :mod:`.kernels`: numba batch loss and gradients, the GD map;
 * :mod:`.config`, :mod:`.run`, :mod:`.cli`: validated configs, training runs
   (three-phase or joint; GD or gradient flow; fixed or fresh data) written as
-  HDF5 run files, and ``meanfield induction run|data``.
+  HDF5 run files, and ``meanfield induction run|data|chi2|check|plot``;
+* :mod:`.theory`: exact stationary laws, the modified chi-square mutual
+  information I~(S) over lag subsets, the GIH / Bayes / unigram predictors;
+* :mod:`.claims`, :mod:`.plot`: the paper's claims as checkers and the
+  ``check`` suite; figures of run files.
 """

@@ -92,7 +92,8 @@ def _title(run) -> str:
     a = _attrs(run)
     if not a.get("d"):
         return ""
-    return (f"d={a.get('d')}, pa={[int(v) for v in np.atleast_1d(a.get('pa', []))]}, alpha={a.get('alpha')}, L={a.get('L')}, "
+    pa = [int(v) for v in np.atleast_1d(a.get("pa", []))]
+    return (f"d={a.get('d')}, pa={pa}, alpha={a.get('alpha')}, L={a.get('L')}, "
             f"H={a.get('H')}, M={a.get('M')}, D={a.get('D')}; {a.get('schedule')} {a.get('method')}")
 
 
