@@ -252,3 +252,18 @@ def test_plot_run_and_verbs(tiny_check, tmp_path, capsys, monkeypatch):
     rc = main(["induction", "check", "--quick", "--quiet", "--out", str(tmp_path / "chk")])
     rep = json.loads((tmp_path / "chk" / "report.json").read_text())
     assert rc == (0 if rep["all_pass"] else 1)
+
+
+def test_exponent_study_on_a_real_simulation():
+    """The phase-1 velocity of the actual model (clean copiers, 4000 trigram
+    sequences, alpha = 0.1) is best predicted by I~ with exponent 2."""
+    from meanfield.induction import theory as T
+    from meanfield.induction.config import make_config
+
+    cfg = make_config({"alpha": 0.1, "n_train": 10, "n_test": 0})
+    vel = C.phase1_velocity(cfg, 8.0, 4, 1000)
+    chi = T.chi2_table(3, (1, 2), 0.1, (1, 2, 3), 2, n_kernels=1500, seed=1, exponents=(1, 2, 3))
+    th = {k: {S: chi.values[k][:, i] for i, S in enumerate(chi.subsets)} for k in chi.exponents}
+    c = C.check_exponent(th, vel)
+    assert c.passed and c.numbers["best_exponent"] == 2.0
+    assert c.numbers["r2"]["2.0"] > c.numbers["r2"]["1.0"] + 0.05 > c.numbers["r2"]["3.0"]
