@@ -39,6 +39,13 @@ stage end and the final (or last accepted) state, a record at the same
 loss, or an entry above ``max_abs``) stops that trajectory only, with its
 status, stop step and stage.
 
+Entry points: :func:`run_batch` (configs -> ``integrate.Trajectory`` list,
+what ``run.run`` returns), :func:`advance` (one group -> raw (B, T, state)
+arrays, :class:`BatchResult`), :func:`resolve_backend`, :func:`cuda_available`,
+:func:`batchable`. A batch has no progress line and an interrupt (SIGINT) is
+only seen when a launch returns: give ``run_batch`` a ``chunk_size`` to get
+control back between chunks.
+
 CUDA numerics: NVVM contracts a*b + c into fused multiply-adds by default,
 which breaks the exact cancellations the reduced dynamics rely on (a
 pre-activation sitting exactly at the ReLU kink). The kernel is therefore
