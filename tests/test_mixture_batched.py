@@ -45,6 +45,8 @@ MIXED = [
     dict(method="rk4", schedule="three-stage", stage_steps=(20, 30, 10), eta=0.5, dt=0.3, record_every=4,
          width=20, seed=5),
     dict(method="rk4", steps=30, eta=0.5, dt=0.5, width=8, seed=6, max_abs=0.02, record_every=1),  # diverges
+    dict(steps=150, label_prob=0.7, width=10, seed=7, record_every=10),  # other sample sets: their own launches
+    dict(steps=150, label_noise=0.1, record_every=10),
 ]
 
 
@@ -69,7 +71,7 @@ def test_cpu_batch_equals_single_runs_bit_for_bit():
         ref = run(cfg)
         _assert_same(ref, tr)
         statuses.append(tr.status)
-    assert statuses.count("diverged") == 2 and statuses[6] == statuses[-1] == "diverged"
+    assert statuses.count("diverged") == 2 and statuses[6] == statuses[11] == "diverged"
     assert "max_abs" in out[6].message and "step" in out[6].message
     assert any(e["reason"] == "criterion" for e in out[4].stage_ends)
     assert out[7].stage_ends[0]["reason"] == "criterion"
@@ -123,6 +125,7 @@ def test_backend_resolution_and_refusals():
         "method flow": make_config(method="flow", steps=10),
         "with method rk4 are not batched": make_config(method="rk4", steps=10, criterion="loss<=0.1", record_every=1),
         "record_every only": make_config(method="rk4", steps=10),
+        "dense path": make_config(steps=10, n_neurons=2),
     }
     for msg, cfg in bad.items():
         assert batched.batchable(cfg) is not None

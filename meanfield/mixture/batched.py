@@ -24,10 +24,12 @@ What a batch supports (:func:`batchable` says why a config is refused):
   integer points of ``record_log`` (the default grid of ``run``);
 * method ``rk4`` (fixed step ``dt``) with ``record_every``, without criteria;
 * per-trajectory omega, eta (dt), width, seed, neuron init, ReLU'(0),
-  max_abs, stage lengths and modes; one (K, L, p) per kernel launch
-  (:func:`run_batch` groups configs by them).
+  max_abs, stage lengths and modes; one sample set (K, L, p, label_prob,
+  label_noise) and method per kernel launch (:func:`run_batch` groups
+  configs by them).
 
-Not batched: method ``flow`` (adaptive Dormand-Prince), rk4 with criteria
+Not batched: the dense path (``cfg.dense``: feature_gram, n_train,
+n_neurons > 1), method ``flow`` (adaptive Dormand-Prince), rk4 with criteria
 (their event location needs dense output) and rk4 with ``record_dt`` /
 ``record_log`` (interpolated records). Run those unbatched.
 
@@ -71,7 +73,6 @@ from .. import integrate
 from ..config import ConfigError
 from . import kernels
 from .config import MixtureConfig
-from .data import sample_set
 from .init import initial_state
 from .kernels import flow_rhs_into, gd_advance_into, portable
 
@@ -538,10 +539,24 @@ class BatchResult:
     n_stages: np.ndarray
 
 
+def _group_key(cfg: MixtureConfig) -> tuple:
+    """Configs with equal keys share a sample set and a method: one launch."""
+    return (cfg.K, cfg.L, cfg.p, cfg.label_prob, cfg.label_noise, cfg.method)
+
+
+def samples_of(cfg: MixtureConfig):
+    """The exact sample set of a (non-dense) config, as ``run.run`` uses."""
+    from .run import samples_of as _samples_of
+
+    return _samples_of(cfg)
+
+
 def batchable(cfg: MixtureConfig) -> str | None:
     """Why ``cfg`` cannot run in a batch (one line), or None when it can."""
     from .run import save_at
 
+    if cfg.dense:
+        return ("the dense path (feature_gram, n_train or n_neurons > 1) is not batched; run it unbatched")
     if cfg.method == "flow":
         return ("method flow (adaptive Dormand-Prince) is not batched; use method gd or rk4 (fixed step dt), "
                 "or run it unbatched")
@@ -626,19 +641,20 @@ def _pack(cfgs: list[MixtureConfig], y0s: list[np.ndarray]) -> dict:
 
 def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, backend: str = "cpu",
             max_bytes: float = 8 * 2**30) -> BatchResult:
-    """Run one batch of configs sharing (K, L, p, method) on ``backend``
+    """Run one batch of configs sharing a sample set and method on ``backend``
     (``cpu`` or ``cuda``, see :func:`resolve_backend`) and return the raw
     records. ``max_bytes`` caps the record buffer (B x T x state x 8 bytes)."""
     if not cfgs:
         raise ValueError("advance: empty batch")
     c0 = cfgs[0]
     for c in cfgs:
-        if (c.K, c.L, c.p, c.method) != (c0.K, c0.L, c0.p, c0.method):
-            raise ValueError("advance: a batch needs one (K, L, p, method); use run_batch to group")
+        if _group_key(c) != _group_key(c0):
+            raise ValueError("advance: a batch needs one sample set and method (K, L, p, label_prob, "
+                             "label_noise, method); use run_batch to group")
         check_batchable(c, backend)
     if y0s is None:
         y0s = [initial_state(c) for c in cfgs]
-    s = sample_set(c0.K, c0.L, c0.p)
+    s = samples_of(c0)
     P = s.P
     x = _pack(cfgs, y0s)
     B, ny = x["Y0"].shape
@@ -726,7 +742,8 @@ def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndar
     order, equal to what ``meanfield.mixture.run.run(cfg)`` (from ``y0s[i]``
     if given) returns: bit for bit on the CPU, to rounding on a GPU.
 
-    Configs are grouped by (K, L, p, method), one launch per group, or per
+    Configs are grouped by sample set and method (K, L, p, label_prob,
+    label_noise, method), one launch per group, or per
     ``chunk_size`` configs of a group when given (bounds memory; a caller can
     react between chunks, e.g. to an interrupt). ``on_result(i, trajectory)``
     is called for each config as its chunk finishes. Raises a one-line
@@ -743,7 +760,7 @@ def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndar
         raise ValueError(f"run_batch: chunk_size must be >= 1, got {chunk_size}")
     groups: dict = {}
     for i, c in enumerate(cfgs):
-        groups.setdefault((c.K, c.L, c.p, c.method), []).append(i)
+        groups.setdefault(_group_key(c), []).append(i)
     out: list = [None] * len(cfgs)
     for members in groups.values():
         step = chunk_size or len(members)
