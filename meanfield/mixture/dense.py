@@ -93,12 +93,13 @@ from numba import njit
 
 from .. import integrate
 from ..io import write_run
+from . import kernels
 from .config import MixtureConfig, gram_matrix, parse_neuron_init
 from .data import SampleSet, TrainingSet, feature_labels, sample_set, training_set
 from .stagetimes import DEFAULTS as STAGE_DEFAULTS
 
 #: stop criteria (the fast path's names and codes)
-CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_margin": 4, "grad_w": 5}
+CRITERIA = kernels.CRITERIA
 
 
 # ------------------------------------------------------------------ data in a basis
@@ -356,53 +357,9 @@ def loss_grads_into(y, r, nn, X, lab, weight, r0, grad, u, margin, G, dw, p, zba
     return loss
 
 
-@njit(cache=True)
-def attention_update_into(y, out, r, G, eta, exact, T):
-    """out[S, A, B blocks] = the exact GD map (``exact``) or -eta times the flow
-    right-hand side, per head, from G = dLoss/dS (metric = identity).
-    Scratch T (3, r, r): S^T G, B G^T, A G."""
-    r2 = r * r
-    for h in range(2):
-        So = h * r2
-        Ao = 2 * r2 + h * r2
-        Bo = 4 * r2 + h * r2
-        if exact:
-            for c in range(r):
-                for b in range(r):
-                    tS = 0.0
-                    tA = 0.0
-                    tB = 0.0
-                    for e in range(r):
-                        tS += y[So + e * r + c] * G[h, e, b]  # (S^T G)[c, b]
-                        tA += y[Bo + c * r + e] * G[h, b, e]  # (B G^T)[c, b]
-                        tB += y[Ao + c * r + e] * G[h, e, b]  # (A G)[c, b]
-                    T[0, c, b] = tS
-                    T[1, c, b] = tA
-                    T[2, c, b] = tB
-        for a in range(r):
-            for b in range(r):
-                dS = 0.0
-                dA = 0.0
-                dB = 0.0
-                for c in range(r):
-                    dS += y[Ao + a * r + c] * G[h, c, b] + G[h, a, c] * y[Bo + c * r + b]
-                    dA += G[h, a, c] * y[So + b * r + c] + y[So + a * r + c] * G[h, b, c]
-                    dB += G[h, c, a] * y[So + c * r + b] + y[So + c * r + a] * G[h, c, b]
-                if exact:
-                    sS = 0.0
-                    sA = 0.0
-                    sB = 0.0
-                    for c in range(r):
-                        sS += G[h, a, c] * T[0, c, b]
-                        sA += G[h, a, c] * T[1, c, b]
-                        sB += G[h, c, a] * T[2, c, b]
-                    out[So + a * r + b] = y[So + a * r + b] - eta * dS + eta * eta * sS
-                    out[Ao + a * r + b] = y[Ao + a * r + b] - eta * dA + eta * eta * sA
-                    out[Bo + a * r + b] = y[Bo + a * r + b] - eta * dB + eta * eta * sB
-                else:
-                    out[So + a * r + b] = -eta * dS
-                    out[Ao + a * r + b] = -eta * dA
-                    out[Bo + a * r + b] = -eta * dB
+# The attention part of the GD map / flow is the same closed form as the fast
+# path's (metric = identity in the orthonormal basis): one copy of it, in kernels.
+attention_update_into = kernels.attention_update_into
 
 
 @njit(cache=True)
