@@ -229,7 +229,6 @@ def _cmd_width_sweep(args) -> int:
 def _cmd_construct(args) -> int:
     from .config import as_float, as_int
     from .mixture.construct import construct
-    from .mixture.data import n_samples
 
     K = as_int("K", args.K, lo=2)
     L = as_int("L", args.L, lo=2)
@@ -244,8 +243,6 @@ def _cmd_construct(args) -> int:
     print(f"  beta -> infinity limit of the minimum margin: {r['limit_margin']:.6g}")
     print(f"  max |explicit - reduced| margin: {np.max(np.abs(r['margins'] - r['margins_reduced'])):.2e}")
     if args.out:
-        import h5py
-
         from .io import write_h5_atomic
 
         write_h5_atomic(Path(args.out), {"format": "meanfield-construction", "system": "mixture", "K": K, "L": L,

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.mixture import model
 from meanfield.mixture.construct import construct, limit_margin
 from meanfield.mixture.data import sample_set
 

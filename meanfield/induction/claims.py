@@ -70,42 +70,17 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
+from ..report import Claim  # the shared schema
+from ..report import jfloat as _f
+from ..report import status as _status
 from .model import subset_label
 
 # ------------------------------------------------------------------ claims
-
-
-@dataclass
-class Claim:
-    """One checked claim (same schema as ``meanfield.mixture.claims.Claim``)."""
-
-    name: str
-    status: str  # "PASS" | "FAIL"
-    statement: str
-    setting: dict = field(default_factory=dict)
-    numbers: dict = field(default_factory=dict)
-    figure: str | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "PASS"
-
-
-def _status(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
-
-
-def _f(x):
-    """JSON-friendly float (None for NaN)."""
-    if x is None:
-        return None
-    x = float(x)
-    return None if math.isnan(x) else x
 
 
 def fit_line(x, y) -> dict:

@@ -14,42 +14,21 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from .. import integrate
+from ..report import Claim  # the shared schema
+from ..report import jfloat as _f
+from ..report import status as _status
 from .config import MixtureConfig, make_config
 from .data import feature_labels
 from .observables import observables
 from .run import run as run_traj
 from .run import samples_group, samples_of
 from .stagetimes import stage_times
-
-
-@dataclass
-class Claim:
-    name: str
-    status: str  # "PASS" | "FAIL"
-    statement: str
-    setting: dict = field(default_factory=dict)
-    numbers: dict = field(default_factory=dict)
-    figure: str | None = None
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "PASS"
-
-
-def _status(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
-
-
-def _f(x):
-    """JSON-friendly float."""
-    x = float(x)
-    return None if math.isnan(x) else x
 
 
 # ------------------------------------------------------------------ runs in memory

@@ -85,7 +85,7 @@ from .. import integrate
 from ..config import ConfigError
 from . import kernels
 from .config import MixtureConfig
-from .data import SampleSet, sample_set
+from .data import SampleSet
 from .init import neuron_init
 from .model import embedding
 from . import run as _run
