@@ -63,6 +63,7 @@ import contextlib
 import functools
 import math
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -408,11 +409,13 @@ def _nvvm_no_fma():
         return
     try:
         from numba.cuda.cudadrv import nvvm
+
+        orig = getattr(nvvm, "compile_ir", None)
     except Exception:  # pragma: no cover
-        yield
-        return
-    orig = getattr(nvvm, "compile_ir", None)
-    if orig is None:  # pragma: no cover - a future layout: keep its defaults
+        orig = None
+    if orig is None:  # pragma: no cover - a future numba-cuda layout: keep its defaults, say so
+        warnings.warn("meanfield: cannot switch off FMA contraction in this numba.cuda; GPU results may leave "
+                      "the CPU's at ReLU kinks", RuntimeWarning, stacklevel=3)
         yield
         return
 
