@@ -62,6 +62,10 @@ RUN_HELP = {
 }
 
 
+BACKEND_HELP = ("cpu | cuda | auto: cuda runs batched trajectories on an NVIDIA GPU (pip install "
+                "'meanfield[cuda]'); auto picks cuda only when a GPU is present")
+
+
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of config fields (flags override it)")
     for flag, field in RUN_FLAGS.items():
@@ -79,11 +83,19 @@ def _config_from_args(args):
 def _cmd_run(args) -> int:
     from .mixture.run import EXIT_CODES, run_to_file
 
+    from .mixture.batched import check_batchable, resolve_backend, run_batch
+    from .mixture.run import save
+
     cfg = _config_from_args(args)
     out = Path(args.out)
     if out.suffix not in (".h5", ".hdf5"):
         raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {args.out!r}")
-    traj, path = run_to_file(cfg, out, progress=not args.quiet)
+    if resolve_backend(args.backend) == "cuda":
+        check_batchable(cfg, "cuda")
+        traj = run_batch([cfg], "cuda")[0]
+        path = save(out, cfg, traj)
+    else:
+        traj, path = run_to_file(cfg, out, progress=not args.quiet)
     print(f"{path}: {traj.status}: {traj.message}")
     if traj.status == "diverged":
         print(f"meanfield: run diverged; {path} keeps every record up to the step named above", file=sys.stderr)
@@ -193,7 +205,8 @@ def _cmd_sweep(args) -> int:
     base = _base_from_args(args)
     make_config(base)  # the base must be valid on its own
     params = parse_params(args.param or [], [f.name for f in dataclasses.fields(MixtureConfig)])
-    idx = run_sweep(SweepSpec(base, params, Path(args.out)), workers=_workers(args), progress=not args.quiet)
+    idx = run_sweep(SweepSpec(base, params, Path(args.out)), workers=_workers(args), progress=not args.quiet,
+                    backend=args.backend, batched=args.batched)
     n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
     from .sweep import sweep_paths
 
@@ -214,7 +227,8 @@ def _cmd_width_sweep(args) -> int:
         raise ConfigError("width: not with width-sweep (use --widths)")
     pm = as_int("particles_up_to", args.particles_up_to, lo=0)
     s = width_sweep(base, widths, seeds, Path(args.out), tol_rel=tol, workers=_workers(args),
-                    progress=not args.quiet, log=(lambda *a: None) if args.quiet else print, particles_up_to=pm)
+                    progress=not args.quiet, log=(lambda *a: None) if args.quiet else print, particles_up_to=pm,
+                    backend=args.backend)
     print(f"{'m':>8} " + " ".join(f"{q + ' err':>12}" for q in ("S", "A", "B", "w", "loss")))
     for i, m in enumerate(s["widths"]):
         print(f"{m:>8} " + " ".join(f"{s['errors'][q][i]:>12.4g}" for q in ("S", "A", "B", "w", "loss")))
@@ -301,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="runs/run.h5", help="output run file (.h5), written atomically")
     r.add_argument("--plot", metavar="DIR", help="also write figures to DIR")
     r.add_argument("--quiet", action="store_true", help="no progress line")
+    r.add_argument("--backend", default="cpu", help=BACKEND_HELP)
     r.set_defaults(func=_cmd_run)
 
     pa = verbs.add_parser("particles", help="train the EXPLICIT finite-width network (W_K, W_Q in R^{m x d}) by GD; "
@@ -340,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default="runs/sweep", help="a folder (sweep.json + points/) or FILE.json")
     sw.add_argument("--workers", default=None, help="local processes (default: all cores)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.add_argument("--backend", default="cpu", help=BACKEND_HELP)
+    sw.add_argument("--batched", action="store_true",
+                    help="cpu: run the points as one batch of trajectories with numba threads (GD/RK4 points)")
     sw.set_defaults(func=_cmd_sweep)
 
     ws = verbs.add_parser("width-sweep", help="finite widths against infinite width: errors, exponent, kinks")
@@ -352,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     ws.add_argument("--out", default="runs/width_sweep.h5", help="FILE.h5; FILE.json and FILE.png are written beside")
     ws.add_argument("--workers", default=None, help="local processes (default: all cores)")
     ws.add_argument("--quiet", action="store_true")
+    ws.add_argument("--backend", default="cpu", help=BACKEND_HELP)
     ws.set_defaults(func=_cmd_width_sweep)
 
     co = verbs.add_parser("construct", help="explicit weights classifying every sample (Lemma 6.1); min margin")

@@ -246,10 +246,19 @@ def sweep_paths(out: Path) -> tuple[Path, Path]:
 
 
 def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | None = None,
-              progress: bool = True, stream=None) -> dict:
-    """Run (or continue) a sweep; returns the index written to ``sweep.json``."""
+              progress: bool = True, stream=None, backend: str = "cpu", batched: bool = False) -> dict:
+    """Run (or continue) a sweep; returns the index written to ``sweep.json``.
+
+    ``backend``: ``cpu`` runs the points through ``executor`` (default: local
+    processes), or, with ``batched``, as one batch of trajectories in this
+    process with numba threads (``meanfield.mixture.batched``; GD/RK4 points
+    only); ``cuda`` runs them batched on the GPU; ``auto`` is ``cuda`` when a
+    GPU is present, else ``cpu``. Batched runs see an interrupt between chunks."""
     from .mixture.config import MixtureConfig, make_config
 
+    from .mixture.batched import check_batchable, resolve_backend
+
+    be = resolve_backend(backend)
     index_path, folder = sweep_paths(spec.out)
     points = grid(spec.params)
     cfgs = []
@@ -258,6 +267,12 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
             cfgs.append(make_config(spec.base, **p).to_dict())
         except ConfigError as e:
             raise ConfigError(f"sweep point {p}: {e}") from None
+    if be == "cuda" or batched:
+        for p, c in zip(points, cfgs):
+            try:
+                check_batchable(make_config(c), be)
+            except ConfigError as e:
+                raise ConfigError(f"sweep point {p}: {e}") from None
     folder.mkdir(parents=True, exist_ok=True)
     nd = max(4, len(str(len(points) - 1)))
     paths = [folder / f"{i:0{nd}d}.h5" for i in range(len(points))]
@@ -298,8 +313,11 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
     except ValueError:  # not the main thread
         old = None
     try:
-        map_points(_run_point, [(cfgs[i], str(paths[i])) for i in todo], executor=executor, workers=workers,
-                   progress=bar, on_result=done)
+        if be == "cuda" or batched:
+            _run_batched(cfgs, paths, todo, be, done, bar)
+        else:
+            map_points(_run_point, [(cfgs[i], str(paths[i])) for i in todo], executor=executor, workers=workers,
+                       progress=bar, on_result=done)
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
@@ -309,6 +327,26 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
     index["n_done"] = sum(e["result"] is not None for e in entries)
     _write_index(index_path, index)
     return index
+
+
+def _run_batched(cfgs: list[dict], paths: list[Path], todo: list[int], backend: str, done, bar) -> None:
+    """The points ``todo`` as batches of trajectories (chunks of 256)."""
+    from .mixture.batched import run_batch
+    from .mixture.config import make_config
+    from .mixture.run import save
+
+    mcfgs = [make_config(cfgs[i]) for i in todo]
+    t0 = time.perf_counter()
+
+    def on_result(k, traj):
+        save(paths[todo[k]], mcfgs[k], traj)
+        s = _summary(paths[todo[k]])
+        s["elapsed_s"] = time.perf_counter() - t0
+        s["backend"] = backend + " (batched)"
+        done(k, s)
+        bar.update()
+
+    run_batch(mcfgs, backend, chunk_size=256, on_result=on_result)
 
 
 def _jsonable(x):
