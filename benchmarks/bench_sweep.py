@@ -41,6 +41,19 @@ def main():
     print(f"  {a.workers} workers: {times[a.workers]:8.2f} s  ({n / times[a.workers]:.2f} points/s)")
     sp = times[1] / times[a.workers]
     print(f"  speedup  : {sp:.2f}x   (target >= 1.7x on 2 cores: {'PASS' if sp >= 1.7 else 'MISS'})")
+    # the same grid as one numba-threaded batch in this process (--batched)
+    import numba
+
+    tb = {}
+    for th in (1, numba.config.NUMBA_NUM_THREADS):
+        numba.set_num_threads(th)
+        d = Path(tempfile.mkdtemp())
+        t0 = time.perf_counter()
+        run_sweep(SweepSpec(base, params, d / "sw"), progress=False, batched=True)
+        tb[th] = time.perf_counter() - t0
+        shutil.rmtree(d)
+    print(f"  batched, 1 thread : {tb[1]:8.2f} s;  {numba.config.NUMBA_NUM_THREADS} threads: "
+          f"{tb[numba.config.NUMBA_NUM_THREADS]:8.2f} s;  speedup {tb[1] / tb[numba.config.NUMBA_NUM_THREADS]:.2f}x")
     return 0
 
 
