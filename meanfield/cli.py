@@ -302,7 +302,9 @@ def _cmd_demo(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    top = _Parser(prog="meanfield", description=__doc__.splitlines()[0])
+    top = _Parser(prog="meanfield", description="Exact reduced training dynamics of small transformers: "
+                  "meanfield <system> <verb> [options]. Exit codes: 0 success, 1 a check or bound failed, "
+                  "2 bad input, 3 a run diverged, 130 interrupted.")
     from . import __version__
 
     top.add_argument("--version", action="version", version=f"meanfield {__version__}")
