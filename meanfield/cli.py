@@ -81,10 +81,8 @@ def _config_from_args(args):
 
 
 def _cmd_run(args) -> int:
-    from .mixture.run import EXIT_CODES, run_to_file
-
     from .mixture.batched import check_batchable, resolve_backend, run_batch
-    from .mixture.run import save
+    from .mixture.run import EXIT_CODES, run_to_file, save
 
     cfg = _config_from_args(args)
     out = Path(args.out)
@@ -198,9 +196,10 @@ def _workers(args):
 
 
 def _cmd_sweep(args) -> int:
-    from .mixture.config import MixtureConfig, make_config
-    from .sweep import SweepSpec, parse_params, run_sweep
     import dataclasses
+
+    from .mixture.config import MixtureConfig, make_config
+    from .sweep import SweepSpec, parse_params, run_sweep, sweep_paths
 
     base = _base_from_args(args)
     make_config(base)  # the base must be valid on its own
@@ -208,7 +207,6 @@ def _cmd_sweep(args) -> int:
     idx = run_sweep(SweepSpec(base, params, Path(args.out)), workers=_workers(args), progress=not args.quiet,
                     backend=args.backend, batched=args.batched)
     n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
-    from .sweep import sweep_paths
 
     print(f"{sweep_paths(Path(args.out))[0]}: {idx['status']}: {idx['n_done']}/{idx['n_points']} points done, "
           f"{n_ok} complete")
@@ -278,21 +276,19 @@ def _cmd_study(args) -> int:
 
         out = Path(args.out if args.out != "runs/study_k_mixtures" else f"runs/study_{args.name}")
         try:
-            rep = run_extension_study(args.name, out, quick=args.quick)
+            run_extension_study(args.name, out, quick=args.quick)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         print(f"report: {out / 'report.md'}")
         return 0
-    if args.name == "k-mixtures":
-        Ks = [as_int("K", v, lo=2) for v in as_list("K", args.K)]
-        widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
-        rep = studies.k_mixtures(Ks, Path(args.out), L=as_int("L", args.L, lo=2),
-                                 steps=as_int("steps", args.steps, lo=1), widths=widths,
-                                 seeds=as_int("seeds", args.seeds, lo=1))
-        for r in rep["rows"]:
-            print(f"K={r['K']}: same-group {r['same_group_mean']:.4g}, between-group {r['between_group_mean']:.4g}")
-        return 0
-    raise ConfigError(f"study: unknown study {args.name!r}")
+    Ks = [as_int("K", v, lo=2) for v in as_list("K", args.K)]
+    widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
+    rep = studies.k_mixtures(Ks, Path(args.out), L=as_int("L", args.L, lo=2),
+                             steps=as_int("steps", args.steps, lo=1), widths=widths,
+                             seeds=as_int("seeds", args.seeds, lo=1))
+    for r in rep["rows"]:
+        print(f"K={r['K']}: same-group {r['same_group_mean']:.4g}, between-group {r['between_group_mean']:.4g}")
+    return 0
 
 
 def _cmd_demo(args) -> int:
