@@ -228,6 +228,22 @@ def _softmax_backward(P, A, M, gw, scale):
 
 
 @njit(cache=True, error_model="numpy")
+def _assemble_grad(P, A, M, c, C, gcacc, ga, N, grad):
+    """grad = [dLoss/dc (nS), dLoss/dw (H*M, row-major), dLoss/da] from the
+    accumulated adjoints of both kernel paths (mean over N sequences)."""
+    H = P.shape[0]
+    nS = c.shape[0]
+    gw = np.zeros((H, M))
+    _softmax_backward(P, A, M, gw, 1.0 / N)
+    for S in range(nS):
+        grad[S] = 2.0 * c[S] / C * gcacc[S] / N
+    for h in range(H):
+        for j in range(M):
+            grad[nS + h * M + j] = gw[h, j]
+    grad[nS + H * M] = ga / N
+
+
+@njit(cache=True, error_model="numpy")
 def _loss_grad_pattern(theta, tokens, codes, first, M, d, members, sizes, log_cap, want_grad, grad):
     N, Lp1 = tokens.shape
     L = Lp1 - 1
@@ -337,14 +353,7 @@ def _loss_grad_pattern(theta, tokens, codes, first, M, d, members, sizes, log_ca
             for j in range(m):
                 t = digit[p, j]
                 A[h, m, j] += (barU[t] - U[h, p, t] * dot) * invn[h, p]
-    gw = np.zeros((H, M))
-    _softmax_backward(P, A, M, gw, 1.0 / N)
-    for S in range(nS):
-        grad[S] = 2.0 * c[S] / C * gcacc[S] / N
-    for h in range(H):
-        for j in range(M):
-            grad[nS + h * M + j] = gw[h, j]
-    grad[nS + H * M] = ga / N
+    _assemble_grad(P, A, M, c, C, gcacc, ga, N, grad)
     return loss / N, nclip
 
 
@@ -445,14 +454,7 @@ def _loss_grad_direct(theta, tokens, first, M, d, members, sizes, log_cap, want_
                     A[h, m, j] += (baru[t] - uq[t] * dot) * inv
     if not want_grad:
         return loss / N, nclip
-    gw = np.zeros((H, M))
-    _softmax_backward(P, A, M, gw, 1.0 / N)
-    for S in range(nS):
-        grad[S] = 2.0 * c[S] / C * gcacc[S] / N
-    for h in range(H):
-        for j in range(M):
-            grad[nS + h * M + j] = gw[h, j]
-    grad[nS + H * M] = ga / N
+    _assemble_grad(P, A, M, c, C, gcacc, ga, N, grad)
     return loss / N, nclip
 
 
