@@ -216,30 +216,10 @@ def unpack(y: np.ndarray, r: int, nn: int):
 # ------------------------------------------------------------------ numba kernels
 
 
-@njit(cache=True)
-def _relu_prime(u, r0):
-    if u > 0.0:
-        return 1.0
-    if u < 0.0:
-        return 0.0
-    return r0
-
-
-@njit(cache=True)
-def _softplus_neg(z):
-    # log(1 + exp(-z)), stable for both signs
-    if z > 0.0:
-        return math.log1p(math.exp(-z))
-    return -z + math.log1p(math.exp(z))
-
-
-@njit(cache=True)
-def _sigmoid_neg(z):
-    # 1 / (1 + exp(z)) = -l'(z), stable
-    if z > 0.0:
-        e = math.exp(-z)
-        return e / (1.0 + e)
-    return 1.0 / (1.0 + math.exp(z))
+# the scalar ReLU' / logistic helpers are the fast path's (one copy)
+_relu_prime = kernels.relu_prime
+_softplus_neg = kernels.softplus_neg
+_sigmoid_neg = kernels.sigmoid_neg
 
 
 @njit(cache=True)
