@@ -214,9 +214,8 @@ def symmetry_violation(run, K: int) -> np.ndarray:
     """Per record: the largest violation of the exact symmetries of the
     infinite-width dynamics: (i) every permutation of the groups in a cycle
     (c_k -> c_{k+1}, v_k -> v_{k+1}), (ii) swapping the heads together with the
-    sign of every v feature (S-[a,b] = s_a s_b S+[a,b], w-[a] = -s_a w+[a]...
+    sign of every v feature (S-[a,b] = s_a s_b S+[a,b], likewise A, B, and w-[a] = s_a w+[a],
     with s = +1 on c, -1 on v)."""
-    P = 2 * K
     perm = np.r_[np.roll(np.arange(K), 1), K + np.roll(np.arange(K), 1)]
     s = np.r_[np.ones(K), -np.ones(K)]
     out = np.zeros(len(run["t"]))
@@ -231,7 +230,6 @@ def symmetry_violation(run, K: int) -> np.ndarray:
     # head swap: f = relu(u+) - relu(u-) is invariant under (+ <-> -, v -> -v, w -> w with v part flipped)
     wh = w[:, ::-1] * s[None, None, :]
     out = np.maximum(out, np.abs(wh - w).reshape(len(out), -1).max(axis=1))
-    assert out.shape == (len(run["t"]),) and P == w.shape[-1]
     return out
 
 
