@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io import read_run
+from .claims import _stage_end_index
 from .config import make_config
 from .plot import plot_run, summary_markdown
 from .run import EXIT_CODES, run_to_file
@@ -34,13 +35,6 @@ RUNS = {
 QUICK = {"three_stage", "simultaneous"}
 #: a margin counts as positive above this (round-off sits at ~1e-16)
 TOL = 1e-8
-
-
-def _stage_end_index(run, stage: int) -> int | None:
-    for e in run.attrs.get("stage_ends", []):
-        if e["stage"] == stage:
-            return int(np.searchsorted(run["t"], e["t"] - 1e-12 * max(1.0, e["t"])))
-    return None
 
 
 def story_checks(run) -> list[tuple[str, bool, str]]:
