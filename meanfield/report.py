@@ -25,6 +25,22 @@ class Claim:
         return self.status == "PASS"
 
 
+def fit_line(x, y) -> dict:
+    """Least-squares y = slope x + intercept: slope, intercept, R^2 (NaN when
+    undefined: fewer than 2 points or constant y) and residuals."""
+    import numpy as np
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.size < 2:
+        return {"slope": math.nan, "intercept": math.nan, "r2": math.nan, "residuals": []}
+    A = np.vstack([x, np.ones_like(x)]).T
+    (slope, intercept), *_ = np.linalg.lstsq(A, y, rcond=None)
+    res = y - (slope * x + intercept)
+    ss = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(res**2)) / ss if ss > 0 else math.nan
+    return {"slope": float(slope), "intercept": float(intercept), "r2": r2, "residuals": res.tolist()}
+
+
 def status(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 

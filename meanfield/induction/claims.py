@@ -76,24 +76,12 @@ from pathlib import Path
 import numpy as np
 
 from ..report import Claim  # the shared schema
+from ..report import fit_line
 from ..report import jfloat as _f
 from ..report import status as _status
 from .model import subset_label
 
 # ------------------------------------------------------------------ claims
-
-
-def fit_line(x, y) -> dict:
-    """Least-squares y = slope x + intercept, with R^2."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if x.size < 2:
-        return {"slope": math.nan, "intercept": math.nan, "r2": math.nan}
-    A = np.vstack([x, np.ones_like(x)]).T
-    (slope, intercept), *_ = np.linalg.lstsq(A, y, rcond=None)
-    res = y - (slope * x + intercept)
-    ss = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum(res**2)) / ss if ss > 0 else math.nan
-    return {"slope": float(slope), "intercept": float(intercept), "r2": r2}
 
 
 # ------------------------------------------------------------------ run access

@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import integrate
 from ..report import Claim  # the shared schema
+from ..report import fit_line
 from ..report import jfloat as _f
 from ..report import status as _status
 from .config import MixtureConfig, make_config
@@ -156,16 +157,6 @@ def check_after_attention_stage(run, loss_level: float = 0.05, margin_min: float
                  "after stage 2 every sample has a positive margin; stage 3 drives the loss below a level",
                  numbers={"t_stage2_end": float(run["t"][i2]), "min_margin_after_stage2": m2,
                           "t_end": float(run["t"][i3]), "loss_end": loss3, "loss_level": loss_level})
-
-
-def fit_line(x, y) -> dict:
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    A = np.vstack([x, np.ones_like(x)]).T
-    (slope, intercept), *_ = np.linalg.lstsq(A, y, rcond=None)
-    res = y - (slope * x + intercept)
-    ss = float(np.sum((y - y.mean()) ** 2))
-    r2 = 1.0 - float(np.sum(res**2)) / ss if ss > 0 else 0.0
-    return {"slope": float(slope), "intercept": float(intercept), "r2": r2, "residuals": res.tolist()}
 
 
 def check_omega_sweep(omegas, durations, r2_min: float = 0.99) -> Claim:
