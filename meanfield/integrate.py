@@ -53,6 +53,7 @@ class Stage:
     length: float  # GD: steps; flow: time
     criterion: tuple[str, str, float] | None = None
     name: str = ""
+    eta: float | None = None  # GD step size of this stage (None: the solver's); a step adds eta to t
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,8 @@ def _holds(value: float, op: str, thresh: float) -> bool:
 
 @dataclass(frozen=True)
 class GDMap:
-    """The exact gradient-descent map with step ``eta``; time t = step * eta."""
+    """The exact gradient-descent map with step ``eta`` (or each stage's own
+    ``Stage.eta``); time t = step * eta, or the sum of the step sizes taken."""
 
     eta: float
     max_chunk_s: float = 0.25
@@ -205,9 +207,18 @@ class GDMap:
         traj.record(0.0, 0, stages[0].index if stages else 0, y)
         pts = save.points if save.points is not None else np.empty(0, np.int64)
         per_step = None  # seconds per step, measured
+        uniform = all(s.eta is None for s in stages)
+        t_start = 0.0
         for stage in stages:
             start = step
             end = start + int(stage.length)
+            eta = self.eta if stage.eta is None else stage.eta
+
+            def tt(k, start=start, t_start=t_start, eta=eta):
+                """Time after global step k of this stage: k eta, or with per-stage
+                step sizes the time at the stage start plus (k - start) eta."""
+                return k * self.eta if uniform else t_start + (k - start) * eta
+
             while True:
                 target = end
                 if save.every:
@@ -221,34 +232,36 @@ class GDMap:
                 elif chunk > 64:
                     chunk = 64
                 t0 = time.perf_counter()
-                done, code = system.gd_advance(y, chunk, self.eta, stage.mode, stage.criterion)
+                done, code = system.gd_advance(y, chunk, eta, stage.mode, stage.criterion)
                 if done > 0:
                     per_step = (time.perf_counter() - t0) / done
                 step += done
                 if code in (2, 3):
-                    traj.record(step * self.eta, step, stage.index, y)
+                    traj.record(tt(step), step, stage.index, y)
                     traj.status = "diverged"
                     what = ("a non-finite state or loss" if code == 2 else
                             f"a state entry above max_abs = {getattr(system, 'max_abs', math.inf):g} in absolute value")
-                    traj.message = (f"step {step + 1} (t = {(step + 1) * self.eta:.6g}) in stage "
+                    traj.message = (f"step {step + 1} (t = {tt(step + 1):.6g}) in stage "
                                     f"{stage.index} gave {what}; every record up to the last accepted state "
                                     f"(step {step}) is kept; try a smaller eta")
                     return traj
                 if code == 1 or step >= end:
-                    traj.record(step * self.eta, step, stage.index, y)
-                    traj.stage_ends.append({"stage": stage.index, "step": step, "t": step * self.eta,
+                    traj.record(tt(step), step, stage.index, y)
+                    traj.stage_ends.append({"stage": stage.index, "step": step, "t": tt(step),
                                             "reason": "criterion" if code == 1 else "length"})
                     break
                 if (save.every and step % save.every == 0) or (j < len(pts) and step == int(pts[j])):
-                    traj.record(step * self.eta, step, stage.index, y)
+                    traj.record(tt(step), step, stage.index, y)
                 mon.update(step, stage.index, "", traj)
                 if mon.stop_requested:
-                    traj.record(step * self.eta, step, stage.index, y)
+                    traj.record(tt(step), step, stage.index, y)
                     traj.status = "interrupted"
-                    traj.message = f"interrupted by signal {mon.signal} at step {step} (t = {step * self.eta:.6g}), stage {stage.index}"
+                    traj.message = (f"interrupted by signal {mon.signal} at step {step} (t = {tt(step):.6g}), "
+                                    f"stage {stage.index}")
                     return traj
+            t_start = tt(step)
         traj.status = "complete"
-        traj.message = f"{step} steps (t = {step * self.eta:.6g})"
+        traj.message = f"{step} steps (t = {traj.t[-1] if traj.t else 0.0:.6g})"
         return traj
 
 

@@ -100,7 +100,7 @@ def test_fresh_batches_reproducible_and_chunk_independent():
     y = pb.theta0.copy()
     for st in R.stages(cfg):
         for _ in range(int(st.length)):
-            assert sysm.gd_advance(y, 1, 1.0, st.mode, None) == (1, 0)
+            assert sysm.gd_advance(y, 1, st.eta, st.mode, None) == (1, 0)
     np.testing.assert_allclose(y, t1.y[-1], atol=0)
     # and differs from fixed-data training
     fixed = R.run(make_config(dict(SMALL, batch=50, n_train=50, n_test=0, phase_steps=(5, 5, 5))))
@@ -141,10 +141,31 @@ def test_interrupted_by_monitor_signal(tmp_path):
 
 
 def test_gd_times_with_criterion_stops():
+    """GD time is the sum of the per-phase step sizes taken (Stage.eta), also
+    when a criterion ends a phase before its length."""
+    from meanfield import integrate
+
+    class Count:  # a toy system: y counts steps; the criterion stops phase 1 at 10 steps
+        max_abs = np.inf
+
+        def gd_advance(self, y, nsteps, eta, mode, criterion):
+            for k in range(nsteps + 1):
+                if criterion is not None and y[0] >= criterion[2]:
+                    return k, 1
+                if k == nsteps:
+                    return k, 0
+                y[0] += 1
+
     cfg = make_config(dict(SMALL, phase_etas=(1.0, 2.0, 3.0)))
-    ends = [{"stage": 1, "step": 10}, {"stage": 2, "step": 15}, {"stage": 3, "step": 20}]
-    t = R.gd_times(cfg, [0, 10, 12, 15, 20], [1, 1, 2, 2, 3], ends)
-    np.testing.assert_allclose(t, [0, 10, 14, 20, 35])
+    st = R.stages(cfg)
+    st = [integrate.Stage(1, st[0].mode, 100, ("steps", ">=", 10), eta=st[0].eta),
+          integrate.Stage(2, st[1].mode, 5, eta=st[1].eta), integrate.Stage(3, st[2].mode, 5, eta=st[2].eta)]
+    traj = integrate.GDMap(1.0).solve(Count(), np.zeros(1), st, integrate.SaveAt(points=np.array([12])))
+    a = traj.arrays()
+    keep = np.isin(a["step"], [0, 10, 12, 15, 20])
+    np.testing.assert_array_equal(a["step"][keep], [0, 10, 12, 15, 20])
+    np.testing.assert_allclose(a["t"][keep], [0, 10, 14, 20, 35])
+    assert [e["t"] for e in traj.stage_ends] == [10.0, 20.0, 35.0]
 
 
 def _cli():

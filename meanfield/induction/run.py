@@ -5,13 +5,12 @@
 :func:`run` integrates and :func:`save` writes the public run format
 (:func:`meanfield.io.write_run`, ``system = "induction"``).
 
-Stage modes are ``(rate_c, rate_w, rate_a)``: GD takes
-``theta[group] -= rate_group * grad[group]`` with the shared
-:class:`~meanfield.integrate.GDMap` run at eta = 1, so every phase has its own
-step size (three-phase: (eta_1, 0, 0), (0, eta_2, 0), (0, 0, eta_3); joint:
-(eta, eta, eta)); the flow is ``d theta/dt = -rate * grad`` with rates 1 / 0.
-The time ``t`` written for a GD run is the gradient-flow time, the sum of the
-step sizes taken (recomputed from the steps and the phase ends).
+Stage modes are ``(train_c, train_w, train_a)`` masks (1 / 0): GD takes
+``theta[group] -= eta * mask_group * grad[group]`` with the shared
+:class:`~meanfield.integrate.GDMap`, each phase with its own step size
+(``Stage.eta``: eta_1, eta_2, eta_3; joint: eta), so the time ``t`` of a GD
+run is the gradient-flow time, the sum of the step sizes taken; the flow is
+``d theta/dt = -mask * grad``.
 
 Run file (``meanfield.io`` common attributes plus):
 
@@ -173,22 +172,22 @@ def stages(cfg: InductionConfig) -> list[integrate.Stage]:
     """Stages of the schedule; lengths are steps (gd) or times (flow, rk4)."""
     gd = cfg.method == "gd"
     if cfg.schedule == "joint":
-        rate = cfg.eta if gd else 1.0
         crit = parse_criterion("criterion", cfg.criterion, kernels.CRITERIA)
-        return [integrate.Stage(1, (rate, rate, rate), cfg.steps if gd else cfg.t_end, crit, "joint")]
+        return [integrate.Stage(1, (1.0, 1.0, 1.0), cfg.steps if gd else cfg.t_end, crit, "joint",
+                                eta=cfg.eta if gd else None)]
     out = []
     for k in range(3):
         mode = [0.0, 0.0, 0.0]
-        mode[k] = cfg.phase_etas[k] if gd else 1.0
+        mode[k] = 1.0
         out.append(integrate.Stage(k + 1, tuple(mode), cfg.phase_steps[k] if gd else cfg.phase_times[k],
                                    parse_criterion("phase_criteria", cfg.phase_criteria[k], kernels.CRITERIA),
-                                   PHASE_NAMES[k]))
+                                   PHASE_NAMES[k], eta=cfg.phase_etas[k] if gd else None))
     return out
 
 
 def solver(cfg: InductionConfig):
     if cfg.method == "gd":
-        return integrate.GDMap(1.0)  # the step sizes are the stage modes
+        return integrate.GDMap(1.0)  # every stage carries its own step size (Stage.eta)
     if cfg.method == "rk4":
         return integrate.RK4(cfg.dt)
     return integrate.Dopri5(rtol=cfg.rtol, atol=cfg.atol)
@@ -223,52 +222,6 @@ def phase_log_grid(cfg: InductionConfig, every: int, n_log: int) -> integrate.Sa
     return integrate.SaveAt(points=np.unique(np.concatenate(pts)))
 
 
-def stage_rate(cfg: InductionConfig, stage: int) -> float:
-    """GD step size of a stage (the time a step adds)."""
-    return cfg.eta if cfg.schedule == "joint" else cfg.phase_etas[stage - 1]
-
-
-def gd_times(cfg: InductionConfig, step, stage, stage_ends) -> np.ndarray:
-    """Gradient-flow time of GD records: sum of the step sizes up to each record."""
-    step = np.asarray(step, dtype=np.int64)
-    stage = np.asarray(stage, dtype=np.int64)
-    start_step = {}
-    start_t = {}
-    s0, t0 = 0, 0.0
-    ends = {e["stage"]: e["step"] for e in stage_ends}
-    for k in sorted(set(int(s) for s in stage) | set(ends)):
-        start_step[k], start_t[k] = s0, t0
-        if k in ends:
-            t0 += (ends[k] - s0) * stage_rate(cfg, k)
-            s0 = ends[k]
-    out = np.empty(step.shape, dtype=np.float64)
-    for i, (s, k) in enumerate(zip(step, stage)):
-        out[i] = start_t[int(k)] + (int(s) - start_step[int(k)]) * stage_rate(cfg, int(k))
-    return out
-
-
-def _fix_gd_trajectory(cfg: InductionConfig, traj: integrate.Trajectory) -> None:
-    """Replace GDMap's t = step (eta = 1) by the gradient-flow time, and its messages."""
-    t = gd_times(cfg, traj.step, traj.stage, traj.stage_ends)
-    traj.t = [float(v) for v in t]
-    ends = gd_times(cfg, [e["step"] for e in traj.stage_ends], [e["stage"] for e in traj.stage_ends], traj.stage_ends)
-    for e, te in zip(traj.stage_ends, ends):
-        e["t"] = float(te)
-    s = traj.step[-1] if traj.step else 0
-    k = traj.stage[-1] if traj.stage else 1
-    tl = traj.t[-1] if traj.t else 0.0
-    if traj.status == "complete":
-        traj.message = f"{s} steps (t = {tl:.6g})"
-    elif traj.status == "diverged":
-        what = ("a parameter above max_abs = %g in absolute value" % cfg.max_abs
-                if "max_abs" in traj.message else "a non-finite state or loss")
-        traj.message = (f"GD step {s + 1} in stage {k} gave {what}; every record up to the last accepted "
-                        f"state (step {s}, t = {tl:.6g}) is kept; try smaller step sizes")
-    elif traj.status == "interrupted":
-        head = traj.message.split(" at step")[0]
-        traj.message = f"{head} at step {s} (t = {tl:.6g}), stage {k}"
-
-
 def run(cfg: InductionConfig, problem: Problem | None = None, theta0: np.ndarray | None = None,
         monitor: integrate.Monitor | None = None, saveat: integrate.SaveAt | None = None) -> integrate.Trajectory:
     """Train for ``cfg`` (from ``theta0`` if given) and return the trajectory
@@ -279,10 +232,7 @@ def run(cfg: InductionConfig, problem: Problem | None = None, theta0: np.ndarray
     system = InductionSystem(pb.train, pb.arch, cfg.yhat_floor, cfg.max_abs,
                              fresh=cfg if cfg.sampling == "fresh" else None)
     y = pb.theta0 if theta0 is None else np.asarray(theta0, dtype=np.float64)
-    traj = solver(cfg).solve(system, y, stages(cfg), saveat if saveat is not None else save_at(cfg), monitor)
-    if cfg.method == "gd":
-        _fix_gd_trajectory(cfg, traj)
-    return traj
+    return solver(cfg).solve(system, y, stages(cfg), saveat if saveat is not None else save_at(cfg), monitor)
 
 
 def observables(pb: Problem, Y: np.ndarray) -> dict[str, np.ndarray]:
@@ -346,13 +296,8 @@ def run_to_file(cfg: InductionConfig, out: str | Path, progress: bool = True, ch
     unit = "step" if cfg.method == "gd" else "t"
 
     def ckpt(traj):
-        tr = traj
-        if cfg.method == "gd":  # a copy with gradient-flow times
-            tr = integrate.Trajectory(list(traj.t), list(traj.step), list(traj.stage), list(traj.y),
-                                      [dict(e) for e in traj.stage_ends], "interrupted", "", list(traj.warnings))
-            _fix_gd_trajectory(cfg, tr)
-        where = tr.step[-1] if unit == "step" else tr.t[-1]
-        save(out, cfg, tr, pb, status="interrupted",
+        where = traj.step[-1] if unit == "step" else traj.t[-1]
+        save(out, cfg, traj, pb, status="interrupted",
              message=f"checkpoint at {unit} {where:.6g}: the run was still going when this was written; "
                      f"if you read this, it ended early")
 
