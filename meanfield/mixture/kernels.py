@@ -162,34 +162,70 @@ def sigmoid_neg(z):
 
 
 @portable
+def head_preactivation(y, P, idx, sgn, s, h, logit):
+    """u_h(X_s) = (1/L) sum_l sum_i p_{l,i} w~_h . X_i (softmax over keys i per
+    query l); scratch ``logit`` (L,)."""
+    L = idx.shape[1]
+    n2 = P * P
+    So = h * n2
+    wo = 6 * n2 + h * P
+    u = 0.0
+    for l in range(L):
+        mx = -math.inf
+        for i in range(L):
+            z = sgn[s, i] * sgn[s, l] * y[So + idx[s, i] * P + idx[s, l]]
+            logit[i] = z
+            if z > mx:
+                mx = z
+        den = 0.0
+        num = 0.0
+        for i in range(L):
+            e = math.exp(logit[i] - mx)
+            den += e
+            num += e * sgn[s, i] * y[wo + idx[s, i]]
+        u += num / den
+    return u / L
+
+
+@portable
+def head_backward(y, P, idx, sgn, s, h, coef, G, dw, logit, p):
+    """Add coef x du_h(X_s)/dS_h to G[h] and coef x du_h(X_s)/dw~_h to dw[h]
+    (coef = dLoss/du_h(X_s) with the 1/L of the query mean); scratch
+    ``logit``, ``p`` (L,)."""
+    L = idx.shape[1]
+    n2 = P * P
+    So = h * n2
+    wo = 6 * n2 + h * P
+    for l in range(L):
+        mx = -math.inf
+        for i in range(L):
+            z = sgn[s, i] * sgn[s, l] * y[So + idx[s, i] * P + idx[s, l]]
+            logit[i] = z
+            if z > mx:
+                mx = z
+        den = 0.0
+        for i in range(L):
+            p[i] = math.exp(logit[i] - mx)
+            den += p[i]
+        vbar = 0.0
+        for i in range(L):
+            p[i] /= den
+            vbar += p[i] * sgn[s, i] * y[wo + idx[s, i]]
+        for i in range(L):
+            vi = sgn[s, i] * y[wo + idx[s, i]]
+            G[h, idx[s, i], idx[s, l]] += coef * p[i] * (vi - vbar) * sgn[s, i] * sgn[s, l]
+            dw[h, idx[s, i]] += coef * p[i] * sgn[s, i]
+
+
+@portable
 def forward_into(y, P, idx, sgn, lab, weight, u_out, margin_out, logit):
     """:func:`forward` with scratch ``logit`` (L,)."""
     n = idx.shape[0]
-    L = idx.shape[1]
-    n2 = P * P
-    woff = 6 * n2
     loss = 0.0
     for s in range(n):
         f = 0.0
         for h in range(2):
-            So = h * n2
-            wo = woff + h * P
-            u = 0.0
-            for l in range(L):
-                mx = -math.inf
-                for i in range(L):
-                    z = sgn[s, i] * sgn[s, l] * y[So + idx[s, i] * P + idx[s, l]]
-                    logit[i] = z
-                    if z > mx:
-                        mx = z
-                den = 0.0
-                num = 0.0
-                for i in range(L):
-                    e = math.exp(logit[i] - mx)
-                    den += e
-                    num += e * sgn[s, i] * y[wo + idx[s, i]]
-                u += num / den
-            u /= L
+            u = head_preactivation(y, P, idx, sgn, s, h, logit)
             u_out[s, h] = u
             if u > 0.0:
                 f += (1.0 - 2.0 * h) * u
@@ -204,8 +240,6 @@ def backward_into(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw, logit, p):
     """:func:`backward` with scratch ``logit``, ``p`` (L,)."""
     n = idx.shape[0]
     L = idx.shape[1]
-    n2 = P * P
-    woff = 6 * n2
     for h in range(2):
         for a in range(P):
             dw[h, a] = 0.0
@@ -217,27 +251,7 @@ def backward_into(y, P, idx, sgn, lab, weight, r0, u, margin, G, dw, logit, p):
             coef = -weight[s] * g * lab[s] * (1.0 - 2.0 * h) * relu_prime(u[s, h], r0) / L
             if coef == 0.0:
                 continue
-            So = h * n2
-            wo = woff + h * P
-            for l in range(L):
-                mx = -math.inf
-                for i in range(L):
-                    z = sgn[s, i] * sgn[s, l] * y[So + idx[s, i] * P + idx[s, l]]
-                    logit[i] = z
-                    if z > mx:
-                        mx = z
-                den = 0.0
-                for i in range(L):
-                    p[i] = math.exp(logit[i] - mx)
-                    den += p[i]
-                vbar = 0.0
-                for i in range(L):
-                    p[i] /= den
-                    vbar += p[i] * sgn[s, i] * y[wo + idx[s, i]]
-                for i in range(L):
-                    vi = sgn[s, i] * y[wo + idx[s, i]]
-                    G[h, idx[s, i], idx[s, l]] += coef * p[i] * (vi - vbar) * sgn[s, i] * sgn[s, l]
-                    dw[h, idx[s, i]] += coef * p[i] * sgn[s, i]
+            head_backward(y, P, idx, sgn, s, h, coef, G, dw, logit, p)
 
 
 @portable

@@ -794,30 +794,8 @@ def _embed_into(z, y, orbit_of, orbit_sign):
 def _red_forward(y, P, idx, sgn, lab, weight, fw_h, fw_n, hn, U, margin, logit):
     """u of each (head, sample) orbit representative, margins of every sample, loss."""
     n, L = idx.shape
-    n2 = P * P
-    woff = 6 * n2
     for o in range(fw_h.shape[0]):
-        h = fw_h[o]
-        s = fw_n[o]
-        So = h * n2
-        wo = woff + h * P
-        u = 0.0
-        for l in range(L):
-            mx = -np.inf
-            for i in range(L):
-                z = sgn[s, i] * sgn[s, l] * y[So + idx[s, i] * P + idx[s, l]]
-                logit[i] = z
-                if z > mx:
-                    mx = z
-            den = 0.0
-            num = 0.0
-            for i in range(L):
-                e = np.exp(logit[i] - mx)
-                den += e
-                num += e * sgn[s, i] * y[wo + idx[s, i]]
-            u += num / den
-        u /= L
-        U[o] = u
+        U[o] = kernels.head_preactivation(y, P, idx, sgn, fw_n[o], fw_h[o], logit)
     loss = 0.0
     for s in range(n):
         f = 0.0
@@ -849,27 +827,7 @@ def _red_backward(y, P, idx, sgn, lab, weight, r0, U, hn, margin, bw_h, bw_n, bw
         coef = -bw_mult[k] * weight[s] * g * lab[s] * (1.0 - 2.0 * h) * kernels._relu_prime(U[hn[h, s]], r0) / L
         if coef == 0.0:
             continue
-        So = h * n2
-        wo = woff + h * P
-        for l in range(L):
-            mx = -np.inf
-            for i in range(L):
-                z = sgn[s, i] * sgn[s, l] * y[So + idx[s, i] * P + idx[s, l]]
-                logit[i] = z
-                if z > mx:
-                    mx = z
-            den = 0.0
-            for i in range(L):
-                p[i] = np.exp(logit[i] - mx)
-                den += p[i]
-            vbar = 0.0
-            for i in range(L):
-                p[i] /= den
-                vbar += p[i] * sgn[s, i] * y[wo + idx[s, i]]
-            for i in range(L):
-                vi = sgn[s, i] * y[wo + idx[s, i]]
-                C[h, idx[s, i], idx[s, l]] += coef * p[i] * (vi - vbar) * sgn[s, i] * sgn[s, l]
-                D[h, idx[s, i]] += coef * p[i] * sgn[s, i]
+        kernels.head_backward(y, P, idx, sgn, s, h, coef, C, D, logit, p)
     acc[:] = 0.0
     cnt[:] = 0.0
     for hh in range(grad_heads.shape[0]):
