@@ -26,10 +26,8 @@ from ..report import jfloat as _f
 from ..report import status as _status
 from .config import MixtureConfig, make_config
 from .data import feature_labels
-from .observables import observables
 from .run import run as run_traj
-from .run import samples_group, samples_of
-from .stagetimes import stage_times
+from .run import recorded, samples_group, samples_of
 
 
 # ------------------------------------------------------------------ runs in memory
@@ -43,13 +41,9 @@ def simulate(cfg: MixtureConfig) -> dict:
 
         return dense_simulate(cfg)
     traj = run_traj(cfg)
-    arr = traj.arrays()
-    samples = samples_of(cfg)
-    obs = observables(samples, arr["y"])
+    samples, arr, obs, st = recorded(cfg, traj)
     out = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], **obs,
            "samples": samples_group(samples), "features": feature_labels(cfg.K)}
-    st = stage_times(arr["t"], obs["loss"], obs["margin"], samples.consistent, obs["S"], obs["A"], obs["B"],
-                     obs["w"], samples, cfg.schedule, traj.stage_ends, cfg.relu_prime_at_zero)
     out["attrs"] = {"K": cfg.K, "L": cfg.L, "omega": cfg.omega, "eta": cfg.eta, "schedule": cfg.schedule,
                     "width": -1 if cfg.width is None else cfg.width, "stage_ends": traj.stage_ends,
                     "status": traj.status, "T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"]}

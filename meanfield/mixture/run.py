@@ -138,6 +138,21 @@ def samples_group(samples: SampleSet) -> dict:
     return out
 
 
+def recorded(cfg: MixtureConfig, traj: integrate.Trajectory):
+    """What a run records, in one place for run files and in-memory runs:
+    (samples, trajectory arrays, observables, stage times) of a fast-path
+    trajectory. Margins of flipped labels (label noise) do not count for the
+    stage times."""
+    samples = samples_of(cfg)
+    arr = traj.arrays()
+    Y = arr["y"] if arr["y"].size else np.empty((0, kernels.state_size(cfg.P)))
+    obs = observables(samples, Y)
+    clean = ~samples.is_flipped
+    st = stage_times(arr["t"], obs["loss"], obs["margin"][:, clean], samples.consistent[clean], obs["S"], obs["A"],
+                     obs["B"], obs["w"], samples, cfg.schedule, traj.stage_ends, cfg.relu_prime_at_zero)
+    return samples, arr, obs, st
+
+
 def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, status: str | None = None,
          message: str | None = None, extra_attrs: dict | None = None) -> Path:
     """Write the run file (public format, see the README). Dense configs are
@@ -147,10 +162,7 @@ def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, statu
         from . import dense
 
         return dense.save(path, cfg, traj, status, message, extra_attrs)
-    samples = samples_of(cfg)
-    arr = traj.arrays()
-    Y = arr["y"] if arr["y"].size else np.empty((0, kernels.state_size(cfg.P)))
-    obs = observables(samples, Y)
+    samples, arr, obs, st = recorded(cfg, traj)
     data = {
         "features": np.array(feature_labels(cfg.K), dtype=object),
         "heads": np.array(["+", "-"], dtype=object),
@@ -167,10 +179,6 @@ def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, statu
         "stopped_at_t": float(arr["t"][-1]) if arr["t"].size else 0.0,
         "warnings": list(traj.warnings),
     }
-    # margins of flipped labels (label noise) do not count for the stage times
-    clean = ~samples.is_flipped
-    st = stage_times(arr["t"], obs["loss"], obs["margin"][:, clean], samples.consistent[clean], obs["S"], obs["A"],
-                     obs["B"], obs["w"], samples, cfg.schedule, traj.stage_ends, cfg.relu_prime_at_zero)
     attrs.update({"T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"], "stage_time_criteria": st["criteria"]})
     attrs.update(extra_attrs or {})
     return write_run(path, system="mixture", config=cfg.to_dict(), status=status or traj.status,
