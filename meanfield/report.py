@@ -1,14 +1,21 @@
 """The claims-report schema shared by every system's ``check`` verb.
 
 A :class:`Claim` is one checked statement with its setting, the measured
-numbers, PASS / FAIL and an optional figure; ``report.json`` holds
-``{"claims": [asdict(claim), ...], ...}``.
+numbers, PASS / FAIL, an optional figure and its ``source``: ``proved`` (a
+theorem or lemma of the paper), ``shown`` (a figure or experiment of the
+paper) or ``expected`` (what the authors expect, e.g. in their rebuttal, or a
+robustness question beyond the paper). A ``check`` verb exits 0 when every
+proved / shown claim passes and lists the expected ones separately.
+``report.json`` holds ``{"claims": [asdict(claim), ...], ...}``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+
+SOURCES = ("proved", "shown", "expected")
 
 
 @dataclass
@@ -19,6 +26,11 @@ class Claim:
     setting: dict = field(default_factory=dict)
     numbers: dict = field(default_factory=dict)
     figure: str | None = None
+    source: str = "shown"  # "proved" | "shown" | "expected"
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            raise ValueError(f"Claim.source: must be one of {', '.join(SOURCES)}; got {self.source!r}")
 
     @property
     def passed(self) -> bool:
@@ -39,6 +51,11 @@ def fit_line(x, y) -> dict:
     ss = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum(res**2)) / ss if ss > 0 else math.nan
     return {"slope": float(slope), "intercept": float(intercept), "r2": r2, "residuals": res.tolist()}
+
+
+def gating(claims) -> list:
+    """The claims that decide a check's exit code: the proved and shown ones."""
+    return [c for c in claims if c.source != "expected"]
 
 
 def status(ok: bool) -> str:
