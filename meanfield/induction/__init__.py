@@ -1,4 +1,4 @@
-"""The induction-head system (seed 002, ``shared/spec/induction.md``).
+"""The induction-head system (seed 002, ``docs/conventions.md``).
 
 * :mod:`.data`: in-context n-gram Markov chains (seeded numba generator, HDF5
   data files; the kernel array layout is documented there);

@@ -1,4 +1,4 @@
-"""The induction-head paper's claims (seed 002, ``shared/spec/induction.md``)
+"""The induction-head paper's claims (seed 002, ``docs/conventions.md``)
 as checkers, and the suite behind ``meanfield induction check``.
 
 Every checker is a pure function of a recorded run (``meanfield.io.Run`` or a
@@ -749,7 +749,7 @@ def _fmt(v):
 def _markdown(claims, quick, elapsed, summary) -> str:
     n = sum(c.passed for c in claims)
     lines = [f"# meanfield induction check{' (quick)' if quick else ''}", "",
-             f"{n} of {len(claims)} claims pass ({elapsed:.1f} s). Claims from `shared/spec/induction.md` "
+             f"{n} of {len(claims)} claims pass ({elapsed:.1f} s). Claims as in `docs/conventions.md` "
              "(seed 002); checkers in `meanfield/induction/claims.py`.", "",
              f"S* = {summary['S_star']}, c-mass on S* = {summary['c_mass_on_S_star']:.4f}, "
              f"a(t) ~ log t fit: slope {_fmt(summary['slope'])}, R^2 {_fmt(summary['r2'])}; "

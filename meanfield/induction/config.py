@@ -26,7 +26,7 @@ PHASE_NAMES = ("c", "w", "a")
 
 @dataclass(frozen=True)
 class InductionConfig:
-    """Every knob of an induction-head run (spec: ``shared/spec/induction.md``).
+    """Every knob of an induction-head run (spec: ``docs/conventions.md``).
 
     Data: ``d`` tokens, sequences x_1..x_{L+1} of an n-gram chain with parent
     lags ``pa`` (default (1, 2), a trigram chain), per-sequence kernels

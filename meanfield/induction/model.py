@@ -1,5 +1,5 @@
 """Plain-numpy oracle of the transformer TF(M, H, d, D) of the induction-head
-system (seed 002; ``shared/spec/induction.md``). Slow, readable, obviously
+system (seed 002; ``docs/conventions.md``). Slow, readable, obviously
 right: the numba kernels (``meanfield.induction.kernels``) are tested against it.
 
 Architecture (:class:`Arch`)

@@ -1,4 +1,4 @@
-"""Theory side of the induction-head system (seed 002, ``shared/spec/induction.md``):
+"""Theory side of the induction-head system (seed 002, ``docs/conventions.md``):
 the exact stationary law of an n-gram chain, the modified chi-square mutual
 information that phase 1 is claimed to maximise, and the in-context
 predictors the trained model is compared with (generalised induction head,

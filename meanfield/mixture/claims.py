@@ -1,4 +1,4 @@
-"""The paper's claims (seed 000, from its rebuttal; see ``shared/spec/mixture.md``)
+"""The paper's claims (seed 000, from its rebuttal; see ``docs/conventions.md``)
 as checkers, and the suite behind ``meanfield mixture check``.
 
 Every checker is a pure function of recorded runs (``meanfield.io.Run`` or the
@@ -398,7 +398,7 @@ def _markdown(claims, quick, elapsed) -> str:
     n = sum(c.passed for c in claims)
     lines = [f"# meanfield mixture check{' (quick)' if quick else ''}", "",
              f"{n} of {len(claims)} claims pass ({elapsed:.1f} s). Claims come from the paper's rebuttal "
-             "(seed 000), as listed in `shared/spec/mixture.md`.", "",
+             "(seed 000), as listed in `docs/conventions.md`.", "",
              "| claim | status |", "|---|---|"]
     lines += [f"| {c.statement} | **{c.status}** |" for c in claims]
     for c in claims:

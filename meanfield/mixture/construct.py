@@ -1,6 +1,6 @@
 """An explicit two-headed transformer that classifies every sample of the
 K-mixture (the expressivity statement of the paper's Lemma 6.1, rebuilt here
-in the model of ``shared/spec/mixture.md``: attention sums innermost, then the
+in the model of ``docs/conventions.md``: attention sums innermost, then the
 neuron, the ReLU, and the sum over heads).
 
 The weights (head h in {+1, -1}, b > 0, beta > 0; key feature first):

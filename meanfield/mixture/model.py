@@ -6,7 +6,7 @@ on the explicit d-dimensional tokens and the explicit weights
 W_K, W_Q (m x d) and w (d) of each head; nothing is imported from the reduced
 kernels (the flat-state layout needed by :func:`project` is written out inline).
 
-Model (see ``shared/spec/mixture.md``), heads j = 0 ("+", a = +1) and
+Model (see ``docs/conventions.md``), heads j = 0 ("+", a = +1) and
 j = 1 ("-", a = -1), sample X = [X_1 .. X_L] (d x L):
 
     logits[i, l] = X_i^T W_K^T W_Q X_l          (key i, query l)

@@ -1,7 +1,7 @@
 """The finite-width particle sampler: explicit GD on the two-headed network.
 
 An independent check of the reduced system (``meanfield.mixture.kernels``):
-here the state is the EXPLICIT finite-width network of ``shared/spec/mixture.md``,
+here the state is the EXPLICIT finite-width network of ``docs/conventions.md``,
 per head j in (0: "+", 1: "-") the weights W_K[j], W_Q[j] (m x d, one row per
 "particle" = attention neuron) and the neuron w[j] (d), in an ambient space
 R^d, d >= 2K, whose features are the columns of a random orthonormal

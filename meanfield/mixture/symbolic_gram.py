@@ -1,7 +1,7 @@
 """Sympy derivation of the exact GD map in FEATURE coordinates for non-orthogonal features.
 
 Features E (d x P) with Gram matrix Gamma = E^T E (not the identity). Feature
-coordinates of one head (``shared/spec/mixture.md``, with E no longer
+coordinates of one head (``docs/conventions.md``, with E no longer
 orthonormal):
 
     S = E^T W_K^T W_Q E,   A = E^T W_K^T W_K E,   B = E^T W_Q^T W_Q E,   w~ = E^T w.
