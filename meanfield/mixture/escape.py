@@ -1,0 +1,369 @@
+"""The mixture system's plateaus as saddles for ``meanfield.escape``.
+
+Stage 2 of the three-stage schedule starts at S = 0, A = B = omega^2 I with
+the neurons w~ of the end of stage 1 (stage 1 keeps S = 0, so w~ does not
+depend on omega). As omega -> 0 this is the saddle (S, A, B) = 0: every term
+of dS/dt = -(A G + G B), dA/dt = -(G S^T + S G^T), dB/dt = -(G^T S + S^T G)
+vanishes there, for any G = dLoss/dS. The displacement is delta = (0, I, I)
+per unit omega^2 (power p = 2), or, at finite width, the sampled (S, A, B)
+divided by omega^2.
+
+The linearisation is exact: complex-step differentiation (see
+``meanfield.escape``) of a complex-safe numpy copy of the reduced dynamics
+written here (forward pass, backward pass G = dLoss/dS and dLoss/dw~, the flow
+right-hand side and the exact GD map with its eta^2 terms, as in
+``docs/conventions.md``). The copy is tested equal to the numba kernels at
+real states, and its complex-step Jacobian equal to finite differences of the
+numba flow right-hand side and GD map.
+
+At the saddle the linear map only needs G (the terms with dG multiply S, A or
+B, all 0): it is the Gram-matrix form of the bilinear flow
+dW_K/dt = -W_Q G^T, dW_Q/dt = -W_K G, whose growing modes are
+W_K u_i - W_Q v_i for the singular pairs (sigma_i, u_i, v_i) of G. So the top
+eigenvalue is lambda = 2 sigma_1 (largest singular value over both heads) and
+the GD map's is mu = (1 + eta sigma_1)^2: an independent closed form that the
+tests compare with the complex-step spectrum.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import escape, integrate
+from ..config import parse_criterion
+from . import kernels
+from .config import MixtureConfig, make_config
+from .data import SampleSet, feature_labels
+from .init import initial_state
+from .run import MixtureSystem, samples_of, solver, stages
+
+HEADS = ("+", "-")
+DEFAULT_STAGE2_CRITERION = "inconsistent_margin>=0.1"
+
+
+# ----------------------------------------------------- complex-safe dynamics
+
+
+def _relu(u, r0):
+    re = np.real(u)
+    return np.where(re > 0, u, np.where(re < 0, 0.0 * u, r0 * u))
+
+
+def _relu_prime(u, r0):
+    re = np.real(u)
+    return np.where(re > 0, 1.0, np.where(re < 0, 0.0, r0))
+
+
+def loss_grads(y, samples: SampleSet, r0: float = 1.0):
+    """(loss, G (2, P, P), dw (2, P), u (n, 2), margin (n,)) at ``y``, real or
+    complex (the same mathematics as ``kernels.loss_and_grads``, vectorised
+    numpy, complex-safe: ReLU branches on the real part)."""
+    y = np.asarray(y)
+    S, A, B, w = kernels.unpack(y)
+    idx, sgn, lab, wt = samples.idx, samples.sgn, samples.y, samples.weight
+    n, L = idx.shape
+    P = samples.P
+    ii, ll = idx[:, :, None], idx[:, None, :]
+    ss = sgn[:, :, None] * sgn[:, None, :]
+    dt = np.result_type(y.dtype, np.float64)
+    us, ps, vs, vbars = [], [], [], []
+    for h in range(2):
+        logits = ss * S[h][ii, ll]  # (n, i key, l query)
+        mx = np.max(np.real(logits), axis=1, keepdims=True)
+        e = np.exp(logits - mx)
+        p = e / e.sum(axis=1, keepdims=True)
+        v = sgn * w[h][idx]  # (n, i)
+        vbar = np.einsum("nil,ni->nl", p, v)
+        us.append(vbar.mean(axis=1))
+        ps.append(p)
+        vs.append(v)
+        vbars.append(vbar)
+    u = np.stack(us, axis=1)
+    f = _relu(u[:, 0], r0) - _relu(u[:, 1], r0)
+    m = lab * f
+    with np.errstate(over="ignore", invalid="ignore"):
+        pos = np.real(m) > 0
+        em = np.exp(np.where(pos, -m, m))
+        loss_terms = np.where(pos, np.log1p(em), -m + np.log1p(em))
+        g = np.where(pos, em / (1 + em), 1 / (1 + em))
+    loss = np.sum(wt * loss_terms)
+    G = np.zeros((2, P, P), dtype=dt)
+    dw = np.zeros((2, P), dtype=dt)
+    for h in range(2):
+        coef = -wt * g * lab * (1.0 - 2.0 * h) * _relu_prime(u[:, h], r0) / L  # (n,)
+        p, v, vbar = ps[h], vs[h], vbars[h]
+        vals = coef[:, None, None] * p * (v[:, :, None] - vbar[:, None, :]) * ss
+        np.add.at(G[h], (np.broadcast_to(ii, vals.shape), np.broadcast_to(ll, vals.shape)), vals)
+        dv = coef[:, None] * p.sum(axis=2) * sgn
+        np.add.at(dw[h], idx, dv)
+    return loss, G, dw, u, m
+
+
+def _blocks(y):
+    S, A, B, w = kernels.unpack(np.asarray(y))
+    return S, A, B, w
+
+
+def flow_rhs(y, samples: SampleSet, r0: float = 1.0, train_w: bool = True, train_att: bool = True):
+    """dy/dt (complex-safe) of the stage training (w~ if ``train_w``, S, A, B
+    if ``train_att``)."""
+    S, A, B, w = _blocks(y)
+    _, G, dw, _, _ = loss_grads(y, samples, r0)
+    T = lambda X: np.swapaxes(X, -1, -2)  # transpose, not conjugate
+    z = 0.0 * S
+    dS = -(A @ G + G @ B) if train_att else z
+    dA = -(G @ T(S) + S @ T(G)) if train_att else z
+    dB = -(T(G) @ S + T(S) @ G) if train_att else z
+    dW = -dw if train_w else 0.0 * w
+    return np.concatenate([dS.ravel(), dA.ravel(), dB.ravel(), dW.ravel()])
+
+
+def gd_map(y, samples: SampleSet, eta: float, r0: float = 1.0, train_w: bool = True, train_att: bool = True):
+    """The exact GD map y -> y' (complex-safe), eta^2 terms included."""
+    S, A, B, w = _blocks(y)
+    _, G, dw, _, _ = loss_grads(y, samples, r0)
+    T = lambda X: np.swapaxes(X, -1, -2)
+    if train_att:
+        S2 = S - eta * (G @ B + A @ G) + eta**2 * G @ T(S) @ G
+        A2 = A - eta * (G @ T(S) + S @ T(G)) + eta**2 * G @ B @ T(G)
+        B2 = B - eta * (T(G) @ S + T(S) @ G) + eta**2 * T(G) @ A @ G
+    else:
+        S2, A2, B2 = S, A, B
+    w2 = w - eta * dw if train_w else w
+    return np.concatenate([np.ravel(S2), np.ravel(A2), np.ravel(B2), np.ravel(w2)])
+
+
+# ----------------------------------------------------- names, masks, kinks
+
+
+def state_names(K: int) -> list[str]:
+    """Name of every flat-state entry: S+[c1,v1], A-[v2,v2], w+[c1], ..."""
+    f = feature_labels(K)
+    out = []
+    for X in ("S", "A", "B"):
+        for h in HEADS:
+            out += [f"{X}{h}[{a},{b}]" for a in f for b in f]
+    for h in HEADS:
+        out += [f"w{h}[{a}]" for a in f]
+    return out
+
+
+def mask_of(P: int, train_w: bool, train_att: bool) -> np.ndarray:
+    m = np.zeros(kernels.state_size(P), bool)
+    lay = kernels.layout(P)
+    if train_att:
+        m[: lay["B"][1]] = True
+    if train_w:
+        m[lay["w"][0]: lay["w"][1]] = True
+    return m
+
+
+def kinks_of(samples: SampleSet, r0: float = 1.0, tol: float = 1e-9):
+    """y -> descriptions of the pre-activations at the ReLU kink
+    (|u| <= tol x max(1, max|u|)): there the dynamics is not differentiable."""
+
+    def kinks(y):
+        _, _, _, u, _ = loss_grads(np.asarray(y, float), samples, r0)
+        lim = tol * max(1.0, float(np.abs(u).max()))
+        out = []
+        for s, h in zip(*np.nonzero(np.abs(u) <= lim)):
+            out.append(f"u{HEADS[h]}[{s}] = {u[s, h]:.3g} ({samples.describe(int(s))})")
+        return out
+
+    return kinks
+
+
+def saddle(y, samples: SampleSet, train_w: bool, train_att: bool, eta: float | None = None, r0: float = 1.0,
+           kink_tol: float = 1e-9) -> escape.Saddle:
+    """The generic saddle object for a mixture state and the trained blocks."""
+    return escape.Saddle(
+        y=np.asarray(y, float), trained=mask_of(samples.P, train_w, train_att),
+        rhs=lambda z: flow_rhs(z, samples, r0, train_w, train_att),
+        gd_map=(lambda z: gd_map(z, samples, eta, r0, train_w, train_att)) if eta else None,
+        eta=eta, names=state_names(samples.K), kinks=kinks_of(samples, r0, kink_tol))
+
+
+# ----------------------------------------------------- the plateaus
+
+
+def _stage_cfg(cfg: MixtureConfig) -> MixtureConfig:
+    if cfg.schedule != "three-stage":
+        cfg = make_config(cfg.to_dict(), schedule="three-stage")
+    return cfg
+
+
+def stage1_end(cfg: MixtureConfig) -> tuple[np.ndarray, float]:
+    """(state, time) at the end of stage 1 of the three-stage schedule."""
+    st = stages(_stage_cfg(cfg))[0]
+    system = MixtureSystem(samples_of(cfg), cfg.relu_prime_at_zero, cfg.max_abs)
+    traj = solver(cfg).solve(system, initial_state(cfg), [st], integrate.SaveAt(every=10**9))
+    return np.asarray(traj.y[-1], float), float(traj.t[-1])
+
+
+def stage2_criterion(cfg: MixtureConfig):
+    c = cfg.stage_criteria[1] if cfg.schedule == "three-stage" else None
+    return parse_criterion("stage_criteria", c or DEFAULT_STAGE2_CRITERION, kernels.CRITERIA)
+
+
+def time_to_criterion(cfg: MixtureConfig, y0, mode, criterion, horizon: float) -> float:
+    """Time from ``y0`` until ``criterion`` holds under ``mode`` (NaN if not
+    within ``horizon`` steps (gd) or time units (flow))."""
+    system = MixtureSystem(samples_of(cfg), cfg.relu_prime_at_zero, cfg.max_abs)
+    st = integrate.Stage(2, mode, horizon, criterion, "escape")
+    traj = solver(cfg).solve(system, np.array(y0, float), [st], integrate.SaveAt(every=10**9))
+    ends = [e for e in traj.stage_ends if e["stage"] == 2]
+    return float(ends[0]["t"]) if ends and ends[0]["reason"] == "criterion" else math.nan
+
+
+def stage2(cfg: MixtureConfig, y1: np.ndarray | None = None, t1: float = 0.0, intercept: bool = True,
+           eps: float = 1e-6, horizon: float = 2e5, kink_tol: float = 1e-9) -> dict:
+    """Linearise stage 2 at the saddle (S, A, B) = 0 with the stage-1 neurons
+    (from ``y1``, the state at the end of stage 1, or a fresh stage-1 run).
+    Returns the report dict: the generic escape report, the closed form
+    lambda = 2 sigma_1(G), the intercept along the unstable manifold and the
+    predicted T2 - T1 at the config's omega."""
+    if y1 is None:
+        y1, t1 = stage1_end(cfg)
+    samples = samples_of(cfg)
+    S, A, B, w = kernels.unpack(np.asarray(y1, float))
+    y_s = kernels.pack(0 * S, 0 * A, 0 * B, w)
+    delta = kernels.pack(S, A, B, 0 * w) / cfg.omega**2
+    eta = cfg.eta if cfg.method == "gd" else None
+    sad = saddle(y_s, samples, False, True, eta=eta or cfg.eta, r0=cfg.relu_prime_at_zero, kink_tol=kink_tol)
+    rep = escape.linearise(sad, delta=delta, power=2.0)
+    _, G, _, _, _ = loss_grads(y_s, samples, cfg.relu_prime_at_zero)
+    sig = [np.linalg.svd(G[h], compute_uv=False).tolist() for h in range(2)]
+    out = {"stage": 2, "K": cfg.K, "L": cfg.L, "omega": cfg.omega, "eta": cfg.eta, "method": cfg.method,
+           "t_stage1_end": t1, "neurons": {f"w{HEADS[h]}": dict(zip(feature_labels(cfg.K), w[h].tolist()))
+                                           for h in range(2)},
+           **rep.to_dict(), "singular_values_G": sig,
+           "lambda_closed_form": 2 * max(s[0] for s in sig),
+           "mu_closed_form": (1 + cfg.eta * max(s[0] for s in sig)) ** 2}
+    out["criterion"] = "".join(str(x) for x in stage2_criterion(cfg))
+    out["direction_blocks"] = direction_blocks(rep, cfg.K)
+    if intercept and rep.valid:
+        crit = stage2_criterion(cfg)
+        mask = sad.trained
+
+        def run_until(e):
+            y0 = y_s.copy()
+            y0[mask] += e * rep.direction
+            return time_to_criterion(cfg, y0, (False, True), crit, horizon)
+
+        mi = escape.manifold_intercept(rep, cfg.method, run_until, eps)
+        out["manifold"] = mi
+        out["predicted_duration"] = escape.predicted_time(rep, cfg.method, cfg.omega, mi["intercept"])
+    out["_report"] = rep
+    return out
+
+
+def stage_saddle_report(cfg: MixtureConfig, y, train_w: bool, train_att: bool, kink_tol: float = 1e-9) -> dict:
+    """Linearise the stage that trains (w~ if train_w, attention if train_att)
+    at the state ``y``, as it is (no displacement): tells whether ``y`` is a
+    saddle (|rhs| ~ 0), whether the map is smooth there (kinks) and the
+    spectrum."""
+    samples = samples_of(cfg)
+    eta = cfg.eta
+    sad = saddle(y, samples, train_w, train_att, eta=eta, r0=cfg.relu_prime_at_zero, kink_tol=kink_tol)
+    rep = escape.linearise(sad, delta=None)
+    return {**rep.to_dict(), "_report": rep}
+
+
+def simultaneous_plateau(cfg: MixtureConfig, times, kink_tol: float = 1e-9) -> list[dict]:
+    """The simultaneous schedule's plateau before the scores move: as
+    omega -> 0 the attention stays at (S, A, B) = 0 (uniform attention) and the
+    neurons follow the neuron-only dynamics, so the attention block sees, at
+    time t, the frozen-neuron saddle (0, 0, 0, w~(t)). Returns, at each time,
+    the attention block's lambda(t), kinks and the local prediction
+    dT/dlog(1/omega) = 2 / lambda(T) of an escape happening at T (adiabatic:
+    valid while lambda changes slowly on the scale 1/lambda)."""
+    base = make_config(cfg.to_dict(), schedule="three-stage")
+    samples = samples_of(cfg)
+    system = MixtureSystem(samples, cfg.relu_prime_at_zero, cfg.max_abs)
+    times = sorted(float(t) for t in times)
+    gd = cfg.method == "gd"
+    pts = np.array([round(t / cfg.eta) for t in times], dtype=np.int64) if gd else np.asarray(times)
+    st = integrate.Stage(1, (True, False), int(pts[-1]) if gd else times[-1], None, "neurons")
+    traj = solver(base).solve(system, initial_state(base), [st], integrate.SaveAt(points=pts))
+    arr = traj.arrays()
+    out = []
+    for t in times:
+        i = int(np.argmin(np.abs(arr["t"] - t)))
+        S, A, B, w = kernels.unpack(arr["y"][i])
+        y_s = kernels.pack(0 * S, 0 * A, 0 * B, w)
+        rep = escape.linearise(saddle(y_s, samples, False, True, eta=cfg.eta, r0=cfg.relu_prime_at_zero,
+                                      kink_tol=kink_tol), delta=kernels.pack(0 * S, np.eye(samples.P) + 0 * A,
+                                                                              np.eye(samples.P) + 0 * B, 0 * w))
+        out.append({"t": float(arr["t"][i]), "lambda": rep.lam, "mu": rep.mu, "kinks": len(rep.kinks),
+                    "valid": rep.valid, "slope_flow": rep.slope_flow, "slope_gd": rep.slope_gd})
+    return out
+
+
+def direction_blocks(rep: escape.EscapeReport, K: int) -> dict:
+    """The growing direction as named matrices {"S+": P x P nested lists, ...}
+    (attention blocks only; entries rounded to 1e-4), or {} without one."""
+    if rep.direction is None:
+        return {}
+    P = 2 * K
+    y = np.zeros(kernels.state_size(P))
+    y[: 6 * P * P] = rep.direction[: 6 * P * P]
+    S, A, B, _ = kernels.unpack(y)
+    return {f"{X}{HEADS[h]}": np.round(M[h], 4).tolist() for X, M in (("S", S), ("A", A), ("B", B))
+            for h in range(2)}
+
+
+def _matrix_lines(name: str, M, K: int) -> list[str]:
+    f = feature_labels(K)
+    what = "rows: key feature, columns: query feature" if name[0] == "S" else "symmetric"
+    lines = [f"  {name} ({what})", "        " + "".join(f"{b:>8s}" for b in f)]
+    for a, row in zip(f, M):
+        lines.append(f"  {a:>6s}" + "".join(f"{v:+8.3f}" for v in row))
+    return lines
+
+
+def format_report(out: dict, n_leading: int = 8) -> str:
+    """Human-readable escape report."""
+    r = out
+    lines = [f"escape: stage {r['stage']} of the three-stage schedule, K={r['K']}, L={r['L']}, method={r['method']}, "
+             f"eta={r['eta']}, omega={r['omega']}",
+             f"saddle: (S, A, B) = 0 with the stage-1 neurons (end of stage 1 at t = {r['t_stage1_end']:.6g}); "
+             f"{r['n_trained']} trained variables; |rhs| = {r['rhs_norm']:.3g}",
+             "neurons: " + "; ".join(f"{k} = " + ", ".join(f"{a} {v:.4g}" for a, v in d.items())
+                                     for k, d in r["neurons"].items())]
+    if r["kinks"]:
+        lines.append(f"KINKS: {len(r['kinks'])} pre-activation(s) at the ReLU kink, the map is not smooth: "
+                     + "; ".join(r["kinks"][:4]) + (" ..." if len(r["kinks"]) > 4 else ""))
+    lines.append(f"valid: {r['valid']} ({r['reason']})")
+
+    def fz(z):
+        return f"{z:.6g}" if not isinstance(z, list) else f"{z[0]:.6g}{z[1]:+.3g}i"
+
+    lines.append("spectrum of J (flow, top): " + ", ".join(fz(z) for z in r["spectrum"]))
+    if r["mu_spectrum"]:
+        lines.append("spectrum of the GD map's Jacobian (top |.|): " + ", ".join(fz(z) for z in r["mu_spectrum"]))
+    if r["lambda"] is not None:
+        lines.append(f"lambda = {r['lambda']:.8g} (multiplicity {r['multiplicity']}); closed form 2 sigma_1(G) = "
+                     f"{r['lambda_closed_form']:.8g}; next reached eigenvalue lambda2 = "
+                     + (f"{r['lambda2']:.6g}" if r["lambda2"] is not None else "none"))
+    if r["valid"]:
+        lines.append(f"predicted slope dT/dlog(1/omega): flow 2/lambda = {r['slope_flow']:.6g}; GD (exact map, "
+                     f"mu = {r['mu']:.8g}) 2 eta/ln mu = {r['slope_gd']:.6g}; GD first order "
+                     f"2 eta/ln(1 + eta lambda) = {r['slope_gd_first_order']:.6g}")
+        lines.append(f"projection of the initial state (A = B = omega^2 I) on the top eigenspace: "
+                     f"a = {r['projection']:.6g} x omega^2")
+        if "manifold" in r:
+            m = r["manifold"]
+            lines.append(f"intercept: along the unstable manifold from eps = {m['eps']:g}, the criterion "
+                         f"{r['criterion']} fires after {m['t_eps']:.6g}; T2 - T1 = slope log(1/omega) + "
+                         f"{m['intercept']:.6g}; at omega = {r['omega']:g}: {r['predicted_duration']:.6g}")
+        lines.append("top eigenvector (growing direction, unit norm), leading variables: "
+                     + ", ".join(f"{n} {v:+.3f}" for n, v in r["leading"][:n_leading]))
+        blocks = r.get("direction_blocks") or {}
+        for name in ("S+", "B+", "A+"):
+            if name in blocks:
+                lines += _matrix_lines(name, blocks[name], r["K"])
+    else:
+        lines.append("no slope reported: the linearisation does not apply here")
+    return "\n".join(lines) + "\n"
