@@ -68,6 +68,8 @@ BACKEND_HELP = ("cpu | cuda | auto: cuda runs batched trajectories on an NVIDIA 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of config fields (flags override it)")
+    p.add_argument("--force", action="store_true",
+                   help="run even when the estimated memory or time (from the config) is beyond this machine")
     for flag, field in RUN_FLAGS.items():
         p.add_argument(flag, dest=field, default=None, metavar=field.upper() if len(field) > 1 else field,
                        help=RUN_HELP.get(flag))
@@ -84,10 +86,13 @@ def _cmd_run(args) -> int:
     from .mixture.batched import check_batchable, resolve_backend, run_batch
     from .mixture.run import EXIT_CODES, run_to_file, save
 
+    from .guard import check_mixture_size, check_output_dir, check_output_file
+
     cfg = _config_from_args(args)
-    out = Path(args.out)
-    if out.suffix not in (".h5", ".hdf5"):
-        raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {args.out!r}")
+    out = check_output_file(args.out, "out", (".h5", ".hdf5"))  # before the work, not after it
+    if args.plot:
+        check_output_dir(args.plot, "plot")
+    check_mixture_size(cfg, args.force)
     if resolve_backend(args.backend) == "cuda":
         check_batchable(cfg, "cuda")
         traj = run_batch([cfg], "cuda")[0]
@@ -110,11 +115,12 @@ def _cmd_particles(args) -> int:
     from .mixture.particles import particles_to_file
     from .mixture.run import EXIT_CODES
 
+    from .guard import check_mixture_size, check_output_file
+
     cfg = _config_from_args(args)
-    out = Path(args.out)
-    if out.suffix not in (".h5", ".hdf5"):
-        raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {args.out!r}")
+    out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     d = as_int("d", args.d, lo=2) if args.d is not None else None
+    check_mixture_size(cfg, args.force, particles_d=d or 2 * cfg.K + 1)
     es = as_int("embed_seed", args.embed_seed, lo=0) if args.embed_seed is not None else None
     th = as_int("threads", args.threads, lo=1) if args.threads is not None else None
     traj, path = particles_to_file(cfg, out, d=d, progress=not args.quiet, embed_seed=es, threads=th)
@@ -300,10 +306,12 @@ def _cmd_demo(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="meanfield", description="Exact reduced training dynamics of small transformers: "
                   "meanfield <system> <verb> [options]. Exit codes: 0 success, 1 a check or bound failed, "
-                  "2 bad input, 3 a run diverged, 130 interrupted.")
+                  "2 bad input, 3 a run diverged, 70 internal error (a bug), 130 interrupted.")
     from . import __version__
 
     top.add_argument("--version", action="version", version=f"meanfield {__version__}")
+    top.add_argument("-v", "--verbose", action="store_true",
+                     help="more messages; on an internal error (exit 70) print the traceback")
     systems = top.add_subparsers(dest="system", required=True, parser_class=_Parser)
     mix = systems.add_parser("mixture", help="K-mixture of linear classification, two-headed transformer (seed 000)")
     verbs = mix.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -422,14 +430,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "verb", None) == "plot" and args.out is None:
         args.out = str(Path(args.run).with_suffix("")) + "_figures"
-    try:
-        return args.func(args)
-    except ConfigError as e:
-        print(f"meanfield: error: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # output piped into head & co.
-        sys.stderr.close()
-        return 0
+    from .guard import barrier  # one line for every failure, exit 2 / 130 / 70, never a traceback
+
+    return barrier(lambda: args.func(args), verbose=getattr(args, "verbose", False))
 
 
 if __name__ == "__main__":  # pragma: no cover

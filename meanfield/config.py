@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,9 @@ class ConfigError(ValueError):
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a TOML config file; malformed TOML is a one-line ConfigError."""
-    p = Path(path)
-    try:
-        with open(p, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config: file not found: {p}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config: malformed TOML in {p}: {e}") from None
+    from .guard import read_config_text  # size cap, UTF-8, nesting depth
+
+    data = read_config_text(Path(path), "config")
     # allow an optional [run] table, or flat keys
     if set(data) == {"run"} and isinstance(data["run"], dict):
         data = data["run"]
@@ -42,34 +36,56 @@ def check_keys(cls, data: dict[str, Any], where: str) -> None:
             raise ConfigError(f"{where}: unknown key '{k}'; allowed: {', '.join(names)}")
 
 
+INT_MAX = 2**63 - 1  # every integer field is stored as an int64 (HDF5 attributes, numpy seeds)
+
+
+def _short(v) -> str:
+    from .guard import excerpt
+
+    return excerpt(v)
+
+
+def _ascii_number(name: str, v, what: str) -> None:
+    # float() accepts fullwidth and other Unicode digits ("１２"); a config does not
+    if isinstance(v, str) and not v.isascii():
+        raise ConfigError(f"{name}: must be {what} in ASCII digits, got {_short(v)}")
+
+
 def as_int(name: str, v, lo: int | None = None) -> int:
     if isinstance(v, bool):
-        raise ConfigError(f"{name}: must be an integer, got {v!r}")
-    try:
-        f = float(v)
-        i = int(f)
-    except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{name}: must be an integer, got {v!r}") from None
+        raise ConfigError(f"{name}: must be an integer, got {_short(v)}")
+    _ascii_number(name, v, "an integer")
+    if isinstance(v, int):
+        i, f = v, v
+    else:
+        try:
+            f = float(v)
+            i = int(f)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{name}: must be an integer, got {_short(v)}") from None
     if i != f:
-        raise ConfigError(f"{name}: must be an integer, got {v!r}")
+        raise ConfigError(f"{name}: must be an integer, got {_short(v)}")
     if lo is not None and i < lo:
-        raise ConfigError(f"{name}: must be an integer >= {lo}, got {v!r}")
+        raise ConfigError(f"{name}: must be an integer >= {lo}, got {_short(v)}")
+    if abs(i) > INT_MAX:
+        raise ConfigError(f"{name}: must be an integer below 2^63 (stored as int64), got {_short(v)}")
     return i
 
 
 def as_float(name: str, v, positive: bool = False, nonneg: bool = False) -> float:
     if isinstance(v, bool):
-        raise ConfigError(f"{name}: must be a number, got {v!r}")
+        raise ConfigError(f"{name}: must be a number, got {_short(v)}")
+    _ascii_number(name, v, "a number")
     try:
         f = float(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: must be a number, got {v!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{name}: must be a number, got {_short(v)}") from None
     if not math.isfinite(f):
-        raise ConfigError(f"{name}: must be a finite number, got {v!r}")
+        raise ConfigError(f"{name}: must be a finite number, got {_short(v)}")
     if positive and f <= 0:
-        raise ConfigError(f"{name}: must be > 0, got {v!r}")
+        raise ConfigError(f"{name}: must be > 0, got {_short(v)}")
     if nonneg and f < 0:
-        raise ConfigError(f"{name}: must be >= 0, got {v!r}")
+        raise ConfigError(f"{name}: must be >= 0, got {_short(v)}")
     return f
 
 
@@ -77,19 +93,23 @@ def as_choice(name: str, v, choices) -> Any:
     for c in choices:
         if v == c or (isinstance(c, str) and str(v) == c):
             return c
-    raise ConfigError(f"{name}: must be one of {', '.join(map(str, choices))}; got {v!r}")
+    raise ConfigError(f"{name}: must be one of {', '.join(map(str, choices))}; got {_short(v)}")
 
 
 def as_list(name: str, v, n: int | None = None) -> list:
     """A comma-separated string or a list; ``n`` fixes the length."""
     if isinstance(v, str):
-        items = [s.strip() for s in v.split(",") if s.strip() != ""]
+        items = [s.strip() for s in v.split(",")]
+        if items == [""]:
+            items = []
+        elif "" in items:  # "1,,3" or "1,2,": a value left out, not a shorter list
+            raise ConfigError(f"{name}: an empty value between commas in {_short(v)}")
     elif isinstance(v, (list, tuple)):
         items = list(v)
     else:
         items = [v]
     if n is not None and len(items) != n:
-        raise ConfigError(f"{name}: needs {n} comma-separated values, got {len(items)} ({v!r})")
+        raise ConfigError(f"{name}: needs {n} comma-separated values, got {len(items)} ({_short(v)})")
     return items
 
 
@@ -110,6 +130,6 @@ def parse_criterion(name: str, text, allowed) -> tuple[str, str, float] | None:
     if not m or m.group(1) not in allowed:
         raise ConfigError(
             f"{name}: criterion must be NAME>=VALUE or NAME<=VALUE with NAME in "
-            f"{', '.join(allowed)} (or 'none'); got {text!r}"
+            f"{', '.join(allowed)} (or 'none'); got {_short(text)}"
         )
     return m.group(1), m.group(2), as_float(name, m.group(3))

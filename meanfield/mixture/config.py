@@ -218,6 +218,10 @@ def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
     out["L"] = as_int("L", d["L"], lo=2)
     if d["p"] is not None:
         p = [as_float("p", v, positive=True) for v in as_list("p", d["p"], out["K"])]
+        if not (np.isfinite(sum(p)) and min(p) / sum(p) > 0.0):  # 1e308,1e308 would normalise to 0, 0
+            raise ConfigError(f"p: group weights must be positive with a finite sum and no weight below "
+                              f"1e-308 of it; give relative weights such as 0.7,0.3 (got {len(p)} values, "
+                              f"sum {sum(p):.3g})")
         out["p"] = tuple(p)
     else:
         out["p"] = None
