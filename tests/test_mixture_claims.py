@@ -148,7 +148,13 @@ def test_check_cli_quick(tmp_path):
     assert main(["mixture", "check", "--quick", "--out", str(tmp_path)]) == 0
     rep = json.loads((tmp_path / "report.json").read_text())
     names = {c["name"]: c for c in rep["claims"]}
-    assert all(c["status"] == "PASS" for c in rep["claims"])
+    # the exit code depends on the proved / shown claims; the expected ones are reported with their source
+    assert all(c["status"] == "PASS" for c in rep["claims"] if c["source"] != "expected")
+    assert rep["gating_pass"] and all(c["source"] in ("proved", "shown", "expected") for c in rep["claims"])
+    assert {"robust_neuron", "robust_attention", "robust_embedding"} <= set(names)
+    assert all(names[n]["source"] == "expected" for n in ("robust_neuron", "robust_attention", "robust_embedding"))
+    md = (tmp_path / "report.md").read_text()
+    assert "## The authors' expectations (expected; reported, not gating)" in md
     om = names["stage2_duration_log_omega"]["numbers"]
     assert om["r2"] >= 0.99 and {"slope", "intercept", "r2", "residuals"} <= set(om)
     assert (tmp_path / "report.md").exists() and (tmp_path / "omega_sweep.png").exists()
