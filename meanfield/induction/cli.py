@@ -32,8 +32,11 @@ HELP = {
     "alpha": "Dirichlet concentration of each kernel row (> 0)",
     "n_train": "training sequences (fixed data set; in sampling fresh: the set the train loss is reported on)",
     "n_test": "held-out sequences (0: none)", "L_test": "held-out context length (default L)",
-    "sampling": "fixed (empirical risk on n_train sequences) | fresh (a new Monte Carlo batch every GD step)",
-    "batch": "sequences per fresh batch (sampling fresh)",
+    "sampling": "fixed (empirical risk on n_train sequences) | fresh (a new Monte Carlo batch every GD step) | "
+                "minibatch (SGD on the n_train sequences: a seeded shuffle per epoch, batches of --batch)",
+    "batch": "sequences per GD step (sampling fresh or minibatch)",
+    "loss": "nll (the paper's -log y_hat[x_{L+1}]) | official-ce (the official code's CrossEntropyLoss "
+            "applied to y_hat as logits)",
     "train_file": "HDF5 data file (meanfield induction data) to train on instead of generating",
     "seed": "seed: train (seed,0), test (seed,1), fresh batch of step k (seed,2,k)",
     "H": "heads", "M": "RPE window length per head", "D": "largest subset size of the selector (<= H)",
@@ -43,9 +46,10 @@ HELP = {
     "c_init": "init of every c_S (nonzero)", "a_init": "init of the classifier scalar a",
     "yhat_floor": "log(0) guard: loss = -log(max(y_hat, yhat_floor)), in [1e-300, 1)",
     "method": "gd | flow (adaptive Dormand-Prince) | rk4 (fixed step --dt)",
-    "schedule": "three-phase (1: c, 2: w, 3: a) | joint",
+    "schedule": "three-phase (= c,w,a) | joint | any grouping and order of the phases, e.g. w,c,a or cw,a or cwa "
+                "(one step size, length and criterion per phase)",
     "eta": "GD step size (joint)", "steps": "GD steps (joint)", "t_end": "flow time (joint; default steps*eta)",
-    "phase_etas": "E1,E2,E3: GD step size per phase", "phase_steps": "N1,N2,N3: GD steps per phase (caps)",
+    "phase_etas": "E1,E2,...: GD step size per phase", "phase_steps": "N1,N2,...: GD steps per phase (caps)",
     "phase_times": "T1,T2,T3: flow time per phase (default phase_steps*phase_etas)",
     "phase_criteria": "C1,C2,C3 ending each phase early, e.g. 'c_top>=0.99,rpe_top>=0.95,grad_a<=1e-6' (or none)",
     "criterion": "stop criterion of the joint schedule (loss, grad_norm, grad_c, grad_w, grad_a, a, c_top, rpe_top)",

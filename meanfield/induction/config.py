@@ -20,8 +20,35 @@ from .kernels import CRITERIA
 
 SCHEDULES = ("three-phase", "joint")
 METHODS = ("gd", "flow", "rk4")
-DATA_MODES = ("fixed", "fresh")
+DATA_MODES = ("fixed", "fresh", "minibatch")
 PHASE_NAMES = ("c", "w", "a")
+LOSSES = ("nll", "official-ce")
+#: per parameter group: default GD step size and steps of a phase that trains it
+#: (a phase training several groups takes the smallest step size and the most steps)
+GROUP_ETA = {"c": 2.0, "w": 10.0, "a": 1.0}
+GROUP_STEPS = {"c": 300, "w": 300, "a": 300}
+
+
+def parse_schedule(v) -> tuple[str, ...]:
+    """The phases of a schedule string: ``three-phase`` = ``c,w,a``; any
+    comma-separated groups of the letters c (the FFN's c_S), w (the RPE), a
+    (the classifier), each letter in at most one phase, e.g. ``w,c,a``,
+    ``cw,a``, ``cwa`` (one phase training everything). ``joint`` is not a
+    phase string (it has its own eta / steps / criterion) and returns ("cwa",).
+    Raises ConfigError naming the field."""
+    s = str(v).strip().lower().replace(" ", "")
+    if s == "three-phase":
+        return PHASE_NAMES
+    if s == "joint":
+        return ("cwa",)
+    groups = tuple(s.split(","))
+    seen: set = set()
+    for g in groups:
+        if not g or any(ch not in "cwa" for ch in g) or len(set(g)) != len(g) or seen & set(g):
+            raise ConfigError(f"schedule: three-phase | joint | comma-separated phases of the letters c, w, a "
+                              f"(each letter in at most one phase, e.g. c,w,a or w,c,a or cw,a or cwa); got {v!r}")
+        seen |= set(g)
+    return tuple("".join(ch for ch in "cwa" if ch in g) for g in groups)
 
 
 @dataclass(frozen=True)
@@ -36,7 +63,11 @@ class InductionConfig:
     (gd only): every GD step uses a fresh Monte Carlo batch of ``batch``
     sequences (seed ``(seed, 2, step)``), an unbiased estimate of the
     population gradient, and the recorded "train" loss is the loss on the
-    fixed ``n_train`` set. With ``train_file`` its d, L, pa, alpha must match
+    fixed ``n_train`` set; ``sampling = minibatch`` (gd only): mini-batch SGD
+    on the fixed ``n_train`` set, each epoch a seeded random permutation
+    (seed ``(seed, 3, epoch)``) cut into batches of ``batch`` sequences (the
+    last one shorter when ``batch`` does not divide n_train), one GD step
+    per batch, like the official code's shuffled DataLoader. With ``train_file`` its d, L, pa, alpha must match
     the config and the run trains on its first ``n_train`` sequences (all of
     them when n_train is not given). Held-out loss: ``n_test`` sequences of length
     ``L_test`` (default L; seed ``(seed, 1)``).
@@ -53,7 +84,10 @@ class InductionConfig:
     (2, 10, 1), phase_steps (300, 300, 300): on the default trigram data the
     c_S^2 weights concentrate on {1,2} in phase 1, heads 1 and 2 sharpen on
     lags 1 and 2 in phase 2, and a saturates in phase 3. ``yhat_floor``: the log(0) guard,
-    loss = -log(max(y_hat[x_{L+1}], yhat_floor)) (see ``model``).
+    loss = -log(max(y_hat[x_{L+1}], yhat_floor)) (see ``model``). ``loss``:
+    ``nll`` (the paper's -log y_hat[x_{L+1}]) or ``official-ce`` (the official
+    code's choice: torch's CrossEntropyLoss applied to y_hat as logits,
+    logsumexp_e y_hat[e] - y_hat[x_{L+1}]; see ``model``).
 
     Training: ``method`` gd (gradient descent), flow (gradient flow,
     adaptive Dormand-Prince 5(4) with ``rtol``/``atol``) or rk4 (flow, fixed
@@ -61,7 +95,12 @@ class InductionConfig:
     three-phase: phase 1 trains c only, phase 2 w only, phase 3 a only, with
     step sizes ``phase_etas`` and lengths ``phase_steps`` (gd) or
     ``phase_times`` (flow; default phase_steps * phase_etas); each phase can
-    end early by its ``phase_criteria``. ``schedule`` joint: everything with
+    end early by its ``phase_criteria``. Any other grouping and order of the
+    phases is a schedule string (:func:`parse_schedule`): ``w,c,a`` (RPE
+    first), ``cw,a`` (c and w together, then a; the official scripts),
+    ``cwa`` (one phase); the phase_* lists then have one entry per phase
+    (defaults per phase: the smallest of c 2, w 10, a 1 as step size, 300
+    steps). ``schedule`` joint: everything with
     step ``eta`` for ``steps`` (gd) or time ``t_end`` (flow; default
     steps * eta), optional ``criterion``. Time t of a GD run is the sum of
     the step sizes taken (gradient-flow time). ``max_abs``: a parameter above
@@ -80,6 +119,7 @@ class InductionConfig:
     n_test: int = 2000
     L_test: int | None = None
     sampling: str = "fixed"
+    loss: str = "nll"
     batch: int = 1000
     train_file: str | None = None
     seed: int = 0
@@ -98,10 +138,10 @@ class InductionConfig:
     eta: float = 1.0
     steps: int = 1000
     t_end: float | None = None
-    phase_etas: tuple[float, float, float] = (2.0, 10.0, 1.0)
-    phase_steps: tuple[int, int, int] = (300, 300, 300)
-    phase_times: tuple[float, float, float] | None = None
-    phase_criteria: tuple[str | None, str | None, str | None] = (None, None, None)
+    phase_etas: tuple[float, ...] = (2.0, 10.0, 1.0)
+    phase_steps: tuple[int, ...] = (300, 300, 300)
+    phase_times: tuple[float, ...] | None = None
+    phase_criteria: tuple[str | None, ...] = (None, None, None)
     criterion: str | None = None
     dt: float | None = None
     rtol: float = 1e-6
@@ -115,11 +155,16 @@ class InductionConfig:
         return dataclasses.asdict(self)
 
     @property
+    def phases(self) -> tuple[str, ...]:
+        """What each phase trains, e.g. ("c", "w", "a") or ("cw", "a"); ("cwa",) for joint."""
+        return parse_schedule(self.schedule)
+
+    @property
     def horizon(self) -> float:
         """Total steps (gd) or time (flow, rk4) if every phase runs to its cap."""
         if self.method == "gd":
-            return sum(self.phase_steps) if self.schedule == "three-phase" else self.steps
-        return sum(self.phase_times) if self.schedule == "three-phase" else self.t_end
+            return self.steps if self.schedule == "joint" else sum(self.phase_steps)
+        return self.t_end if self.schedule == "joint" else sum(self.phase_times)
 
     def arch(self):
         from .model import Arch
@@ -190,6 +235,7 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
     out["n_train"] = as_int("n_train", d["n_train"], lo=1)
     out["n_test"] = as_int("n_test", d["n_test"], lo=0)
     out["sampling"] = as_choice("sampling", d["sampling"], DATA_MODES)
+    out["loss"] = as_choice("loss", d["loss"], LOSSES)
     out["batch"] = as_int("batch", d["batch"], lo=1)
     out["seed"] = as_int("seed", d["seed"], lo=0)
     out["train_file"] = None if d["train_file"] in (None, "", "none") else str(d["train_file"])
@@ -201,16 +247,26 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
     if not 1e-300 <= out["yhat_floor"] < 1.0:
         raise ConfigError(f"yhat_floor: must be in [1e-300, 1), got {d['yhat_floor']!r}")
     out["method"] = as_choice("method", d["method"], METHODS)
-    out["schedule"] = as_choice("schedule", d["schedule"], SCHEDULES)
-    if out["sampling"] == "fresh" and out["method"] != "gd":
-        raise ConfigError(f"sampling: fresh batches need method gd, got method {out['method']}")
+    phases = parse_schedule(d["schedule"])
+    sched = str(d["schedule"]).strip().lower().replace(" ", "")
+    out["schedule"] = sched if sched in SCHEDULES else ",".join(phases)
+    if out["sampling"] != "fixed" and out["method"] != "gd":
+        raise ConfigError(f"sampling: {out['sampling']} batches need method gd, got method {out['method']}")
     if out["sampling"] == "fresh" and out["train_file"] is not None:
-        raise ConfigError("train_file: only with sampling fixed (fresh batches are generated)")
+        raise ConfigError("train_file: only with sampling fixed or minibatch (fresh batches are generated)")
     out["eta"] = as_float("eta", d["eta"], positive=True)
     out["steps"] = as_int("steps", d["steps"], lo=0)
-    out["phase_etas"] = tuple(as_float("phase_etas", v, positive=True) for v in as_list("phase_etas", d["phase_etas"], 3))
-    out["phase_steps"] = _int_tuple("phase_steps", d["phase_steps"], 3, lo=0)
-    crits = as_list("phase_criteria", d["phase_criteria"] if d["phase_criteria"] is not None else "none,none,none", 3)
+    n_ph = 3 if out["schedule"] == "joint" else len(phases)
+    if out["schedule"] != "joint":  # defaults follow what each phase trains
+        if "phase_etas" not in raw:
+            d["phase_etas"] = tuple(min(GROUP_ETA[ch] for ch in g) for g in phases)
+        if "phase_steps" not in raw:
+            d["phase_steps"] = tuple(max(GROUP_STEPS[ch] for ch in g) for g in phases)
+    out["phase_etas"] = tuple(as_float("phase_etas", v, positive=True)
+                              for v in as_list("phase_etas", d["phase_etas"], n_ph))
+    out["phase_steps"] = _int_tuple("phase_steps", d["phase_steps"], n_ph, lo=0)
+    crits = as_list("phase_criteria", d["phase_criteria"] if d["phase_criteria"] is not None
+                    and "phase_criteria" in raw else ",".join(["none"] * n_ph), n_ph)
     out["phase_criteria"] = tuple(
         None if parse_criterion("phase_criteria", c, CRITERIA) is None else str(c).replace(" ", "") for c in crits)
     crit = d["criterion"]
@@ -221,13 +277,15 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
     else:
         out["t_end"] = out["steps"] * out["eta"] if flow else None
     if d["phase_times"] is not None:
-        out["phase_times"] = tuple(as_float("phase_times", v, nonneg=True) for v in as_list("phase_times", d["phase_times"], 3))
+        out["phase_times"] = tuple(as_float("phase_times", v, nonneg=True)
+                                   for v in as_list("phase_times", d["phase_times"], n_ph))
     else:
         out["phase_times"] = tuple(n * e for n, e in zip(out["phase_steps"], out["phase_etas"])) if flow else None
     if d["dt"] is not None:
         out["dt"] = as_float("dt", d["dt"], positive=True)
     else:
-        out["dt"] = (min(out["phase_etas"]) if out["schedule"] == "three-phase" else out["eta"]) if out["method"] == "rk4" else None
+        out["dt"] = (out["eta"] if out["schedule"] == "joint" else min(out["phase_etas"])) \
+            if out["method"] == "rk4" else None
     out["rtol"] = as_float("rtol", d["rtol"], positive=True)
     out["atol"] = as_float("atol", d["atol"], positive=True)
     out["max_abs"] = as_float("max_abs", d["max_abs"], positive=True)

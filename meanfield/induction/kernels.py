@@ -40,6 +40,13 @@ PATTERN_MAX = 512
 #: grad_norm / grad_c / grad_w / grad_a: Euclidean norm of the full gradient /
 #: of its c, w, a part; a: the classifier scalar; c_top: max_S c_S^2 / sum c^2;
 #: rpe_top: min over heads of the largest full-window RPE softmax weight.
+#: training losses: name -> loss_kind of the kernels. "nll": the paper's
+#: cross-entropy -log y_hat[x_{L+1}] (guarded, see ``model``); "official-ce":
+#: the official code's choice, torch's CrossEntropyLoss applied to the model's
+#: output y_hat as if it were logits, i.e. -log softmax(y_hat)[x_{L+1}]
+#: (bounded between log d - 1 and log d + 1, never clipped).
+LOSSES = {"nll": 0, "official-ce": 1}
+
 CRITERIA = {"loss": 1, "grad_norm": 2, "a": 3, "c_top": 4, "rpe_top": 5, "grad_c": 6, "grad_w": 7, "grad_a": 8}
 
 
@@ -94,8 +101,13 @@ def _prefix_softmax(w, M, P):
 
 
 @njit(cache=True, error_model="numpy")
-def _classifier(g, x, L, a, c2, C, members, sizes, log_cap, want_grad, Kbuf, ebuf, tmp, gam, gcacc):
+def _classifier(g, x, L, a, c2, C, members, sizes, loss_kind, log_cap, want_grad, Kbuf, ebuf, tmp, gam, gcacc, yb):
     """Selector + classifier + loss of one sequence given g (H, L).
+
+    ``loss_kind`` 0 (LOSSES["nll"]): -log y_hat[x_{L+1}], guarded (clipped at
+    log_cap); 1 (LOSSES["official-ce"]): cross-entropy of softmax(y_hat)
+    against x_{L+1}, i.e. logsumexp_e y_hat[e] - y_hat[x_{L+1}] (never
+    clipped). ``yb``: scratch (d,).
 
     Returns (loss, d loss/d a, clipped). With want_grad and not clipped fills
     gam (H, L) = d loss / d g and adds sum_l dK_l (P_S(l) - K_l) to gcacc[S]
@@ -144,25 +156,57 @@ def _classifier(g, x, L, a, c2, C, members, sizes, log_cap, want_grad, Kbuf, ebu
         sa += ev
         if x[i] == tgt:
             sm += ev
-    if sm == 0.0:
-        return log_cap, 0.0, True
-    nll = np.log(sa) - np.log(sm)
-    if not nll < log_cap:
-        return log_cap, 0.0, True
-    if not want_grad:
-        return nll, 0.0, False
     da = 0.0
     bk = 0.0
     inv_sa = 1.0 / sa
-    inv_sm = 1.0 / sm
-    # ebuf <- dK = a (p - q)
-    for i in range(L):
-        r = ebuf[i] * inv_sa
-        if x[i] == tgt:
-            r -= ebuf[i] * inv_sm
-        da += r * Kbuf[i]
-        ebuf[i] = a * r
-        bk += a * r * Kbuf[i]
+    if loss_kind == 1:
+        # y_hat = sum_l p_l e(x_l); loss = lse_e(y_hat) - y_hat[tgt]
+        d = yb.shape[0]
+        for e in range(d):
+            yb[e] = 0.0
+        for i in range(L):
+            yb[x[i]] += ebuf[i] * inv_sa
+        ym = yb[0]
+        for e in range(1, d):
+            if yb[e] > ym:
+                ym = yb[e]
+        se = 0.0
+        for e in range(d):
+            se += np.exp(yb[e] - ym)
+        nll = ym + np.log(se) - yb[tgt]
+        if not want_grad:
+            return nll, 0.0, False
+        # yb <- r_e = softmax(y_hat)_e - 1{e = tgt}; rho = r . y_hat
+        rho = 0.0
+        for e in range(d):
+            pe = np.exp(yb[e] - ym) / se
+            if e == tgt:
+                pe -= 1.0
+            rho += pe * yb[e]
+            yb[e] = pe
+        # ebuf <- dK = a p_l (r[x_l] - rho)
+        for i in range(L):
+            r = ebuf[i] * inv_sa * (yb[x[i]] - rho)
+            da += r * Kbuf[i]
+            ebuf[i] = a * r
+            bk += a * r * Kbuf[i]
+    else:
+        if sm == 0.0:
+            return log_cap, 0.0, True
+        nll = np.log(sa) - np.log(sm)
+        if not nll < log_cap:
+            return log_cap, 0.0, True
+        if not want_grad:
+            return nll, 0.0, False
+        inv_sm = 1.0 / sm
+        # ebuf <- dK = a (p - q)
+        for i in range(L):
+            r = ebuf[i] * inv_sa
+            if x[i] == tgt:
+                r -= ebuf[i] * inv_sm
+            da += r * Kbuf[i]
+            ebuf[i] = a * r
+            bk += a * r * Kbuf[i]
     for h in range(H):
         gh = gam[h]
         for i in range(L):
@@ -244,7 +288,7 @@ def _assemble_grad(P, A, M, c, C, gcacc, ga, N, grad):
 
 
 @njit(cache=True, error_model="numpy")
-def _loss_grad_pattern(theta, tokens, codes, first, M, d, members, sizes, log_cap, want_grad, grad):
+def _loss_grad_pattern(theta, tokens, codes, first, M, d, members, sizes, loss_kind, log_cap, want_grad, grad):
     N, Lp1 = tokens.shape
     L = Lp1 - 1
     H = first.shape[0]
@@ -302,6 +346,7 @@ def _loss_grad_pattern(theta, tokens, codes, first, M, d, members, sizes, log_ca
     Kbuf = np.empty(L)
     ebuf = np.empty(L)
     tmp = np.empty(L)
+    yb = np.empty(d)
     gcacc = np.zeros(nS)
     barG = np.zeros((H, npat, npat)) if want_grad else np.zeros((H, 1, 1))
     q = np.empty(H, dtype=np.int64)
@@ -317,8 +362,8 @@ def _loss_grad_pattern(theta, tokens, codes, first, M, d, members, sizes, log_ca
             Gq = G[h, qh]
             for i in range(L):
                 g[h, i] = Gq[cn[h, i]]
-        nll, da, clipped = _classifier(g, x, L, a, c2, C, members, sizes, log_cap, want_grad,
-                                       Kbuf, ebuf, tmp, gam, gcacc)
+        nll, da, clipped = _classifier(g, x, L, a, c2, C, members, sizes, loss_kind, log_cap, want_grad,
+                                       Kbuf, ebuf, tmp, gam, gcacc, yb)
         loss += nll
         if clipped:
             nclip += 1
@@ -358,7 +403,7 @@ def _loss_grad_pattern(theta, tokens, codes, first, M, d, members, sizes, log_ca
 
 
 @njit(cache=True, error_model="numpy")
-def _loss_grad_direct(theta, tokens, first, M, d, members, sizes, log_cap, want_grad, grad):
+def _loss_grad_direct(theta, tokens, first, M, d, members, sizes, loss_kind, log_cap, want_grad, grad):
     N, Lp1 = tokens.shape
     L = Lp1 - 1
     H = first.shape[0]
@@ -382,6 +427,7 @@ def _loss_grad_direct(theta, tokens, first, M, d, members, sizes, log_cap, want_
     Kbuf = np.empty(L)
     ebuf = np.empty(L)
     tmp = np.empty(L)
+    yb = np.empty(d)
     gcacc = np.zeros(nS)
     A = np.zeros((H, M + 1, M))
     baru = np.empty(d)
@@ -415,8 +461,8 @@ def _loss_grad_direct(theta, tokens, first, M, d, members, sizes, log_cap, want_
                 for v in range(d):
                     s += uq[v] * u[h, i, v]
                 g[h, i] = s
-        nll, da, clipped = _classifier(g, x, L, a, c2, C, members, sizes, log_cap, want_grad,
-                                       Kbuf, ebuf, tmp, gam, gcacc)
+        nll, da, clipped = _classifier(g, x, L, a, c2, C, members, sizes, loss_kind, log_cap, want_grad,
+                                       Kbuf, ebuf, tmp, gam, gcacc, yb)
         loss += nll
         if clipped:
             nclip += 1
@@ -459,14 +505,16 @@ def _loss_grad_direct(theta, tokens, first, M, d, members, sizes, log_cap, want_
 
 
 @njit(cache=True, error_model="numpy")
-def loss_grad(theta, tokens, codes, use_pattern, first, M, d, members, sizes, log_cap, want_grad, grad):
+def loss_grad(theta, tokens, codes, use_pattern, first, M, d, members, sizes, loss_kind, log_cap, want_grad, grad):
     """Mean loss over ``tokens`` (N, L+1) and (if ``want_grad``) its gradient
     into ``grad`` (like theta). ``codes``: :func:`pattern_codes` of the same
-    tokens when ``use_pattern`` (any array otherwise). Returns
-    (loss, number of sequences the log(0) guard clipped)."""
+    tokens when ``use_pattern`` (any array otherwise); ``loss_kind``: see
+    :data:`LOSSES`. Returns (loss, number of sequences the log(0) guard
+    clipped)."""
     if use_pattern:
-        return _loss_grad_pattern(theta, tokens, codes, first, M, d, members, sizes, log_cap, want_grad, grad)
-    return _loss_grad_direct(theta, tokens, first, M, d, members, sizes, log_cap, want_grad, grad)
+        return _loss_grad_pattern(theta, tokens, codes, first, M, d, members, sizes, loss_kind, log_cap, want_grad,
+                                  grad)
+    return _loss_grad_direct(theta, tokens, first, M, d, members, sizes, loss_kind, log_cap, want_grad, grad)
 
 
 @njit(cache=True, error_model="numpy")
@@ -517,7 +565,7 @@ def criterion_value(kind, loss, theta, grad, nS, H, M):
 
 
 @njit(cache=True, error_model="numpy")
-def gd_advance(theta, nsteps, rates, tokens, codes, use_pattern, first, M, d, members, sizes, log_cap,
+def gd_advance(theta, nsteps, rates, tokens, codes, use_pattern, first, M, d, members, sizes, loss_kind, log_cap,
                crit_kind, crit_op, crit_thresh, max_abs):
     """Up to ``nsteps`` GD steps on the fixed batch, in place:
     theta[group] -= rates[group] * grad[group] with groups (c, w, a).
@@ -534,7 +582,8 @@ def gd_advance(theta, nsteps, rates, tokens, codes, use_pattern, first, M, d, me
     new = np.empty(n)
     k = 0
     while True:
-        loss, _ = loss_grad(theta, tokens, codes, use_pattern, first, M, d, members, sizes, log_cap, True, grad)
+        loss, _ = loss_grad(theta, tokens, codes, use_pattern, first, M, d, members, sizes, loss_kind, log_cap, True,
+                            grad)
         if not np.isfinite(loss):
             return k, 2, loss
         if crit_kind != 0:
@@ -564,17 +613,23 @@ def log_cap_of(yhat_floor: float) -> float:
 
 class Batch:
     """A batch prepared for the kernels: tokens plus the per-sequence pattern
-    codes (when the pattern path applies) and the architecture arrays.
-    Immutable after construction; ``path`` is "pattern" or "direct"."""
+    codes (when the pattern path applies), the architecture arrays and the
+    training loss (``loss``, a key of :data:`LOSSES`; ``args()`` passes its
+    kernel code). Immutable after construction; ``path`` is "pattern" or
+    "direct"."""
 
-    __slots__ = ("tokens", "codes", "use_pattern", "first", "M", "d", "members", "sizes", "nS", "H")
+    __slots__ = ("tokens", "codes", "use_pattern", "first", "M", "d", "members", "sizes", "nS", "H", "loss", "loss_kind")
 
-    def __init__(self, tokens, arch, path: str = "auto"):
+    def __init__(self, tokens, arch, path: str = "auto", loss: str = "nll"):
         tokens = np.ascontiguousarray(tokens, dtype=np.int64)
         if tokens.ndim != 2 or tokens.shape[1] < 2:
             raise ValueError(f"tokens: need shape (N, L+1) with L >= 1, got {tokens.shape}")
         if path not in ("auto", "pattern", "direct"):
             raise ValueError(f"path: auto | pattern | direct, got {path!r}")
+        if loss not in LOSSES:
+            raise ValueError(f"loss: {' | '.join(LOSSES)}, got {loss!r}")
+        self.loss = loss
+        self.loss_kind = LOSSES[loss]
         self.tokens = tokens
         self.first = np.asarray(arch.first, dtype=np.int64)
         self.M = int(arch.M)
@@ -600,7 +655,18 @@ class Batch:
         return int(self.tokens.shape[0])
 
     def args(self):
-        return (self.tokens, self.codes, self.use_pattern, self.first, self.M, self.d, self.members, self.sizes)
+        return (self.tokens, self.codes, self.use_pattern, self.first, self.M, self.d, self.members, self.sizes,
+                self.loss_kind)
+
+    def subset(self, idx) -> "Batch":
+        """The sequences ``idx`` (index array or slice) as a batch, reusing the pattern codes."""
+        b = object.__new__(Batch)
+        for k in Batch.__slots__:
+            setattr(b, k, getattr(self, k))
+        b.tokens = np.ascontiguousarray(self.tokens[idx])
+        if self.use_pattern:
+            b.codes = np.ascontiguousarray(self.codes[idx])
+        return b
 
 
 def batch_loss_grad(theta, batch: Batch, yhat_floor: float = 1e-300, want_grad: bool = True):

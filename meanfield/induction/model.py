@@ -46,6 +46,14 @@ exactly when the target x_{L+1} never occurs in x_1..x_L (then y_hat[x_{L+1}]
 below yhat_floor. A clipped sequence has zero gradient. The batch loss is the
 mean over sequences.
 
+**The official code's loss** (``loss = "official-ce"``): the public code of
+the paper trains with torch's ``CrossEntropyLoss`` applied to the model's
+output y_hat, which treats the probabilities y_hat as logits:
+``loss = logsumexp_e y_hat[e] - y_hat[x_{L+1}]``. It lies in
+[log d - 1, log d + 1], is never clipped, and its optimum in a is not the
+one of -log y_hat: d loss / d y_hat = softmax(y_hat) - e(x_{L+1}) is never
+zero, so a keeps rising where -log y_hat has a finite optimum.
+
 Parameters as one flat float64 vector (:func:`pack` / :func:`unpack`):
 ``theta = [c (nS), w (H*M, row-major: w[h, j] at nS + h*M + j), a]``.
 
@@ -215,8 +223,14 @@ def predict(theta: np.ndarray, x: np.ndarray, arch: Arch) -> np.ndarray:
 
 
 def loss_and_grad_one(theta: np.ndarray, x: np.ndarray, arch: Arch,
-                      yhat_floor: float = DEFAULT_YHAT_FLOOR) -> tuple[float, np.ndarray, bool]:
-    """Loss, gradient (flat, like theta) and whether the log(0) guard clipped, for one sequence."""
+                      yhat_floor: float = DEFAULT_YHAT_FLOOR, loss: str = "nll") -> tuple[float, np.ndarray, bool]:
+    """Loss, gradient (flat, like theta) and whether the log(0) guard clipped, for one sequence.
+
+    ``loss = "nll"``: -log y_hat[x_{L+1}] (guarded); ``loss = "official-ce"``:
+    the official code's CrossEntropyLoss on y_hat taken as logits,
+    logsumexp_e y_hat[e] - y_hat[x_{L+1}] (never clipped)."""
+    if loss not in ("nll", "official-ce"):
+        raise ValueError(f"loss: nll | official-ce, got {loss!r}")
     c, w, a = unpack(theta, arch)
     a = float(a)
     L = x.shape[0] - 1
@@ -230,15 +244,23 @@ def loss_and_grad_one(theta: np.ndarray, x: np.ndarray, arch: Arch,
     K, g, P = similarity(u, c, arch)
     z = a * K
     match = x[:L] == x[L]
-    nll = logsumexp(z) - logsumexp(z[match])
-    if not nll < log_cap:  # also catches +inf (the target never occurs in the context)
-        return log_cap, grad, True
-
-    # backward: loss = lse(z) - lse(z[match])
     pa_all = softmax(z)
-    q = np.zeros(L)
-    q[match] = softmax(z[match])
-    r = pa_all - q                      # d loss / d z
+    if loss == "official-ce":
+        yh = np.zeros(arch.d)
+        np.add.at(yh, x[:L], pa_all)    # y_hat = sum_l p_l e(x_l)
+        nll = logsumexp(yh) - yh[x[L]]
+        rr = softmax(yh)                # d loss / d y_hat = softmax(y_hat) - e(x_{L+1})
+        rr[x[L]] -= 1.0
+        # d y_hat[e] / d z_l = p_l (1{x_l = e} - y_hat[e])
+        r = pa_all * (rr[x[:L]] - rr @ yh)
+    else:
+        nll = logsumexp(z) - logsumexp(z[match])
+        if not nll < log_cap:  # also catches +inf (the target never occurs in the context)
+            return log_cap, grad, True
+        # backward: loss = lse(z) - lse(z[match])
+        q = np.zeros(L)
+        q[match] = softmax(z[match])
+        r = pa_all - q                  # d loss / d z
     dK = a * r                          # d loss / d K
     grad[-1] = float(r @ K)             # d loss / d a
 
@@ -280,21 +302,22 @@ def loss_and_grad_one(theta: np.ndarray, x: np.ndarray, arch: Arch,
 
 
 def loss_and_grad(theta: np.ndarray, tokens: np.ndarray, arch: Arch,
-                  yhat_floor: float = DEFAULT_YHAT_FLOOR) -> tuple[float, np.ndarray]:
+                  yhat_floor: float = DEFAULT_YHAT_FLOOR, loss: str = "nll") -> tuple[float, np.ndarray]:
     """Mean loss over the batch ``tokens`` (N, L+1) and its gradient w.r.t. theta."""
     theta = np.asarray(theta, dtype=np.float64)
     N = tokens.shape[0]
-    loss = 0.0
+    total = 0.0
     grad = np.zeros_like(theta)
     for n in range(N):
-        ln, gn, _ = loss_and_grad_one(theta, tokens[n], arch, yhat_floor)
-        loss += ln
+        ln, gn, _ = loss_and_grad_one(theta, tokens[n], arch, yhat_floor, loss)
+        total += ln
         grad += gn
-    return loss / N, grad / N
+    return total / N, grad / N
 
 
-def loss(theta: np.ndarray, tokens: np.ndarray, arch: Arch, yhat_floor: float = DEFAULT_YHAT_FLOOR) -> float:
-    return loss_and_grad(theta, tokens, arch, yhat_floor)[0]
+def loss(theta: np.ndarray, tokens: np.ndarray, arch: Arch, yhat_floor: float = DEFAULT_YHAT_FLOOR,
+         loss: str = "nll") -> float:
+    return loss_and_grad(theta, tokens, arch, yhat_floor, loss)[0]
 
 
 def init_params(arch: Arch, w_plus: float, w_minus: float, c_init: float, a_init: float,

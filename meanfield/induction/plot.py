@@ -233,8 +233,11 @@ def plot_losses(run, out: Path, baselines: dict | None = None, name: str = "loss
     t = np.asarray(run["t"], float)
     tr = unclipped_loss(run["loss_train"], run.get("clipped_train", np.zeros_like(t)), int(a.get("n_train", 1)), fl) \
         if "clipped_train" in run else np.asarray(run["loss_train"], float)
-    te = unclipped_loss(run["loss_test"], run.get("clipped_test", np.zeros_like(t)), int(a.get("n_test", 1)), fl) \
-        if "clipped_test" in run else np.asarray(run["loss_test"], float)
+    if "loss_test_seen" in run:  # held-out sequences whose target occurs in the context
+        te = np.asarray(run["loss_test_seen"], float)
+    else:  # older files: recover it from the guarded mean
+        te = unclipped_loss(run["loss_test"], run.get("clipped_test", np.zeros_like(t)), int(a.get("n_test", 1)), fl) \
+            if "clipped_test" in run else np.asarray(run["loss_test"], float)
     base = run_baselines(run) if baselines is None else baselines
     ser = phase3_series(run)
     fig, axes = plt.subplots(1, 2 if ser is not None else 1, figsize=(11 if ser is not None else 6.5, 4), squeeze=False)

@@ -18,14 +18,20 @@ Run file (``meanfield.io`` common attributes plus):
   or 1 for joint), ``theta`` (T, n_params) (layout of
   ``meanfield.induction.model``), ``c`` (T, nS), ``c_weight`` (T, nS) =
   c_S^2 / sum c^2, ``w`` (T, H, M), ``rpe`` (T, H, M) = full-window RPE
-  softmax per head, ``a`` (T,), ``loss_train`` (T,), ``loss_test`` (T,)
-  (NaN when n_test = 0), ``clipped_train`` / ``clipped_test`` (T,) (how many
+  softmax per head, ``a`` (T,), ``loss_train`` (T,) (the training loss, all
+  n_train sequences, guarded: what GD minimises), ``loss_test_all`` (T,)
+  (held-out, all n_test sequences, guarded: a sequence whose target never
+  occurs in its context counts -log(yhat_floor) = 690.78 with loss nll),
+  ``loss_test_seen`` (T,) (held-out, only the n_test_seen sequences whose
+  target occurs in the context: the number the claims and the figures use),
+  ``loss_test`` (T,) (= loss_test_all, the name older files used) (NaN when
+  n_test = 0), ``clipped_train`` / ``clipped_test`` (T,) (how many
   sequences the log(0) guard clipped);
 * ``subsets`` (nS,) strings ("{}", "{1}", "{1,2}": 1-based heads, canonical
   order), ``subset_members`` (nS, max(D, 1)) 0-based heads padded with -1,
   ``lags`` (H, M) the lag of each RPE weight;
 * attributes: d, L, L_test, pa, alpha, H, M, D, first_lags, start_lags,
-  method, schedule, sampling, n_train, n_test, batch, seed, train_seed,
+  method, schedule, sampling, loss, n_train, n_test, n_test_seen, batch, seed, train_seed,
   test_seed, kernel_path, yhat_floor, stage_names, stage_ends,
   stopped_at_step, stopped_at_t, warnings.
 """
@@ -63,6 +69,22 @@ def fresh_seed(cfg: InductionConfig, step: int) -> tuple[int, ...]:
     return (cfg.seed, 2, int(step))
 
 
+def epoch_seed(cfg: InductionConfig, epoch: int) -> tuple[int, ...]:
+    """Seed of the permutation of the training set in epoch ``epoch`` (0-based), sampling = minibatch."""
+    return (cfg.seed, 3, int(epoch))
+
+
+def minibatch_indices(cfg: InductionConfig, n: int, step: int) -> np.ndarray:
+    """The training-set indices GD step ``step`` (0-based) uses in sampling =
+    minibatch: epoch e = step // nb (nb = ceil(n / batch) batches per epoch)
+    permutes 0..n-1 with seed :func:`epoch_seed` and step takes its
+    (step mod nb)-th slice of ``batch`` (the last one shorter)."""
+    nb = -(-n // cfg.batch)
+    e, k = divmod(int(step), nb)
+    perm = np.random.default_rng(list(epoch_seed(cfg, e))).permutation(n)
+    return np.sort(perm[k * cfg.batch: (k + 1) * cfg.batch])
+
+
 def train_data(cfg: InductionConfig) -> InductionData:
     if cfg.train_file is not None:
         ds = load_data(cfg.train_file)
@@ -85,15 +107,22 @@ class Problem:
     train: kernels.Batch
     test: kernels.Batch | None
     theta0: np.ndarray
+    test_seen: kernels.Batch | None = None  # the held-out sequences whose target occurs in the context
 
     @staticmethod
     def build(cfg: InductionConfig) -> "Problem":
         arch = cfg.arch()
-        train = kernels.Batch(train_data(cfg).tokens, arch)
+        train = kernels.Batch(train_data(cfg).tokens, arch, loss=cfg.loss)
         te = test_data(cfg)
-        test = None if te is None else kernels.Batch(te.tokens, arch)
+        test = None if te is None else kernels.Batch(te.tokens, arch, loss=cfg.loss)
         theta0 = init_params(arch, cfg.w_plus, cfg.w_minus, cfg.c_init, cfg.a_init, cfg.start_lags)
-        return Problem(cfg, arch, train, test, theta0)
+        seen = None
+        if test is not None:
+            from .theory import seen_mask
+
+            m = seen_mask(test.tokens)
+            seen = test.subset(np.flatnonzero(m)) if m.any() else None
+        return Problem(cfg, arch, train, test, theta0, seen)
 
 
 def _crit_args(criterion):
@@ -109,8 +138,11 @@ class InductionSystem:
     ``mode`` of a stage: (rate_c, rate_w, rate_a). With ``fresh`` (a config in
     sampling = fresh) every GD step draws its own batch (seed
     :func:`fresh_seed` of the global step count ``steps_done``), so a run is
-    reproducible whatever the chunking; otherwise GD, the flow and the
-    criteria use the fixed training batch ``train``."""
+    reproducible whatever the chunking; with ``minibatch`` (a config in
+    sampling = minibatch) every GD step uses the slice
+    :func:`minibatch_indices` of ``train``; otherwise GD, the flow and the
+    criteria use the fixed training batch ``train``. Criteria of stochastic
+    runs are evaluated on the step's batch."""
 
     train: kernels.Batch
     arch: Arch
@@ -118,6 +150,7 @@ class InductionSystem:
     max_abs: float = math.inf
     fresh: InductionConfig | None = None
     steps_done: int = 0
+    minibatch: InductionConfig | None = None
 
     @property
     def log_cap(self) -> float:
@@ -126,19 +159,24 @@ class InductionSystem:
     def _fresh_batch(self, step: int) -> kernels.Batch:
         c = self.fresh
         ds = generate(c.batch, c.d, c.L, c.pa, c.alpha, fresh_seed(c, step))
-        return kernels.Batch(ds.tokens, self.arch)
+        return kernels.Batch(ds.tokens, self.arch, loss=self.train.loss)
+
+    def _step_batch(self, step: int) -> kernels.Batch:
+        if self.fresh is not None:
+            return self._fresh_batch(step)
+        return self.train.subset(minibatch_indices(self.minibatch, self.train.N, step))
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         rates = float(eta) * np.asarray(mode, dtype=np.float64)
         kind, op, thr = _crit_args(criterion)
-        if self.fresh is None:
+        if self.fresh is None and self.minibatch is None:
             done, code, _ = kernels.gd_advance(y, int(nsteps), rates, *self.train.args(), self.log_cap,
                                                kind, op, thr, float(self.max_abs))
             self.steps_done += int(done)
             return int(done), int(code)
         done = 0
         while done < nsteps:
-            b = self._fresh_batch(self.steps_done)
+            b = self._step_batch(self.steps_done)
             k, code, _ = kernels.gd_advance(y, 1, rates, *b.args(), self.log_cap, kind, op, thr, float(self.max_abs))
             if code != 0:
                 return done, int(code)
@@ -176,12 +214,11 @@ def stages(cfg: InductionConfig) -> list[integrate.Stage]:
         return [integrate.Stage(1, (1.0, 1.0, 1.0), cfg.steps if gd else cfg.t_end, crit, "joint",
                                 eta=cfg.eta if gd else None)]
     out = []
-    for k in range(3):
-        mode = [0.0, 0.0, 0.0]
-        mode[k] = 1.0
-        out.append(integrate.Stage(k + 1, tuple(mode), cfg.phase_steps[k] if gd else cfg.phase_times[k],
+    for k, group in enumerate(cfg.phases):
+        mode = tuple(1.0 if ch in group else 0.0 for ch in PHASE_NAMES)
+        out.append(integrate.Stage(k + 1, mode, cfg.phase_steps[k] if gd else cfg.phase_times[k],
                                    parse_criterion("phase_criteria", cfg.phase_criteria[k], kernels.CRITERIA),
-                                   PHASE_NAMES[k], eta=cfg.phase_etas[k] if gd else None))
+                                   group, eta=cfg.phase_etas[k] if gd else None))
     return out
 
 
@@ -213,8 +250,8 @@ def phase_log_grid(cfg: InductionConfig, every: int, n_log: int) -> integrate.Sa
     and 2, and ``n_log`` log-spaced steps counted from the start of phase 3.
     The points assume every phase runs its full length (a criterion that ends
     phase 1 or 2 early shifts phase 3 against the grid)."""
-    if cfg.method != "gd" or cfg.schedule != "three-phase":
-        raise ValueError("phase_log_grid: needs method gd and schedule three-phase")
+    if cfg.method != "gd" or cfg.phases != PHASE_NAMES:
+        raise ValueError("phase_log_grid: needs method gd and schedule three-phase (c,w,a)")
     n1, n2, n3 = cfg.phase_steps
     pts = [np.arange(every, n1 + n2, every, dtype=np.int64)]
     if n3 > 0:
@@ -230,7 +267,8 @@ def run(cfg: InductionConfig, problem: Problem | None = None, theta0: np.ndarray
     inside phase 3: :func:`phase_log_grid`)."""
     pb = problem or Problem.build(cfg)
     system = InductionSystem(pb.train, pb.arch, cfg.yhat_floor, cfg.max_abs,
-                             fresh=cfg if cfg.sampling == "fresh" else None)
+                             fresh=cfg if cfg.sampling == "fresh" else None,
+                             minibatch=cfg if cfg.sampling == "minibatch" else None)
     y = pb.theta0 if theta0 is None else np.asarray(theta0, dtype=np.float64)
     return solver(cfg).solve(system, y, stages(cfg), saveat if saveat is not None else save_at(cfg), monitor)
 
@@ -244,15 +282,19 @@ def observables(pb: Problem, Y: np.ndarray) -> dict[str, np.ndarray]:
     T = Y.shape[0]
     lt = np.empty(T)
     le = np.full(T, np.nan)
+    ls = np.full(T, np.nan)
     ct = np.zeros(T, dtype=np.int64)
     ce = np.zeros(T, dtype=np.int64)
     for i in range(T):
         lt[i], _, ct[i] = kernels.batch_loss_grad(Y[i], pb.train, cfg.yhat_floor, want_grad=False)
         if pb.test is not None:
             le[i], _, ce[i] = kernels.batch_loss_grad(Y[i], pb.test, cfg.yhat_floor, want_grad=False)
+        if pb.test_seen is not None:
+            ls[i] = kernels.batch_loss(Y[i], pb.test_seen, cfg.yhat_floor)
     return {
         "c": c, "c_weight": c2 / c2.sum(axis=-1, keepdims=True), "w": w, "rpe": rpe_softmax(w), "a": a,
-        "loss_train": lt, "loss_test": le, "clipped_train": ct, "clipped_test": ce,
+        "loss_train": lt, "loss_test_all": le, "loss_test_seen": ls, "loss_test": le,
+        "clipped_train": ct, "clipped_test": ce,
     }
 
 
@@ -275,9 +317,10 @@ def save(path: str | Path, cfg: InductionConfig, traj: integrate.Trajectory, pro
         "H": cfg.H, "M": cfg.M, "D": cfg.D, "first_lags": list(arch.first), "start_lags": list(cfg.start_lags),
         "method": cfg.method, "schedule": cfg.schedule, "sampling": cfg.sampling, "n_train": pb.train.N,
         "n_test": 0 if pb.test is None else pb.test.N, "batch": cfg.batch, "seed": cfg.seed,
+        "n_test_seen": 0 if pb.test_seen is None else pb.test_seen.N, "loss": cfg.loss,
         "train_seed": list(train_seed(cfg)), "test_seed": list(test_seed(cfg)),
         "train_file": cfg.train_file or "", "kernel_path": pb.train.path, "yhat_floor": cfg.yhat_floor,
-        "stage_names": ["joint"] if cfg.schedule == "joint" else list(PHASE_NAMES),
+        "stage_names": ["joint"] if cfg.schedule == "joint" else list(cfg.phases),
         "stage_ends": traj.stage_ends,
         "stopped_at_step": int(arr["step"][-1]) if arr["step"].size else 0,
         "stopped_at_t": float(arr["t"][-1]) if arr["t"].size else 0.0,
