@@ -1,0 +1,406 @@
+"""The explicit finite-width network generated from a model description: the engine's oracle.
+
+An independent code path (``docs/engine.md``): plain numpy weights, its own
+forward pass and its own hand-written backward pass, full-batch GD on the
+explicit weights with the description's stages; nothing of the engine's
+reduction or kernels (``reduce``, ``kernels``, ``system``) is used to train it.
+From the engine it takes only the description (``description.py``) and, for
+the comparison, the names of the reduced variables.
+
+The network (the conventions of :class:`meanfield.engine.description.Head`):
+
+* dictionary: an embedding E (d x P, d > P) with E^T E = Gamma,
+  E = O chol(Gamma)^T with O a random orthonormal d x P frame; a token with
+  coefficient vector t is the vector x = E t in R^d.
+* per head j: keys/queries either wide W_K, W_Q in R^{m x d} (``separate``;
+  logit of key x_i for query x_l: z_il = scale x_i^T W_K^T W_Q x_l) or one
+  narrow W in R^{d x d} (``merged``; z_il = scale x_i^T W x_l);
+  attention over the keys with multiplicities c_i: softmax
+  p_il = c_i e^{z_il} / sum_k c_k e^{z_kl}, or linear p_il = c_i z_il / L_eff
+  (L_eff = sum of the key counts); queries: ``mean`` (every position, weight
+  c_l / L_eff), ``last`` (the last position with c > 0; with
+  ``query_self = false`` it is not a key) or ``fixed`` (x_q = E query_vector);
+  zbar = sum_l q_l sum_i p_il x_i (and its coefficient vector tbar).
+* value: ``neuron`` (narrow w_{c,q} in R^d, C outputs x n neurons:
+  out_c = (1/n) sum_q relu(w_{c,q}^T zbar), neurons step eta n: the mean-field
+  time scale), ``linear`` (out_c = w_c^T zbar), ``matrix`` (wide M_V in R^{m x d}
+  and readouts r_c in R^m: out_c = r_c^T M_V zbar), ``token`` (out = tbar,
+  P outputs); f = sum_j a_j out_j (a_j the head's sign, trainable or not).
+* loss per sequence: logistic log(1 + e^{-y f}); squared 1/2 |f - y|^2;
+  cross_entropy logsumexp(f) - f_y; the total is sum_s weight_s loss_s.
+
+Backward pass (written out here): dL/df -> dL/dout_j = a_j dL/df,
+dL/da_j = sum_s dL/df . out_j; value gradients; dL/dzbar; dL/dp_il =
+q_l dL/dzbar . x_i; softmax dL/dz_il = p_il (dL/dp_il - sum_k p_kl dL/dp_kl),
+linear dL/dz_il = c_i dL/dp_il / L_eff; with Z = scale sum dL/dz_il x_i x_l^T
+(d x d): dL/dW_K = W_Q Z^T, dL/dW_Q = W_K Z, dL/dW = Z.
+
+Projection to the reduced variables (per head): S = E^T W_K^T W_Q E,
+A = E^T W_K^T W_K E, B = E^T W_Q^T W_Q E (separate) or W~ = E^T W E (merged);
+w~ = E^T w; for a value matrix V = E^T M_V^T M_V E, R_c = E^T M_V^T r_c,
+rr = [r_c . r_c'] (and the cross blocks with keys/queries, which the loss
+never reads).
+
+Public: :func:`embedding`, :class:`Oracle` (``loss_grads``, ``step``,
+``project``, ``run``), :func:`sample_weights`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: parameter groups (description.GROUPS) and the weights each moves
+GROUP_WEIGHTS = {"attention": ("WK", "WQ", "W"), "values": ("w", "MV"), "readout": ("r",), "signs": ("a",)}
+
+
+def embedding(Gamma: np.ndarray, d: int, seed) -> np.ndarray:
+    """E (d x P) with E^T E = Gamma: a random orthonormal frame O (d x P, from
+    ``default_rng(seed)``) times chol(Gamma)^T."""
+    Gamma = np.asarray(Gamma, float)
+    P = Gamma.shape[0]
+    if d < P:
+        raise ValueError(f"d: the ambient dimension must be >= P = {P}; got {d}")
+    rng = np.random.default_rng(seed)
+    O, R = np.linalg.qr(rng.normal(size=(d, P)))
+    O = O * np.sign(np.diag(R))[None, :]
+    return O @ np.linalg.cholesky(Gamma).T
+
+
+def _relu(x):
+    return np.maximum(x, 0.0)
+
+
+@dataclass
+class _Head:
+    """Static per-head data (from the description's Head)."""
+
+    name: str
+    attention: str
+    kq: str
+    query: str
+    scale: float
+    value: str
+    n: int
+    C: int
+    train_sign: bool
+    Xq: np.ndarray       # (S, Lq, d) query tokens
+    Tq: np.ndarray       # (S, Lq, P) their coefficients
+    qw: np.ndarray       # (S, Lq) query weights
+    ck: np.ndarray       # (S, L) key multiplicities
+    Leff: np.ndarray     # (S,) sum of key counts
+
+
+class Oracle:
+    """The explicit network of a description at width m in R^d.
+
+    ``desc``: a :class:`meanfield.engine.description.Description`; ``E``:
+    the embedding (d x P, E^T E = the dictionary's Gram). Weights are a dict
+    per head (see :func:`sample_weights`)."""
+
+    def __init__(self, desc, E: np.ndarray):
+        self.desc = desc
+        self.E = np.asarray(E, float)
+        d, P = self.E.shape
+        if P != desc.P:
+            raise ValueError(f"E: must have P = {desc.P} columns; got {P}")
+        self.d, self.P = d, P
+        data = desc.data
+        self.T = np.asarray(data.tokens, float)                 # (S, L, P)
+        self.X = self.T @ self.E.T                                # (S, L, d)
+        self.c = np.asarray(data.count_array, float)             # (S, L)
+        self.weight = np.asarray(data.weight, float)
+        self.target = np.asarray(data.target, float)
+        self.loss_kind = desc.model.loss
+        self.r0 = float(desc.model.relu_prime_at_zero)
+        S, L = self.c.shape
+        self.heads = []
+        for h in desc.model.heads:
+            ck = self.c.copy()
+            if h.query == "mean":
+                Xq, Tq = self.X, self.T
+                qw = self.c / self.c.sum(axis=1, keepdims=True)
+            elif h.query == "last":
+                last = np.array([np.flatnonzero(self.c[s] > 0)[-1] for s in range(S)])
+                Xq = self.X[np.arange(S), last][:, None, :]
+                Tq = self.T[np.arange(S), last][:, None, :]
+                qw = np.ones((S, 1))
+                if not h.query_self:
+                    ck[np.arange(S), last] = 0.0
+            else:
+                t = np.asarray(h.query_vector, float)
+                Tq = np.broadcast_to(t, (S, 1, P)).copy()
+                Xq = Tq @ self.E.T
+                qw = np.ones((S, 1))
+            C = P if h.value == "token" else int(h.outputs)
+            self.heads.append(_Head(h.name, h.attention, h.kq, h.query, float(h.scale), h.value, int(h.n_neurons), C,
+                                    bool(h.train_sign), Xq, Tq, qw, ck, ck.sum(axis=1)))
+
+    # ------------------------------------------------------------ forward / backward
+
+    def _logits(self, hd: _Head, p: dict) -> np.ndarray:
+        """z[s, i, l] = scale x_i^T K x_l, K = W_K^T W_Q or W (d x d)."""
+        K = p["WK"].T @ p["WQ"] if hd.kq == "separate" else p["W"]
+        return hd.scale * np.einsum("sid,de,sle->sil", self.X, K, hd.Xq)
+
+    def _attention(self, hd: _Head, z: np.ndarray) -> np.ndarray:
+        ck = hd.ck[:, :, None]
+        if hd.attention == "softmax":
+            zm = np.where(ck > 0, z, -np.inf).max(axis=1, keepdims=True)
+            e = ck * np.exp(np.where(ck > 0, z - zm, 0.0))
+            return e / e.sum(axis=1, keepdims=True)
+        return ck * z / hd.Leff[:, None, None]
+
+    def forward(self, params: list[dict]):
+        """Loss and the per-head intermediates (for :meth:`backward`)."""
+        S = self.X.shape[0]
+        f = None
+        cache = []
+        for hd, p in zip(self.heads, params):
+            z = self._logits(hd, p)
+            pa = self._attention(hd, z)                         # (S, L, Lq)
+            att = np.einsum("sil,sl->si", pa, hd.qw)            # total weight of key i
+            zbar = np.einsum("si,sid->sd", att, self.X)
+            tbar = np.einsum("si,sia->sa", att, self.T)
+            if hd.value == "neuron":
+                u = np.einsum("cqd,sd->scq", p["w"], zbar)
+                out = _relu(u).mean(axis=2)
+            elif hd.value == "linear":
+                u = np.einsum("cd,sd->sc", p["w"][:, 0], zbar)
+                out = u
+            elif hd.value == "matrix":
+                hv = zbar @ p["MV"].T                           # (S, m)
+                u = hv
+                out = hv @ p["r"].T                              # (S, C)
+            else:
+                u = None
+                out = tbar
+            a = float(p["a"])
+            f = a * out if f is None else f + a * out
+            cache.append({"z": z, "pa": pa, "zbar": zbar, "u": u, "out": out})
+        loss_s, dldf = self._loss(f)
+        return float(self.weight @ loss_s), {"f": f, "heads": cache, "dldf": self.weight[:, None] * dldf,
+                                             "loss_s": loss_s}
+
+    def _loss(self, f: np.ndarray):
+        """Per-sequence loss (S,) and dloss/df (S, C)."""
+        y = self.target
+        if self.loss_kind == "logistic":
+            m = y * f[:, 0]
+            loss = np.logaddexp(0.0, -m)
+            g = -y * 0.5 * (1.0 - np.tanh(0.5 * m))  # -y sigmoid(-m)
+            return loss, g[:, None]
+        if self.loss_kind == "squared":
+            yy = y.reshape(f.shape)
+            r = f - yy
+            return 0.5 * np.sum(r * r, axis=1), r
+        k = y.astype(int)
+        mx = f.max(axis=1, keepdims=True)
+        lse = mx[:, 0] + np.log(np.exp(f - mx).sum(axis=1))
+        sm = np.exp(f - lse[:, None])
+        loss = lse - f[np.arange(len(k)), k]
+        g = sm.copy()
+        g[np.arange(len(k)), k] -= 1.0
+        return loss, g
+
+    def margins(self, f: np.ndarray) -> np.ndarray:
+        """y f (logistic); for cross-entropy f_y - max_{c != y} f_c; for squared -|f - y|."""
+        y = self.target
+        if self.loss_kind == "logistic":
+            return y * f[:, 0]
+        if self.loss_kind == "cross_entropy":
+            k = y.astype(int)
+            g = f.copy()
+            fy = f[np.arange(len(k)), k]
+            g[np.arange(len(k)), k] = -np.inf
+            return fy - g.max(axis=1)
+        return -np.sqrt(np.sum((f - y.reshape(f.shape)) ** 2, axis=1))
+
+    def backward(self, params: list[dict], cache: dict) -> list[dict]:
+        """dLoss/d(every explicit weight), per head (same keys as the weights)."""
+        dldf = cache["dldf"]                                     # (S, C), weights included
+        grads = []
+        for hd, p, c in zip(self.heads, params, cache["heads"]):
+            a = float(p["a"])
+            g: dict = {"a": np.array(float(np.sum(dldf * c["out"])))}
+            dout = a * dldf                                      # (S, C)
+            if hd.value == "neuron":
+                u = c["u"]
+                rp = np.where(u > 0, 1.0, np.where(u < 0, 0.0, self.r0))
+                du = dout[:, :, None] * rp / hd.n                # (S, C, n)
+                g["w"] = np.einsum("scq,sd->cqd", du, c["zbar"])
+                dz = np.einsum("scq,cqd->sd", du, p["w"])
+            elif hd.value == "linear":
+                g["w"] = np.einsum("sc,sd->cd", dout, c["zbar"])[:, None, :]
+                dz = dout @ p["w"][:, 0]
+            elif hd.value == "matrix":
+                hv = c["u"]                                      # (S, m)
+                g["r"] = dout.T @ hv                             # (C, m)
+                dh = dout @ p["r"]                               # (S, m)
+                g["MV"] = dh.T @ c["zbar"]                       # (m, d)
+                dz = dh @ p["MV"]                                # (S, d)
+            else:
+                # out = tbar = sum_i att_i t_i: dL/datt_i = dout . t_i (no d-space vector)
+                dz = None
+            if dz is not None:
+                datt = np.einsum("sd,sid->si", dz, self.X)
+            else:
+                datt = np.einsum("sa,sia->si", dout, self.T)
+            dp = datt[:, :, None] * hd.qw[:, None, :]          # (S, L, Lq)
+            pa = c["pa"]
+            if hd.attention == "softmax":
+                dzl = pa * (dp - np.sum(pa * dp, axis=1, keepdims=True))
+            else:
+                dzl = hd.ck[:, :, None] * dp / hd.Leff[:, None, None]
+            Z = hd.scale * np.einsum("sil,sid,sle->de", dzl, self.X, hd.Xq)
+            if hd.kq == "separate":
+                g["WK"] = p["WQ"] @ Z.T
+                g["WQ"] = p["WK"] @ Z
+            else:
+                g["W"] = Z
+            grads.append(g)
+        return grads
+
+    def loss_grads(self, params):
+        loss, cache = self.forward(params)
+        return loss, self.backward(params, cache), cache
+
+    # ------------------------------------------------------------ GD
+
+    def step(self, params: list[dict], eta: float, train: tuple[str, ...], grads=None) -> list[dict]:
+        """One full-batch GD step on the explicit weights of the groups in ``train``
+        (neurons of ``value = neuron`` step eta n: the mean-field time scale)."""
+        if grads is None:
+            _, grads, _ = self.loss_grads(params)
+        out = []
+        for hd, p, g in zip(self.heads, params, grads):
+            q = dict(p)
+            for grp in train:
+                for k in GROUP_WEIGHTS[grp]:
+                    if k not in g or k not in p:
+                        continue
+                    if k == "a" and not hd.train_sign:
+                        continue
+                    lr = eta * hd.n if (k == "w" and hd.value == "neuron") else eta
+                    q[k] = p[k] - lr * g[k]
+            out.append(q)
+        return out
+
+    # ------------------------------------------------------------ projection
+
+    def project(self, params: list[dict]) -> list[dict]:
+        """The reduced variables of every head (feature coordinates, module docstring)."""
+        E = self.E
+        out = []
+        for hd, p in zip(self.heads, params):
+            r: dict = {"a": float(p["a"])}
+            if hd.kq == "separate":
+                MK, MQ = p["WK"] @ E, p["WQ"] @ E
+                r.update(S=MK.T @ MQ, A=MK.T @ MK, B=MQ.T @ MQ)
+            else:
+                r["W"] = E.T @ p["W"] @ E
+            if hd.value in ("neuron", "linear"):
+                r["w"] = np.einsum("cqd,da->cqa", p["w"], E)
+            elif hd.value == "matrix":
+                MV = p["MV"] @ E
+                r.update(V=MV.T @ MV, R=p["r"] @ MV, rr=p["r"] @ p["r"].T)
+            out.append(r)
+        return out
+
+    # ------------------------------------------------------------ training
+
+    def criterion_value(self, params, name: str, consistent=None) -> float:
+        loss, cache = self.forward(params)
+        if name == "loss":
+            return loss
+        if name == "grad_w":
+            grads = self.backward(params, cache)
+            s = 0.0
+            for hd, g in zip(self.heads, grads):
+                if "w" in g:
+                    # ambient velocity of the neurons (n dL/dw per neuron, L2 over the neurons)
+                    s += float(np.sum((hd.n * g["w"]) ** 2)) / hd.n
+            return math.sqrt(s)
+        m = self.margins(cache["f"])
+        cons = np.asarray(self.desc.data.flag("consistent") if consistent is None else consistent, bool)
+        flipped = self.desc.data.flag("flipped")
+        sel = {"consistent_margin": cons & ~flipped, "inconsistent_margin": ~cons & ~flipped,
+               "min_margin": ~flipped}[name]
+        return float(m[sel].min()) if sel.any() else math.inf
+
+    def run(self, params: list[dict], stages=None, eta: float | None = None, record_every: int = 1,
+            max_abs: float = math.inf):
+        """Full-batch GD through the description's stages (each: train groups, steps,
+        criterion checked before every step). Returns {"t": steps (T,), "states":
+        [projected state per record], "params": final weights, "stage_ends": [...],
+        "loss": (T,)}."""
+        tr = self.desc.training
+        stages = tr.stages if stages is None else stages
+        eta = tr.eta if eta is None else eta
+        ts, states, losses, ends = [], [], [], []
+        nstep = 0
+
+        def record(p):
+            ts.append(nstep)
+            states.append(self.project(p))
+            losses.append(self.forward(p)[0])
+
+        record(params)
+        status = "ok"
+        for i, st in enumerate(stages):
+            n = int(st.length)
+            reason = "length"
+            for _ in range(n):
+                if st.criterion is not None:
+                    name, op, val = st.criterion
+                    v = self.criterion_value(params, name)
+                    if (v >= val) if op == ">=" else (v <= val):
+                        reason = "criterion"
+                        break
+                new = self.step(params, eta, st.train)
+                if not all(np.all(np.isfinite(x)) for q in new for x in q.values()):
+                    status = "diverged"
+                    break
+                params = new
+                nstep += 1
+                if nstep % record_every == 0:
+                    record(params)
+            ends.append({"stage": i, "step": nstep, "reason": reason})
+            if status != "ok":
+                break
+        if not ts or ts[-1] != nstep:
+            record(params)
+        return {"t": np.array(ts), "states": states, "loss": np.array(losses), "params": params,
+                "stage_ends": ends, "status": status}
+
+
+def sample_weights(desc, E: np.ndarray, m: int, seed, neurons=None) -> list[dict]:
+    """Explicit initial weights at width m (``default_rng(seed)``): W_K, W_Q iid
+    N(0, omega^2/m), M_V iid N(0, omega_v^2/m), r_c iid N(0, sigma_r^2/m), merged
+    W = 0, neurons ``neurons[j]`` (feature coordinates w~, shape (C, n, P); the
+    ambient neuron is the smallest vector with them, w = E Gamma^{-1} w~) or 0;
+    signs from the description."""
+    rng = np.random.default_rng(seed)
+    init = desc.init
+    d, P = E.shape
+    Gi = np.linalg.inv(E.T @ E)
+    out = []
+    for j, h in enumerate(desc.model.heads):
+        p: dict = {"a": np.array(float(h.sign))}
+        if h.kq == "separate":
+            p["WK"] = rng.normal(scale=init.omega / math.sqrt(m), size=(m, d))
+            p["WQ"] = rng.normal(scale=init.omega / math.sqrt(m), size=(m, d))
+        else:
+            p["W"] = np.zeros((d, d))
+        C = P if h.value == "token" else h.outputs
+        if h.value in ("neuron", "linear"):
+            wt = np.zeros((C, h.n_neurons, P)) if neurons is None else np.asarray(neurons[j], float).reshape(
+                C, h.n_neurons, P)
+            p["w"] = np.einsum("cqa,ab,db->cqd", wt, Gi, E)
+        elif h.value == "matrix":
+            p["MV"] = rng.normal(scale=init.omega_v / math.sqrt(m), size=(m, d))
+            p["r"] = rng.normal(scale=init.sigma_r / math.sqrt(m), size=(C, m))
+        out.append(p)
+    return out
