@@ -1,0 +1,32 @@
+"""The engine: one-layer attention on a finite token dictionary, reduced exactly by Gram closure.
+
+A model is a :class:`~meanfield.engine.description.Description` (Python
+dataclasses, or a TOML file read by :func:`load`); the engine reduces it to
+Gram blocks (``meanfield.engine.reduce``), runs its exact GD map or flow
+(``meanfield.engine.kernels``, ``meanfield.engine.system``) and writes run
+files. See ``docs/engine.md``. Imports here are lazy: ``import meanfield``
+stays light (no numba compile, no sympy).
+"""
+
+from __future__ import annotations
+
+
+def load(path, **overrides):
+    """Read a TOML description; keyword overrides replace its parameters
+    (the CLI flags: ``load("mixture.toml", K=3, width=5)``)."""
+    from .description import load_description
+
+    return load_description(path, overrides)
+
+
+def __getattr__(name):
+    if name in ("Description", "Dictionary", "Data", "Head", "Model", "Init", "Training", "StageSpec",
+                "RunParams", "load_description", "description_from_dict", "make_data"):
+        from . import description
+
+        return getattr(description, name)
+    if name in ("derive", "run", "Run", "run_to_file"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(name)

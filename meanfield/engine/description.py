@@ -1,0 +1,725 @@
+"""A model description: dictionary, data, heads, loss, init, training.
+
+Frozen dataclasses (build them in Python) and the same as a TOML file
+(:func:`load_description`). Every bad field is a one-line
+:class:`meanfield.config.ConfigError` naming the field and what is allowed
+(the CLI prints it and exits 2); a description outside the Gram-closure class
+is refused with the reason closure fails (see ``docs/engine.md``).
+
+The objects (names from the papers):
+
+* :class:`Dictionary`: P feature names and their Gram matrix Gamma = E^T E
+  (None = identity: orthonormal features). Optionally a *report map*
+  ``report`` (P x R) and ``report_names`` (R): recorded Gram blocks and
+  vectors are given in those coordinates (X_rep = C^T X C, w_rep = C^T w);
+  the mixture family uses it for noisy training sets, whose dictionary is an
+  orthonormal basis of every token and whose recorded coordinates are the
+  clean features c1..cK, v1..vK.
+* :class:`Data`: a finite weighted set of n sequences of length L: ``tokens``
+  (n, L, P) coefficient vectors over the features, ``counts`` (n, L) (a
+  position stands for ``count`` identical tokens; 0 = padding, so sequences of
+  different lengths and multiset prompts are exact), ``weight`` (n,),
+  ``target`` (n,) or (n, C): labels +-1 (logistic), reals or vectors
+  (squared), class indices (cross_entropy); optional ``names`` and boolean
+  ``flags`` (``consistent``, ``flipped``: margins of flipped samples do not
+  count for stage times).
+* :class:`Head`: one attention head (see its docstring for every option).
+* :class:`Model`: heads, loss, ReLU'(0).
+* :class:`Init`: width (None = infinite), seed, omega (keys/queries), omega_v
+  (value matrix), sigma_r (readout), neuron init (``zero`` |
+  ``const:V1,...`` | ``gaussian:SIGMA``).
+* :class:`Training`: method (gd | flow | rk4), eta, stages (which parameter
+  groups train: ``attention``, ``values`` (alias ``neurons``), ``readout``,
+  ``signs``; length; stop criterion) and the record grid; the mixture
+  system's vocabulary.
+
+TOML layout of a general description (``docs/engine.md`` has a complete
+example)::
+
+    name = "toy"
+    [dictionary]
+    features = ["a", "b", "c"]
+    gram = [[1, 0.2, 0], [0.2, 1, 0], [0, 0, 1]]      # optional
+    [data]
+    rows = [ { tokens = ["a", "-b"], target = 1 }, { tokens = [[0, 1, 0.5], "c"], target = -1, weight = 2 } ]
+    # or: function = "mypackage.mymodule:make_data"   (imported by name, never evaluated)
+    [[heads]]
+    name = "h"
+    attention = "softmax"       # softmax | linear
+    kq = "separate"             # separate (wide W_K, W_Q) | merged (narrow W = W_K^T W_Q)
+    query = "mean"              # mean | last | fixed (+ query_vector)
+    value = "neuron"            # neuron | linear | matrix | token
+    sign = 1.0
+    [model]
+    loss = "logistic"           # logistic | squared | cross_entropy
+    [parameters]                # run knobs; CLI flags override them (--width 5 --seed 1 ...)
+    eta = 0.5
+    steps = 1000
+
+A built-in family replaces dictionary/data/heads/model by a generator: with
+``family = "mixture"`` the ``[parameters]`` table holds the fields of
+``meanfield.mixture.config.MixtureConfig`` (the flags of ``meanfield mixture
+run``) and :mod:`meanfield.engine.families` builds the rest from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import ConfigError, as_choice, as_float, as_int, as_list, load_toml, parse_criterion
+
+ATTENTIONS = ("softmax", "linear")
+KQ = ("separate", "merged")
+QUERIES = ("mean", "last", "fixed")
+VALUES = ("neuron", "linear", "matrix", "token")
+LOSSES = ("logistic", "squared", "cross_entropy")
+METHODS = ("gd", "flow", "rk4")
+GROUPS = ("attention", "values", "readout", "signs")
+GROUP_ALIASES = {"neurons": "values", "neuron": "values", "value": "values", "kq": "attention", "sign": "signs"}
+#: stop criteria (the mixture system's names)
+CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_margin": 4, "grad_w": 5}
+
+#: head options that would put the model outside the Gram-closure class, and why
+_OUT_OF_CLASS = {
+    "hidden_activation": "a nonlinearity applied entrywise in the hidden space (relu(M x) over the m units) makes a "
+                         "mean-field network over hidden units whose state is a distribution, not a finite Gram",
+    "key_activation": "a nonlinearity between W_K and the token inside the bilinear form x^T W_K^T W_Q x' means the "
+                      "loss no longer depends on W_K only through Gram blocks",
+    "query_activation": "a nonlinearity between W_Q and the token inside the bilinear form x^T W_K^T W_Q x' means "
+                        "the loss no longer depends on W_Q only through Gram blocks",
+    "outer": "a wide matrix read as M_a M_b^T (a hidden-space outer product) is not a function of the Gram "
+             "blocks E^T M_a^T M_b E",
+    "l1_penalty": "an entrywise penalty on a wide matrix is not a function of its Gram blocks",
+}
+
+
+# ------------------------------------------------------------------ objects
+
+
+@dataclass(frozen=True)
+class Dictionary:
+    features: tuple[str, ...]
+    gram: np.ndarray | None = None
+    report: np.ndarray | None = None
+    report_names: tuple[str, ...] | None = None
+
+    @property
+    def P(self) -> int:
+        return len(self.features)
+
+    @property
+    def Gamma(self) -> np.ndarray:
+        return np.eye(self.P) if self.gram is None else np.asarray(self.gram, dtype=float)
+
+    @property
+    def C(self) -> np.ndarray:
+        """The report map (P x R); the identity when none is given."""
+        return np.eye(self.P) if self.report is None else np.asarray(self.report, dtype=float)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Names of the recorded coordinates."""
+        return self.report_names if self.report_names is not None else self.features
+
+
+@dataclass(frozen=True)
+class Data:
+    tokens: np.ndarray
+    target: np.ndarray
+    weight: np.ndarray
+    counts: np.ndarray | None = None
+    names: tuple[str, ...] | None = None
+    flags: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # family-specific (e.g. the mixture's SampleSet), not used by the engine
+
+    @property
+    def n(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def L(self) -> int:
+        return int(self.tokens.shape[1])
+
+    @property
+    def count_array(self) -> np.ndarray:
+        return np.ones(self.tokens.shape[:2]) if self.counts is None else np.asarray(self.counts, dtype=float)
+
+    def flag(self, name: str) -> np.ndarray:
+        v = self.flags.get(name)
+        if v is None:
+            return np.zeros(self.n, dtype=bool) if name == "flipped" else np.ones(self.n, dtype=bool)
+        return np.asarray(v, dtype=bool)
+
+
+@dataclass(frozen=True)
+class Head:
+    """One attention head.
+
+    attention: ``softmax`` (p_i = c_i exp(z_i) / sum_j c_j exp(z_j)) or
+    ``linear`` (p_i = c_i z_i / L_eff, L_eff = sum of the counts); logits
+    z_i = scale * x_i^T S x_q with S = E^T W_K^T W_Q E (kq ``separate``: wide
+    W_K, W_Q, Gram blocks A = E^T W_K^T W_K E, S, B = E^T W_Q^T W_Q E) or
+    S = W~ = E^T W E (kq ``merged``: one narrow d x d matrix, W~ = 0 at init).
+    query: ``mean`` (every position is a query, averaged with weights
+    c_l / L_eff: the mixture's (1/L) sum_l), ``last`` (the last position with
+    a non-zero count; ``query_self = false`` leaves it out of the keys) or
+    ``fixed`` (the coefficient vector ``query_vector``). zbar = the
+    query-averaged attended token.
+    value: ``neuron`` (narrow w, u = w~ . zbar, output relu(u), averaged over
+    ``n_neurons`` neurons stepping on the mean-field scale eta * n),
+    ``linear`` (narrow w, output u = w~ . zbar), ``matrix`` (wide value matrix
+    M_V read by wide readout vectors r_c: output r_c^T M_V zbar, i.e. the Gram
+    block R = r^T M_V E), ``token`` (the attended token itself: outputs zbar,
+    P of them). ``outputs`` C: one value vector per output (class).
+    sign: the head's output multiplier a_j (``train_sign``: trainable).
+    """
+
+    name: str = "h"
+    attention: str = "softmax"
+    kq: str = "separate"
+    query: str = "mean"
+    query_vector: tuple[float, ...] | None = None
+    query_self: bool = True
+    scale: float = 1.0
+    value: str = "neuron"
+    n_neurons: int = 1
+    outputs: int = 1
+    sign: float = 1.0
+    train_sign: bool = False
+
+    @property
+    def n_out(self) -> int:
+        return self.outputs
+
+
+@dataclass(frozen=True)
+class Model:
+    heads: tuple[Head, ...]
+    loss: str = "logistic"
+    relu_prime_at_zero: float = 1.0
+
+    def n_outputs(self, P: int) -> int:
+        c = {h.outputs if h.value != "token" else P for h in self.heads}
+        return c.pop()
+
+
+@dataclass(frozen=True)
+class Init:
+    width: int | None = None
+    seed: int = 0
+    omega: float = 0.1
+    omega_v: float = 0.1
+    sigma_r: float = 1.0
+    neuron_init: str = "zero"
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    train: tuple[str, ...]
+    length: float
+    criterion: tuple[str, str, float] | None = None
+
+
+@dataclass(frozen=True)
+class Training:
+    method: str = "gd"
+    eta: float = 0.5
+    stages: tuple[StageSpec, ...] = ()
+    schedule: str = "simultaneous"
+    dt: float | None = None
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    h_min: float | None = None
+    max_abs: float = 1e6
+    record_every: int | None = None
+    record_log: int | None = None
+    record_dt: float | None = None
+
+    @property
+    def horizon(self) -> float:
+        return float(sum(s.length for s in self.stages))
+
+
+@dataclass(frozen=True)
+class Description:
+    name: str
+    dictionary: Dictionary
+    data: Data
+    model: Model
+    init: Init
+    training: Training
+    family: str | None = None
+    parameters: Any = None  # the validated parameters (a MixtureConfig for the mixture family, else RunParams)
+    source: str | None = None
+
+    @property
+    def P(self) -> int:
+        return self.dictionary.P
+
+
+# ------------------------------------------------------------------ the run knobs of a general description
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """The run knobs of a general description (``[parameters]``; CLI flags
+    override them, e.g. ``--width 5 --seed 1 --steps 300 --record-every 1``).
+    Stage lengths: ``steps`` (gd) / ``t_end`` (flow, rk4) when the description
+    has no ``[[training.stages]]``; otherwise each stage's own length."""
+
+    method: str = "gd"
+    eta: float = 0.5
+    steps: int = 1000
+    t_end: float | None = None
+    dt: float | None = None
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    h_min: float | None = None
+    max_abs: float = 1e6
+    criterion: str | None = None
+    width: int | None = None
+    seed: int = 0
+    omega: float = 0.1
+    omega_v: float = 0.1
+    sigma_r: float = 1.0
+    neuron_init: str = "zero"
+    relu_prime_at_zero: float = 1.0
+    record_every: int | None = None
+    record_log: int | None = None
+    record_dt: float | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_NEURON_RE = re.compile(r"^(zero|const:[^:]+|gaussian:[^:]+)$")
+
+
+def _width(v):
+    if v in (None, "inf", "infinite", float("inf")):
+        return None
+    return as_int("width", v, lo=1)
+
+
+def make_params(raw: dict) -> RunParams:
+    names = [f.name for f in dataclasses.fields(RunParams)]
+    for k in raw:
+        if k not in names:
+            raise ConfigError(f"parameters: unknown key '{k}'; allowed: {', '.join(names)}")
+    d = {f.name: f.default for f in dataclasses.fields(RunParams)}
+    d.update({k: v for k, v in raw.items() if v is not None})
+    out = {}
+    out["method"] = as_choice("method", d["method"], METHODS)
+    out["eta"] = as_float("eta", d["eta"], positive=True)
+    out["steps"] = as_int("steps", d["steps"], lo=0)
+    out["t_end"] = as_float("t_end", d["t_end"], positive=True) if d["t_end"] is not None else (
+        out["steps"] * out["eta"] if out["method"] != "gd" else None)
+    out["dt"] = as_float("dt", d["dt"], positive=True) if d["dt"] is not None else (
+        out["eta"] if out["method"] == "rk4" else None)
+    out["rtol"] = as_float("rtol", d["rtol"], positive=True)
+    out["atol"] = as_float("atol", d["atol"], positive=True)
+    out["h_min"] = as_float("h_min", d["h_min"], nonneg=True) if d["h_min"] is not None else None
+    out["max_abs"] = as_float("max_abs", d["max_abs"], positive=True)
+    crit = d["criterion"]
+    out["criterion"] = None if parse_criterion("criterion", crit, CRITERIA) is None else str(crit).replace(" ", "")
+    out["width"] = _width(d["width"])
+    out["seed"] = as_int("seed", d["seed"], lo=0)
+    out["omega"] = as_float("omega", d["omega"], positive=True)
+    out["omega_v"] = as_float("omega_v", d["omega_v"], positive=True)
+    out["sigma_r"] = as_float("sigma_r", d["sigma_r"], nonneg=True)
+    if not _NEURON_RE.match(str(d["neuron_init"]).strip()):
+        raise ConfigError(f"neuron_init: must be zero, const:V1,...,VP or gaussian:SIGMA; got {d['neuron_init']!r}")
+    out["neuron_init"] = str(d["neuron_init"]).strip()
+    out["relu_prime_at_zero"] = as_choice("relu_prime_at_zero", as_float("relu_prime_at_zero",
+                                                                          d["relu_prime_at_zero"]), (0.0, 0.5, 1.0))
+    for name in ("record_every", "record_log"):
+        out[name] = as_int(name, d[name], lo=1) if d[name] is not None else None
+    out["record_dt"] = as_float("record_dt", d["record_dt"], positive=True) if d["record_dt"] is not None else None
+    given = [n for n in ("record_every", "record_log", "record_dt") if out[n] is not None]
+    if len(given) > 1:
+        raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
+    if out["record_dt"] is not None and out["method"] == "gd":
+        raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
+    return RunParams(**out)
+
+
+# ------------------------------------------------------------------ parsing helpers
+
+
+def _check_table(where: str, raw: dict, allowed) -> None:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a table; got {raw!r}")
+    for k in raw:
+        if k in _OUT_OF_CLASS:
+            raise ConfigError(f"{where}.{k}: outside the Gram-closure class: {_OUT_OF_CLASS[k]}")
+        if k not in allowed:
+            raise ConfigError(f"{where}: unknown key '{k}'; allowed: {', '.join(allowed)}")
+
+
+def _as_bool(name: str, v) -> bool:
+    if isinstance(v, bool):
+        return v
+    if str(v).lower() in ("true", "1", "yes"):
+        return True
+    if str(v).lower() in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{name}: must be true or false; got {v!r}")
+
+
+def _matrix(name: str, v, shape) -> np.ndarray:
+    try:
+        M = np.array(v, dtype=float)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: must be a {shape[0]}x{shape[1]} matrix of numbers; got {v!r}") from None
+    if M.shape != tuple(shape):
+        raise ConfigError(f"{name}: must be a {shape[0]}x{shape[1]} matrix; got shape {M.shape}")
+    if not np.all(np.isfinite(M)):
+        raise ConfigError(f"{name}: entries must be finite numbers")
+    return M
+
+
+def check_gram(name: str, G: np.ndarray) -> np.ndarray:
+    if np.max(np.abs(G - G.T)) > 1e-12 * max(1.0, float(np.max(np.abs(G)))):
+        raise ConfigError(f"{name}: must be symmetric")
+    ev = float(np.linalg.eigvalsh(G).min())
+    if not ev > 1e-10 * max(1.0, float(np.abs(G).max())):
+        raise ConfigError(f"{name}: must be symmetric positive definite; smallest eigenvalue {ev:.3g}")
+    return G
+
+
+def parse_token(name: str, v, features: tuple[str, ...]) -> np.ndarray:
+    """A token: a signed 1-based feature index (``2``, ``-3``), a feature name
+    with an optional sign (``"c1"``, ``"-v2"``) or a coefficient vector."""
+    P = len(features)
+    x = np.zeros(P)
+    if isinstance(v, bool):
+        raise ConfigError(f"{name}: a token must be a signed feature index, a feature name or {P} coefficients; got {v!r}")
+    if isinstance(v, int):
+        if v == 0 or abs(v) > P:
+            raise ConfigError(f"{name}: feature index must be +-1..{P}; got {v}")
+        x[abs(v) - 1] = 1.0 if v > 0 else -1.0
+        return x
+    if isinstance(v, str):
+        s = v.strip()
+        sign = -1.0 if s.startswith("-") else 1.0
+        s = s.lstrip("+-")
+        if s not in features:
+            raise ConfigError(f"{name}: unknown feature {v!r}; features: {', '.join(features)}")
+        x[features.index(s)] = sign
+        return x
+    if isinstance(v, (list, tuple)):
+        if len(v) != P:
+            raise ConfigError(f"{name}: a coefficient vector needs {P} numbers (one per feature); got {len(v)}")
+        return np.array([as_float(name, c) for c in v])
+    raise ConfigError(f"{name}: a token must be a signed feature index, a feature name or {P} coefficients; got {v!r}")
+
+
+def make_data(tokens, target, weight=None, counts=None, names=None, flags=None, P: int | None = None,
+              where: str = "data") -> Data:
+    """Validate arrays into a :class:`Data` (tokens (n, L, P); target (n,) or
+    (n, C); weight default 1/n; counts default 1)."""
+    X = np.asarray(tokens, dtype=float)
+    if X.ndim != 3 or X.shape[0] < 1 or X.shape[1] < 1:
+        raise ConfigError(f"{where}.tokens: must be an (n, L, P) array with n, L >= 1; got shape {X.shape}")
+    if P is not None and X.shape[2] != P:
+        raise ConfigError(f"{where}.tokens: last axis must be P = {P} (one coefficient per feature); got {X.shape[2]}")
+    if not np.all(np.isfinite(X)):
+        raise ConfigError(f"{where}.tokens: entries must be finite")
+    n, L = X.shape[:2]
+    y = np.asarray(target, dtype=float)
+    if y.shape[:1] != (n,) or y.ndim > 2 or not np.all(np.isfinite(y)):
+        raise ConfigError(f"{where}.target: must be n = {n} finite values (or an (n, C) array); got shape {y.shape}")
+    w = np.full(n, 1.0 / n) if weight is None else np.asarray(weight, dtype=float)
+    if w.shape != (n,) or not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ConfigError(f"{where}.weight: must be n = {n} finite values >= 0; got {weight!r}")
+    c = None
+    if counts is not None:
+        c = np.asarray(counts, dtype=float)
+        if c.shape != (n, L) or not np.all(np.isfinite(c)) or np.any(c < 0):
+            raise ConfigError(f"{where}.counts: must be an (n, L) = ({n}, {L}) array of counts >= 0 (0 = padding)")
+        if np.any(c.sum(axis=1) <= 0):
+            raise ConfigError(f"{where}.counts: every sequence needs a position with a count > 0")
+    fl = {}
+    for k, v in (flags or {}).items():
+        a = np.asarray(v, dtype=bool)
+        if a.shape != (n,):
+            raise ConfigError(f"{where}.flags.{k}: must be n = {n} booleans")
+        fl[k] = a
+    if names is not None and len(names) != n:
+        raise ConfigError(f"{where}.names: must be n = {n} strings")
+    for a in (X, y, w) + ((c,) if c is not None else ()):
+        a.setflags(write=False)
+    return Data(tokens=X, target=y, weight=w, counts=c, names=tuple(map(str, names)) if names is not None else None,
+                flags=fl)
+
+
+def _data_from_table(raw: dict, features: tuple[str, ...]) -> Data:
+    _check_table("data", raw, ("rows", "function", "args"))
+    if ("rows" in raw) == ("function" in raw):
+        raise ConfigError("data: give exactly one of rows (a table of sequences) or function (\"package.module:function\")")
+    if "function" in raw:
+        return data_from_function(raw["function"], raw.get("args", {}), features)
+    rows = raw["rows"]
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError("data.rows: must be a non-empty list of {tokens = [...], target = ...} tables")
+    L = max(len(r.get("tokens", [])) if isinstance(r, dict) else 0 for r in rows)
+    P = len(features)
+    n = len(rows)
+    X = np.zeros((n, L, P))
+    counts = np.zeros((n, L))
+    targets, weights, names, flags = [], [], [], {}
+    for s, r in enumerate(rows):
+        where = f"data.rows[{s}]"
+        _check_table(where, r, ("tokens", "target", "weight", "counts", "name", "flags"))
+        toks = r.get("tokens")
+        if not isinstance(toks, list) or not toks:
+            raise ConfigError(f"{where}.tokens: must be a non-empty list of tokens")
+        for i, t in enumerate(toks):
+            X[s, i] = parse_token(f"{where}.tokens[{i}]", t, features)
+        cnt = r.get("counts", [1] * len(toks))
+        if not isinstance(cnt, list) or len(cnt) != len(toks):
+            raise ConfigError(f"{where}.counts: must be {len(toks)} counts (one per token)")
+        counts[s, :len(toks)] = [as_float(f"{where}.counts", c, nonneg=True) for c in cnt]
+        if "target" not in r:
+            raise ConfigError(f"{where}.target: required (a label, a number or a list of numbers)")
+        targets.append(r["target"])
+        weights.append(as_float(f"{where}.weight", r.get("weight", 1.0), nonneg=True))
+        names.append(str(r.get("name", f"x{s}")))
+        for k, v in (r.get("flags") or {}).items():
+            flags.setdefault(k, [False] * n)[s] = _as_bool(f"{where}.flags.{k}", v)
+    try:
+        y = np.array(targets, dtype=float)
+    except (TypeError, ValueError):
+        raise ConfigError("data.rows: targets must all be numbers or all lists of the same length") from None
+    w = np.array(weights)
+    if w.sum() <= 0:
+        raise ConfigError("data.rows: the weights must not all be 0")
+    return make_data(X, y, w / w.sum(), counts if np.any(counts != 1) else None, names, flags, P)
+
+
+def data_from_function(ref, args, features: tuple[str, ...]) -> Data:
+    """Import ``package.module:function`` by name (never evaluated) and call it
+    with ``features`` and the ``args`` table as keywords; it returns a dict with
+    tokens, target and optionally weight, counts, names, flags (or a Data)."""
+    s = str(ref)
+    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", s):
+        raise ConfigError(f"data.function: must be \"package.module:function\"; got {ref!r}")
+    mod, _, fn = s.partition(":")
+    try:
+        f = getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"data.function: cannot import {s} ({e})") from None
+    if not isinstance(args, dict):
+        raise ConfigError("data.args: must be a table of keyword arguments")
+    out = f(features=features, **args)
+    if isinstance(out, Data):
+        return out
+    if not isinstance(out, dict) or "tokens" not in out or "target" not in out:
+        raise ConfigError(f"data.function: {s} must return a dict with tokens and target (or a Data)")
+    return make_data(out["tokens"], out["target"], out.get("weight"), out.get("counts"), out.get("names"),
+                     out.get("flags"), len(features))
+
+
+def make_head(raw: dict, i: int, P: int) -> Head:
+    where = f"heads[{i}]"
+    names = [f.name for f in dataclasses.fields(Head)]
+    _check_table(where, raw, names)
+    d = {f.name: f.default for f in dataclasses.fields(Head)}
+    d.update(raw)
+    out = {"name": str(d["name"]) if "name" in raw else f"h{i + 1}"}
+    if d["kq"] == "outer":
+        raise ConfigError(f"{where}.kq: 'outer' is outside the Gram-closure class: {_OUT_OF_CLASS['outer']}")
+    out["attention"] = as_choice(f"{where}.attention", d["attention"], ATTENTIONS)
+    out["kq"] = as_choice(f"{where}.kq", d["kq"], KQ)
+    out["query"] = as_choice(f"{where}.query", d["query"], QUERIES)
+    if out["query"] == "fixed":
+        if d["query_vector"] is None:
+            raise ConfigError(f"{where}.query_vector: required with query = fixed ({P} coefficients)")
+        out["query_vector"] = tuple(as_float(f"{where}.query_vector", v) for v in as_list(f"{where}.query_vector",
+                                                                                          d["query_vector"], P))
+    elif d["query_vector"] is not None:
+        raise ConfigError(f"{where}.query_vector: only with query = fixed")
+    else:
+        out["query_vector"] = None
+    out["query_self"] = _as_bool(f"{where}.query_self", d["query_self"])
+    out["scale"] = as_float(f"{where}.scale", d["scale"])
+    if d["value"] == "mlp":
+        raise ConfigError(f"{where}.value: 'mlp' is outside the Gram-closure class: {_OUT_OF_CLASS['hidden_activation']}")
+    out["value"] = as_choice(f"{where}.value", d["value"], VALUES)
+    out["n_neurons"] = as_int(f"{where}.n_neurons", d["n_neurons"], lo=1)
+    if out["n_neurons"] > 1 and out["value"] != "neuron":
+        raise ConfigError(f"{where}.n_neurons: only value = neuron has several neurons")
+    out["outputs"] = as_int(f"{where}.outputs", d["outputs"], lo=1)
+    if out["value"] == "token" and "outputs" in raw and out["outputs"] != P:
+        raise ConfigError(f"{where}.outputs: value = token outputs the attended token (P = {P} outputs)")
+    if out["value"] == "token":
+        out["outputs"] = P
+    out["sign"] = as_float(f"{where}.sign", d["sign"])
+    out["train_sign"] = _as_bool(f"{where}.train_sign", d["train_sign"])
+    return Head(**out)
+
+
+def make_model(heads: list[Head], loss: str, r0: float, targets: np.ndarray, P: int) -> Model:
+    if not heads:
+        raise ConfigError("heads: at least one [[heads]] table is needed")
+    if len({h.name for h in heads}) != len(heads):
+        raise ConfigError("heads: names must be distinct")
+    loss = as_choice("model.loss", loss, LOSSES)
+    C = {h.outputs for h in heads}
+    if len(C) != 1:
+        raise ConfigError(f"heads: every head must have the same number of outputs (value = token: P); got {sorted(C)}")
+    C = C.pop()
+    n = targets.shape[0]
+    if loss == "logistic":
+        if C != 1 or targets.ndim != 1 or not np.all(np.isin(targets, (-1.0, 1.0))):
+            raise ConfigError("model.loss: logistic needs one output and targets +1 / -1")
+    elif loss == "squared":
+        if (targets.ndim == 1 and C != 1) or (targets.ndim == 2 and targets.shape[1] != C):
+            raise ConfigError(f"model.loss: squared needs targets of shape (n, {C}) (one per output); got {targets.shape}")
+    else:
+        if C < 2 or targets.ndim != 1 or not np.all((targets == np.round(targets)) & (targets >= 0) & (targets < C)):
+            raise ConfigError(f"model.loss: cross_entropy needs outputs >= 2 and targets class indices 0..{C - 1}")
+    del n
+    return Model(heads=tuple(heads), loss=loss, relu_prime_at_zero=r0)
+
+
+def training_from(params: RunParams, stages_raw, heads) -> Training:
+    gd = params.method == "gd"
+    stages = []
+    if stages_raw:
+        if not isinstance(stages_raw, list):
+            raise ConfigError("training.stages: must be a list of [[training.stages]] tables")
+        for i, s in enumerate(stages_raw):
+            where = f"training.stages[{i}]"
+            _check_table(where, s, ("name", "train", "steps", "time", "criterion"))
+            train = []
+            for g in as_list(f"{where}.train", s.get("train", list(GROUPS))):
+                g = GROUP_ALIASES.get(str(g), str(g))
+                train.append(as_choice(f"{where}.train", g, GROUPS))
+            key = "steps" if gd else "time"
+            if key not in s:
+                raise ConfigError(f"{where}.{key}: required with method {params.method}")
+            length = as_int(f"{where}.steps", s["steps"], lo=0) if gd else as_float(f"{where}.time", s["time"], nonneg=True)
+            crit = parse_criterion(f"{where}.criterion", s.get("criterion"), CRITERIA)
+            stages.append(StageSpec(str(s.get("name", f"stage{i + 1}")), tuple(train), length, crit))
+    else:
+        stages.append(StageSpec("simultaneous", GROUPS, params.steps if gd else params.t_end,
+                                parse_criterion("criterion", params.criterion, CRITERIA)))
+    H = sum(s.length for s in stages)
+    h_min = params.h_min if params.h_min is not None else (1e-4 * H if params.method == "flow" else None)
+    return Training(method=params.method, eta=params.eta, stages=tuple(stages),
+                    schedule="simultaneous" if len(stages) == 1 else "staged", dt=params.dt, rtol=params.rtol,
+                    atol=params.atol, h_min=h_min, max_abs=params.max_abs, record_every=params.record_every,
+                    record_log=params.record_log, record_dt=params.record_dt)
+
+
+# ------------------------------------------------------------------ loading
+
+TOP_KEYS = ("name", "family", "parameters", "dictionary", "data", "heads", "model", "training")
+
+
+def parameter_class(raw: dict):
+    """The dataclass whose fields a description's parameters (and CLI flags) are."""
+    if raw.get("family") == "mixture":
+        from ..mixture.config import MixtureConfig
+
+        return MixtureConfig
+    return RunParams
+
+
+def _read(path) -> dict:
+    p = Path(path)
+    try:
+        import tomllib
+
+        with open(p, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"model: file not found: {p}") from None
+    except Exception as e:  # tomllib.TOMLDecodeError
+        raise ConfigError(f"model: malformed TOML in {p}: {e}") from None
+
+
+def load_description(path, overrides: dict | None = None) -> Description:
+    """Read and validate a TOML description; ``overrides`` (CLI flags,
+    None values ignored) replace entries of its ``[parameters]``."""
+    raw = _read(path)
+    return description_from_dict(raw, overrides, source=str(path))
+
+
+def description_from_dict(raw: dict, overrides: dict | None = None, source: str | None = None) -> Description:
+    if not isinstance(raw, dict):
+        raise ConfigError("model: a description is a TOML table")
+    for k in raw:
+        if k not in TOP_KEYS:
+            raise ConfigError(f"model: unknown key '{k}'; allowed: {', '.join(TOP_KEYS)}")
+    params_raw = {k.replace("-", "_"): v for k, v in dict(raw.get("parameters", {})).items()}
+    params_raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    name = str(raw.get("name", Path(source).stem if source else "model"))
+    family = raw.get("family")
+    if family is not None:
+        if family != "mixture":
+            raise ConfigError(f"family: must be mixture (the built-in family); got {family!r}")
+        for k in ("dictionary", "data", "heads", "model", "training"):
+            if k in raw:
+                raise ConfigError(f"{k}: not with family = mixture (the family builds it from [parameters])")
+        from ..mixture.config import make_config
+        from .families import mixture_description
+
+        return mixture_description(make_config(params_raw), name=name, source=source)
+    params = make_params(params_raw)
+    dic = raw.get("dictionary")
+    if dic is None:
+        raise ConfigError("dictionary: required ([dictionary] with features = [...])")
+    _check_table("dictionary", dic, ("features", "gram"))
+    feats = dic.get("features")
+    if not isinstance(feats, list) or not feats or not all(isinstance(f, str) and f for f in feats):
+        raise ConfigError("dictionary.features: must be a non-empty list of feature names")
+    if len(set(feats)) != len(feats):
+        raise ConfigError("dictionary.features: names must be distinct")
+    feats = tuple(feats)
+    P = len(feats)
+    gram = None
+    if dic.get("gram") is not None:
+        gram = check_gram("dictionary.gram", _matrix("dictionary.gram", dic["gram"], (P, P)))
+    dictionary = Dictionary(features=feats, gram=gram)
+    if "data" not in raw:
+        raise ConfigError("data: required ([data] with rows = [...] or function = \"package.module:function\")")
+    data = _data_from_table(raw["data"], feats)
+    heads_raw = raw.get("heads")
+    if not isinstance(heads_raw, list):
+        raise ConfigError("heads: required, a list of [[heads]] tables")
+    heads = [make_head(h, i, P) for i, h in enumerate(heads_raw)]
+    mraw = raw.get("model", {})
+    _check_table("model", mraw, ("loss",) + tuple(_OUT_OF_CLASS))
+    model = make_model(heads, mraw.get("loss", "logistic"), params.relu_prime_at_zero, data.target, P)
+    traw = raw.get("training", {})
+    _check_table("training", traw, ("stages",))
+    training = training_from(params, traw.get("stages"), heads)
+    init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
+                sigma_r=params.sigma_r, neuron_init=params.neuron_init)
+    return Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
+                       family=None, parameters=params, source=source)
+
+
+def describe(desc: Description) -> dict:
+    """A JSON-able summary of a description (names, sizes, choices)."""
+    return {
+        "name": desc.name, "family": desc.family, "features": list(desc.dictionary.features),
+        "gram": None if desc.dictionary.gram is None else np.asarray(desc.dictionary.gram).tolist(),
+        "n_sequences": desc.data.n, "L": desc.data.L,
+        "heads": [dataclasses.asdict(h) for h in desc.model.heads], "loss": desc.model.loss,
+        "init": dataclasses.asdict(desc.init),
+        "training": {"method": desc.training.method, "eta": desc.training.eta,
+                     "stages": [{"name": s.name, "train": list(s.train), "length": s.length,
+                                 "criterion": None if s.criterion is None else "".join(map(str, s.criterion))}
+                                for s in desc.training.stages]},
+    }
