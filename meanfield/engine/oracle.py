@@ -404,3 +404,86 @@ def sample_weights(desc, E: np.ndarray, m: int, seed, neurons=None) -> list[dict
             p["r"] = rng.normal(scale=init.sigma_r / math.sqrt(m), size=(C, m))
         out.append(p)
     return out
+
+
+# ------------------------------------------------------------ the engine's initial state and layout
+
+def weights_from_engine_init(desc, E: np.ndarray, seed_orth=None, lay=None) -> list[dict]:
+    """Explicit weights that start from the engine's initial state (finite width).
+
+    Wide objects: the engine's sampled factors U_h = [U_K, U_Q, U_V, u_r...]
+    (``reduce.initial_weights``, the initial weights only) give
+    M_a = U_a Gamma^{-1} E^T + Z (I - E Gamma^{-1} E^T) with Z iid N(0, omega_a^2/m)
+    drawn from ``default_rng(seed_orth)`` (an orthogonal part the loss never
+    sees; None: no orthogonal part), so M_a E = U_a; readouts r_c = u_rc.
+    Narrow objects and signs: the engine's initial values (``reduce.initial_state``),
+    neurons as the smallest ambient vectors w = E Gamma^{-1} w~; merged W = E Gamma^{-1} W~ Gamma^{-1} E^T."""
+    from . import reduce as R
+
+    lay = lay or R.layout(desc)
+    m = desc.init.width
+    if m is None:
+        raise ValueError("weights_from_engine_init: the explicit network needs a finite width m")
+    U = R.initial_weights(desc, lay)
+    y0 = R.initial_state(desc, lay)
+    d, P = E.shape
+    Gi = np.linalg.inv(E.T @ E)
+    Pi = E @ Gi                       # (d, P): x = Pi w~ has E^T x = w~
+    proj_perp = np.eye(d) - E @ Gi @ E.T
+    rng = np.random.default_rng(seed_orth) if seed_orth is not None else None
+    sc = {"attention": desc.init.omega, "values": desc.init.omega_v}
+    out = []
+    for k, h in enumerate(desc.model.heads):
+        p: dict = {"a": np.array(float(h.sign))}
+        cols = {name: (s, w, g) for name, s, w, g in lay.objects[k]}
+        for name, key in (("K", "WK"), ("Q", "WQ"), ("V", "MV")):
+            if name in cols:
+                s, w, g = cols[name]
+                M = U[k][:, s:s + w] @ Pi.T
+                if rng is not None:
+                    M = M + rng.normal(scale=sc[g] / math.sqrt(m), size=(m, d)) @ proj_perp
+                p[key] = M
+        rs = [cols[f"r{c + 1}"][0] for c in range(h.outputs) if f"r{c + 1}" in cols]
+        if rs:
+            p["r"] = np.stack([U[k][:, s] for s in rs])
+        if h.kq == "merged":
+            Wt = lay.get(y0, h.name, "W")
+            p["W"] = Pi @ Wt @ Pi.T
+        if h.value in ("neuron", "linear"):
+            wt = lay.get(y0, h.name, "w")
+            p["w"] = np.einsum("cqa,da->cqd", wt, Pi)
+        if h.train_sign:
+            p["a"] = np.array(float(lay.get(y0, h.name, "a")[0]))
+        out.append(p)
+    return out
+
+
+def pack(desc, E: np.ndarray, params: list[dict], lay=None) -> np.ndarray:
+    """The engine's flat reduced state (its layout, ``reduce.layout``) of explicit weights:
+    Q_h = U^T U with U = [M_K E, M_Q E, M_V E, r_1 .. r_C], W~ = E^T W E, w~ = E^T w, a."""
+    from . import reduce as R
+
+    lay = lay or R.layout(desc)
+    y = np.zeros(lay.size)
+    for k, (h, p) in enumerate(zip(desc.model.heads, params)):
+        cols = []
+        for name, s, w, g in lay.objects[k]:
+            if name in ("K", "Q", "V"):
+                cols.append(p[{"K": "WK", "Q": "WQ", "V": "MV"}[name]] @ E)
+            else:
+                cols.append(p["r"][int(name[1:]) - 1][:, None])
+        N = int(lay.hi[k, R.H_N])
+        if N:
+            U = np.concatenate(cols, axis=1)
+            off = int(lay.hi[k, R.H_QOFF])
+            y[off:off + N * N] = (U.T @ U).ravel()
+        if lay.hi[k, R.H_WOFF] >= 0:
+            off = int(lay.hi[k, R.H_WOFF])
+            y[off:off + lay.P ** 2] = (E.T @ p["W"] @ E).ravel()
+        if lay.hi[k, R.H_VOFF] >= 0:
+            off = int(lay.hi[k, R.H_VOFF])
+            wt = np.einsum("cqd,da->cqa", p["w"], E)
+            y[off:off + wt.size] = wt.ravel()
+        if lay.hi[k, R.H_AOFF] >= 0:
+            y[int(lay.hi[k, R.H_AOFF])] = float(p["a"])
+    return y
