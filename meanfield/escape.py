@@ -111,15 +111,24 @@ def jacobian_fd(fun: Callable, y: np.ndarray, mask: np.ndarray, h: float = 1e-5)
     return J
 
 
-@dataclass
 class Cluster:
     """Eigenvalues equal up to the clustering tolerance, with the spectral
-    projector onto their invariant subspace (None when that subspace is
-    numerically defective: the eigenvector matrix is ill-conditioned)."""
+    projector onto their invariant subspace (computed on first use; None when
+    that subspace is numerically defective, e.g. a Jordan block)."""
 
-    value: complex
-    multiplicity: int
-    projector: np.ndarray | None
+    def __init__(self, value: complex, multiplicity: int, make=None, projector=None):
+        self.value = value
+        self.multiplicity = multiplicity
+        self._make = make
+        self._projector = projector
+        self._done = make is None
+
+    @property
+    def projector(self) -> np.ndarray | None:
+        if not self._done:
+            self._projector = self._make()
+            self._done = True
+        return self._projector
 
 
 def clusters(M: np.ndarray, rtol: float = 1e-7, cond_max: float = 1e8) -> list[Cluster]:
@@ -135,23 +144,31 @@ def clusters(M: np.ndarray, rtol: float = 1e-7, cond_max: float = 1e8) -> list[C
     order = np.argsort(-vals.real, kind="stable")
     used = np.zeros(vals.size, bool)
     out = []
+
+    def maker(members, value):
+        def make():
+            left = np.flatnonzero(np.abs(valsL - value) <= 2 * tol)
+            if left.size != members.size:
+                return None
+            Rc, Lc = R[:, members], Lm[:, left]
+            Gm = Lc.T @ Rc
+            if np.linalg.cond(Gm) >= cond_max:
+                return None
+            P = Rc @ np.linalg.solve(Gm, Lc.T)
+            pn = max(1.0, float(np.abs(P).max()))
+            if np.abs(P @ P - P).max() > 1e-6 * pn or np.abs(M @ P - P @ M).max() > 1e-6 * scale * pn:
+                return None
+            return P
+
+        return make
+
     for i in order:
         if used[i]:
             continue
         members = np.flatnonzero(~used & (np.abs(vals - vals[i]) <= tol))
         used[members] = True
         value = complex(np.mean(vals[members]))
-        left = np.flatnonzero(np.abs(valsL - value) <= 2 * tol)
-        proj = None
-        if left.size == members.size:
-            Rc, Lc = R[:, members], Lm[:, left]
-            Gm = Lc.T @ Rc
-            if np.linalg.cond(Gm) < cond_max:
-                P = Rc @ np.linalg.solve(Gm, Lc.T)
-                pn = max(1.0, float(np.abs(P).max()))
-                if (np.abs(P @ P - P).max() <= 1e-6 * pn and np.abs(M @ P - P @ M).max() <= 1e-6 * scale * pn):
-                    proj = P
-        out.append(Cluster(value, int(members.size), proj))
+        out.append(Cluster(value, int(members.size), maker(members, value)))
     return out
 
 

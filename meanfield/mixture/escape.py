@@ -367,3 +367,38 @@ def format_report(out: dict, n_leading: int = 8) -> str:
     else:
         lines.append("no slope reported: the linearisation does not apply here")
     return "\n".join(lines) + "\n"
+
+
+def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6) -> dict:
+    """Predicted against measured slope of T2 - T1 in log(1/omega) for the
+    three-stage GD schedule of ``base`` (a config dict; its stage_steps[0] is
+    the stage-1 length): the prediction from the linearisation at the stage-2
+    saddle, the measurement from an omega sweep (stage 2 ended by
+    inconsistent_margin >= ``margin``, exact to one step), the tolerance from
+    the neglected terms (``meanfield.escape.slope_tolerance``)."""
+    from ..report import fit_line
+    from .claims import omega_sweep
+
+    omegas = np.asarray(omegas, float)
+    cfg = make_config(base, schedule="three-stage", method="gd",
+                      stage_criteria=("none", f"inconsistent_margin>={margin}", "none"))
+    pred = stage2(cfg, eps=eps)
+    rep = pred["_report"]
+    dur = np.asarray(omega_sweep(omegas, base, margin=margin), float)
+    x = np.log(1.0 / omegas)
+    ok = np.isfinite(dur)
+    fit = fit_line(x[ok], dur[ok]) if ok.sum() >= 2 else {"slope": math.nan, "intercept": math.nan, "r2": math.nan}
+    tol = escape.slope_tolerance(rep, "gd", x[ok], dur[ok], float(omegas.max()))
+    s_pred = rep.slope_gd
+    rel = abs(fit["slope"] - s_pred) / s_pred if (s_pred and math.isfinite(fit["slope"])) else math.nan
+    mi = pred.get("manifold", {})
+    predicted_T = [escape.predicted_time(rep, "gd", float(o), mi.get("intercept", math.nan)) for o in omegas]
+    return {"K": cfg.K, "L": cfg.L, "eta": cfg.eta, "stage1_steps": int(cfg.stage_steps[0]),
+            "valid": rep.valid, "reason": rep.reason, "lambda": rep.lam, "mu": rep.mu,
+            "slope_predicted_gd": s_pred, "slope_predicted_flow": rep.slope_flow,
+            "slope_first_order_gd": rep.slope_gd_first_order, "slope_measured": fit["slope"],
+            "r2": fit["r2"], "intercept_measured": fit["intercept"], "intercept_predicted": mi.get("intercept"),
+            "relative_error": rel, "tolerance": tol["rel"], "tolerance_parts": tol,
+            "omegas": omegas.tolist(), "log_inv_omega": x.tolist(), "durations": dur.tolist(),
+            "predicted_durations": predicted_T,
+            "pass": bool(rep.valid and math.isfinite(rel) and rel <= tol["rel"])}
