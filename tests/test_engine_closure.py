@@ -1,4 +1,4 @@
-"""The general Gram-closure map (meanfield/engine/derive.py) against explicit weights.
+"""The general Gram-closure map (meanfield/engine/symbolic.py) against explicit weights.
 
 Independent of the engine's kernels: explicit wide weights M_K, M_Q, M_V in
 R^{m x d} and a hidden readout r in R^m, narrow w in R^d and W in R^{d x d},
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from meanfield.engine import derive
+from meanfield.engine import symbolic as derive
 
 sympy = pytest.importorskip("sympy")
 
@@ -265,6 +265,6 @@ def test_import_meanfield_engine_derive_does_not_import_sympy():
     import subprocess
     import sys
 
-    code = "import sys, meanfield.engine.derive; print('sympy' in sys.modules)"
+    code = "import sys, meanfield.engine.symbolic; print('sympy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

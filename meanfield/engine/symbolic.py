@@ -1,4 +1,4 @@
-"""The general Gram-closure map, derived once with sympy (docs/engine_derivation.md).
+"""The general Gram-closure map, derived once with sympy; per-description LaTeX.
 
 Objects (``docs/engine.md``): wide matrices M_1..M_r in R^{m x d} (and hidden
 vectors u_b in R^m), written U_a = M_a E_a with E_a = E (d x P, Gram
@@ -297,7 +297,9 @@ def block_map(objects: list[tuple[str, str | None, bool]], reads: list[tuple[str
     for a, b in reads:
         if a not in size or b not in size:
             raise ValueError(f"reads: block ({a}, {b}) names an object not in {order}")
-        Gs[(a, b)] = sp.MatrixSymbol(f"G_{{{names.get((a, b), a + b)}}}", size[a], size[b])
+        nm = names.get((a, b), a + b)
+        nm = nm[3:-1] if nm.startswith("Q_{") and nm.endswith("}") else nm
+        Gs[(a, b)] = sp.MatrixSymbol(f"G_{{{nm}}}", size[a], size[b])
 
     def gblk(a, b):
         z = sp.ZeroMatrix(size[a], size[b])
@@ -535,3 +537,193 @@ def _lambdify(args, expr):
         if isinstance(a, sp.MatrixSymbol):
             ren[a] = sp.MatrixSymbol(f"x{i}", *a.shape)
     return sp.lambdify([ren.get(a, a) for a in args], expr.xreplace(ren), modules="numpy")
+
+
+# ---------------------------------------------------------------- per-description LaTeX
+
+_BLOCK_TEX = {("K", "K"): "A", ("K", "Q"): "S", ("Q", "Q"): "B"}
+
+
+def _obj_tex(name: str) -> str:
+    return f"r_{{{name[1:]}}}" if name.startswith("r") else name
+
+
+def head_structure(desc, k: int, lay=None) -> dict:
+    """The wide objects of head ``k`` (name, metric name or None, group), the blocks
+    its loss reads, and the block names; from the engine's layout."""
+    from . import reduce as R
+
+    lay = lay or R.layout(desc)
+    h = desc.model.heads[k]
+    objs = []
+    for name, _s, _w, grp in lay.objects[k]:
+        objs.append((name, None if name.startswith("r") else "Gamma", grp))
+    reads = []
+    if h.kq == "separate":
+        reads.append(("K", "Q"))
+    if h.value == "matrix":
+        reads += [(f"r{c + 1}", "V") for c in range(h.outputs)]
+    names = {}
+    order = [o[0] for o in objs]
+    for i, a in enumerate(order):
+        for b in order[i:]:
+            names[(a, b)] = _BLOCK_TEX.get((a, b), f"Q_{{{_obj_tex(a)}{_obj_tex(b)}}}")
+    for a, b in reads:
+        if order.index(a) > order.index(b):
+            names.setdefault((a, b), f"Q_{{{_obj_tex(a)}{_obj_tex(b)}}}")
+    return {"objects": objs, "reads": reads, "names": names}
+
+
+def _entrywise(lhs_sym, expr, feats, P, gram_identity):
+    """Entry-by-entry expansion of a P x P block map in scalar variables named by the features."""
+    import sympy as sp
+
+    mats = sorted({a for a in expr.atoms(sp.MatrixSymbol)}, key=str)
+    rep = {}
+    for M in mats:
+        nm = str(M.name)
+        if nm in (r"\Gamma",):
+            rep[M] = sp.eye(P) if gram_identity else sp.Matrix(P, P, lambda i, j: sp.Symbol(
+                rf"\Gamma_{{{feats[min(i, j)]},{feats[max(i, j)]}}}"))
+            continue
+        r, c = M.shape
+        sym = (nm in ("A", "B") or nm.startswith("Q_{VV}"))
+
+        def ent(i, j, nm=nm, sym=sym, r=r, c=c):
+            a = feats[i] if r == P else ""
+            b = feats[j] if c == P else ""
+            if sym and i > j:
+                a, b = feats[j], feats[i]
+            idx = ",".join(x for x in (a, b) if x)
+            return sp.Symbol(f"{nm}[{idx}]" if idx else nm)
+
+        rep[M] = sp.Matrix(r, c, ent)
+    val = sp.Matrix(expr.xreplace(rep).doit()) if not isinstance(expr, sp.Matrix) else expr
+    lines = []
+    for i in range(val.shape[0]):
+        for j in range(val.shape[1]):
+            a = feats[i] if val.shape[0] == P else ""
+            b = feats[j] if val.shape[1] == P else ""
+            e = sp.expand(val[i, j])
+            eta = symbols()["eta"]
+            poly = sp.Poly(e, eta)
+            parts = []
+            for (k,), coeff in sorted(poly.terms(), key=lambda t: t[0][0]):
+                ct = sp.latex(coeff)
+                if k == 0:
+                    parts.append(ct)
+                else:
+                    fac = r"\eta" if k == 1 else rf"\eta^{{{k}}}"
+                    parts.append(rf"+ {fac}\left({ct}\right)")
+            lines.append(rf"{lhs_sym}[{','.join(x for x in (a, b) if x)}]' &= " + " ".join(parts))
+    return lines
+
+
+def description_latex(desc, entries: bool | None = None) -> str:
+    """The reduced variables of a description (names, counts) and its update
+    equations in those variables, head by head, as a LaTeX fragment (amsmath).
+
+    Every map is the general closure map (:func:`derive_general`) expanded on
+    the head's blocks by :func:`block_map` (all groups trained: a frozen group
+    drops its terms, D_a = 0). ``entries``: also expand the read blocks entry
+    by entry in the features' names (default: when P <= 4 with Gamma = I, or
+    P <= 2 otherwise)."""
+    import sympy as sp
+
+    from . import reduce as R
+
+    lay = R.layout(desc)
+    P = desc.P
+    feats = list(desc.dictionary.features)
+    gram_identity = desc.dictionary.gram is None
+    if entries is None:
+        entries = P <= 4 if gram_identity else P <= 2
+    Psym = sp.Symbol("P", integer=True, positive=True)
+    gam = sp.MatrixSymbol(r"\Gamma", Psym, Psym)
+    out = [r"\allowdisplaybreaks",
+           f"% generated by meanfield.engine.symbolic.description_latex for model {desc.name!r}",
+           rf"\paragraph{{Model {desc.name}.}} Features ({P}): " + ", ".join(f"${_tex_name(f)}$" for f in feats)
+           + (r"; Gram $\Gamma = I$." if gram_identity else r"; Gram $\Gamma = E^\top E$ (given)."),
+           rf"Loss: {desc.model.loss}; {len(desc.model.heads)} head(s); {lay.size} reduced variables in the state.",
+           r"$G_X = \partial\mathcal{L}/\partial X$ for each block $X$ the loss reads (blocks independent).",
+           "",
+           r"\begin{tabular}{lllr}",
+           r"head & variable & kind & count \\ \hline"]
+    for b in lay.blocks:
+        out.append(rf"${_tex_name(b.head)}$ & ${_var_tex(b.name)}$ & {b.kind} & {b.count} \\")
+    out += [r"\end{tabular}", ""]
+    for k, h in enumerate(desc.model.heads):
+        st = head_structure(desc, k, lay)
+        kind = (f"{h.attention} attention, {h.kq} keys/queries, query {h.query}, value {h.value}"
+                + (f" ({h.n_neurons} neurons)" if h.value == "neuron" else "") + f", {h.outputs} output(s), "
+                + f"sign {h.sign:g}" + (" (trained)" if h.train_sign else ""))
+        out.append(rf"\paragraph{{Head ${_tex_name(h.name)}$}} ({kind}).")
+        eqs = []
+        ent_lines = []
+        if st["objects"]:
+            objs = [(nm, metric, True) for nm, metric, _g in st["objects"]]
+            bm = block_map(objs, st["reads"], names=st["names"])
+            for key, expr in bm["map"].items():
+                if gram_identity:
+                    expr = sp.expand(expr.xreplace({gam: sp.Identity(Psym)}).doit())
+                lhs = st["names"][key]
+                eqs.append(_latex_map(f"{lhs}'", expr))
+                if entries and key in [tuple(sorted(r, key=[o[0] for o in objs].index)) for r in st["reads"]]:
+                    Pn = P
+                    e2 = expr.xreplace({Psym: Pn})
+                    try:
+                        ent_lines += _entrywise(lhs, _concrete(e2, Pn), [_tex_name(f) for f in feats], Pn,
+                                                gram_identity)
+                    except Exception as e:  # pragma: no cover - sympy shape corner cases
+                        ent_lines.append(f"% entrywise expansion skipped: {e}")
+        g = "" if gram_identity else r"\Gamma "
+        g2 = "" if gram_identity else r" \Gamma"
+        if h.kq == "merged":
+            eqs.append(rf"\tilde W' &= \tilde W - \eta\,{g}G_{{\tilde W}}{g2}")
+        if h.value in ("neuron", "linear"):
+            lr = rf"{h.n_neurons}\," if h.value == "neuron" and h.n_neurons > 1 else ""
+            eqs.append(rf"\tilde w_{{c,q}}' &= \tilde w_{{c,q}} - \eta\,{lr}{g}g_{{c,q}}")
+        if h.train_sign:
+            eqs.append(r"a' &= a - \eta\,\partial\mathcal{L}/\partial a")
+        if eqs:
+            out += [r"\begin{align}", " \\\\\n".join(eqs), r"\end{align}"]
+        if ent_lines:
+            out += ["Entry by entry:", r"\begin{align}", " \\\\\n".join(ent_lines), r"\end{align}"]
+    return "\n".join(out) + "\n"
+
+
+def _concrete(expr, P: int):
+    """Replace the symbolic size P by the number in every matrix symbol of ``expr``."""
+    import sympy as sp
+
+    rep = {}
+    for M in expr.atoms(sp.MatrixSymbol):
+        r, c = M.shape
+        rep[M] = sp.MatrixSymbol(M.name, int(r.subs("P", P)) if not isinstance(r, int) else r,
+                                 int(c.subs("P", P)) if not isinstance(c, int) else c)
+    return expr.xreplace(rep)
+
+
+def _tex_name(s: str) -> str:
+    s = str(s)
+    if s in ("+", "-"):
+        return s
+    import re
+
+    m = re.fullmatch(r"([A-Za-z]+)(\d+)", s)
+    if m:
+        return f"{m.group(1)}_{{{m.group(2)}}}"
+    return s.replace("_", r"\_")
+
+
+def _var_tex(name: str) -> str:
+    if name in ("A", "S", "B"):
+        return name
+    if name == "W":
+        return r"\tilde W"
+    if name == "w":
+        return r"\tilde w"
+    if "." in name:
+        a, b = name.split(".")
+        return f"Q_{{{_obj_tex(a)}{_obj_tex(b)}}}"
+    return name
