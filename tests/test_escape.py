@@ -1,0 +1,211 @@
+"""Escape times from the linearisation at a saddle (meanfield.escape and the
+mixture adapter meanfield.mixture.escape)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from meanfield import escape
+from meanfield.mixture import escape as mesc
+from meanfield.mixture import kernels
+from meanfield.mixture.config import make_config
+from meanfield.mixture.run import MixtureSystem, samples_of
+
+
+def _samples(K, L=3):
+    return samples_of(make_config({"K": K, "L": L}))
+
+
+def _random_state(rng, P, scale=0.6):
+    return rng.normal(size=kernels.state_size(P)) * scale
+
+
+def _numba_rhs(samples, train_w, train_att):
+    sysm = MixtureSystem(samples, 1.0)
+    return lambda y: sysm.rhs(np.ascontiguousarray(y, dtype=np.float64), (train_w, train_att))
+
+
+def _numba_gd(samples, eta, train_w, train_att):
+    s = samples
+
+    def step(y):
+        z = np.array(y, dtype=np.float64)
+        done, code, _ = kernels.gd_advance(z, 1, eta, s.P, s.idx, s.sgn, s.y, s.weight, s.consistent, 1.0,
+                                           train_w, train_att, 0, 1, 0.0, math.inf)
+        assert done == 1 and code == 0
+        return z
+
+    return step
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_numpy_copy_equals_numba_kernels(K):
+    s = _samples(K)
+    rng = np.random.default_rng(K)
+    for _ in range(3):
+        y = _random_state(rng, s.P)
+        for tw, ta in ((True, True), (False, True), (True, False)):
+            assert np.abs(mesc.flow_rhs(y, s, 1.0, tw, ta) - _numba_rhs(s, tw, ta)(y)).max() < 1e-13
+            assert np.abs(mesc.gd_map(y, s, 0.3, 1.0, tw, ta) - _numba_gd(s, 0.3, tw, ta)(y)).max() < 1e-13
+
+
+@pytest.mark.parametrize("K,train_w,train_att", [(2, True, True), (2, False, True), (3, True, True)])
+def test_complex_step_jacobian_equals_finite_differences_of_the_kernels(K, train_w, train_att):
+    """At random (smooth) saddles: the exact Jacobian of the flow rhs and of
+    the GD map (complex step through the numpy copy) against finite
+    differences (central, Richardson, h = 1e-3: error ~h^4 + 1e-16/h) of the
+    numba kernels, to 1e-8."""
+    s = _samples(K)
+    rng = np.random.default_rng(10 + K)
+    eta = 0.4
+    for _ in range(2):
+        y = _random_state(rng, s.P)
+        sad = mesc.saddle(y, s, train_w, train_att, eta=eta)
+        assert sad.kinks(y) == []
+        mask = sad.trained
+        J = escape.jacobian(sad.rhs, y, mask)
+        Jfd = escape.jacobian_fd(_numba_rhs(s, train_w, train_att), y, mask, h=1e-3)
+        assert np.abs(J - Jfd).max() <= 1e-8 * max(1.0, np.abs(J).max())
+        M = escape.jacobian(sad.gd_map, y, mask)
+        Mfd = escape.jacobian_fd(_numba_gd(s, eta, train_w, train_att), y, mask, h=1e-3)
+        assert np.abs(M - Mfd).max() <= 1e-8 * max(1.0, np.abs(M).max())
+        # a genuine dependence was tested: the Jacobian is not just the identity pattern
+        assert np.abs(M - np.eye(M.shape[0])).max() > 1e-3
+
+
+def test_finite_differences_alone_are_not_exact():
+    """The reason for complex step: on the same map, finite differences with
+    a small step carry rounding error far above complex step's."""
+    s = _samples(2)
+    y = _random_state(np.random.default_rng(5), s.P)
+    sad = mesc.saddle(y, s, True, True)
+    J = escape.jacobian(sad.rhs, y, sad.trained)
+    J2 = escape.jacobian(sad.rhs, y, sad.trained, h=1e-200)  # step size does not matter for complex step
+    assert np.abs(J - J2).max() <= 1e-14 * np.abs(J).max()
+    Jfd = escape.jacobian_fd(sad.rhs, y, sad.trained, h=1e-9)
+    assert np.abs(J - Jfd).max() > 1e-9
+
+
+def _linear_system(lams, seed=0):
+    rng = np.random.default_rng(seed)
+    n = len(lams)
+    Q = np.linalg.qr(rng.normal(size=(n, n)))[0] + 0.3 * rng.normal(size=(n, n))  # not orthogonal
+    J = Q @ np.diag(lams) @ np.linalg.inv(Q)
+    return J, Q
+
+
+def test_constructed_linear_system_gives_the_known_escape_time():
+    """dy/dt = J y with known eigenvalues (0.5, 0.2, -1, -0.3): lambda = 0.5,
+    slope p/lambda, and the time at which |y| first reaches theta from
+    y(0) = omega^2 delta equals the prediction T = (2/lambda) log(1/omega) +
+    (1/lambda) log(theta / a), up to the second mode's exp(-(lambda1 -
+    lambda2) T) (checked at omega = 1e-6)."""
+    lams = np.array([0.5, 0.2, -1.0, -0.3])
+    J, Q = _linear_system(lams)
+    Qi = np.linalg.inv(Q)
+    rhs = lambda y: J @ y
+    gd = lambda y, eta=0.1: y + eta * (J @ y)
+    delta = np.array([1.0, -0.5, 0.3, 2.0])
+    sad = escape.Saddle(np.zeros(4), np.ones(4, bool), rhs=rhs, gd_map=gd, eta=0.1,
+                        names=["y1", "y2", "y3", "y4"])
+    rep = escape.linearise(sad, delta=delta, power=2.0)
+    assert rep.valid and rep.multiplicity == 1
+    assert abs(rep.lam - 0.5) < 1e-13 and abs(rep.slope_flow - 4.0) < 1e-12
+    assert abs(rep.mu - 1.05) < 1e-13 and abs(rep.slope_gd - 2 * 0.1 / math.log(1.05)) < 1e-10
+    # the GD map here is exactly I + eta J: the first-order formula is exact
+    assert abs(rep.slope_gd - rep.slope_gd_first_order) < 1e-10
+    a_true = np.linalg.norm(Q[:, 0] * (Qi[0] @ delta))
+    assert abs(rep.projection - a_true) < 1e-12
+    assert abs(rep.lam2 - 0.2) < 1e-12
+
+    theta, omega = 1.0, 1e-6
+
+    def y_at(t):
+        return Q @ (np.exp(lams * t) * (Qi @ (omega**2 * delta)))
+
+    lo, hi = 0.0, 200.0  # |y(t)| is increasing past the transient here: bisection on the first crossing
+    ts = np.linspace(lo, hi, 20001)
+    k = int(np.argmax([np.linalg.norm(y_at(t)) >= theta for t in ts]))
+    lo, hi = ts[k - 1], ts[k]
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if np.linalg.norm(y_at(mid)) < theta else (lo, mid)
+    T_true = 0.5 * (lo + hi)
+    T_pred = escape.predicted_time(rep, "flow", omega, math.log(theta / rep.projection) / rep.lam)
+    # next order: the lam2 mode's relative size at T, rho exp(-(lam1-lam2) T) / lam1
+    bound = (rep.projection2 / rep.projection) * math.exp(-(0.5 - 0.2) * T_true) / 0.5
+    assert abs(T_true - T_pred) <= bound, (T_true, T_pred, bound)
+    assert bound < 1e-3 * T_true
+    # the intercept along the unstable manifold reproduces log(theta / a) / lambda
+    def run_until(eps):  # exact: started on the top eigenspace, |y| = eps exp(lam t)
+        return math.log(theta / eps) / 0.5
+
+    mi = escape.manifold_intercept(rep, "flow", run_until, eps=1e-6)
+    assert abs(mi["intercept"] - math.log(theta / rep.projection) / rep.lam) < 1e-10
+
+
+def test_stage2_spectrum_matches_the_closed_form():
+    """Independent closed form at the stage-2 saddle: lambda = 2 sigma_1(G) and
+    mu = (1 + eta sigma_1)^2, G from the numba kernels; the growing direction
+    has S+[c_k, v_k] > 0 and S+[c_k', v_k] < 0 (Figure 1's order) and
+    B+[v1,v1] = -B+[v1,v2] for K = 2."""
+    cfg = make_config({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}, schedule="three-stage",
+                      stage_steps=(300, 0, 0))
+    out = mesc.stage2(cfg, intercept=False)
+    s = samples_of(cfg)
+    S, A, B, w = kernels.unpack(mesc.stage1_end(cfg)[0])
+    y = kernels.pack(0 * S, 0 * A, 0 * B, w)
+    _, G, _, _, _ = kernels.loss_and_grads(y, s.P, s.idx, s.sgn, s.y, s.weight, 1.0)
+    sig = max(np.linalg.svd(G[h], compute_uv=False)[0] for h in range(2))
+    assert out["valid"] and out["kinks"] == []
+    assert abs(out["lambda"] - 2 * sig) <= 1e-10 * sig
+    assert abs(out["mu"] - (1 + 0.5 * sig) ** 2) <= 1e-12
+    assert out["multiplicity"] == 2  # the two heads (head-swap symmetry)
+    Sp, Bp = np.array(out["direction_blocks"]["S+"]), np.array(out["direction_blocks"]["B+"])
+    # features c1 c2 v1 v2
+    assert Sp[0, 2] > 0.1 and Sp[1, 3] > 0.1 and Sp[1, 2] < -0.1 and Sp[0, 3] < -0.1
+    assert abs(Bp[2, 2] + Bp[2, 3]) < 1e-3 and Bp[2, 2] > 0.1
+
+
+def test_kink_at_the_saddle_is_reported_and_no_slope_given():
+    """No stage 1 (zero neurons): every pre-activation sits at the ReLU kink;
+    the report says so and is not valid."""
+    cfg = make_config({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}, schedule="three-stage", stage_steps=(0, 0, 0))
+    out = mesc.stage2(cfg)
+    assert not out["valid"] and len(out["kinks"]) > 0
+    assert "kink" in out["reason"] and "manifold" not in out
+    assert "no slope reported" in mesc.format_report(out)
+
+
+def test_not_a_fixed_point_is_not_valid():
+    """Stage 3 training both, at the end of a short stage 2: the neuron
+    gradient is not zero there, so this is no saddle and no slope is valid."""
+    cfg = make_config({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}, schedule="three-stage",
+                      stage_steps=(300, 200, 0))
+    from meanfield.mixture.run import run
+
+    y = run(cfg).arrays()["y"][-1]
+    out = mesc.stage_saddle_report(cfg, y, True, True)
+    assert not out["valid"] and "not a fixed point" in out["reason"] and out["rhs_norm"] > 1e-6
+
+
+@pytest.mark.parametrize("K,n1", [(2, 1000), (2, 300), (3, 300)])
+def test_predicted_slope_matches_measured_sweep(K, n1):
+    """The omega sweep's measured slope of T2 - T1 against log(1/omega)
+    agrees with the linearisation's prediction within the tolerance of the
+    neglected terms (three omegas, short runs)."""
+    r = mesc.stage2_constant({"K": K, "L": 3, "omega": 0.1, "eta": 0.5, "stage_steps": (n1, 0, 0)},
+                             np.geomspace(1e-3, 3e-2, 3))
+    assert r["valid"] and np.all(np.isfinite(r["durations"]))
+    assert r["relative_error"] <= r["tolerance"] < 0.05, r
+    assert r["pass"]
+    # the GD map's exact mu, not the first-order formula, is what is compared
+    assert r["slope_predicted_gd"] != r["slope_first_order_gd"]
+
+
+def test_tolerance_would_fail_a_wrong_prediction():
+    """The check can fail: a prediction 10% off is outside the tolerance."""
+    r = mesc.stage2_constant({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5, "stage_steps": (300, 0, 0)},
+                             np.geomspace(1e-3, 3e-2, 3))
+    assert abs(r["slope_measured"] - 1.1 * r["slope_predicted_gd"]) / (1.1 * r["slope_predicted_gd"]) > r["tolerance"]
