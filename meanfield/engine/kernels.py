@@ -1,0 +1,557 @@
+"""Generic numba kernels of the engine: loss, dLoss/d(read blocks), the exact GD map and the flow.
+
+One kernel for every description in the class, parametrised by the packed
+arrays of :func:`meanfield.engine.reduce.layout` (integer head table ``hi``,
+float head table ``hf``, fixed query vectors ``qv``, the Gram metric of each
+head's wide objects ``Gr`` and their parameter group ``grp``) and the data
+(tokens X (n, L, P), counts ``cnt``, last query position ``last``, token
+count ``leff``, targets (n, C), weights). Compiled once, cached on disk
+(``@portable``: ``numba.njit(cache=True)``, and the same Python source can be
+compiled for the GPU by ``meanfield.mixture.kernels.compile_portable``).
+
+Forward pass per sequence s and head k (``docs/engine.md``): for every query
+(mean: position l with weight c_l / L_eff; last: the last position with
+c > 0; fixed: the vector ``qv[k]``) the logits z_i = scale x_i^T S x_q with
+S = Q_k[K, Q] (separate) or W~ (merged), attention p_i = c_i e^{z_i} / sum
+(softmax) or c_i z_i / L_keys (linear), zbar_k = sum_q w_q sum_i p_i x_i;
+outputs u = v . zbar with v the value vector (neuron / linear: w~; matrix:
+R_c = Q_k[r_c, V]; token: u_c = zbar_c); out_c = a_k (1/n) sum_q phi(u) with
+phi = relu for neurons; f = sum_k out. Loss: logistic (margin y f), squared
+(1/2 |f - y|^2; margin -max_c |f_c - y_c|), cross_entropy (logsumexp(f) - f_y;
+margin f_y - max_{c != y} f_c), weighted sum over sequences.
+
+Backward: G_k = dLoss/dQ_k (the read blocks; entries independent), the
+narrow gradients ``gflat`` (W~, w~, a at their state offsets). GD map on
+each head's Gram: Xm = Ghat Gamma_r D (D: the trained wide objects),
+Q' = (I - eta Xm)^T Q (I - eta Xm); narrow: w~' = w~ - eta lr Gamma g,
+W~' = W~ - eta Gamma G_W Gamma, a' = a - eta dLoss/da. Flow: the eta-linear
+part. ``mode`` is a bit mask of the trained groups: 1 attention, 2 values,
+4 readout, 8 signs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from ..mixture.kernels import portable, relu_prime, sigmoid_neg, softplus_neg
+
+CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_margin": 4, "grad_w": 5}
+
+
+@portable
+def eng_score(y, hi, k, P, a, b):
+    """S[a, b] of head k (key feature a, query feature b)."""
+    if hi[k, 1] == 0:
+        N = hi[k, 7]
+        return y[hi[k, 8] + (hi[k, 9] + a) * N + hi[k, 10] + b]
+    return y[hi[k, 13] + a * P + b]
+
+
+@portable
+def eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p):
+    """Attention p (L,) of head k, sequence s, for the query at position l
+    (l < 0: the fixed query vector); returns the key count L_keys. Scratch T (P,)."""
+    L = X.shape[1]
+    for a in range(P):
+        acc = 0.0
+        for b in range(P):
+            qb = X[s, l, b] if l >= 0 else qv[k, b]
+            acc += eng_score(y, hi, k, P, a, b) * qb
+        T[a] = acc
+    scale = hf[k, 0]
+    excl = -1
+    if hi[k, 2] == 1 and hi[k, 3] == 0:
+        excl = last[s]
+    lk = 0.0
+    if hi[k, 0] == 0:
+        mx = -math.inf
+        for i in range(L):
+            if cnt[s, i] > 0.0 and i != excl:
+                z = 0.0
+                for a in range(P):
+                    z += X[s, i, a] * T[a]
+                z *= scale
+                p[i] = z
+                if z > mx:
+                    mx = z
+        den = 0.0
+        for i in range(L):
+            if cnt[s, i] > 0.0 and i != excl:
+                e = cnt[s, i] * math.exp(p[i] - mx)
+                p[i] = e
+                den += e
+                lk += cnt[s, i]
+            else:
+                p[i] = 0.0
+        for i in range(L):
+            p[i] /= den
+    else:
+        for i in range(L):
+            if cnt[s, i] > 0.0 and i != excl:
+                lk += cnt[s, i]
+        for i in range(L):
+            if cnt[s, i] > 0.0 and i != excl:
+                z = 0.0
+                for a in range(P):
+                    z += X[s, i, a] * T[a]
+                p[i] = cnt[s, i] * scale * z / lk
+            else:
+                p[i] = 0.0
+    return lk
+
+
+@portable
+def eng_nqueries(hi, L, k):
+    if hi[k, 2] == 0:
+        return L
+    return 1
+
+
+@portable
+def eng_query(hi, cnt, last, leff, s, k, j):
+    """(position, weight) of query j of head k on sequence s (position -1: fixed vector; weight 0: skip)."""
+    if hi[k, 2] == 0:
+        if cnt[s, j] > 0.0:
+            return j, cnt[s, j] / leff[s]
+        return j, 0.0
+    if hi[k, 2] == 1:
+        return last[s], 1.0
+    return -1, 1.0
+
+
+@portable
+def eng_head_forward(y, hi, hf, qv, X, cnt, last, leff, s, k, P, zb, T, p):
+    """zb[k] = the query-averaged attended token of head k on sequence s."""
+    L = X.shape[1]
+    for a in range(P):
+        zb[k, a] = 0.0
+    for j in range(eng_nqueries(hi, L, k)):
+        l, ql = eng_query(hi, cnt, last, leff, s, k, j)
+        if ql == 0.0:
+            continue
+        eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p)
+        for i in range(L):
+            c = ql * p[i]
+            if c != 0.0:
+                for a in range(P):
+                    zb[k, a] += c * X[s, i, a]
+
+
+@portable
+def eng_value(y, hi, k, P, row, a):
+    """Entry a of value vector ``row`` (= c n + q) of head k (neuron/linear: w~; matrix: R_c)."""
+    v = hi[k, 4]
+    if v == 2:
+        N = hi[k, 7]
+        return y[hi[k, 8] + (hi[k, 12] + row) * N + hi[k, 11] + a]
+    return y[hi[k, 14] + row * P + a]
+
+
+@portable
+def eng_sign(y, hi, hf, k):
+    if hi[k, 15] >= 0:
+        return y[hi[k, 15]]
+    return hf[k, 1]
+
+
+@portable
+def eng_forward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, f, T, p):
+    """Outputs f (C,) of sequence s; fills zb (H, P) and u[s] (H, rows)."""
+    H = hi.shape[0]
+    C = f.shape[0]
+    for c in range(C):
+        f[c] = 0.0
+    for k in range(H):
+        eng_head_forward(y, hi, hf, qv, X, cnt, last, leff, s, k, P, zb, T, p)
+        a_k = eng_sign(y, hi, hf, k)
+        v = hi[k, 4]
+        nn = hi[k, 5]
+        if v == 3:
+            for c in range(C):
+                u[s, k, c] = zb[k, c]
+                f[c] += a_k * zb[k, c]
+            continue
+        for c in range(C):
+            acc = 0.0
+            for q in range(nn):
+                row = c * nn + q
+                uu = 0.0
+                for a in range(P):
+                    uu += eng_value(y, hi, k, P, row, a) * zb[k, a]
+                u[s, k, row] = uu
+                if v == 0:
+                    if uu > 0.0:
+                        acc += uu
+                else:
+                    acc += uu
+            f[c] += a_k * acc / nn
+
+
+@portable
+def eng_loss_sample(kind, f, target, s, wgt, df):
+    """Weighted loss of sequence s; df = dLoss/df; returns (loss, margin)."""
+    C = f.shape[0]
+    if kind == 0:
+        m = target[s, 0] * f[0]
+        df[0] = -wgt * target[s, 0] * sigmoid_neg(m)
+        return wgt * softplus_neg(m), m
+    if kind == 1:
+        acc = 0.0
+        worst = 0.0
+        for c in range(C):
+            e = f[c] - target[s, c]
+            acc += 0.5 * e * e
+            df[c] = wgt * e
+            if abs(e) > worst:
+                worst = abs(e)
+        return wgt * acc, -worst
+    yc = int(target[s, 0])
+    mx = -math.inf
+    for c in range(C):
+        if f[c] > mx:
+            mx = f[c]
+    den = 0.0
+    for c in range(C):
+        den += math.exp(f[c] - mx)
+    lse = mx + math.log(den)
+    other = -math.inf
+    for c in range(C):
+        df[c] = wgt * (math.exp(f[c] - lse) - (1.0 if c == yc else 0.0))
+        if c != yc and f[c] > other:
+            other = f[c]
+    return wgt * (lse - f[yc]), f[yc] - other
+
+
+@portable
+def eng_backward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, T, p, v, om, tk):
+    """Add sequence s's contribution (given df = dLoss/df) to G (H, N, N) and gflat."""
+    H = hi.shape[0]
+    L = X.shape[1]
+    C = df.shape[0]
+    for k in range(H):
+        a_k = eng_sign(y, hi, hf, k)
+        val = hi[k, 4]
+        nn = hi[k, 5]
+        for a in range(P):
+            om[a] = 0.0
+        if val == 3:
+            for a in range(P):
+                om[a] = df[a] * a_k
+            if hi[k, 15] >= 0:
+                acc = 0.0
+                for c in range(C):
+                    acc += df[c] * zb[k, c]
+                gflat[hi[k, 15]] += acc
+        else:
+            for c in range(C):
+                outc = 0.0
+                for q in range(nn):
+                    row = c * nn + q
+                    uu = u[s, k, row]
+                    if val == 0:
+                        d = df[c] * a_k * relu_prime(uu, r0) / nn
+                        if uu > 0.0:
+                            outc += uu
+                    else:
+                        d = df[c] * a_k / nn
+                        outc += uu
+                    if d == 0.0:
+                        continue
+                    if val == 2:
+                        N = hi[k, 7]
+                        for a in range(P):
+                            G[k, hi[k, 12] + row, hi[k, 11] + a] += d * zb[k, a]
+                    else:
+                        for a in range(P):
+                            gflat[hi[k, 14] + row * P + a] += d * zb[k, a]
+                    for a in range(P):
+                        om[a] += d * eng_value(y, hi, k, P, row, a)
+                if hi[k, 15] >= 0:
+                    gflat[hi[k, 15]] += df[c] * outc / nn
+        nz = False
+        for a in range(P):
+            if om[a] != 0.0:
+                nz = True
+        if not nz:
+            continue
+        for i in range(L):
+            acc = 0.0
+            for a in range(P):
+                acc += om[a] * X[s, i, a]
+            v[i] = acc
+        scale = hf[k, 0]
+        for j in range(eng_nqueries(hi, L, k)):
+            l, ql = eng_query(hi, cnt, last, leff, s, k, j)
+            if ql == 0.0:
+                continue
+            lk = eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p)
+            for a in range(P):
+                tk[a] = 0.0
+            if hi[k, 0] == 0:
+                vbar = 0.0
+                for i in range(L):
+                    vbar += p[i] * v[i]
+                for i in range(L):
+                    dz = ql * p[i] * (v[i] - vbar)
+                    if dz != 0.0:
+                        for a in range(P):
+                            tk[a] += dz * X[s, i, a]
+            else:
+                for i in range(L):
+                    if p[i] != 0.0 or cnt[s, i] > 0.0:
+                        excl = hi[k, 2] == 1 and hi[k, 3] == 0 and i == last[s]
+                        if cnt[s, i] > 0.0 and not excl:
+                            dz = ql * cnt[s, i] * v[i] / lk
+                            for a in range(P):
+                                tk[a] += dz * X[s, i, a]
+            for a in range(P):
+                ta = scale * tk[a]
+                if ta == 0.0:
+                    continue
+                for b in range(P):
+                    qb = X[s, l, b] if l >= 0 else qv[k, b]
+                    if hi[k, 1] == 0:
+                        G[k, hi[k, 9] + a, hi[k, 10] + b] += ta * qb
+                    else:
+                        gflat[hi[k, 13] + a * P + b] += ta * qb
+
+
+@portable
+def eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, grad, u, margin, zb, f, df,
+                   G, gflat, T, p, v, om, tk):
+    """Loss over every sequence; margins (n,), u (n, H, rows); if ``grad``:
+    G = dLoss/dQ (H, N, N) and gflat (the narrow and small gradients)."""
+    n = X.shape[0]
+    P = X.shape[2]
+    if grad:
+        for i in range(gflat.shape[0]):
+            gflat[i] = 0.0
+        for k in range(G.shape[0]):
+            for a in range(G.shape[1]):
+                for b in range(G.shape[2]):
+                    G[k, a, b] = 0.0
+    loss = 0.0
+    for s in range(n):
+        eng_forward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, f, T, p)
+        ls, m = eng_loss_sample(kind, f, target, s, weight[s], df)
+        loss += ls
+        margin[s] = m
+        if grad:
+            eng_backward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, T, p, v, om, tk)
+    return loss
+
+
+@portable
+def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym, tmp):
+    """GD map (exact: ``out`` = the next state) or flow right-hand side
+    (``out`` = dy/dt, eta = 1) from the gradients G, gflat."""
+    H = hi.shape[0]
+    P = Gam.shape[0]
+    ny = y.shape[0]
+    if exact:
+        for i in range(ny):
+            out[i] = y[i]
+    else:
+        for i in range(ny):
+            out[i] = 0.0
+    tr_att = (mode & 1) != 0
+    tr_val = (mode & 2) != 0
+    tr_r = (mode & 4) != 0
+    tr_sgn = (mode & 8) != 0
+    for k in range(H):
+        N = hi[k, 7]
+        if N > 0:
+            off = hi[k, 8]
+            any_tr = False
+            for b in range(N):
+                g = grp[k, b]
+                tr = (g == 0 and tr_att) or (g == 1 and tr_val) or (g == 2 and tr_r)
+                for a in range(N):
+                    acc = 0.0
+                    if tr:
+                        any_tr = True
+                        for c in range(N):
+                            gr = Gr[k, c, b]
+                            if gr != 0.0:
+                                acc += (G[k, a, c] + G[k, c, a]) * gr
+                    Xm[a, b] = acc
+            if any_tr:
+                # Ym = Q Xm
+                for a in range(N):
+                    for b in range(N):
+                        acc = 0.0
+                        for c in range(N):
+                            acc += y[off + a * N + c] * Xm[c, b]
+                        Ym[a, b] = acc
+                if exact:
+                    # Q' = (Q - eta Q Xm) - eta Xm^T (Q - eta Q Xm)
+                    for a in range(N):
+                        for b in range(N):
+                            Ym[a, b] = y[off + a * N + b] - eta * Ym[a, b]
+                    for a in range(N):
+                        for b in range(N):
+                            acc = 0.0
+                            for c in range(N):
+                                acc += Xm[c, a] * Ym[c, b]
+                            out[off + a * N + b] = Ym[a, b] - eta * acc
+                else:
+                    for a in range(N):
+                        for b in range(N):
+                            acc = 0.0
+                            for c in range(N):
+                                acc += Xm[c, a] * y[off + c * N + b]
+                            out[off + a * N + b] = -(acc + Ym[a, b])
+        wo = hi[k, 13]
+        if wo >= 0 and tr_att:
+            # W~' = W~ - eta Gamma G_W Gamma
+            for a in range(P):
+                for b in range(P):
+                    acc = 0.0
+                    for c in range(P):
+                        acc += gflat[wo + a * P + c] * Gam[c, b]
+                    tmp[a, b] = acc
+            for a in range(P):
+                for b in range(P):
+                    acc = 0.0
+                    for c in range(P):
+                        acc += Gam[a, c] * tmp[c, b]
+                    if exact:
+                        out[wo + a * P + b] = y[wo + a * P + b] - eta * acc
+                    else:
+                        out[wo + a * P + b] = -acc
+        vo = hi[k, 14]
+        if vo >= 0 and tr_val:
+            rows = hi[k, 6] * hi[k, 5]
+            lr = hf[k, 2]
+            for row in range(rows):
+                for a in range(P):
+                    acc = 0.0
+                    for c in range(P):
+                        acc += Gam[a, c] * gflat[vo + row * P + c]
+                    j = vo + row * P + a
+                    if exact:
+                        out[j] = y[j] - eta * lr * acc
+                    else:
+                        out[j] = -lr * acc
+        ao = hi[k, 15]
+        if ao >= 0 and tr_sgn:
+            if exact:
+                out[ao] = y[ao] - eta * gflat[ao]
+            else:
+                out[ao] = -gflat[ao]
+
+
+@portable
+def eng_criterion(kind, loss, margin, consistent, hi, hf, Gam, gflat):
+    """1 loss, 2/3/4 min margin of the consistent / inconsistent / all
+    sequences, 5 the value vectors' velocity norm sqrt(sum_k (1/n_k) sum (lr g)^T Gamma (lr g))."""
+    if kind == 1:
+        return loss
+    if kind == 5:
+        P = Gam.shape[0]
+        acc = 0.0
+        for k in range(hi.shape[0]):
+            vo = hi[k, 14]
+            if vo < 0:
+                continue
+            lr = hf[k, 2]
+            nn = hi[k, 5]
+            for row in range(hi[k, 6] * nn):
+                for a in range(P):
+                    for b in range(P):
+                        acc += lr * lr * gflat[vo + row * P + a] * Gam[a, b] * gflat[vo + row * P + b] / nn
+        return math.sqrt(acc)
+    val = math.inf
+    for s in range(margin.shape[0]):
+        if kind == 4 or (kind == 2 and consistent[s]) or (kind == 3 and not consistent[s]):
+            if margin[s] < val:
+                val = margin[s]
+    return val
+
+
+@portable
+def eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, X, cnt, last, leff, target, weight, kind,
+                        r0, consistent, crit_kind, crit_op, crit_thresh, max_abs, u, margin, zb, f, df, G, gflat,
+                        T, p, v, om, tk, Xm, Ym, tmp, new):
+    """Up to ``nsteps`` exact GD steps in place (criterion checked before each
+    step). Returns (steps done, code, loss): 0 done, 1 criterion holds,
+    2 non-finite, 3 an entry above max_abs (2, 3: ``y`` keeps the last accepted state)."""
+    ny = y.shape[0]
+    k = 0
+    while True:
+        loss = eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f,
+                              df, G, gflat, T, p, v, om, tk)
+        if not math.isfinite(loss):
+            return k, 2, loss
+        if crit_kind != 0:
+            c = eng_criterion(crit_kind, loss, margin, consistent, hi, hf, Gam, gflat)
+            if (crit_op > 0 and c >= crit_thresh) or (crit_op < 0 and c <= crit_thresh):
+                return k, 1, loss
+        if k == nsteps:
+            return k, 0, loss
+        eng_update(y, new, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, True, Xm, Ym, tmp)
+        for i in range(ny):
+            if not math.isfinite(new[i]):
+                return k, 2, loss
+            if abs(new[i]) > max_abs:
+                return k, 3, loss
+        for i in range(ny):
+            y[i] = new[i]
+        k += 1
+
+
+# ------------------------------------------------------------------ CPU drivers (allocate scratch)
+
+
+@njit(cache=True)
+def _scratch(ny, n, L, P, H, R, C, Nmax):
+    return (np.empty((n, H, R)), np.empty(n), np.empty((H, P)), np.empty(C), np.empty(C),
+            np.zeros((H, Nmax, Nmax)), np.zeros(ny), np.empty(P), np.empty(L), np.empty(L), np.empty(P),
+            np.empty(P), np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax)), np.empty((P, P)), np.empty(ny))
+
+
+@njit(cache=True)
+def loss_and_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, R, C, Nmax):
+    """(loss, G (H, N, N), gflat, margin (n,), u (n, H, R))."""
+    n, L, P = X.shape
+    H = hi.shape[0]
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
+    loss = eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
+                          G, gflat, T, p, v, om, tk)
+    return loss, G, gflat, margin, u
+
+
+@njit(cache=True)
+def flow_rhs(y, out, mode, hi, hf, qv, Gr, grp, Gam, X, cnt, last, leff, target, weight, kind, r0, R, C, Nmax):
+    n, L, P = X.shape
+    H = hi.shape[0]
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
+    loss = eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
+                          G, gflat, T, p, v, om, tk)
+    eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, 1.0, mode, False, Xm, Ym, tmp)
+    return loss
+
+
+@njit(cache=True)
+def gd_advance(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, X, cnt, last, leff, target, weight, kind, r0,
+               consistent, crit_kind, crit_op, crit_thresh, max_abs, R, C, Nmax):
+    n, L, P = X.shape
+    H = hi.shape[0]
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
+    return eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, X, cnt, last, leff, target, weight,
+                               kind, r0, consistent, crit_kind, crit_op, crit_thresh, max_abs, u, margin, zb, f, df,
+                               G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new)
+
+
+@njit(cache=True)
+def criterion_value(y, crit_kind, hi, hf, qv, Gam, X, cnt, last, leff, target, weight, kind, r0, consistent, R, C,
+                    Nmax):
+    n, L, P = X.shape
+    H = hi.shape[0]
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
+    loss = eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
+                          G, gflat, T, p, v, om, tk)
+    return eng_criterion(crit_kind, loss, margin, consistent, hi, hf, Gam, gflat)

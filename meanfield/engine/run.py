@@ -1,0 +1,229 @@
+"""Runs of a description: in memory (:func:`run`) and to an HDF5 run file (:func:`run_to_file`).
+
+Run file (one schema, variable groups by name): datasets ``t``, ``step``,
+``stage``, ``loss`` (T,), ``margin`` (T, n), ``u`` (T, n, H, rows) and a group
+``variables/<head>/<name>`` per reduced variable in report coordinates (S, A,
+B (T, R, R); W (T, R, R); w (T, C, n, R); a (T, 1); other Gram blocks such as
+``V.r1`` as they are), ``features`` (the report names), ``heads``, and a
+``samples`` group (names, weight, target, flags). Attributes: model, family,
+stage_ends, T1, T2, T_loss (``meanfield.mixture.dense.stage_times``), width,
+seed, eta, method, status, message.
+
+The mixture family writes today's mixture schema instead (system
+``mixture``: datasets S, A, B (T, 2, P, P), w (T, 2, P), u (T, n, 2), margin,
+loss, the ``samples`` group, T1/T2/T_loss, and the dense path's extras when
+the config needs them), so every reader of mixture run files reads engine
+runs unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .. import integrate
+from ..io import write_run
+from .description import Description
+from .system import EngineSystem, integrate_description, observables, system_of
+
+EXIT_CODES = {"complete": 0, "diverged": 3, "interrupted": 130}
+
+
+class Named:
+    """A named array: ``x["+", "c1", "v1"]`` indexes by record-free labels
+    (head name, then feature names for each P-axis); ``x.values`` is the array
+    (T, ...)."""
+
+    def __init__(self, values: np.ndarray, axes: list[tuple[str, ...]]):
+        self.values = values
+        self.axes = axes
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        idx = [slice(None)]
+        for i, k in enumerate(key):
+            labels = self.axes[i]
+            if isinstance(k, str):
+                if k not in labels:
+                    raise KeyError(f"{k!r} not in {labels}")
+                idx.append(labels.index(k))
+            else:
+                idx.append(k)
+        return self.values[tuple(idx)]
+
+    @property
+    def shape(self):
+        return self.values.shape
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.values, dtype=dtype)
+
+    def __repr__(self):
+        return f"Named(shape={self.values.shape}, axes={self.axes})"
+
+
+class Run:
+    """An in-memory run: ``t``, ``step``, ``stage``, ``loss``, ``margin``,
+    ``status``, ``message``, ``stage_ends``; every reduced variable by name,
+    stacked over heads where every head has it: ``run.S["+", "c1", "v1"]``
+    (T,), ``run.w["-", "v1"]``; ``run.var("+", "V.r1")`` for any block;
+    ``run.y`` the raw states and ``run.trajectory`` the integrate.Trajectory."""
+
+    def __init__(self, desc: Description, system: EngineSystem, traj: integrate.Trajectory):
+        self.desc = desc
+        self.system = system
+        self.trajectory = traj
+        arr = traj.arrays()
+        self.t, self.step, self.stage = arr["t"], arr["step"], arr["stage"]
+        self.y = arr["y"] if arr["y"].size else np.empty((0, system.pk.lay.size))
+        self.status, self.message, self.stage_ends = traj.status, traj.message, traj.stage_ends
+        self.obs = observables(desc, system, self.y)
+        self.loss = self.obs["loss"]
+        self.margin = self.obs["margin"]
+        self.heads = tuple(h.name for h in desc.model.heads)
+        self.features = tuple(desc.dictionary.names)
+
+    def var(self, head: str, name: str) -> np.ndarray:
+        return self.obs["blocks"][f"{head}:{name}"]
+
+    def _stacked(self, name: str):
+        try:
+            vals = np.stack([self.var(h, name) for h in self.heads], axis=1)
+        except KeyError:
+            raise AttributeError(name) from None
+        axes = [self.heads]
+        if name in ("S", "A", "B", "W"):
+            axes += [self.features, self.features]
+        elif name == "w":
+            nn = {h.n_neurons for h in self.desc.model.heads}
+            if self.desc.model.heads[0].outputs == 1 and nn == {1}:
+                vals = vals[:, :, 0, 0]
+                axes += [self.features]
+            else:
+                axes += [tuple(map(str, range(vals.shape[2]))), tuple(map(str, range(vals.shape[3]))), self.features]
+        return Named(vals, axes)
+
+    def __getattr__(self, name):
+        if name in ("S", "A", "B", "W", "w", "a"):
+            return self._stacked(name)
+        raise AttributeError(name)
+
+
+def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) -> Run:
+    """Integrate ``desc`` (from ``y0`` if given) and return a :class:`Run`."""
+    system, traj = integrate_description(desc, y0, monitor)
+    return Run(desc, system, traj)
+
+
+def _stage_times(desc: Description, t, obs, stage_ends):
+    from ..mixture.dense import stage_times
+
+    d = desc.data
+    sched = "three-stage" if getattr(desc.parameters, "schedule", None) == "three-stage" else "simultaneous"
+    if desc.family is None and len(desc.training.stages) > 1:
+        sched = "three-stage"  # T1 = the end of stage 1
+    return stage_times(t, obs["loss"], obs["margin"], d.flag("consistent"), obs["grad_w"], sched, stage_ends,
+                       ~d.flag("flipped"))
+
+
+def _mixture_datasets(desc: Description, r: Run) -> tuple[dict, dict]:
+    from ..mixture.data import feature_labels
+    from ..mixture.run import samples_group
+
+    cfg = desc.parameters
+    smp = desc.data.extra["samples"]
+    obs = r.obs
+    blk = obs["blocks"]
+    S, A, B = (np.stack([blk[f"{h}:{nm}"] for h in ("+", "-")], axis=1) for nm in ("S", "A", "B"))
+    wn = np.stack([blk[f"{h}:w"][:, 0] for h in ("+", "-")], axis=1)  # (T, 2, nn, P)
+    u_n = obs["u"][..., :cfg.n_neurons]  # (T, n, 2, nn)
+    data = {
+        "features": np.array(feature_labels(cfg.K), dtype=object),
+        "heads": np.array(["+", "-"], dtype=object),
+        "t": r.t, "step": r.step, "stage": r.stage,
+        "loss": obs["loss"], "w": wn.mean(axis=2), "S": S, "A": A, "B": B,
+        "margin": obs["margin"], "u": u_n.mean(axis=-1),
+        "samples": samples_group(smp),
+    }
+    attrs = {}
+    if cfg.dense:
+        from ..mixture.config import gram_matrix
+
+        dd = desc.data.extra.get("dense")
+        data["feature_gram"] = dd.gram if dd is not None else (gram_matrix(cfg.feature_gram, cfg.K)
+                                                                if cfg.feature_gram is not None else np.eye(2 * cfg.K))
+        if cfg.n_neurons > 1:
+            data["w_neurons"] = wn
+            data["u_neurons"] = u_n
+        if dd is not None and dd.tokens is not None:
+            data["training_set"] = {"E": dd.E, "tokens": dd.tokens, "Q": dd.Q}
+        attrs.update({"dense_path": 1, "basis_dim": int(desc.dictionary.P), "n_neurons": cfg.n_neurons})
+    return data, attrs
+
+
+def save(path: str | Path, desc: Description, r: Run, status: str | None = None, message: str | None = None,
+         extra_attrs: dict | None = None) -> Path:
+    """Write the run file of ``r`` (see the module docstring)."""
+    st = _stage_times(desc, r.t, r.obs, r.stage_ends)
+    common = {
+        "eta": desc.training.eta, "method": desc.training.method,
+        "width": -1 if desc.init.width is None else desc.init.width, "seed": desc.init.seed,
+        "n_samples": desc.data.n, "stage_ends": r.stage_ends,
+        "stopped_at_step": int(r.step[-1]) if r.step.size else 0,
+        "stopped_at_t": float(r.t[-1]) if r.t.size else 0.0,
+        "warnings": list(r.trajectory.warnings),
+        "T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"], "stage_time_criteria": st["criteria"],
+        "engine": 1, "model": desc.name,
+    }
+    if desc.family == "mixture":
+        cfg = desc.parameters
+        data, attrs = _mixture_datasets(desc, r)
+        attrs.update({"K": cfg.K, "L": cfg.L, "omega": cfg.omega, "schedule": cfg.schedule})
+        attrs.update(common)
+        attrs.update(extra_attrs or {})
+        return write_run(path, system="mixture", config=cfg.to_dict(), status=status or r.status,
+                         message=message or r.message, data=data, attrs=attrs)
+    d = desc.data
+    variables = {}
+    for key, arr in r.obs["blocks"].items():
+        h, nm = key.split(":", 1)
+        variables.setdefault(h, {})[nm] = arr
+    samples = {"weight": d.weight, "target": d.target,
+               "names": np.array(d.names if d.names is not None else [f"x{i}" for i in range(d.n)], dtype=object)}
+    for k, v in d.flags.items():
+        samples[k] = np.asarray(v).astype(np.int8)
+    data = {"features": np.array(desc.dictionary.names, dtype=object),
+            "heads": np.array([h.name for h in desc.model.heads], dtype=object),
+            "t": r.t, "step": r.step, "stage": r.stage, "loss": r.loss, "margin": r.margin, "u": r.obs["u"],
+            "variables": variables, "samples": samples}
+    attrs = dict(common)
+    attrs["family"] = desc.family or ""
+    attrs.update(extra_attrs or {})
+    config = {"parameters": desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {},
+              "source": desc.source}
+    return write_run(path, system="engine", config=config, status=status or r.status,
+                     message=message or r.message, data=data, attrs=attrs)
+
+
+def run_to_file(desc: Description, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0):
+    """Run and write ``out``: progress on stderr for long runs, a checkpoint
+    (status "interrupted") every ``checkpoint_s`` seconds, SIGINT/SIGTERM end
+    the run with a valid file (status interrupted), a blow-up with status
+    diverged. Returns (Run, path)."""
+    unit = "step" if desc.training.method == "gd" else "t"
+    system = system_of(desc)
+
+    def ckpt(traj):
+        r = Run(desc, system, traj)
+        save(out, desc, r, status="interrupted",
+             message=f"checkpoint at {unit} {traj.step[-1] if unit == 'step' else traj.t[-1]:.6g}: "
+                     f"the run was still going when this was written; if you read this, it ended early")
+
+    mon = integrate.Monitor(total=desc.training.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
+                            checkpoint=ckpt, checkpoint_s=checkpoint_s)
+    with mon:
+        _, traj = integrate_description(desc, None, mon, system)
+    r = Run(desc, system, traj)
+    return r, save(out, desc, r)

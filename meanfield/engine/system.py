@@ -1,0 +1,188 @@
+"""The engine as a system for ``meanfield.integrate``: stages, solver, record grid, observables.
+
+:class:`EngineSystem` adapts the generic kernels (``meanfield.engine.kernels``)
+to the shared steppers (exact GD map, RK4, adaptive Dormand-Prince); a stage's
+``mode`` is the bit mask of the parameter groups it trains (1 attention,
+2 values, 4 readout, 8 signs). :func:`stages`, :func:`solver` and
+:func:`save_at` turn a description's training into the shared vocabulary
+(the same record-grid defaults as the mixture system: about 1000 records over
+the horizon). :func:`observables` evaluates what a run records.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import integrate
+from . import kernels
+from .description import Description
+from .reduce import GROUP_BIT, LOSS, Layout, initial_state, layout
+
+
+@dataclass
+class Packed:
+    """The description as the kernels' arrays."""
+
+    lay: Layout
+    Gam: np.ndarray
+    X: np.ndarray
+    cnt: np.ndarray
+    last: np.ndarray
+    leff: np.ndarray
+    target: np.ndarray
+    weight: np.ndarray
+    consistent: np.ndarray
+    kind: int
+    r0: float
+    R: int  # rows of u per head
+    C: int
+
+
+def pack(desc: Description) -> Packed:
+    lay = layout(desc)
+    d = desc.data
+    X = np.ascontiguousarray(d.tokens, dtype=np.float64)
+    cnt = np.ascontiguousarray(d.count_array, dtype=np.float64)
+    last = np.array([int(np.flatnonzero(c > 0)[-1]) for c in cnt], dtype=np.int64)
+    leff = cnt.sum(axis=1)
+    C = desc.model.heads[0].outputs
+    t = np.asarray(d.target, dtype=np.float64)
+    target = np.ascontiguousarray(t.reshape(t.shape[0], -1))
+    R = max(h.outputs * h.n_neurons for h in desc.model.heads)
+    return Packed(lay=lay, Gam=np.ascontiguousarray(desc.dictionary.Gamma), X=X, cnt=cnt, last=last, leff=leff,
+                  target=target, weight=np.ascontiguousarray(d.weight, dtype=np.float64),
+                  consistent=np.ascontiguousarray(d.flag("consistent")), kind=LOSS[desc.model.loss],
+                  r0=float(desc.model.relu_prime_at_zero), R=R, C=C)
+
+
+def mode_of(train) -> int:
+    m = 0
+    for g in train:
+        m |= GROUP_BIT[g]
+    return m
+
+
+@dataclass
+class EngineSystem:
+    """A description's reduced dynamics for ``meanfield.integrate``."""
+
+    pk: Packed
+    max_abs: float = math.inf
+
+    def _data(self):
+        pk = self.pk
+        return pk.X, pk.cnt, pk.last, pk.leff, pk.target, pk.weight, pk.kind, pk.r0
+
+    def gd_advance(self, y, nsteps, eta, mode, criterion):
+        pk, lay = self.pk, self.pk.lay
+        kind, op, thr = 0, 1, 0.0
+        if criterion is not None:
+            kind = kernels.CRITERIA[criterion[0]]
+            op = 1 if criterion[1] == ">=" else -1
+            thr = float(criterion[2])
+        done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), int(mode), lay.hi, lay.hf, lay.qv, lay.Gr,
+                                           lay.grp, pk.Gam, *self._data(), pk.consistent, kind, op, thr,
+                                           float(self.max_abs), pk.R, pk.C, lay.Nmax)
+        return int(done), int(code)
+
+    def rhs(self, y, mode):
+        pk, lay = self.pk, self.pk.lay
+        out = np.empty_like(y)
+        kernels.flow_rhs(np.ascontiguousarray(y), out, int(mode), lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam,
+                         *self._data(), pk.R, pk.C, lay.Nmax)
+        return out
+
+    def criterion_value(self, y, name):
+        pk, lay = self.pk, self.pk.lay
+        return float(kernels.criterion_value(np.ascontiguousarray(y), kernels.CRITERIA[name], lay.hi, lay.hf, lay.qv,
+                                             pk.Gam, *self._data(), pk.consistent, pk.R, pk.C, lay.Nmax))
+
+    def loss_and_grads(self, y):
+        pk, lay = self.pk, self.pk.lay
+        return kernels.loss_and_grads(np.ascontiguousarray(y), lay.hi, lay.hf, lay.qv, *self._data(), pk.R, pk.C,
+                                      lay.Nmax)
+
+
+def system_of(desc: Description) -> EngineSystem:
+    return EngineSystem(pack(desc), desc.training.max_abs)
+
+
+def stages(desc: Description) -> list[integrate.Stage]:
+    return [integrate.Stage(i + 1, mode_of(s.train), s.length, s.criterion, s.name)
+            for i, s in enumerate(desc.training.stages)]
+
+
+def solver(desc: Description):
+    tr = desc.training
+    if tr.method == "gd":
+        return integrate.GDMap(tr.eta)
+    if tr.method == "rk4":
+        return integrate.RK4(tr.dt if tr.dt is not None else tr.eta)
+    return integrate.Dopri5(rtol=tr.rtol, atol=tr.atol, h_min=tr.h_min or 0.0)
+
+
+def save_at(desc: Description) -> integrate.SaveAt:
+    """The record grid (the mixture system's rules): every N steps, N
+    log-spaced points, every DT, or by default about 1000 records."""
+    tr = desc.training
+    gd = tr.method == "gd"
+    H = tr.horizon
+    if tr.record_every is not None:
+        return integrate.SaveAt(every=tr.record_every)
+    if tr.record_log is not None:
+        return integrate.SaveAt.log(tr.record_log, H, integer=gd, t_min=None if gd else min(tr.eta, H) * 1e-2)
+    if tr.record_dt is not None:
+        return integrate.SaveAt.uniform(tr.record_dt, H)
+    if gd:
+        return integrate.SaveAt(every=max(1, int(H) // 1000))
+    return integrate.SaveAt.uniform(H / 1000, H)
+
+
+def integrate_description(desc: Description, y0=None, monitor=None, system: EngineSystem | None = None):
+    """Integrate a description; returns (system, meanfield.integrate.Trajectory)."""
+    system = system or system_of(desc)
+    y = initial_state(desc, system.pk.lay) if y0 is None else np.asarray(y0, dtype=np.float64).copy()
+    if y.shape != (system.pk.lay.size,):
+        raise ValueError(f"y0: must have shape ({system.pk.lay.size},), got {y.shape}")
+    return system, solver(desc).solve(system, y, stages(desc), save_at(desc), monitor)
+
+
+def observables(desc: Description, system: EngineSystem, Y: np.ndarray) -> dict[str, np.ndarray]:
+    """Per record: loss (T,), margin (T, n), u (T, n, H, rows), grad_w (T,)
+    (the ``grad_w`` criterion), and every named block in report coordinates
+    (``blocks``: "head:name" -> (T, ...))."""
+    Y = np.atleast_2d(np.asarray(Y, dtype=np.float64))
+    T = Y.shape[0]
+    pk = system.pk
+    lay = pk.lay
+    n = pk.X.shape[0]
+    H = len(lay.heads)
+    loss = np.empty(T)
+    margin = np.empty((T, n))
+    u = np.empty((T, n, H, pk.R))
+    gw = np.empty(T)
+    for k in range(T):
+        l, G, gflat, m, uu = system.loss_and_grads(Y[k])
+        loss[k], margin[k], u[k] = l, m, uu
+        gw[k] = kernels.eng_criterion(5, l, m, pk.consistent, lay.hi, lay.hf, pk.Gam, gflat)
+    C = desc.dictionary.C
+    blocks = {}
+    for b in lay.blocks:
+        arr = lay.get(Y, b.head, b.name)
+        if b.kind == "gram":
+            wa, wb = b.shape
+            left = C if wa == lay.P else None
+            right = C if wb == lay.P else None
+            if left is not None:
+                arr = np.einsum("pa,...pq->...aq", left, arr)
+            if right is not None:
+                arr = np.einsum("...pq,qb->...pb", arr, right)
+        elif b.name == "W":
+            arr = np.einsum("pa,...pq,qb->...ab", C, arr, C)
+        elif b.name == "w":
+            arr = np.einsum("pa,...p->...a", C, arr)
+        blocks[f"{b.head}:{b.name}"] = arr
+    return {"loss": loss, "margin": margin, "u": u, "grad_w": gw, "blocks": blocks}
