@@ -41,6 +41,13 @@ def test_stagewise(sim):
 def test_c_slower_than_v(sim):
     c = C.check_c_slower_than_v(sim)
     assert c.passed and 0 < c.numbers["rate_ratio_c_over_v"] < 1
+    # flat at the beginning: w+[c1] is exactly 0 (to rounding) after the first GD step, w+[v1] is not
+    assert c.numbers["c1_first_moves_beyond_rounding_t"] == 1.0 and c.numbers["v1_first_moves_beyond_rounding_t"] == 0.5
+    assert c.numbers["c1_flat_until_t"] > c.numbers["v1_flat_until_t"]
+    # same rates but c moves first: not flat at the beginning -> FAIL
+    w = sim["w"].copy()
+    w[1:, 0, 0] = w[1:, 0, 0] + 0.05 * w[-1, 0, 0] * (sim["t"][1:] > 0)
+    assert not C.check_c_slower_than_v(dict(sim, w=w)).passed
     # relabel the features c <-> v: now "c" is the fast one
     swapped = dict(sim, features=["v1", "v2", "c1", "c2"])
     assert not C.check_c_slower_than_v(swapped).passed
@@ -83,15 +90,76 @@ def test_omega_sweep_measured():
     assert c.passed and c.numbers["r2"] >= 0.99 and c.numbers["slope"] > 0
 
 
-def test_self_score_symmetry(three, sim, frozen):
-    assert C.check_self_score_symmetry(three, sim).passed
-    assert not C.check_self_score_symmetry(frozen, sim).passed  # B stays omega^2 I
+@pytest.fixture(scope="module")
+def ensemble():
+    return C.symmetry_ensemble(BASE, 16384, range(6), (1000, 4000, 2000), 1500, "const:0.01,0.01,0,0")
+
+
+def test_self_score_symmetry(three, sim, frozen, ensemble):
+    c = C.check_self_score_symmetry(three, sim, ensemble)
+    assert c.passed, c.numbers
+    # the thresholds come from the seeds' prediction interval and sit within a factor 2 of the measured values
+    assert c.numbers["relative_asymmetry"] < c.numbers["asymmetry_max"] < 2 * c.numbers["relative_asymmetry"]
+    assert c.numbers["relative_difference"] < c.numbers["difference_max"] < 2 * c.numbers["relative_difference"]
+    assert not C.check_self_score_symmetry(frozen, sim, ensemble).passed  # B stays omega^2 I
+    # a result twice as asymmetric fails: B+[v1,v2] moved so that |B11 + B12| doubles
+    worse = dict(three, B=three["B"].copy())
+    i2 = C._stage_end_index(three, 2)
+    b11, b12 = worse["B"][i2, 0, 2, 2], worse["B"][i2, 0, 2, 3]
+    worse["B"][i2, 0, 2, 3] = b12 + (b11 + b12)
+    assert abs(C.self_score_asymmetry(worse) - 2 * c.numbers["relative_asymmetry"]) < 1e-12
+    assert not C.check_self_score_symmetry(worse, sim, ensemble).passed
+    # same-group and between-group scores twice as different fail
+    S = sim["S"].copy()
+    d = abs(S[-1, 0, 0, 2]) - abs(S[-1, 0, 1, 2])
+    S[-1, 0, 0, 2] += d
+    wsim = dict(sim, S=S)
+    assert C.group_difference(wsim) > 1.9 * c.numbers["relative_difference"]
+    assert not C.check_self_score_symmetry(three, wsim, ensemble).passed
+    # exactly symmetric is not "slightly asymmetric" (the initialisation breaks the symmetry)
+    exact = dict(three, B=three["B"].copy())
+    exact["B"][i2, 0, 2, 3] = -exact["B"][i2, 0, 2, 2]
+    assert not C.check_self_score_symmetry(exact, sim, ensemble).passed
+
+
+def test_upper_prediction_bound_independent():
+    """Against the textbook formula with the t quantile from scipy's distribution object."""
+    from scipy.stats import t as student
+
+    v = [1.0, 2.0, 4.0, 3.0]
+    m, sd = 2.5, (sum((x - 2.5) ** 2 for x in v) / 3) ** 0.5
+    assert abs(C.upper_prediction_bound(v, 0.95) - (m + student(3).ppf(0.975) * sd * (1 + 1 / 4) ** 0.5)) < 1e-12
+
+
+def _violating(v):
+    """A fake run whose symmetry violation (head swap of S[c1,c1]) is ``v``."""
+    S = np.zeros((2, 2, 4, 4))
+    S[:, 1, 0, 0] = v
+    z = np.zeros((2, 2, 4, 4))
+    return {"t": np.array([0.0, 1.0]), "S": S, "A": z, "B": z, "w": np.zeros((2, 2, 4)),
+            "features": ["c1", "c2", "v1", "v2"]}
+
+
+def test_exact_symmetries_rate_from_a_confidence_interval():
+    ms = [64, 256, 1024, 4096, 16384]
+    rng = np.random.default_rng(0)
+    inf = _violating(0.0)
+
+    def runs(rate):
+        return {m: [_violating(m ** rate * np.exp(0.2 * rng.standard_normal())) for _ in range(4)] for m in ms}
+
+    c = C.check_exact_symmetries(inf, runs(-0.5))
+    assert c.passed and c.numbers["slope_ci"][0] < -0.5 < c.numbers["slope_ci"][1]
+    assert not C.check_exact_symmetries(inf, runs(-0.25)).passed  # twice as slow
+    assert C.check_exact_symmetries(inf, runs(-1.0)).passed  # faster than m^(-1/2) is fine
+    assert not C.check_exact_symmetries(inf, runs(0.0)).passed
 
 
 def test_exact_symmetries():
     sb = dict(BASE, steps=300, record_every=10, neuron_init="const:0.01,0.01,0,0")
     inf = C.simulate(make_config(sb))
-    fin = {m: [C.simulate(make_config(sb, width=m, seed=s)) for s in (1, 2)] for m in (64, 1024, 16384)}
+    fin = {m: [C.simulate(make_config(sb, width=m, seed=s)) for s in (1, 2, 3, 4)]
+           for m in (64, 256, 1024, 4096, 16384)}
     c = C.check_exact_symmetries(inf, fin)
     assert c.passed, c.numbers
     # an infinite-width run that is not symmetric (unequal group weights) fails
@@ -100,6 +168,7 @@ def test_exact_symmetries():
     # finite widths whose violation does not shrink (zero init: kinks) fail
     zb = dict(sb, neuron_init="zero")
     zfin = {m: [C.simulate(make_config(zb, width=m, seed=s)) for s in (1, 2)] for m in (64, 1024, 16384)}
+    fin = {m: fin[m] for m in (64, 1024, 16384)}
     assert not C.check_exact_symmetries(C.simulate(make_config(zb)), zfin).passed
 
 

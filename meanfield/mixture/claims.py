@@ -95,28 +95,44 @@ def check_stagewise(run, rel: float = 0.1) -> Claim:
                           "ratio_t_scores_over_t_neurons": _f(tS / tw) if tw and not math.isnan(tS) else None})
 
 
-def check_c_slower_than_v(run, window: float | None = None, flat_level: float = 1e-3) -> Claim:
-    """The c_k alignment of the neuron starts more slowly than the v_k one.
-    Early growth rates: w+[c1](t)/t and w+[v1](t)/t at the end of ``window``
-    (default: the first 10 records after t = 0); also how long w+[c1] stays
-    below ``flat_level`` (0 if it never does after t = 0). PASS if the c rate
-    is below the v rate."""
+def check_c_slower_than_v(run, window: float | None = None, flat_rel: float = 0.01) -> Claim:
+    """The c_k alignment of the neuron starts more slowly than the v_k one
+    ("stays flat at the beginning", the reviewer's question Q2).
+
+    Two measurements: (i) early growth rates w+[c1](t)/t and w+[v1](t)/t at
+    the end of ``window`` (default: the first 10 records after t = 0);
+    (ii) how long each stays flat: the first time |w+[x](t) - w+[x](0)|
+    exceeds ``flat_rel`` (1 %) of its largest change over the run (a
+    tolerance relative to the alignment's own scale, so it does not depend on
+    the run's length or units), and the first time it moves beyond rounding
+    (1e-12 of that scale). PASS if the c rate is below the v rate AND w+[c1]
+    stays within the tolerance longer than w+[v1]."""
     t = run["t"]
     ic, iv = _fi(run, "c1"), _fi(run, "v1")
     wc, wv = run["w"][:, 0, ic], run["w"][:, 0, iv]
     j = min(10, len(t) - 1) if window is None else int(np.searchsorted(t, window))
     rate_c = (wc[j] - wc[0]) / t[j]
     rate_v = (wv[j] - wv[0]) / t[j]
-    above = np.flatnonzero(np.abs(wc - wc[0]) > flat_level)
-    t_flat = float(t[above[0]]) if above.size else float(t[-1])
-    first_move = np.flatnonzero(np.abs(wc - wc[0]) > 1e-12)
-    ok = abs(rate_c) < abs(rate_v)
+
+    def flat_until(x, rel):
+        d = np.abs(x - x[0])
+        if d.max() <= 0:
+            return float(t[-1])
+        above = np.flatnonzero(d > rel * d.max())
+        return float(t[above[0]]) if above.size else float(t[-1])
+
+    tc, tv = flat_until(wc, flat_rel), flat_until(wv, flat_rel)
+    ok = abs(rate_c) < abs(rate_v) and tc > tv
     return Claim("c_alignment_slower", _status(ok),
-                 "the c_k alignment of the neuron starts more slowly than the v_k alignment",
+                 "the c_k alignment of the neuron starts more slowly than the v_k alignment (stays flat longer)",
                  numbers={"window_t": float(t[j]), "rate_c1": float(rate_c), "rate_v1": float(rate_v),
                           "rate_ratio_c_over_v": float(rate_c / rate_v) if rate_v else None,
-                          "c1_below_level_until_t": t_flat, "flat_level": flat_level,
-                          "c1_first_moves_at_t": float(t[first_move[0]]) if first_move.size else None})
+                          "flat_tolerance_rel": flat_rel,
+                          "c1_flat_until_t": tc, "v1_flat_until_t": tv,
+                          "c1_first_moves_beyond_rounding_t": flat_until(wc, 1e-12),
+                          "v1_first_moves_beyond_rounding_t": flat_until(wv, 1e-12),
+                          "gd_steps_c1_flat": int(round(tc / float(_attrs(run)["eta"]))) if "eta" in _attrs(run)
+                          else None})
 
 
 def check_after_neuron_stage(run, tol: float = 1e-9, margin_min: float = 1e-8) -> Claim:
@@ -171,29 +187,85 @@ def check_omega_sweep(omegas, durations, r2_min: float = 0.99) -> Claim:
                                                              for k, v in fit.items()}, "r2_min": r2_min})
 
 
-def check_self_score_symmetry(run_three_stage, run_simultaneous, asym_max: float = 0.2,
-                              diff_range: tuple[float, float] = (1e-6, 0.2)) -> Claim:
+def upper_prediction_bound(values, level: float = 0.99) -> float:
+    """Upper end of the two-sided ``level`` prediction interval of one more
+    draw from the seeds' distribution: mean + t_{(1+level)/2, n-1} sd sqrt(1 + 1/n)
+    (Student t, n >= 2 values)."""
+    from scipy import stats
+
+    v = np.asarray(values, float)
+    n = v.size
+    if n < 2:
+        return math.nan
+    return float(v.mean() + stats.t.ppf(0.5 + level / 2, n - 1) * v.std(ddof=1) * math.sqrt(1 + 1 / n))
+
+
+def self_score_asymmetry(run) -> float:
+    """|B+[v1,v1] + B+[v1,v2]| / |B+[v1,v1]| at the end of stage 2 (or at the end)."""
+    i2 = _stage_end_index(run, 2)
+    iv1, iv2 = _fi(run, "v1"), _fi(run, "v2")
+    B = run["B"][i2 if i2 is not None else -1][0]
+    return abs(float(B[iv1, iv1]) + float(B[iv1, iv2])) / abs(float(B[iv1, iv1])) if B[iv1, iv1] else math.inf
+
+
+def group_difference(run) -> float:
+    """| |S+[c1,v1]| - |S+[c2,v1]| | / max of the two, at the end of the run."""
+    S = run["S"][-1][0]
+    same, between = float(S[_fi(run, "c1"), _fi(run, "v1")]), float(S[_fi(run, "c2"), _fi(run, "v1")])
+    return abs(abs(same) - abs(between)) / max(abs(same), abs(between), 1e-300)
+
+
+def check_self_score_symmetry(run_three_stage, run_simultaneous, ensemble: dict, level: float = 0.99) -> Claim:
     """After stage 2: B+[v1,v1] ~ -B+[v1,v2] (relative asymmetry
-    |B11 + B12| / |B11| below ``asym_max``, but not exactly 0 because of the
-    initialisation); and in simultaneous training the same-group and
-    between-group scores |S+[c1,v1]| and |S+[c2,v1]| differ slightly (relative
-    difference inside ``diff_range``)."""
+    |B11 + B12| / |B11|), not exactly (> 0, because of the initialisation);
+    in simultaneous training the same-group and between-group scores
+    |S+[c1,v1]|, |S+[c2,v1]| differ slightly (relative difference > 0).
+
+    "Approximately" / "slightly" are measured against the paper's own kind of
+    experiment: ``ensemble`` holds the same two numbers over seeds of
+    finite-width runs (keys ``asymmetry``, ``difference``, ``width``); the
+    thresholds are the upper ends of their ``level`` prediction intervals
+    (:func:`upper_prediction_bound`). PASS if the infinite-width values are
+    positive and below them: the theory's model is no more asymmetric than
+    the experiments are, so an asymmetry twice as large fails."""
     i2 = _stage_end_index(run_three_stage, 2)
     iv1, iv2 = _fi(run_three_stage, "v1"), _fi(run_three_stage, "v2")
     B = run_three_stage["B"][i2 if i2 is not None else -1][0]
     b11, b12 = float(B[iv1, iv1]), float(B[iv1, iv2])
-    asym = abs(b11 + b12) / abs(b11) if b11 else math.inf
+    asym = self_score_asymmetry(run_three_stage)
     S = run_simultaneous["S"][-1][0]
-    ic1, ic2 = _fi(run_simultaneous, "c1"), _fi(run_simultaneous, "c2")
-    same, between = float(S[ic1, iv1]), float(S[ic2, iv1])
-    diff = abs(abs(same) - abs(between)) / max(abs(same), abs(between), 1e-300)
-    ok = (i2 is not None) and asym < asym_max and diff_range[0] < diff < diff_range[1] and b12 < 0 < b11
+    same, between = float(S[_fi(run_simultaneous, "c1"), iv1]), float(S[_fi(run_simultaneous, "c2"), iv1])
+    diff = group_difference(run_simultaneous)
+    asym_max = upper_prediction_bound(ensemble["asymmetry"], level)
+    diff_max = upper_prediction_bound(ensemble["difference"], level)
+    ok = (i2 is not None) and 0 < asym < asym_max and 0 < diff < diff_max and b12 < 0 < b11
     return Claim("self_score_symmetry", _status(ok),
                  "after stage 2, B[v1,v1] ~ -B[v1,v2] holds approximately; same-group and between-group scores "
                  "differ slightly",
                  numbers={"B+[v1,v1]": b11, "B+[v1,v2]": b12, "relative_asymmetry": asym, "asymmetry_max": asym_max,
                           "S+[c1,v1]": same, "S+[c2,v1]": between, "relative_difference": diff,
-                          "difference_range": list(diff_range)})
+                          "difference_max": diff_max, "ensemble_width": ensemble.get("width"),
+                          "ensemble_seeds": len(ensemble["asymmetry"]),
+                          "ensemble_asymmetry_mean_sd": [float(np.mean(ensemble["asymmetry"])),
+                                                         float(np.std(ensemble["asymmetry"], ddof=1))],
+                          "ensemble_difference_mean_sd": [float(np.mean(ensemble["difference"])),
+                                                          float(np.std(ensemble["difference"], ddof=1))],
+                          "threshold_principle": f"upper end of the {level:.0%} prediction interval over the "
+                                                 "finite-width seeds"})
+
+
+def symmetry_ensemble(base: dict, width: int, seeds, stage_steps, sim_steps: int, neuron_init: str) -> dict:
+    """The self-score asymmetry and the group difference over seeds of
+    finite-width runs (three-stage and simultaneous) of ``base``."""
+    a, d = [], []
+    for s in seeds:
+        three = simulate(make_config(base, schedule="three-stage", stage_steps=stage_steps, record_every=50,
+                                     width=width, seed=s, neuron_init=neuron_init))
+        sim = simulate(make_config(base, steps=sim_steps, record_every=max(1, sim_steps // 10), width=width, seed=s,
+                                   neuron_init=neuron_init))
+        a.append(self_score_asymmetry(three))
+        d.append(group_difference(sim))
+    return {"asymmetry": a, "difference": d, "width": width, "neuron_init": neuron_init}
 
 
 def symmetry_violation(run, K: int) -> np.ndarray:
@@ -219,26 +291,46 @@ def symmetry_violation(run, K: int) -> np.ndarray:
     return out
 
 
-def check_exact_symmetries(run_inf, runs_finite: dict, tol: float = 1e-12, slope_max: float = -0.25) -> Claim:
+def check_exact_symmetries(run_inf, runs_finite: dict, tol: float = 1e-12, rate: float = -0.5,
+                           level: float = 0.95) -> Claim:
     """The symmetries hold to ``tol`` along the infinite-width run and break at
-    finite width by an amount that shrinks with m: ``runs_finite`` maps m to a
-    list of runs (seeds); the sup-over-time violation is averaged over seeds;
-    PASS if the fitted log-log slope is below ``slope_max`` (the generic rate is
-    m^(-1/2)) and the largest m breaks the symmetry less than the smallest (and
-    more than ``tol``: it does break)."""
+    finite width by an amount that shrinks with m at the generic rate:
+    ``runs_finite`` maps m to a list of runs (seeds); the sup-over-time
+    violation of every run is fitted, log violation against log m (all seeds
+    as points), and the slope's ``level`` confidence interval (Student t) is
+    computed. PASS if the interval lies below 0 (the violation shrinks, with
+    confidence), its lower end reaches ``rate`` (the data are consistent with
+    a decay at least as fast as m^(-1/2), the fluctuation of the sampled
+    init, which smooth dynamics carry linearly; measured slopes are about
+    -0.55 to -0.65) and the largest m still breaks the symmetry (more than
+    ``tol``): a rate twice as slow (-0.25) fails once the interval is
+    narrower than 0.25."""
+    from scipy import stats
+
     K = len(run_inf["features"]) // 2
     v_inf = float(symmetry_violation(run_inf, K).max())
     ms = sorted(runs_finite)
     per = [[float(symmetry_violation(r, K).max()) for r in (runs_finite[m] if isinstance(runs_finite[m], list)
                                                           else [runs_finite[m]])] for m in ms]
     v_m = [float(np.mean(v)) for v in per]
-    slope = fit_line(np.log(ms), np.log(v_m))["slope"] if len(ms) >= 2 and min(v_m) > 0 else math.nan
-    ok = v_inf <= tol and len(ms) >= 2 and slope < slope_max and v_m[-1] < v_m[0] and v_m[-1] > tol
+    x = np.concatenate([[math.log(m)] * len(v) for m, v in zip(ms, per)])
+    yv = np.concatenate(per)
+    slope, lo, hi = math.nan, math.nan, math.nan
+    if len(ms) >= 2 and yv.size >= 3 and yv.min() > 0:
+        fit = fit_line(x, np.log(yv))
+        slope = fit["slope"]
+        res = np.asarray(fit["residuals"])
+        se = math.sqrt(float(res @ res) / (yv.size - 2) / float(np.sum((x - x.mean()) ** 2)))
+        half = float(stats.t.ppf(0.5 + level / 2, yv.size - 2)) * se
+        lo, hi = slope - half, slope + half
+    ok = v_inf <= tol and hi < 0 and lo <= rate and v_m[-1] > tol
     return Claim("exact_symmetries", _status(ok),
                  "the exact symmetries of the infinite-width dynamics (group swap; head swap with the sign of v) "
-                 "hold along the run and break at finite width by an amount that shrinks with m",
+                 "hold along the run and break at finite width by an amount that shrinks with m (at least like m^(-1/2))",
                  numbers={"max_violation_infinite_width": v_inf, "tolerance": tol, "widths": ms,
-                          "max_violation_finite_width": v_m, "loglog_slope": _f(slope), "slope_max": slope_max})
+                          "max_violation_finite_width": v_m, "seeds_per_width": [len(v) for v in per],
+                          "loglog_slope": _f(slope), "slope_ci": [_f(lo), _f(hi)], "ci_level": level,
+                          "expected_rate": rate})
 
 
 def check_gd_to_flow(etas, errors, slope_range=(0.8, 1.2)) -> Claim:
@@ -300,11 +392,12 @@ SOURCES = {
 }
 
 SETTINGS = {
-    "quick": {"omegas": np.geomspace(1e-3, 0.3, 8), "widths": [64, 256, 1024], "etas": [0.2, 0.1, 0.05],
-              "gd_flow_horizon": 20.0, "sim_steps": 4000, "stage_steps": (1000, 4000, 2000), "seeds": 2},
+    "quick": {"omegas": np.geomspace(1e-3, 0.3, 8), "widths": [64, 256, 1024, 4096, 16384], "etas": [0.2, 0.1, 0.05],
+              "gd_flow_horizon": 20.0, "sim_steps": 4000, "stage_steps": (1000, 4000, 2000), "seeds": 4,
+              "ensemble_width": 16384, "ensemble_seeds": 8},
     "full": {"omegas": np.geomspace(1e-3, 0.3, 16), "widths": [64, 256, 1024, 4096, 16384],
              "etas": [0.4, 0.2, 0.1, 0.05, 0.025], "gd_flow_horizon": 50.0, "sim_steps": 8000,
-             "stage_steps": (1000, 8000, 4000), "seeds": 4},
+             "stage_steps": (1000, 8000, 4000), "seeds": 8, "ensemble_width": 16384, "ensemble_seeds": 16},
 }
 
 
@@ -346,8 +439,13 @@ def check_suite(out: Path, quick: bool = False, log=print) -> tuple[list[Claim],
     claims[-1].setting = dict(setting, schedule="three-stage", stage_steps=list(S["stage_steps"]))
     claims.append(check_after_attention_stage(three))
     claims[-1].setting = dict(setting, schedule="three-stage", stage_steps=list(S["stage_steps"]))
-    claims.append(check_self_score_symmetry(three, sim))
-    claims[-1].setting = dict(setting, schedules=["three-stage", "simultaneous"])
+    log(f"[check] self-score symmetry: {S['ensemble_seeds']} seeds at m = {S['ensemble_width']} for the thresholds ...")
+    ens = symmetry_ensemble(base, S["ensemble_width"], range(S["ensemble_seeds"]), S["stage_steps"], S["sim_steps"],
+                            "const:0.01,0.01,0,0")
+    claims.append(check_self_score_symmetry(three, sim, ens))
+    claims[-1].setting = dict(setting, schedules=["three-stage", "simultaneous"],
+                              ensemble=f"m = {ens['width']}, {len(ens['asymmetry'])} seeds, neuron_init "
+                                       f"{ens['neuron_init']} (finite widths with the zero init leave by O(1))")
 
     log(f"[check] omega sweep over {len(S['omegas'])} values in [{S['omegas'][0]:g}, {S['omegas'][-1]:g}] ...")
     dur = omega_sweep(S["omegas"], base)
