@@ -218,6 +218,10 @@ def _cmd_sweep(args) -> int:
     base = _base_from_args(args)
     make_config(base)  # the base must be valid on its own
     params = parse_params(args.param or [], [f.name for f in dataclasses.fields(MixtureConfig)])
+    from .ensemble_cli import chunked_requested, cmd_sweep
+
+    if chunked_requested(args):  # chunks of batched trajectories, one sweep.h5 (meanfield.ensemble)
+        return cmd_sweep(args, base, params)
     idx = run_sweep(SweepSpec(base, params, Path(args.out)), workers=_workers(args), progress=not args.quiet,
                     backend=args.backend, batched=args.batched)
     n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
@@ -320,6 +324,15 @@ def _cmd_demo(args) -> int:
     return demo(Path(args.out), quick=args.quick)
 
 
+def _cmd_escape(args) -> int:
+    from .config import as_float
+    from .mixture.escape import cli as escape_cli
+
+    cfg = None if args.run_file else _config_from_args(args)
+    eps = as_float("eps", args.eps, positive=True)
+    return escape_cli(cfg, args.stage, run_path=args.run_file, json_path=args.json, eps=eps)
+
+
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="meanfield", description="Exact reduced training dynamics of small transformers: "
                   "meanfield <system> <verb> [options]. Exit codes: 0 success, 1 a check or bound failed, "
@@ -382,7 +395,11 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--backend", default="cpu", help=BACKEND_HELP)
     sw.add_argument("--batched", action="store_true",
                     help="cpu: run the points as one batch of trajectories with numba threads (GD/RK4 points)")
+    from .ensemble_cli import add_plot_parser, add_sweep_flags
+
+    add_sweep_flags(sw)
     sw.set_defaults(func=_cmd_sweep)
+    add_plot_parser(verbs)
 
     ws = verbs.add_parser("width-sweep", help="finite widths against infinite width: errors, exponent, kinks")
     _add_run_flags(ws)
@@ -439,9 +456,23 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out", default="runs/demo")
     m.add_argument("--quick", action="store_true", help="shorter runs")
     m.set_defaults(func=_cmd_demo)
+
+    es = verbs.add_parser("escape", help="linearise a stage at its saddle: spectrum, escape slope in log(1/omega), "
+                                         "intercept, growing direction, kinks")
+    _add_run_flags(es)
+    es.add_argument("--stage", default="2", help="2: the attention stage at (S, A, B) = 0 with the stage-1 neurons; "
+                                                 "3: stage 3 at the end of stage 2 (reports that it is no saddle)")
+    es.add_argument("--from", dest="run_file", default=None, metavar="RUN.h5",
+                    help="take the stage-1 (stage-2) end state from this three-stage run file instead of running")
+    es.add_argument("--json", default=None, metavar="FILE.json", help="also write the numbers to this JSON file")
+    es.add_argument("--eps", default="1e-6", help="start of the unstable-manifold run for the intercept")
+    es.set_defaults(func=_cmd_escape)
     from .induction.cli import add_parser as add_induction
 
     add_induction(systems)
+    from .engine.cli import add_parser as add_model
+
+    add_model(systems)
     return top
 
 

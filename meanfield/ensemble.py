@@ -73,7 +73,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from numba import njit, prange
 
-from .config import ConfigError
+from .config import ConfigError, as_int
 from .mixture.kernels import backward_into, forward_into
 from .mixture.stagetimes import DEFAULTS as _DEF
 
@@ -568,9 +568,9 @@ class _Dask:
         if scheduler.startswith("local:"):
             import logging
 
-            n = _positive_int("scheduler", scheduler[len("local:"):], "local:N (N workers)")
+            n = as_int("scheduler", scheduler[len("local:"):], lo=1)
             self.cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                                    dashboard_address=None, silence_logs=logging.ERROR)
+                                                    dashboard_address=":0", silence_logs=logging.ERROR)
             self.client = distributed.Client(self.cluster)
         else:
             try:
@@ -599,26 +599,21 @@ class _Dask:
                 self.cluster.close()
 
 
-def _positive_int(name, text, allowed):
-    try:
-        v = int(str(text).strip())
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise ConfigError(f"{name}: expected {allowed}, got {text!r}")
-    return v
-
-
 def check_scheduler(scheduler: str | None) -> None:
     """One-line ConfigError for a malformed ``scheduler`` (before anything runs)."""
     if scheduler is None:
         return
     s = str(scheduler)
-    if s.startswith("local:"):
-        _positive_int("scheduler", s[6:], "tcp://HOST:PORT or local:N (N workers)")
-        return
-    if not (s.startswith("tcp://") or s.startswith("tls://")) or ":" not in s.split("://", 1)[1]:
-        raise ConfigError(f"scheduler: expected tcp://HOST:PORT or local:N (N workers), got {s!r}")
+    try:
+        if s.startswith("local:"):
+            as_int("scheduler", s[6:], lo=1)
+            return
+    except ConfigError:
+        pass
+    else:
+        if (s.startswith("tcp://") or s.startswith("tls://")) and s.split("://", 1)[1].rpartition(":")[2].isdigit():
+            return
+    raise ConfigError(f"scheduler: expected tcp://HOST:PORT or local:N (N workers >= 1), got {s!r}")
 
 
 # ------------------------------------------------------------------ driving
@@ -941,3 +936,4 @@ def load(path: str | Path) -> dict:
         out["attrs"] = {k: (json.loads(v) if k in ("axes", "base", "counts", "status_codes", "outputs", "invalid")
                             else v) for k, v in f.attrs.items()}
     return out
+
