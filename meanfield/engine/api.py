@@ -1,0 +1,37 @@
+"""The Python API of the engine (for notebooks)::
+
+    import meanfield.engine as me
+    desc = me.load("meanfield/models/mixture.toml", K=3, width=5, seed=1, steps=300)
+    info = me.derive(desc)            # names and counts of the reduced variables (+ LaTeX when available)
+    r = me.run(desc)                  # a Run: r.t, r.loss, r.S["+", "c1", "v1"], r.w["-", "v1"], r.var("+", "A")
+    me.run_to_file(desc, "runs/m.h5") # the same, written as a run file
+
+A description can also be built directly from the dataclasses of
+:mod:`meanfield.engine.description` (Dictionary, Data via ``make_data``, Head,
+Model, Init, Training with StageSpec).
+"""
+
+from __future__ import annotations
+
+from .description import Description
+from .reduce import derive_summary
+from .run import Run, run, run_to_file  # noqa: F401
+
+
+def derive(desc: Description, latex: bool = True) -> dict:
+    """Names and counts of the reduced variables, the GD map and flow in words,
+    and (``latex``) the derivation in LaTeX from the symbolic module when it
+    provides one for a description (``latex`` is None otherwise)."""
+    out = derive_summary(desc)
+    out["latex"] = None
+    if latex:
+        try:
+            from . import symbolic
+        except ImportError:
+            return out
+        fn = getattr(symbolic, "description_latex", None)
+        if fn is not None:
+            out["latex"] = fn(desc)
+        elif hasattr(symbolic, "general_latex"):
+            out["latex"] = symbolic.general_latex()
+    return out

@@ -1,0 +1,163 @@
+"""``meanfield model derive|run|plot|bound MODEL.toml [flags]``: any described model on the command line.
+
+:func:`add_parser` adds the ``model`` system to the top-level parser
+(``meanfield.cli``). A description declares its parameters; every parameter
+is a flag ``--field-name`` that overrides the file (the mixture family's
+parameters are exactly the flags of ``meanfield mixture run``; a general
+description's are the fields of :class:`meanfield.engine.description.RunParams`).
+A flag the model does not declare is refused (one line, exit 2). ``MODEL``
+may be a path or the name of a shipped description in ``meanfield/models/``
+(``mixture``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from ..config import ConfigError
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+
+
+def _param_fields() -> list[str]:
+    from ..mixture.config import MixtureConfig
+    from .description import RunParams
+
+    names = [f.name for f in dataclasses.fields(MixtureConfig)]
+    names += [f.name for f in dataclasses.fields(RunParams) if f.name not in names]
+    return names
+
+
+def _add_param_flags(p) -> None:
+    g = p.add_argument_group("model parameters (override the description's [parameters]; each model declares its own)")
+    for name in _param_fields():
+        g.add_argument("--" + name.replace("_", "-"), dest="param_" + name, default=None, metavar="V")
+
+
+def model_path(text: str) -> Path:
+    p = Path(text)
+    if p.exists():
+        return p
+    shipped = MODELS_DIR / f"{text}.toml"
+    if shipped.exists():
+        return shipped
+    names = sorted(f.stem for f in MODELS_DIR.glob("*.toml"))
+    raise ConfigError(f"model: no such file {text!r} and no shipped description of that name; shipped: "
+                      f"{', '.join(names)}")
+
+
+def description_from_args(args):
+    """Load MODEL with the flags given as overrides (one-line errors)."""
+    from .description import _read, description_from_dict, parameter_class
+
+    path = model_path(args.model)
+    raw = _read(path)
+    allowed = {f.name for f in dataclasses.fields(parameter_class(raw))}
+    over = {}
+    for name in _param_fields():
+        v = getattr(args, "param_" + name, None)
+        if v is None:
+            continue
+        if name not in allowed:
+            raise ConfigError(f"--{name.replace('_', '-')}: not a parameter of model {path.name}; its parameters: "
+                              + ", ".join("--" + a.replace("_", "-") for a in sorted(allowed)))
+        over[name] = v
+    return description_from_dict(raw, over, source=str(path))
+
+
+def _cmd_derive(args) -> int:
+    from .api import derive
+
+    desc = description_from_args(args)
+    out = derive(desc, latex=args.format in ("latex", "all"))
+    if args.format == "json":
+        out.pop("latex", None)
+        print(json.dumps(out, indent=2))
+    elif args.format == "latex":
+        if out.get("latex") is None:
+            raise ConfigError("format: latex needs the symbolic derivation (meanfield.engine.symbolic), not available")
+        print(out["latex"])
+    else:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+def _cmd_run(args) -> int:
+    from .run import EXIT_CODES, run_to_file
+
+    desc = description_from_args(args)
+    out = Path(args.out)
+    if out.suffix not in (".h5", ".hdf5"):
+        raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {args.out!r}")
+    r, path = run_to_file(desc, out, progress=not args.quiet)
+    print(f"{path}: {r.status}: {r.message}")
+    if r.status == "diverged":
+        print(f"meanfield: run diverged; {path} keeps every record up to the step named above", file=sys.stderr)
+    if args.plot:
+        for f in _plot(path, Path(args.plot)):
+            print(f"figure: {f}")
+    return EXIT_CODES[r.status]
+
+
+def _plot(path: Path, out: Path) -> list:
+    from ..io import read_run
+
+    try:
+        r = read_run(path)
+    except (FileNotFoundError, ValueError, OSError) as e:
+        raise ConfigError(f"run: {e}") from None
+    if r.attrs.get("system") == "mixture":
+        from ..mixture.plot import plot_run
+
+        return plot_run(path, out)
+    from .plot import plot_engine_run
+
+    return plot_engine_run(r, path, out)
+
+
+def _cmd_plot(args) -> int:
+    out = Path(args.out) if args.out else Path(str(Path(args.run).with_suffix("")) + "_figures")
+    for f in _plot(Path(args.run), out):
+        print(f"figure: {f}")
+    return 0
+
+
+def _cmd_bound(args) -> int:
+    from ..cli import _cmd_bound as mixture_bound
+
+    return mixture_bound(args)
+
+
+def add_parser(systems) -> None:
+    from ..cli import _Parser
+
+    mp = systems.add_parser("model", help="any model described in a TOML file (the engine): derive, run, plot, bound; "
+                                          "shipped: meanfield/models/*.toml (e.g. mixture)")
+    verbs = mp.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    d = verbs.add_parser("derive", help="names and counts of the reduced variables (JSON) and the derivation (LaTeX)")
+    d.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
+    d.add_argument("--format", choices=["json", "latex", "all"], default="json")
+    _add_param_flags(d)
+    d.set_defaults(func=_cmd_derive)
+    r = verbs.add_parser("run", help="integrate the exact reduced dynamics and write an HDF5 run file")
+    r.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
+    r.add_argument("--out", default="runs/model.h5", help="output run file (.h5), written atomically")
+    r.add_argument("--plot", metavar="DIR", help="also write figures to DIR")
+    r.add_argument("--quiet", action="store_true", help="no progress line")
+    _add_param_flags(r)
+    r.set_defaults(func=_cmd_run)
+    p = verbs.add_parser("plot", help="figures of a run file")
+    p.add_argument("run", help="run file (.h5)")
+    p.add_argument("--out", default=None, help="folder for the PNGs (default: beside the run file)")
+    p.set_defaults(func=_cmd_plot)
+    b = verbs.add_parser("bound", help="check an inequality over a mixture-family run file (as meanfield mixture bound)")
+    b.add_argument("run", help="run file (.h5)")
+    b.add_argument("expr", nargs="?", help='the inequality, e.g. "loss <= log(2)"')
+    b.add_argument("--file", help="a TOML file of [[bound]] tables (name, expr, during, tmin, tmax)")
+    b.add_argument("--during", default="all", help="all | stage1 | stage2 | stage3")
+    b.add_argument("--tmin", default=None)
+    b.add_argument("--tmax", default=None)
+    b.set_defaults(func=_cmd_bound)
