@@ -402,3 +402,124 @@ def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6) 
             "omegas": omegas.tolist(), "log_inv_omega": x.tolist(), "durations": dur.tolist(),
             "predicted_durations": predicted_T,
             "pass": bool(rep.valid and math.isfinite(rel) and rel <= tol["rel"])}
+
+
+# ----------------------------------------------------- stage 3 and the CLI
+
+
+def stage3(cfg: MixtureConfig, y2: np.ndarray, t2: float, kink_tol: float = 1e-9) -> dict:
+    """Stage 3 (neurons, or both with ``stage3 = "both"``) linearised at the
+    end of stage 2, as it is: no saddle unless the stage-3 right-hand side
+    vanishes there (it does not: the neurons still have a gradient)."""
+    train_att = cfg.stage3 == "both"
+    out = stage_saddle_report(cfg, y2, True, train_att, kink_tol)
+    out.update({"stage": 3, "trains": "both" if train_att else "neurons", "t_stage2_end": t2, "K": cfg.K,
+                "L": cfg.L, "omega": cfg.omega, "eta": cfg.eta, "method": cfg.method})
+    return out
+
+
+def format_stage3(out: dict) -> str:
+    lines = [f"escape: stage 3 ({out['trains']}) of the three-stage schedule, K={out['K']}, L={out['L']}, "
+             f"method={out['method']}, eta={out['eta']}, omega={out['omega']}",
+             f"state: the end of stage 2 (t = {out['t_stage2_end']:.6g}); {out['n_trained']} trained variables; "
+             f"|rhs| = {out['rhs_norm']:.3g}"]
+    if out["kinks"]:
+        lines.append(f"KINKS: {len(out['kinks'])} pre-activation(s) at the ReLU kink: " + "; ".join(out["kinks"][:4]))
+    lines.append(f"valid: {out['valid']} ({out['reason']})")
+    lines.append("spectrum of J (flow, top, for reference): "
+                 + ", ".join(f"{z:.6g}" if not isinstance(z, list) else f"{z[0]:.6g}{z[1]:+.3g}i"
+                             for z in out["spectrum"]))
+    lines.append("no plateau to escape from: stage 3 starts away from any fixed point" if not out["valid"] else
+                 "a fixed point with a growing direction")
+    return "\n".join(lines) + "\n"
+
+
+def _stage_ends_from_run(run) -> tuple[dict, np.ndarray]:
+    t = np.asarray(run["t"], float)
+    ends = {}
+    for e in run.attrs.get("stage_ends", []) or []:
+        ends[int(e["stage"])] = int(np.searchsorted(t, e["t"] - 1e-12 * max(1.0, e["t"])))
+    return ends, t
+
+
+def _state_at(run, i: int) -> np.ndarray:
+    return kernels.pack(run["S"][i], run["A"][i], run["B"][i], run["w"][i])
+
+
+def _clean(o):
+    if isinstance(o, dict):
+        return {k: _clean(v) for k, v in o.items() if not k.startswith("_")}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, (np.floating, np.integer)):
+        o = o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, np.ndarray):
+        return _clean(o.tolist())
+    return o
+
+
+def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json_path: str | None = None,
+        eps: float = 1e-6, print_fn=print) -> int:
+    """``meanfield mixture escape``: the report on stdout, the numbers as JSON.
+    Bad input raises ConfigError (one line naming the field)."""
+    import json
+    from pathlib import Path
+
+    from ..config import ConfigError
+
+    if stage not in ("2", "3"):
+        raise ConfigError(f"stage: must be one of 2, 3; got {stage!r}")
+    if json_path is not None and not str(json_path).endswith(".json"):
+        raise ConfigError(f"json: must be a path ending in .json, got {json_path!r}")
+    y_at = {}
+    if run_path is not None:
+        from ..io import read_run
+
+        try:
+            run = read_run(run_path)
+        except (FileNotFoundError, ValueError, OSError) as e:
+            raise ConfigError(f"from: {e}") from None
+        if run.attrs.get("system") != "mixture":
+            raise ConfigError(f"from: {run_path} is not a mixture run file (system {run.attrs.get('system')!r})")
+        cfg = make_config(run.config)
+        if cfg.schedule != "three-stage" or cfg.dense:
+            raise ConfigError(f"from: {run_path} must be a three-stage run of the fast path (schedule "
+                              f"{cfg.schedule!r}); the stage-2 saddle needs the state at the end of stage 1")
+        ends, t = _stage_ends_from_run(run)
+        for k in (1, 2):
+            if k in ends:
+                y_at[k] = (_state_at(run, ends[k]), float(t[ends[k]]))
+        need = 1 if stage == "2" else 2
+        if need not in y_at:
+            raise ConfigError(f"from: {run_path} has no end of stage {need} (the run stopped earlier)")
+    elif cfg.dense:
+        raise ConfigError("config: the escape report works on the fast path (orthonormal features, one neuron "
+                          "per head); this config needs the dense path")
+    if stage == "2":
+        y1, t1 = y_at[1] if 1 in y_at else stage1_end(cfg)
+        out = stage2(cfg, y1, t1, eps=eps)
+        text = format_report(out)
+    else:
+        if 2 in y_at:
+            y2, t2 = y_at[2]
+        else:
+            from .run import run as run_traj
+
+            c3 = make_config(cfg.to_dict(), schedule="three-stage",
+                             **({"stage_steps": (cfg.stage_steps[0], cfg.stage_steps[1], 0)} if cfg.method == "gd"
+                                else {"stage_times": (cfg.stage_times[0], cfg.stage_times[1], 0.0)}))
+            tr = run_traj(c3)
+            y2, t2 = np.asarray(tr.y[-1], float), float(tr.t[-1])
+        out = stage3(cfg, y2, t2)
+        text = format_stage3(out)
+    print_fn(text, end="")
+    if json_path is not None:
+        p = Path(json_path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(_clean(out), indent=2))
+        tmp.replace(p)
+        print_fn(f"json: {p}")
+    return 0
