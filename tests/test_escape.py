@@ -209,3 +209,40 @@ def test_tolerance_would_fail_a_wrong_prediction():
     r = mesc.stage2_constant({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5, "stage_steps": (300, 0, 0)},
                              np.geomspace(1e-3, 3e-2, 3))
     assert abs(r["slope_measured"] - 1.1 * r["slope_predicted_gd"]) / (1.1 * r["slope_predicted_gd"]) > r["tolerance"]
+
+
+def test_stage2_constant_claim_pass_fail_and_figure(tmp_path):
+    r = mesc.stage2_constant({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5, "stage_steps": (300, 0, 0)},
+                             np.geomspace(1e-3, 3e-2, 3))
+    c = mesc.check_stage2_constant([r])
+    assert c.status == "PASS" and c.source == "expected" and c.name == "stage2_constant"
+    assert c.numbers["slopes"]["K=2, stage1=300"]["predicted"] == r["slope_predicted_gd"]
+    bad = dict(r, slope_measured=1.1 * r["slope_measured"], relative_error=0.1)
+    bad["pass"] = bad["relative_error"] <= bad["tolerance"]
+    assert mesc.check_stage2_constant([r, bad]).status == "FAIL"
+    assert mesc.check_stage2_constant([]).status == "FAIL"
+    name = mesc.stage2_constant_figure(tmp_path, [r])
+    assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_escape_cli(tmp_path, capsys):
+    from meanfield.cli import main
+
+    js = tmp_path / "e.json"
+    assert main(["mixture", "escape", "--stage-steps", "300,0,0", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "lambda = " in out and "S+ (rows" in out and "valid: True" in out
+    import json
+
+    d = json.loads(js.read_text())
+    assert d["valid"] and d["lambda"] > 0 and d["multiplicity"] == 2 and "manifold" in d
+    # bad input: one line naming the field, exit 2, nothing written
+    for argv, field in ((["--stage", "4"], "stage"), (["--json", str(tmp_path / "x.txt")], "json"),
+                        (["--from", str(tmp_path / "none.h5")], "from"), (["--eps", "-1"], "eps")):
+        assert main(["mixture", "escape", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and field in err
+    assert not (tmp_path / "x.txt").exists()
+    # stage 3 is no saddle
+    assert main(["mixture", "escape", "--stage", "3", "--stage-steps", "300,100,0"]) == 0
+    assert "not a fixed point" in capsys.readouterr().out

@@ -384,7 +384,8 @@ SOURCES = {
     "stage2_duration_log_omega": "proved",    # stage 2 lasts O(log(1/omega))
     "exact_symmetries": "proved",             # Lemma C.1 (infinite width) and Appendix G (finite width)
     "gd_to_flow_first_order": "proved",       # gradient flow as the limit of GD (the paper analyses the flow)
-    "figure4_query_c_smaller": "shown",       # Figure 4 (Appendix A.3)
+    "figure4_query_c_smaller": "shown",       # Figure 4 (Appendix A.3): its curves, keys c_k
+    "figure4_query_c_smaller_v_keys": "expected",  # the same sentence read for the v keys
     "stage2_longer_with_sqrt_m": "expected",  # the rebuttal on the original 1/sqrt(m) version
     "robust_neuron": "expected",              # rebuttal W2: "Gaussian initialization with sufficiently small
     "robust_attention": "expected",           # variance ... similar dynamics"
@@ -439,6 +440,12 @@ def check_suite(out: Path, quick: bool = False, log=print) -> tuple[list[Claim],
     claims[-1].setting = dict(setting, schedule="three-stage", stage_steps=list(S["stage_steps"]))
     claims.append(check_after_attention_stage(three))
     claims[-1].setting = dict(setting, schedule="three-stage", stage_steps=list(S["stage_steps"]))
+    from .figure4 import check_figure4, gradient_coherence
+
+    coh = gradient_coherence(sim, make_config(base))
+    for kind in ("c", "v"):
+        claims.append(check_figure4(sim, kind, coh))
+        claims[-1].setting = dict(setting, schedule="simultaneous", steps=S["sim_steps"], head="+")
     log(f"[check] self-score symmetry: {S['ensemble_seeds']} seeds at m = {S['ensemble_width']} for the thresholds ...")
     ens = symmetry_ensemble(base, S["ensemble_width"], range(S["ensemble_seeds"]), S["stage_steps"], S["sim_steps"],
                             "const:0.01,0.01,0,0")
@@ -454,6 +461,11 @@ def check_suite(out: Path, quick: bool = False, log=print) -> tuple[list[Claim],
                      stage2_end="inconsistent_margin >= 0.1 (exact GD step)")
     c.figure = _omega_figure(out, c)
     claims.append(c)
+
+    log("[check] stage-2 constant: the slope predicted at the saddle against omega sweeps (source: expected) ...")
+    from .escape import stage2_constant_claim
+
+    claims.append(stage2_constant_claim(out, quick, log))
 
     log(f"[check] symmetries: infinite width and m in {S['widths']} ...")
     tie = "const:0.01,0.01,0,0"
