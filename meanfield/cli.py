@@ -330,7 +330,10 @@ def _cmd_escape(args) -> int:
 
     cfg = None if args.run_file else _config_from_args(args)
     eps = as_float("eps", args.eps, positive=True)
-    return escape_cli(cfg, args.stage, run_path=args.run_file, json_path=args.json, eps=eps)
+    theta = as_float("theta", args.theta, positive=True)
+    omegas = [as_float("omegas", v, positive=True) for v in args.omegas.split(",")] if args.omegas else None
+    return escape_cli(cfg, args.stage, run_path=args.run_file, json_path=args.json, eps=eps, omegas=omegas,
+                      theta=theta)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -461,11 +464,15 @@ def build_parser() -> argparse.ArgumentParser:
                                          "intercept, growing direction, kinks")
     _add_run_flags(es)
     es.add_argument("--stage", default="2", help="2: the attention stage at (S, A, B) = 0 with the stage-1 neurons; "
-                                                 "3: stage 3 at the end of stage 2 (reports that it is no saddle)")
+                                                 "3: stage 3 at the end of stage 2 (reports that it is no saddle); "
+                                                 "simultaneous: the plateau before the scores move (moving saddle)")
     es.add_argument("--from", dest="run_file", default=None, metavar="RUN.h5",
                     help="take the stage-1 (stage-2) end state from this three-stage run file instead of running")
     es.add_argument("--json", default=None, metavar="FILE.json", help="also write the numbers to this JSON file")
     es.add_argument("--eps", default="1e-6", help="start of the unstable-manifold run for the intercept")
+    es.add_argument("--omegas", default=None, help="--stage simultaneous: omegas to run and predict "
+                                                    "(default 1e-4,1e-3,1e-2,1e-1)")
+    es.add_argument("--theta", default="0.1", help="--stage simultaneous: the scores have moved when max |S| >= THETA")
     es.set_defaults(func=_cmd_escape)
     from .induction.cli import add_parser as add_induction
 

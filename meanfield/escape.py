@@ -93,6 +93,43 @@ def jacobian(fun: Callable, y: np.ndarray, mask: np.ndarray, h: float = COMPLEX_
     return J
 
 
+def jvp(fun: Callable, y: np.ndarray, mask: np.ndarray, v: np.ndarray, h: float = COMPLEX_STEP_H) -> np.ndarray:
+    """J v on the trained block (J = d fun[mask] / d y[mask]) by one complex
+    step along ``v``: exact to rounding, one evaluation of ``fun``."""
+    yc = np.asarray(y, dtype=np.float64).astype(np.complex128)
+    yc[mask] += 1j * h * np.asarray(v, dtype=np.float64)
+    return np.imag(np.asarray(fun(yc))[mask]) / h
+
+
+def tangent_log_growth(steps, x0: np.ndarray, mask: np.ndarray, norm: Callable | None = None):
+    """Propagate a tangent vector through a sequence of linearised maps.
+
+    ``steps`` yields (fun, y) pairs: the map of step k and the state it is
+    linearised at (e.g. the GD map at the saddle that moves with slow
+    variables); x_{k+1} = J_k x_k by :func:`jvp`. Returns (log|x_k|, log of
+    ``norm(x_k)``) for k = 0..n, with the vector renormalised every step so
+    that nothing overflows; ``norm`` (default: Euclidean) measures the part
+    that an end criterion looks at."""
+    x = np.asarray(x0, float)
+    n0 = float(np.linalg.norm(x))
+    norm = norm or np.linalg.norm
+    logs, logp = [math.log(n0)], [math.log(max(float(norm(x)), 1e-300))]
+    x = x / n0
+    acc = math.log(n0)
+    for fun, y in steps:
+        x = jvp(fun, y, mask, x)
+        nx = float(np.linalg.norm(x))
+        if not (nx > 0 and math.isfinite(nx)):
+            logs.append(-math.inf)
+            logp.append(-math.inf)
+            break
+        acc += math.log(nx)
+        x = x / nx
+        logs.append(acc)
+        logp.append(acc + math.log(max(float(norm(x)), 1e-300)))
+    return np.array(logs), np.array(logp)
+
+
 def jacobian_fd(fun: Callable, y: np.ndarray, mask: np.ndarray, h: float = 1e-5) -> np.ndarray:
     """The same by central finite differences with one Richardson step
     (error O(h^4) + rounding ~1e-16 / h): an independent check only."""

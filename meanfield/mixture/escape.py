@@ -271,56 +271,107 @@ def stage_saddle_report(cfg: MixtureConfig, y, train_w: bool, train_att: bool, k
     return {**rep.to_dict(), "_report": rep}
 
 
-def simultaneous_plateau(cfg: MixtureConfig, times, kink_tol: float = 1e-9) -> list[dict]:
-    """The simultaneous schedule's plateau before the scores move: as
-    omega -> 0 the attention stays at (S, A, B) = 0 (uniform attention) and the
-    neurons follow the neuron-only dynamics, so the attention block sees, at
-    time t, the frozen-neuron saddle (0, 0, 0, w~(t)). Returns, at each time,
-    the attention block's lambda(t), kinks and the local prediction
-    dT/dlog(1/omega) = 2 / lambda(T) of an escape happening at T (adiabatic:
-    valid while lambda changes slowly on the scale 1/lambda)."""
-    base = make_config(cfg.to_dict(), schedule="three-stage")
+def simultaneous(cfg: MixtureConfig, omegas, theta: float = 0.1, steps: int | None = None,
+                 kink_tol: float = 1e-9) -> dict:
+    """The simultaneous schedule's plateau before the scores move (GD).
+
+    As omega -> 0 the attention stays at (S, A, B) = 0 (uniform attention)
+    while the neurons follow the neuron-only dynamics w~_k; at every step the
+    attention block sits at the frozen-neuron saddle (0, 0, 0, w~_k), which
+    moves. The prediction propagates the initial self-scores (0, I, I) x
+    omega^2 through the GD maps linearised at those moving saddles
+    (``meanfield.escape.tangent_log_growth``, exact JVPs) and says that the
+    scores move (max |S| >= ``theta``) at the first step where omega^2 times
+    the linear solution's max |S| reaches ``theta``. Measured: the first
+    record of a simultaneous run with max |S| >= theta. The local slope
+    dT/dlog(1/omega) at T is 2 eta / ln(growth per step at T): not a
+    constant, because lambda grows with the neurons. Neglected: the O(1)
+    nonlinear end of the escape (a constant offset in T), the O(omega^2)
+    feedback of the attention on the neurons."""
+    from .run import run as run_traj
+
+    if cfg.method != "gd":
+        from ..config import ConfigError
+
+        raise ConfigError("method: the simultaneous plateau report needs gd (the exact GD map)")
+    omegas = sorted(float(o) for o in omegas)
     samples = samples_of(cfg)
-    system = MixtureSystem(samples, cfg.relu_prime_at_zero, cfg.max_abs)
-    times = sorted(float(t) for t in times)
-    gd = cfg.method == "gd"
-    pts = np.array([round(t / cfg.eta) for t in times], dtype=np.int64) if gd else np.asarray(times)
-    st = integrate.Stage(1, (True, False), int(pts[-1]) if gd else times[-1], None, "neurons")
-    traj = solver(base).solve(system, initial_state(base), [st], integrate.SaveAt(points=pts))
-    arr = traj.arrays()
-    out = []
-    for t in times:
-        i = int(np.argmin(np.abs(arr["t"] - t)))
-        S, A, B, w = kernels.unpack(arr["y"][i])
-        y_s = kernels.pack(0 * S, 0 * A, 0 * B, w)
-        rep = escape.linearise(saddle(y_s, samples, False, True, eta=cfg.eta, r0=cfg.relu_prime_at_zero,
-                                      kink_tol=kink_tol), delta=kernels.pack(0 * S, np.eye(samples.P) + 0 * A,
-                                                                              np.eye(samples.P) + 0 * B, 0 * w))
-        out.append({"t": float(arr["t"][i]), "lambda": rep.lam, "mu": rep.mu, "kinks": len(rep.kinks),
-                    "valid": rep.valid, "slope_flow": rep.slope_flow, "slope_gd": rep.slope_gd})
-    return out
+    P = samples.P
+    n = int(steps if steps is not None else cfg.steps)
+    sysm = MixtureSystem(samples, cfg.relu_prime_at_zero, cfg.max_abs)
+    c0 = make_config(cfg.to_dict(), schedule="simultaneous", width="inf")
+    tr = integrate.GDMap(cfg.eta).solve(sysm, initial_state(c0), [integrate.Stage(1, (True, False), n)],
+                                        integrate.SaveAt(every=1))
+    Y = tr.arrays()["y"]
+    mask = mask_of(P, False, True)
+    kinks = kinks_of(samples, cfg.relu_prime_at_zero, kink_tol)
+    kink_steps = [k for k in range(len(Y)) if kinks(Y[k])]
+    fun_of = lambda: (lambda z: gd_map(z, samples, cfg.eta, cfg.relu_prime_at_zero, False, True))
+    f = fun_of()
+
+    def saddles():
+        for k in range(len(Y) - 1):
+            S, A, B, w = kernels.unpack(Y[k])
+            yield f, kernels.pack(0 * S, 0 * A, 0 * B, w)
+
+    I = np.broadcast_to(np.eye(P), (2, P, P))
+    x0 = kernels.pack(np.zeros((2, P, P)), I, I, np.zeros((2, P)))[mask]
+    nS = 2 * P * P
+    logs, logS = escape.tangent_log_growth(saddles(), x0, mask, norm=lambda x: float(np.abs(x[:nS]).max()))
+    t = cfg.eta * np.arange(len(logs))
+    rate = np.diff(logs) / cfg.eta  # growth per unit time at each step
+    rows = []
+    for om in omegas:
+        reach = np.flatnonzero(2 * math.log(om) + logS >= math.log(theta))
+        T_pred = float(t[reach[0]]) if reach.size else math.nan
+        rc = make_config(c0.to_dict(), omega=om, steps=n, record_every=1)
+        a = run_traj(rc).arrays()
+        S = kernels.unpack(a["y"])[0]
+        mS = np.abs(S).reshape(len(S), -1).max(axis=1)
+        hit = np.flatnonzero(mS >= theta)
+        T_meas = float(a["t"][hit[0]]) if hit.size else math.nan
+        k = reach[0] if reach.size else None
+        win = slice(max(0, k - 20), k) if k else None
+        local = float(2.0 / rate[win].mean()) if win is not None and k > 0 and rate[win].mean() > 0 else math.nan
+        rows.append({"omega": om, "T_measured": T_meas, "T_predicted_linear": T_pred,
+                     "offset": T_meas - T_pred, "local_slope_predicted": local})
+    for i in range(1, len(rows)):
+        a, b = rows[i - 1], rows[i]
+        dx = math.log(b["omega"] / a["omega"])
+        b["slope_measured_from_previous"] = (a["T_measured"] - b["T_measured"]) / dx
+        b["slope_predicted_from_previous"] = (a["T_predicted_linear"] - b["T_predicted_linear"]) / dx
+    lam_t = []
+    for tt in (1, 10, 50, 100, 200, 500, 1000, 2000):
+        k = int(round(tt / cfg.eta))
+        if k < len(rate):
+            lam_t.append({"t": tt, "growth_rate": float(rate[k])})
+    return {"stage": "simultaneous", "K": cfg.K, "L": cfg.L, "eta": cfg.eta, "method": "gd", "theta": theta,
+            "steps": n, "kink_steps": kink_steps[:20], "n_kink_steps": len(kink_steps), "rows": rows,
+            "growth_rate_along_neurons": lam_t}
 
 
-def direction_blocks(rep: escape.EscapeReport, K: int) -> dict:
-    """The growing direction as named matrices {"S+": P x P nested lists, ...}
-    (attention blocks only; entries rounded to 1e-4), or {} without one."""
-    if rep.direction is None:
-        return {}
-    P = 2 * K
-    y = np.zeros(kernels.state_size(P))
-    y[: 6 * P * P] = rep.direction[: 6 * P * P]
-    S, A, B, _ = kernels.unpack(y)
-    return {f"{X}{HEADS[h]}": np.round(M[h], 4).tolist() for X, M in (("S", S), ("A", A), ("B", B))
-            for h in range(2)}
-
-
-def _matrix_lines(name: str, M, K: int) -> list[str]:
-    f = feature_labels(K)
-    what = "rows: key feature, columns: query feature" if name[0] == "S" else "symmetric"
-    lines = [f"  {name} ({what})", "        " + "".join(f"{b:>8s}" for b in f)]
-    for a, row in zip(f, M):
-        lines.append(f"  {a:>6s}" + "".join(f"{v:+8.3f}" for v in row))
-    return lines
+def format_simultaneous(out: dict) -> str:
+    lines = [f"escape: the simultaneous schedule's plateau before the scores move, K={out['K']}, L={out['L']}, "
+             f"eta={out['eta']} (GD), end: max |S| >= {out['theta']}",
+             "saddles: (S, A, B) = 0 with the neurons of the neuron-only run at each step (they move: the growth "
+             "rate is not constant)"]
+    if out["n_kink_steps"]:
+        lines.append(f"KINKS: pre-activations at the ReLU kink at {out['n_kink_steps']} step(s) of the neuron run "
+                     f"(first: {out['kink_steps'][:5]}); the attention block's linearisation at (S, A, B) = 0 only "
+                     f"uses G(w~), computed with the ReLU'(0) convention there")
+    lines.append("growth rate of the linearised attention block along the neurons: "
+                 + ", ".join(f"t={r['t']}: {r['growth_rate']:.4g}" for r in out["growth_rate_along_neurons"]))
+    lines.append(f"{'omega':>8s} {'T measured':>11s} {'T linear':>9s} {'offset':>7s} {'slope meas.':>11s} "
+                 f"{'slope lin.':>10s} {'local 2/rate':>12s}")
+    for r in out["rows"]:
+        sm = r.get("slope_measured_from_previous")
+        sp = r.get("slope_predicted_from_previous")
+        lines.append(f"{r['omega']:8.2g} {r['T_measured']:11.6g} {r['T_predicted_linear']:9.6g} {r['offset']:7.4g} "
+                     f"{'' if sm is None else f'{sm:.4g}':>11s} {'' if sp is None else f'{sp:.4g}':>10s} "
+                     f"{r['local_slope_predicted']:12.4g}")
+    lines.append("(slopes: dT/dlog(1/omega) between this omega and the previous one; offset: the nonlinear end of "
+                 "the escape, not in the linear prediction)")
+    return "\n".join(lines) + "\n"
 
 
 def format_report(out: dict, n_leading: int = 8) -> str:
@@ -461,7 +512,7 @@ def _clean(o):
 
 
 def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json_path: str | None = None,
-        eps: float = 1e-6, print_fn=print) -> int:
+        eps: float = 1e-6, omegas=None, theta: float = 0.1, print_fn=print) -> int:
     """``meanfield mixture escape``: the report on stdout, the numbers as JSON.
     Bad input raises ConfigError (one line naming the field)."""
     import json
@@ -469,8 +520,10 @@ def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json
 
     from ..config import ConfigError
 
-    if stage not in ("2", "3"):
-        raise ConfigError(f"stage: must be one of 2, 3; got {stage!r}")
+    if stage not in ("2", "3", "simultaneous"):
+        raise ConfigError(f"stage: must be one of 2, 3, simultaneous; got {stage!r}")
+    if stage == "simultaneous" and run_path is not None:
+        raise ConfigError("from: --stage simultaneous runs its own neuron trajectory and omega runs; drop --from")
     if json_path is not None and not str(json_path).endswith(".json"):
         raise ConfigError(f"json: must be a path ending in .json, got {json_path!r}")
     y_at = {}
@@ -497,7 +550,10 @@ def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json
     elif cfg.dense:
         raise ConfigError("config: the escape report works on the fast path (orthonormal features, one neuron "
                           "per head); this config needs the dense path")
-    if stage == "2":
+    if stage == "simultaneous":
+        out = simultaneous(cfg, omegas if omegas is not None else (1e-4, 1e-3, 1e-2, 1e-1), theta=theta)
+        text = format_simultaneous(out)
+    elif stage == "2":
         y1, t1 = y_at[1] if 1 in y_at else stage1_end(cfg)
         out = stage2(cfg, y1, t1, eps=eps)
         text = format_report(out)
