@@ -5,7 +5,10 @@ training at infinite width, the gradient flow of Algorithm 1, and one
 finite-width run (m = 256), then writes into ``out``: the HDF5 run files, the
 Figure-1 style PNGs of each run and ``summary.md``, which states the story
 (neurons align, consistent samples separate after stage 1, inconsistent ones
-after stage 2, the loss goes to zero) next to the numbers that show it.
+after stage 2, the loss goes to zero) next to the numbers that show it, and
+explains each run's outcome (:func:`outcome`), the finite-width one included:
+there two inconsistent samples end with both heads' ReLUs inactive and stay
+at margin 0 (the dead-ReLU mechanism of ``meanfield.mixture.robustness``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ RUNS = {
 QUICK = {"three_stage", "simultaneous"}
 #: a margin counts as positive above this (round-off sits at ~1e-16)
 TOL = 1e-8
+#: the stage-time margin level (``meanfield.mixture.stagetimes``)
+TOL_LEVEL = 0.1
 
 
 def story_checks(run) -> list[tuple[str, bool, str]]:
@@ -60,6 +65,55 @@ def story_checks(run) -> list[tuple[str, bool, str]]:
     loss0, loss1 = float(run["loss"][0]), float(run["loss"][-1])
     out.append(("the loss goes towards 0", loss1 < 0.05 * loss0, f"loss {loss0:.4g} -> {loss1:.4g}"))
     return out
+
+
+def outcome(run, cfg) -> list[str]:
+    """Why the run ends the way it does, in a few sentences (markdown lines):
+    which samples are solved, the role of the exactly symmetric start, and
+    for a run that leaves samples at margin 0 the dead-ReLU mechanism
+    (``meanfield.mixture.robustness``)."""
+    from .robustness import explain, mechanism
+
+    mech = mechanism(run, cfg.relu_prime_at_zero)
+    c = np.asarray(run["samples"]["consistent"]).astype(bool)
+    m = np.asarray(run["margin"], float)
+    i1 = _stage_end_index(run, 1)
+    lines = ["**Outcome.** " + explain(mech) + "."]
+    if cfg.width is None:
+        t = np.asarray(run["t"], float)
+        reach = np.flatnonzero(m[:, ~c].min(axis=1) >= TOL_LEVEL)
+        t_sep = f"t = {t[reach[0]]:g}" if reach.size else "never"
+        three = cfg.schedule == "three-stage" and i1 is not None
+        lines.append(
+            "Why: the start is exactly symmetric (infinite width: S = 0, A = B = omega^2 I; zero neurons), so at "
+            "t = 0 every pre-activation sits at the ReLU kink u = 0, where ReLU'(0) = 1 counts it active, and "
+            "the two heads stay mirror images of each other. "
+            + (f"With attention frozen in stage 1, u+ = u- on every inconsistent sample, so its margin is exactly "
+               f"0 at the end of the neuron stage (largest |margin| {np.abs(m[i1][~c]).max():.2g} at T1 = "
+               f"{float(t[i1]):g}); " if three else
+               "Trained together, the neurons learn first and the inconsistent samples' margins stay near 0 "
+               "(u+ and u- differ only through the slowly growing attention scores); ")
+            + f"the attention scores S+[c_k, v_k] then separate them (all inconsistent margins >= {TOL_LEVEL:g} at "
+            f"{t_sep}).")
+    else:
+        u0 = mech["stuck"][0] if mech["stuck"] else None
+        lines.append(
+            f"Why: at width m = {cfg.width} the sampled attention init (W_K, W_Q entries N(0, omega^2/m)) is "
+            f"the symmetric start moved by about omega^2/sqrt(m) = {cfg.omega ** 2 / np.sqrt(cfg.width):.1g}. "
+            "That is enough: "
+            + ("the zero neurons move off the kink u = 0 in an asymmetric direction, and the inconsistent "
+               f"sample(s) {', '.join(s['description'] for s in mech['stuck'])} end with u < 0 on BOTH heads "
+               f"(e.g. u+ = {u0['u_plus_end']:.2g}, u- = {u0['u_minus_end']:.2g}): ReLU' = 0 there, so they send "
+               "no gradient to the neurons or the attention and stay at margin 0 for good; the loss stops at "
+               f"{mech['loss_end']:.4g} (2 of 8 samples at log 2 / 8 each is 0.173). Any perturbation of the "
+               "symmetric start does this (`meanfield mixture study robustness`: neuron init, attention init, "
+               "a random orthonormal embedding, eps from 1e-12 to 1e-2); a positive neuron init (e.g. "
+               "`--neuron-init const:0.01,0.01,0,0`: every pre-activation starts on the active side) restores the "
+               "story, several neurons per head make it likely (the study's phase diagram)."
+               if u0 is not None else
+               "this seed escapes the dead-ReLU trap (see `meanfield mixture study robustness` for how often "
+               "perturbed starts do)."))
+    return lines
 
 
 def demo(out: Path, quick: bool = False) -> int:
@@ -89,6 +143,7 @@ def demo(out: Path, quick: bool = False) -> int:
                 parts.append(f"| {claim} | {'yes' if ok else '**NO**'} | {nums} |")
                 worst = max(worst, 0 if ok else 1)
             parts.append("")
+        parts += outcome(run, cfg) + [""]
         body = summary_markdown(path).split("\n", 1)[1]  # drop its own title
         parts += [body.strip(), "", "Figures: " + ", ".join(f"[{f.name}]({name}/{f.name})" for f in figs), ""]
     summary = out / "summary.md"

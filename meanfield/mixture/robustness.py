@@ -178,14 +178,18 @@ def _dense(cfg) -> dict:
 # ------------------------------------------------------------------ mechanism
 
 
-def mechanism(run) -> dict:
+def mechanism(run, relu_prime_at_zero: float | None = None) -> dict:
     """Solved or not, and why: the stuck samples (margin < the level at the
-    end), their pre-activations, the kink and dead-ReLU sets over time."""
+    end), their pre-activations, the kink and dead-ReLU sets over time.
+    ``run``: an in-memory run (dict) or a run file (``meanfield.io.Run``)."""
     m = np.asarray(run["margin"], float)
     t = np.asarray(run["t"], float)
     smp = run["samples"]
     clean = ~(np.asarray(smp["flipped"]).astype(bool) if "flipped" in smp else np.zeros(m.shape[1], bool))
-    r0 = float(run["attrs"].get("relu_prime_at_zero", 1.0))
+    if relu_prime_at_zero is None:
+        attrs = run["attrs"] if isinstance(run, dict) else getattr(run, "attrs", {})
+        relu_prime_at_zero = attrs.get("relu_prime_at_zero", 1.0)
+    r0 = float(relu_prime_at_zero)
     if "u_neurons" in run:
         U = np.asarray(run["u_neurons"], float)         # (T, n, 2, neurons)
     else:
