@@ -374,6 +374,28 @@ def format_simultaneous(out: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def direction_blocks(rep: escape.EscapeReport, K: int) -> dict:
+    """The growing direction as named matrices {"S+": P x P nested lists, ...}
+    (attention blocks only; entries rounded to 1e-4), or {} without one."""
+    if rep.direction is None:
+        return {}
+    P = 2 * K
+    y = np.zeros(kernels.state_size(P))
+    y[: 6 * P * P] = rep.direction[: 6 * P * P]
+    S, A, B, _ = kernels.unpack(y)
+    return {f"{X}{HEADS[h]}": np.round(M[h], 4).tolist() for X, M in (("S", S), ("A", A), ("B", B))
+            for h in range(2)}
+
+
+def _matrix_lines(name: str, M, K: int) -> list[str]:
+    f = feature_labels(K)
+    what = "rows: key feature, columns: query feature" if name[0] == "S" else "symmetric"
+    lines = [f"  {name} ({what})", "        " + "".join(f"{b:>8s}" for b in f)]
+    for a, row in zip(f, M):
+        lines.append(f"  {a:>6s}" + "".join(f"{v:+8.3f}" for v in row))
+    return lines
+
+
 def format_report(out: dict, n_leading: int = 8) -> str:
     """Human-readable escape report."""
     r = out
@@ -402,9 +424,12 @@ def format_report(out: dict, n_leading: int = 8) -> str:
         lines.append(f"predicted slope dT/dlog(1/omega): flow 2/lambda = {r['slope_flow']:.6g}; GD (exact map, "
                      f"mu = {r['mu']:.8g}) 2 eta/ln mu = {r['slope_gd']:.6g}; GD first order "
                      f"2 eta/ln(1 + eta lambda) = {r['slope_gd_first_order']:.6g}")
-        lines.append(f"projection of the initial state (A = B = omega^2 I) on the top eigenspace: "
-                     f"a = {r['projection']:.6g} x omega^2")
-        if "manifold" in r:
+        lines.append(f"projection of the initial attention state ((S, A, B) at t = 0, = (0, I, I) x omega^2 at "
+                     f"infinite width) on the top eigenspace: a = {r['projection']:.6g} x omega^2")
+        if "manifold" in r and not math.isfinite(r["manifold"]["t_eps"]):
+            lines.append(f"intercept: along the unstable manifold from eps = {r['manifold']['eps']:g} the criterion "
+                         f"{r['criterion']} never fired within the horizon: no intercept")
+        elif "manifold" in r:
             m = r["manifold"]
             lines.append(f"intercept: along the unstable manifold from eps = {m['eps']:g}, the criterion "
                          f"{r['criterion']} fires after {m['t_eps']:.6g}; T2 - T1 = slope log(1/omega) + "
