@@ -70,6 +70,8 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of config fields (flags override it)")
     p.add_argument("--force", action="store_true",
                    help="run even when the estimated memory or time (from the config) is beyond this machine")
+    p.add_argument("--force", action="store_true",
+                   help="run even when the estimated memory or time (from the config) is beyond this machine")
     for flag, field in RUN_FLAGS.items():
         p.add_argument(flag, dest=field, default=None, metavar=field.upper() if len(field) > 1 else field,
                        help=RUN_HELP.get(flag))
@@ -134,6 +136,11 @@ def _cmd_derive(args) -> int:
     K = _int_arg("K", args.K, 2)
     L = _int_arg("L", args.L, 2)
     fmts = ["latex", "json", "python"] if args.format == "all" else [args.format]
+    from .guard import check_output_dir, derive_estimate
+
+    if args.out:
+        check_output_dir(args.out, "out")
+    derive_estimate(K, L, fmts, args.reduce_symmetry, force=args.force)
     render, write = symbolic.render, symbolic.write
     if args.reduce_symmetry:
         from .mixture import symmetry
@@ -156,8 +163,10 @@ def _int_arg(name, v, lo):
 
 
 def _cmd_plot(args) -> int:
+    from .guard import check_output_dir
     from .mixture.plot import plot_run
 
+    check_output_dir(args.out, "out")
     try:
         files = plot_run(Path(args.run), Path(args.out))
     except (FileNotFoundError, ValueError) as e:
@@ -172,6 +181,9 @@ def _cmd_check(args) -> int:
 
     from .report import gating
 
+    from .guard import check_output_dir
+
+    check_output_dir(args.out, "out")
     claims, report = check_suite(Path(args.out), quick=args.quick)
     gate = gating(claims)
     print("the paper's claims (proved / shown; the exit code depends on these):")
@@ -215,9 +227,19 @@ def _cmd_sweep(args) -> int:
     from .mixture.config import MixtureConfig, make_config
     from .sweep import SweepSpec, parse_params, run_sweep, sweep_paths
 
+    from .guard import check_mixture_size, check_output_dir, check_output_file
+
     base = _base_from_args(args)
-    make_config(base)  # the base must be valid on its own
+    base_cfg = make_config(base)  # the base must be valid on its own
     params = parse_params(args.param or [], [f.name for f in dataclasses.fields(MixtureConfig)])
+    if str(args.out).endswith(".json"):
+        check_output_file(args.out, "out", (".json",))
+    else:
+        check_output_dir(args.out, "out")
+    n_points = 1
+    for v in params.values():
+        n_points *= len(v)
+    check_mixture_size(base_cfg, args.force, copies=n_points)
     from .ensemble_cli import chunked_requested, cmd_sweep
 
     if chunked_requested(args):  # chunks of batched trajectories, one sweep.h5 (meanfield.ensemble)
@@ -242,6 +264,11 @@ def _cmd_width_sweep(args) -> int:
     if base.get("width") not in (None, "inf"):
         raise ConfigError("width: not with width-sweep (use --widths)")
     pm = as_int("particles_up_to", args.particles_up_to, lo=0)
+    from .guard import check_mixture_size, check_output_file
+    from .mixture.config import make_config
+
+    check_output_file(args.out, "out", (".h5", ".hdf5"))
+    check_mixture_size(make_config({**base, "width": max(widths)}), args.force, copies=len(widths) * seeds + 1)
     s = width_sweep(base, widths, seeds, Path(args.out), tol_rel=tol, workers=_workers(args),
                     progress=not args.quiet, log=(lambda *a: None) if args.quiet else print, particles_up_to=pm,
                     backend=args.backend)
@@ -265,6 +292,11 @@ def _cmd_construct(args) -> int:
     beta = as_float("beta", args.beta, nonneg=True)
     b = as_float("b", args.b, positive=True)
     d = as_int("d", args.d, lo=2 * K) if args.d is not None else None
+    from .guard import check_output_file, construct_estimate
+
+    if args.out:
+        check_output_file(args.out, "out", (".h5", ".hdf5"))
+    construct_estimate(K, L, d or 2 * K, force=args.force)
     r = construct(K, L, beta=beta, b=b, d=d)
     print(f"Lemma 6.1 construction, K={K}, L={L}: two heads, width m = {2 * K}, ambient d = {r['d']}, "
           f"beta = {beta:g}, b = {b:g}")
@@ -287,7 +319,21 @@ def _cmd_construct(args) -> int:
 
 def _cmd_study(args) -> int:
     from .config import as_int, as_list
+    from .guard import check_output_dir
     from .mixture import studies
+
+    # one rule for inapplicable options: a flag the chosen study ignores is an error naming it
+    k_only = {"K": args.K, "L": args.L, "steps": args.steps, "widths": args.widths, "seeds": args.seeds}
+    if args.name != "k-mixtures":
+        for k, v in k_only.items():
+            if v is not None:
+                raise ConfigError(f"{k}: not used by study {args.name} (only by study k-mixtures)")
+    elif args.quick:
+        raise ConfigError("quick: not used by study k-mixtures (set --K, --steps, --widths, --seeds instead)")
+    check_output_dir(args.out if args.name == "k-mixtures" or args.out != "runs/study_k_mixtures"
+                     else f"runs/study_{args.name}", "out")
+    args.K, args.L, args.steps = args.K or "3,4,8", args.L or "3", args.steps or "4000"
+    args.widths, args.seeds = args.widths or "16,64,256,1024,4096", args.seeds or "4"
 
     if args.name == "robustness":
         from .mixture.robustness import robustness_study
@@ -319,8 +365,10 @@ def _cmd_study(args) -> int:
 
 
 def _cmd_demo(args) -> int:
+    from .guard import check_output_dir
     from .mixture.demo import demo
 
+    check_output_dir(args.out, "out")
     return demo(Path(args.out), quick=args.quick)
 
 
@@ -343,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     top.add_argument("--version", action="version", version=f"meanfield {__version__}")
+    top.add_argument("-v", "--verbose", action="store_true",
+                     help="more messages; on an internal error (exit 70) print the traceback")
     top.add_argument("-v", "--verbose", action="store_true",
                      help="more messages; on an internal error (exit 70) print the traceback")
     systems = top.add_subparsers(dest="system", required=True, parser_class=_Parser)
@@ -372,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--L", default="3")
     d.add_argument("--format", choices=["latex", "json", "python", "all"], default="latex")
     d.add_argument("--out", help="write files to this folder instead of printing")
+    d.add_argument("--force", action="store_true", help="run even when the estimated time is too large")
     d.add_argument("--reduce-symmetry", action="store_true",
                    help="exact symmetry reduction (group of the default config, orbit variables, closed ODE); "
                         "JSON reports counts.independent and counts.full")
@@ -424,6 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--b", default="1", help="neuron scale")
     co.add_argument("--d", default=None, help="ambient dimension (>= 2K; default 2K)")
     co.add_argument("--out", default=None, help="write the weights to this HDF5 file")
+    co.add_argument("--force", action="store_true", help="run even when the estimated memory or time is too large")
     co.set_defaults(func=_cmd_construct)
 
     st = verbs.add_parser("study", help="studies beyond the paper, each a report with figures")
@@ -434,11 +486,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "(several neurons per head), label-noise; robustness: perturbations of the symmetric "
                          "start, solved fraction, mechanism, phase diagram")
     st.add_argument("--quick", action="store_true", help="extension studies: fewer points")
-    st.add_argument("--K", default="3,4,8", help="group counts")
-    st.add_argument("--L", default="3")
-    st.add_argument("--steps", default="4000")
-    st.add_argument("--widths", default="16,64,256,1024,4096", help="finite widths for the asymmetry part")
-    st.add_argument("--seeds", default="4")
+    st.add_argument("--K", default=None, help="k-mixtures: group counts (default 3,4,8)")
+    st.add_argument("--L", default=None, help="k-mixtures: tokens per sample (default 3)")
+    st.add_argument("--steps", default=None, help="k-mixtures: GD steps (default 4000)")
+    st.add_argument("--widths", default=None,
+                    help="k-mixtures: finite widths for the asymmetry part (default 16,64,256,1024,4096)")
+    st.add_argument("--seeds", default=None, help="k-mixtures: seeds per width (default 4)")
     st.add_argument("--out", default="runs/study_k_mixtures")
     st.set_defaults(func=_cmd_study)
 

@@ -324,6 +324,36 @@ def check_mixture_size(cfg, force: bool = False, what: str = "size", particles_d
     return est
 
 
+def derive_estimate(K: int, L: int, fmts, reduce_symmetry: bool = False, force: bool = False) -> dict:
+    """Refuse a sympy derivation that would not finish. Cost model, timed on
+    this project's 2-core machine: the LaTeX / Python formats differentiate
+    every sample's pre-activation in every score variable, about
+    2.2e-3 s x n L^2 P^2 (K = 2, L = 3: 10 s; K = 3: 23 s); JSON only lists the
+    6 P^2 + 2 P variables (~1e-4 s each); the symmetry reduction tries every
+    group permutation and sign pattern, K! 4^K candidates (~7e-5 s each)."""
+    P = 2 * K
+    log_n = _log_n_samples(K, L)
+    secs = 2.0
+    if any(f in ("latex", "python") for f in fmts):
+        secs += 2.2e-3 * math.exp(min(log_n + math.log(L * L * P * P), 700.0))
+    secs += 1e-4 * (6.0 * P * P + 2 * P)
+    if reduce_symmetry:
+        secs += 7e-5 * math.exp(min(math.lgamma(K + 1) + K * math.log(4.0), 700.0))
+    est = {"bytes": 8.0 * 50 * math.exp(min(log_n, 700.0)) * L * P, "seconds": secs}
+    check_size(est, "size", force, f" (derive K={K}, L={L}: {math.exp(min(log_n, 700.0)):.3g} samples)")
+    return est
+
+
+def construct_estimate(K: int, L: int, d: int, force: bool = False) -> dict:
+    """Refuse a Lemma 6.1 check that would not fit: it evaluates the explicit
+    network on every sample, about 48 n L d bytes and 1.3e-7 n L d K seconds
+    (timed here: K = 8, L = 8, 434112 samples: 58 s, 2.4 GB)."""
+    n = math.exp(min(_log_n_samples(K, L), 700.0))
+    est = {"bytes": 48.0 * n * L * d, "seconds": 1.3e-7 * n * L * d * K}
+    check_size(est, "size", force, f" (construct K={K}, L={L}: {n:.3g} samples)")
+    return est
+
+
 # ------------------------------------------------------------------ signals
 
 
