@@ -254,3 +254,35 @@ def test_nothing_imports_dask_unless_asked():
             "meanfield.cli.build_parser(); print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
+
+
+SIM_ENSEMBLE = """
+import sys
+from meanfield.ensemble import EnsembleProblem, solve
+prob = EnsembleProblem({"steps": 12, "record_every": 2, "eta": 2.0},
+                       axes={"omega": [0.05, 0.3], "width": ["inf", 4], "schedule": ["simultaneous"]})
+r = solve(prob, sys.argv[1], backend="cuda", progress=False)
+assert r.status == "complete" and r.n_done == 4, r
+"""
+
+
+@pytest.mark.slow
+def test_cuda_backend_in_simulator_matches_cpu(tmp_path):
+    """The GPU path of the ensemble (batched CUDA kernel, chunks in this
+    process) in numba's CUDA simulator equals the CPU path to rounding
+    (about a minute on 2 busy cores: the simulator interprets the kernel)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", SIM_ENSEMBLE, str(tmp_path / "gpu")], capture_output=True, text=True,
+                       cwd=ROOT, env=env, timeout=300)
+    if r.returncode != 0 and "simulator" in r.stderr.lower() and "import" in r.stderr.lower():
+        pytest.skip(f"CUDA simulator not importable: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    prob = EnsembleProblem({"steps": 12, "record_every": 2, "eta": 2.0},
+                           axes={"omega": [0.05, 0.3], "width": ["inf", 4], "schedule": ["simultaneous"]})
+    cpu = solve(prob, tmp_path / "cpu", workers=1, progress=False)
+    g, c = load(tmp_path / "gpu" / "sweep.h5"), load(cpu.path)
+    assert g["attrs"]["backend"] == "cuda" and c["attrs"]["backend"] == "cpu"
+    np.testing.assert_array_equal(g["status"], c["status"])
+    np.testing.assert_array_equal(g["steps_end"], c["steps_end"])
+    for k in ("loss_end", "min_margin_end", "t_end"):
+        np.testing.assert_allclose(g[k], c[k], rtol=1e-12, atol=1e-14, err_msg=k)
