@@ -32,7 +32,7 @@ RUN_FLAGS = {
     "--record-log": "record_log", "--record-dt": "record_dt",
     "--label-prob": "label_prob", "--label-noise": "label_noise", "--feature-gram": "feature_gram",
     "--noise-sigma": "noise_sigma", "--n-train": "n_train", "--ambient-d": "ambient_d", "--data-seed": "data_seed",
-    "--n-neurons": "n_neurons",
+    "--n-neurons": "n_neurons", "--softmax-scale": "softmax_scale",
 }
 
 RUN_HELP = {
@@ -59,6 +59,8 @@ RUN_HELP = {
     "--n-train": "finite training set of N noisy sequences (empirical risk)",
     "--ambient-d": "ambient dimension of the training set's tokens (default 2K+4)",
     "--data-seed": "seed of the training set", "--n-neurons": "neurons per head (mean-field over neurons)",
+    "--softmax-scale": "1 (default) | 1/sqrt(m): the original model's logit factor (finite --width only); "
+                       "S, A, B are then recorded divided by sqrt(m)",
 }
 
 
@@ -68,8 +70,6 @@ BACKEND_HELP = ("cpu | cuda | auto: cuda runs batched trajectories on an NVIDIA 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of config fields (flags override it)")
-    p.add_argument("--force", action="store_true",
-                   help="run even when the estimated memory or time (from the config) is beyond this machine")
     p.add_argument("--force", action="store_true",
                    help="run even when the estimated memory or time (from the config) is beyond this machine")
     for flag, field in RUN_FLAGS.items():
@@ -393,8 +393,6 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"meanfield {__version__}")
     top.add_argument("-v", "--verbose", action="store_true",
                      help="more messages; on an internal error (exit 70) print the traceback")
-    top.add_argument("-v", "--verbose", action="store_true",
-                     help="more messages; on an internal error (exit 70) print the traceback")
     systems = top.add_subparsers(dest="system", required=True, parser_class=_Parser)
     mix = systems.add_parser("mixture", help="K-mixture of linear classification, two-headed transformer (seed 000)")
     verbs = mix.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -523,7 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="take the stage-1 (stage-2) end state from this three-stage run file instead of running")
     es.add_argument("--json", default=None, metavar="FILE.json", help="also write the numbers to this JSON file")
     es.add_argument("--eps", default="1e-6", help="start of the unstable-manifold run for the intercept")
-    es.add_argument("--omegas", default=None, help="--stage simultaneous: omegas to run and predict "
+    es.add_argument("--omegas", default=None, help="--stage 2: also run this omega sweep and compare its slope with "
+                                                    "the prediction; --stage simultaneous: omegas to run and predict "
                                                     "(default 1e-4,1e-3,1e-2,1e-1)")
     es.add_argument("--theta", default="0.1", help="--stage simultaneous: the scores have moved when max |S| >= THETA")
     es.set_defaults(func=_cmd_escape)

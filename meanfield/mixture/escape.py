@@ -483,6 +483,19 @@ def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6) 
 # ----------------------------------------------------- stage 3 and the CLI
 
 
+def format_sweep(r: dict) -> str:
+    lines = [f"omega sweep (three-stage GD, stage 2 ended by inconsistent_margin >= 0.1, exact step):",
+             f"{'omega':>8s} {'T2 - T1 measured':>17s} {'predicted':>10s}"]
+    for o, d, p in zip(r["omegas"], r["durations"], r["predicted_durations"]):
+        lines.append(f"{o:8.3g} {d:17.6g} {p:10.6g}")
+    lines.append(f"slope: measured {r['slope_measured']:.6g}, predicted {r['slope_predicted_gd']:.6g}; relative error "
+                 f"{100 * r['relative_error']:.3g}% against a tolerance of {100 * r['tolerance']:.3g}% (second mode "
+                 f"{100 * r['tolerance_parts']['second_mode']:.3g}%, O(omega^2) feedback "
+                 f"{100 * r['tolerance_parts']['feedback']:.3g}%, one-step resolution "
+                 f"{100 * r['tolerance_parts']['resolution']:.3g}%): {'PASS' if r['pass'] else 'FAIL'}")
+    return "\n".join(lines) + "\n"
+
+
 def stage3(cfg: MixtureConfig, y2: np.ndarray, t2: float, kink_tol: float = 1e-9) -> dict:
     """Stage 3 (neurons, or both with ``stage3 = "both"``) linearised at the
     end of stage 2, as it is: no saddle unless the stage-3 right-hand side
@@ -582,6 +595,15 @@ def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json
         y1, t1 = y_at[1] if 1 in y_at else stage1_end(cfg)
         out = stage2(cfg, y1, t1, eps=eps)
         text = format_report(out)
+        if omegas is not None:
+            if cfg.method != "gd":
+                raise ConfigError("omegas: the omega sweep of --stage 2 runs GD; use --method gd")
+            if len(omegas) < 2:
+                raise ConfigError("omegas: the omega sweep needs at least 2 values")
+            base = {k: v for k, v in cfg.to_dict().items() if k not in ("stage_criteria", "schedule")}
+            sw = stage2_constant(base, omegas, eps=eps)
+            out["sweep"] = {k: v for k, v in sw.items()}
+            text += format_sweep(sw)
     else:
         if 2 in y_at:
             y2, t2 = y_at[2]
