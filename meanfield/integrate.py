@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
-from scipy.optimize import brentq
 
 
 class System(Protocol):
@@ -334,6 +333,8 @@ class _FlowDriver:
                         if dense is not None:
                             def g(s):
                                 return system.criterion_value(dense(s), crit[0]) - crit[2]
+                            from scipy.optimize import brentq  # lazy: scipy only when an event is located
+
                             try:
                                 t_stop = brentq(g, t, t1, xtol=1e-14 * max(1.0, t1), rtol=4 * np.finfo(float).eps)
                             except ValueError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .description import Description
 from .reduce import derive_summary
-from .run import Run, run, run_to_file  # noqa: F401
+from .runs import Run, run, run_to_file  # noqa: F401
 
 
 def derive(desc: Description, latex: bool = True) -> dict:

@@ -23,10 +23,11 @@ MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
 
 def _param_fields() -> list[str]:
-    from ..mixture.config import MixtureConfig
+    # the mixture's flags (= MixtureConfig's fields) from the CLI table, so building the parser imports no numba
+    from ..cli import RUN_FLAGS
     from .description import RunParams
 
-    names = [f.name for f in dataclasses.fields(MixtureConfig)]
+    names = list(dict.fromkeys(RUN_FLAGS.values()))
     names += [f.name for f in dataclasses.fields(RunParams) if f.name not in names]
     return names
 
@@ -86,7 +87,7 @@ def _cmd_derive(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from .run import EXIT_CODES, run_to_file
+    from .runs import EXIT_CODES, run_to_file
 
     desc = description_from_args(args)
     out = Path(args.out)

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -517,9 +518,14 @@ def data_from_function(ref, args, features: tuple[str, ...]) -> Data:
         f = getattr(importlib.import_module(mod), fn)
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"data.function: cannot import {s} ({e})") from None
+    if not inspect.isfunction(f):
+        raise ConfigError(f"data.function: {s} must be a Python function (def) returning the data; got {type(f).__name__}")
     if not isinstance(args, dict):
         raise ConfigError("data.args: must be a table of keyword arguments")
-    out = f(features=features, **args)
+    try:
+        out = f(features=features, **args)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"data.function: {s}(features=..., **args) failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     if isinstance(out, Data):
         return out
     if not isinstance(out, dict) or "tokens" not in out or "target" not in out:
