@@ -560,6 +560,8 @@ def batchable(cfg: MixtureConfig) -> str | None:
 
     if cfg.dense:
         return ("the dense path (feature_gram, n_train or n_neurons > 1) is not batched; run it unbatched")
+    if cfg.softmax_scale != "1":
+        return "softmax_scale 1/sqrt(m) is not batched; run it unbatched"
     if cfg.method == "flow":
         return ("method flow (adaptive Dormand-Prince) is not batched; use method gd or rk4 (fixed step dt), "
                 "or run it unbatched")

@@ -395,10 +395,11 @@ SOURCES = {
 SETTINGS = {
     "quick": {"omegas": np.geomspace(1e-3, 0.3, 8), "widths": [64, 256, 1024, 4096, 16384], "etas": [0.2, 0.1, 0.05],
               "gd_flow_horizon": 20.0, "sim_steps": 4000, "stage_steps": (1000, 4000, 2000), "seeds": 4,
-              "ensemble_width": 16384, "ensemble_seeds": 8},
+              "ensemble_width": 16384, "ensemble_seeds": 8, "scale_widths": (16, 64, 256)},
     "full": {"omegas": np.geomspace(1e-3, 0.3, 16), "widths": [64, 256, 1024, 4096, 16384],
              "etas": [0.4, 0.2, 0.1, 0.05, 0.025], "gd_flow_horizon": 50.0, "sim_steps": 8000,
-             "stage_steps": (1000, 8000, 4000), "seeds": 8, "ensemble_width": 16384, "ensemble_seeds": 16},
+             "stage_steps": (1000, 8000, 4000), "seeds": 8, "ensemble_width": 16384, "ensemble_seeds": 16,
+             "scale_widths": (4, 16, 64, 256, 1024)},
 }
 
 
@@ -461,6 +462,11 @@ def check_suite(out: Path, quick: bool = False, log=print) -> tuple[list[Claim],
                      stage2_end="inconsistent_margin >= 0.1 (exact GD step)")
     c.figure = _omega_figure(out, c)
     claims.append(c)
+
+    from .softmax_scale import check_stage2_longer, stage2_durations
+
+    log(f"[check] the original 1/sqrt(m) softmax factor: stage 2 at m in {S['scale_widths']} ...")
+    claims.append(check_stage2_longer(stage2_durations(S["scale_widths"], (0, 1), base), c.numbers.get("slope")))
 
     log("[check] stage-2 constant: the slope predicted at the saddle against omega sweeps (source: expected) ...")
     from .escape import stage2_constant_claim

@@ -63,6 +63,10 @@ class MixtureConfig:
     (``meanfield.mixture.dense``); there the infinite-width init A = B =
     omega^2 I holds in an orthonormal basis of the features, so in feature
     coordinates A = B = omega^2 Gamma.
+    softmax_scale: ``1`` (the paper's revised model, default) or ``1/sqrt(m)``
+    (the original version: logits divided by sqrt(m), finite width only; the
+    run records S, A, B divided by sqrt(m), see
+    ``meanfield.mixture.softmax_scale``).
     """
 
     K: int = 2
@@ -99,6 +103,7 @@ class MixtureConfig:
     ambient_d: int | None = None
     data_seed: int = 0
     n_neurons: int = 1
+    softmax_scale: str = "1"
 
     @property
     def dense(self) -> bool:
@@ -304,4 +309,12 @@ def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
         out["ambient_d"] = None
     out["data_seed"] = as_int("data_seed", d["data_seed"], lo=0)
     out["n_neurons"] = as_int("n_neurons", d["n_neurons"], lo=1)
+    out["softmax_scale"] = as_choice("softmax_scale", str(d["softmax_scale"]).replace(" ", ""), ("1", "1/sqrt(m)"))
+    if out["softmax_scale"] != "1":
+        if out["width"] is None:
+            raise ConfigError("softmax_scale: 1/sqrt(m) needs a finite width m (give width; at infinite width the "
+                              "logits would vanish); allowed: 1, 1/sqrt(m)")
+        if out["feature_gram"] is not None or out["n_train"] is not None or out["n_neurons"] > 1:
+            raise ConfigError("softmax_scale: 1/sqrt(m) runs on the paper's data with one neuron per head only "
+                              "(not with feature_gram, n_train or n_neurons > 1); allowed there: 1")
     return MixtureConfig(**out)

@@ -509,6 +509,9 @@ def _check_cfg(cfg: MixtureConfig, d: int | None) -> int:
                           "(orthonormal features, one neuron per head); use the default for these fields")
     if cfg.method != "gd":
         raise ConfigError(f"method: the particle sampler runs gradient descent only (method = gd), got {cfg.method!r}")
+    if cfg.softmax_scale != "1":
+        raise ConfigError(f"softmax_scale: the particle sampler implements 1 only, got {cfg.softmax_scale!r}; "
+                          "run the reduced dynamics (meanfield mixture run) for 1/sqrt(m)")
     d = default_d(cfg.K) if d is None else d
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < cfg.P:
         raise ConfigError(f"d: the ambient dimension must be an integer >= 2K = {cfg.P}, got {d!r}")

@@ -121,6 +121,11 @@ def run(cfg: MixtureConfig, y0: np.ndarray | None = None, monitor: integrate.Mon
 
         return dense.run(cfg, y0, monitor)
     samples = samples_of(cfg)
+    if cfg.softmax_scale != "1":  # the original 1/sqrt(m) model, in scaled variables
+        from .softmax_scale import system_and_state
+
+        system, y = system_and_state(cfg, samples, y0)
+        return solver(cfg).solve(system, y, stages(cfg), save_at(cfg), monitor)
     system = MixtureSystem(samples, cfg.relu_prime_at_zero, cfg.max_abs)
     y = initial_state(cfg) if y0 is None else np.asarray(y0, dtype=np.float64)
     return solver(cfg).solve(system, y, stages(cfg), save_at(cfg), monitor)
