@@ -622,9 +622,36 @@ def _num(name: str, v) -> float | None:
     try:
         f = float(v)
     except (TypeError, ValueError):
+        if isinstance(v, str) and v.strip() and name in ("tmin", "tmax"):
+            # a stage time of the run (T1, T2, T_loss, T3, Tend1..3) or an expression of such
+            # names, e.g. "T2 + 100": syntax checked now, evaluated once the run is read
+            try:
+                _Parser(v).parse_value()
+            except BoundError as e:
+                raise BoundError(f"{name}: must be a number or a stage time such as T1, T2, T2 + 100 ({e})") from None
+            return v.strip()
         raise BoundError(f"{name}: must be a number, got {v!r}") from None
     if math.isnan(f):
         raise BoundError(f"{name}: must be a number, got {v!r}")
+    return f
+
+
+def _resolve_time(name: str, v, run) -> float | None:
+    """``tmin`` / ``tmax``: a number, or a constant expression of the run's
+    stage times (``T2``, ``T2 + 100``) evaluated on this run."""
+    v = _num(name, v)
+    if not isinstance(v, str):
+        return v
+    try:
+        arr = values(v, run)
+    except BoundError as e:
+        raise BoundError(f"{name}: {e}") from None
+    if arr.size and not np.all(arr == arr[0]):
+        raise BoundError(f"{name}: {v!r} changes over the run; give a number or a stage time (T1, T2, T_loss, T3, "
+                         "Tend1..3)")
+    f = float(arr[0]) if arr.size else math.nan
+    if math.isnan(f):
+        raise BoundError(f"{name}: {v!r} is not defined for this run")
     return f
 
 
@@ -675,6 +702,7 @@ def evaluate(bound: Bound | str, run, during: str = "all", tmin=None, tmax=None)
     env = _Env(run, p.fail)
     _check(bound.tree, env)
     d = _check_during(during)
+    tmin, tmax = _resolve_time("tmin", tmin, run), _resolve_time("tmax", tmax, run)
     mask = select(run, d, tmin, tmax)
     n = int(mask.sum())
     if n == 0:
@@ -728,6 +756,12 @@ def _read(path):
     system = run.attrs.get("system")
     if system != "mixture":
         raise ConfigError(f"{path}: bounds apply to mixture runs; this run's system is {system!r}")
+    from .guard import validate_mixture_run
+
+    try:
+        validate_mixture_run(run, path)  # shapes and the config attribute; names the wrong field
+    except ConfigError as e:
+        raise ConfigError(f"run: {e}") from None
     return run
 
 
@@ -782,7 +816,7 @@ def load_bounds(path: str | Path, during: str = "all", tmin=None, tmax=None) -> 
             lo, hi = _num("tmin", tab.get("tmin", tmin)), _num("tmax", tab.get("tmax", tmax))
         except BoundError as e:
             raise BoundError(f"{where}: {e}") from None
-        if lo is not None and hi is not None and lo > hi:
+        if isinstance(lo, float) and isinstance(hi, float) and lo > hi:
             raise BoundError(f"{where}: tmin ({lo:g}) must be <= tmax ({hi:g})")
         out.append((name, expr, d, lo, hi))
     return out
@@ -796,6 +830,9 @@ def format_result(name: str, result: BoundResult) -> str:
     if result.tmax is not None:
         sel += f", t<={result.tmax:g}"
     label = _one_line(name, 80)
+    if math.isnan(result.worst_slack):
+        return (f"UNDEFINED {label}: not a number at t={result.t_worst:.6g} (the run's values are NaN or infinite "
+                f"there; {result.n_violations} of {result.n_times} times fail or are undefined, {sel})")
     if result.holds:
         return (f"HOLDS     {label}: worst slack {result.worst_slack:+.4g} at t={result.t_worst:.6g} "
                 f"({result.n_times} times, {sel})")
@@ -821,7 +858,7 @@ def run_bounds_cli(run_path, exprs_or_file, during: str | None = "all", tmin=Non
     stream = sys.stdout if stream is None else stream
     d = _check_during(during)
     lo, hi = _num("tmin", tmin), _num("tmax", tmax)
-    if lo is not None and hi is not None and lo > hi:
+    if isinstance(lo, float) and isinstance(hi, float) and lo > hi:
         raise BoundError(f"tmin ({lo:g}) must be <= tmax ({hi:g})")
     items: list = []
     if exprs_or_file is not None:
@@ -846,4 +883,26 @@ def run_bounds_cli(run_path, exprs_or_file, during: str | None = "all", tmin=Non
     n_bad = sum(not r.holds for _, r in results)
     if len(results) > 1:
         print(f"{len(results) - n_bad} of {len(results)} bounds hold", file=stream)
+    for note in run_notes(run):
+        print(f"note: {note}", file=stream)
     return 0 if n_bad == 0 else 1
+
+
+def run_notes(run) -> list[str]:
+    """What a HOLDS / VIOLATED line cannot say by itself: the run did not
+    complete (diverged, interrupted), and a bound is checked at the recorded
+    times only."""
+    notes = []
+    attrs = getattr(run, "attrs", {}) or {}
+    status = attrs.get("status", "complete")
+    if status != "complete":
+        notes.append(f"this run's status is {status} ({_one_line(attrs.get('message', ''), 120)}): the bounds "
+                     "cover its records up to where it stopped, not the run it was meant to be")
+    t = np.asarray(run["t"], dtype=np.float64)
+    step = np.asarray(run["step"]) if "step" in run else None
+    method = (getattr(run, "config", {}) or {}).get("method", attrs.get("method", "gd"))
+    if method == "gd" and step is not None and step.size > 1 and np.all(np.diff(step) <= 1):
+        return notes  # every GD step is recorded: nothing between records
+    notes.append(f"checked at the {t.size} recorded times only (between records a bound is not checked; "
+                 "record more densely, e.g. --record-every 1, to check every GD step)")
+    return notes

@@ -54,8 +54,9 @@ def _load(path):
     missing = [k for k in _REQUIRED if k not in run]
     if missing:
         raise ValueError(f"{path}: mixture run file lacks dataset(s) {', '.join(missing)}")
-    if "consistent" not in run["samples"]:
-        raise ValueError(f"{path}: mixture run file lacks samples/consistent")
+    from ..guard import validate_mixture_run
+
+    validate_mixture_run(run, path)  # shapes and the config attribute; names the wrong field
     return run
 
 
