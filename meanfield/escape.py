@@ -313,7 +313,8 @@ def linearise(saddle: Saddle, delta: np.ndarray | None = None, power: float = 2.
             rep.rate2_gd, _ = _second(clm, d, lambda z: math.log(max(abs(z), 1e-300)) / saddle.eta)
     if rep.direction is not None and saddle.names is not None:
         names = [saddle.names[i] for i in np.flatnonzero(mask)]
-        order = np.argsort(-np.abs(rep.direction), kind="stable")[:n_leading]
+        # ties (symmetric directions) keep the state's order: round away the last digits first
+        order = np.argsort(-np.round(np.abs(rep.direction), 9), kind="stable")[:n_leading]
         rep.leading = [(names[i], float(rep.direction[i])) for i in order]
     grows = (rep.lam is not None and rep.lam > 0) or (rep.mu is not None and rep.mu > 1)
     if kinks:

@@ -437,6 +437,12 @@ def format_report(out: dict, n_leading: int = 8) -> str:
         lines.append("top eigenvector (growing direction, unit norm), leading variables: "
                      + ", ".join(f"{n} {v:+.3f}" for n, v in r["leading"][:n_leading]))
         blocks = r.get("direction_blocks") or {}
+        f = feature_labels(r["K"])
+        for X, what in (("S", "scores"), ("A", "key self-scores"), ("B", "query self-scores")):
+            ent = [(f"{X}{h}[{f[a]},{f[b]}]", blocks[f"{X}{h}"][a][b]) for h in HEADS if f"{X}{h}" in blocks
+                   for a in range(len(f)) for b in range(len(f)) if X == "S" or a <= b]
+            ent.sort(key=lambda e: -round(abs(e[1]), 3))
+            lines.append(f"  leading {what}: " + ", ".join(f"{n} {v:+.3f}" for n, v in ent[:6]))
         for name in ("S+", "B+", "A+"):
             if name in blocks:
                 lines += _matrix_lines(name, blocks[name], r["K"])
