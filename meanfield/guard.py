@@ -354,6 +354,45 @@ def construct_estimate(K: int, L: int, d: int, force: bool = False) -> dict:
     return est
 
 
+# Induction system: one full-batch gradient costs about 1.9e-8 s per (sequence x position) at the
+# default H = M = 3 (README, `bench_induction.py`: 19 ms for 10,000 sequences of L = 100).
+_T_IND = 1.9e-8
+
+
+def induction_estimate(cfg) -> dict:
+    """Estimated memory (bytes) and time (s) of an induction run from its config."""
+    L = float(cfg.L)
+    Lt = float(cfg.L_test or cfg.L)
+    n = float(cfg.n_train or 0)
+    heads = max(1.0, cfg.H * cfg.M / 9.0)
+    seqs = 8.0 * (n * (L + 1) + float(cfg.n_test) * (Lt + 1) + float(cfg.batch) * (L + 1))
+    mem = 6.0 * seqs * heads
+    if cfg.method == "gd":
+        steps = float(sum(cfg.phase_steps) if cfg.schedule == "three-phase" else cfg.steps)
+    elif cfg.method == "rk4" and cfg.dt:
+        H = sum(cfg.phase_times) if cfg.schedule == "three-phase" and cfg.phase_times else (cfg.t_end or 0.0)
+        steps = 4.0 * float(H) / cfg.dt
+    else:
+        steps = 0.0
+    per = n if cfg.sampling == "fixed" else float(cfg.batch)
+    return {"bytes": mem, "seconds": steps * _T_IND * per * L * heads, "steps": steps}
+
+
+def check_induction_size(cfg, force: bool = False) -> dict:
+    est = induction_estimate(cfg)
+    check_size(est, "size", force, f" (induction: {cfg.n_train} sequences of L = {cfg.L}, {est['steps']:.3g} steps)")
+    return est
+
+
+def induction_data_estimate(N: int, d: int, L: int, n_parents: int, kernels: bool, force: bool = False) -> dict:
+    """``induction data``: tokens N (L + 1) int64, kernels N d^(|pa| + 1) floats;
+    generation about 3.2e-8 s per token (README: 32 ms for 10,000 x 100)."""
+    k = float(d) ** (n_parents + 1) if kernels else 0.0
+    est = {"bytes": 3.0 * 8.0 * float(N) * ((L + 1) + k), "seconds": 3.2e-8 * float(N) * (L + 1 + k)}
+    check_size(est, "size", force, f" (induction data: {N} sequences of L = {L})")
+    return est
+
+
 # ------------------------------------------------------------------ run files that open but are wrong
 
 

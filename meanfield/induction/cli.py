@@ -90,17 +90,19 @@ def config_from_args(args):
 
 
 def _check_out(out: str) -> Path:
-    p = Path(out)
-    if p.suffix not in (".h5", ".hdf5"):
-        raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {out!r}")
-    return p
+    from ..guard import check_output_file  # before the work: directory, parent a file, unwritable folder
+
+    return check_output_file(out, "out", (".h5", ".hdf5"))
 
 
 def cmd_run(args) -> int:
     from .run import EXIT_CODES, run_to_file
 
+    from ..guard import check_induction_size
+
     cfg = config_from_args(args)
     out = _check_out(args.out)
+    check_induction_size(cfg, args.force)
     traj, path = run_to_file(cfg, out, progress=not args.quiet)
     print(f"{path}: {traj.status}: {traj.message}")
     if traj.status == "diverged":
@@ -124,6 +126,9 @@ def cmd_data(args) -> int:
     seed = tuple(as_int("seed", v, lo=0) for v in as_list("seed", args.seed))
     if not seed:
         raise ConfigError("seed: needs at least one non-negative integer")
+    from ..guard import induction_data_estimate
+
+    induction_data_estimate(N, d, L, len(pa), args.kernels, force=args.force)
     ds = generate(N, d, L, pa, alpha, seed, kernels=args.kernels)
     path = save_data(out, ds)
     print(f"{path}: {ds.N} sequences, d={d}, L={L}, pa={tuple(sorted(pa))}, alpha={alpha:g}, seed={seed}"
@@ -140,6 +145,10 @@ def cmd_chi2(args) -> int:
     from .config import make_config
     from .theory import candidate_lags, chi2_table
 
+    if args.json:
+        from ..guard import check_output_file
+
+        check_output_file(args.json, "json")  # before the work
     data = load_toml(args.config) if args.config else {}
     data = {k: v for k, v in data.items() if k in CHI2_FIELDS}
     with warnings.catch_warnings():
@@ -173,7 +182,9 @@ def cmd_chi2(args) -> int:
             i = res.subsets.index(S)
             print(f"{r:>4}  {'{' + ','.join(map(str, S)) + '}':<12} {m[i]:>12.6g} {se[i]:>10.2g}")
     if args.json:
-        p = Path(args.json)
+        from ..guard import check_output_file
+
+        p = check_output_file(args.json, "json")
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(res.to_dict(), indent=2))
         print(f"\n{p}")
@@ -183,7 +194,10 @@ def cmd_chi2(args) -> int:
 def cmd_check(args) -> int:
     from .claims import check_suite
 
+    from ..guard import check_output_dir
+
     base = {"seed": as_int("seed", args.seed, lo=0)} if args.seed is not None else None
+    check_output_dir(args.out, "out")
     claims, report = check_suite(Path(args.out), quick=args.quick, base=base,
                                  log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
     for c in claims:
@@ -193,8 +207,10 @@ def cmd_check(args) -> int:
 
 
 def cmd_plot(args) -> int:
+    from ..guard import check_output_dir
     from .plot import plot_run
 
+    check_output_dir(args.out, "out")
     try:
         files = plot_run(Path(args.run), Path(args.out))
     except (FileNotFoundError, ValueError) as e:
@@ -213,6 +229,8 @@ def add_parser(systems):
     add_run_flags(r)
     r.add_argument("--out", default="runs/induction.h5", help="output run file (.h5), written atomically")
     r.add_argument("--quiet", action="store_true", help="no progress line")
+    r.add_argument("--force", action="store_true",
+                   help="run even when the estimated memory or time (from the config) is beyond this machine")
     r.set_defaults(func=cmd_run)
 
     g = verbs.add_parser("data", help="generate a fixed data set of n-gram sequences and write it to HDF5")
@@ -224,6 +242,7 @@ def add_parser(systems):
     g.add_argument("--seed", default="0", help="seed (an int, or comma-separated ints: SeedSequence entropy)")
     g.add_argument("--kernels", action="store_true", help="also store every sequence's kernel (N, d**|pa|, d)")
     g.add_argument("--out", default="runs/induction_data.h5", help="output data file (.h5)")
+    g.add_argument("--force", action="store_true", help="generate even when the estimated size is too large")
     g.set_defaults(func=cmd_data)
 
     x = verbs.add_parser("chi2", help="modified chi-square MI of every lag subset from the exact stationary laws; S*")
