@@ -21,6 +21,7 @@ tracemalloc peak) at 10^4 and 10^5 points (target: flat). Targets are
 reported PASS / MISS, never asserted.
 
 Usage:  .venv/bin/python benchmarks/bench_ensemble.py [--points 100000] [--subset 200] [--keep DIR]
+            [--cluster-points N]  (run (c) on fewer points, e.g. 10000 on a busy machine; said so in the output)
 (``--points`` scales the seed axis: 10^5 -> 100 seeds; 10^4 -> 10.)
 """
 
@@ -76,6 +77,9 @@ def main() -> int:
     ap.add_argument("--points", type=int, default=100_000)
     ap.add_argument("--subset", type=int, default=200, help="points of (a), extrapolated")
     ap.add_argument("--keep", default=None, help="keep the sweep folders here")
+    ap.add_argument("--cluster-points", type=int, default=None,
+                    help="run (c) on this many points of the grid (fewer seeds; default: all); when it is a tenth "
+                         "of --points its sweep is also the 10^4-point input of the reduce-memory measurement")
     a = ap.parse_args()
     from meanfield.ensemble import EnsembleProblem, solve
     from meanfield.sweep import SweepSpec, run_sweep
@@ -123,13 +127,16 @@ def main() -> int:
     except ImportError:
         print("(c) skipped: dask.distributed is not installed (pip install 'meanfield[dask]')")
     else:
+        probc = EnsembleProblem(BASE, axes=axes(a.cluster_points or N))
+        Nc = probc.size
         t0 = time.perf_counter()
-        rc = solve(prob, work / "c", scheduler="local:2", chunk_size=rb.chunk_size, progress=True)
+        rc = solve(probc, work / "c", scheduler="local:2", chunk_size=rb.chunk_size, progress=True)
         tc = time.perf_counter() - t0
-        assert rc.status == "complete" and rc.n_done == N, rc
-        rate_c = N / tc
-        print(f"(c) chunked, dask LocalCluster of 2 one-thread workers: {N} points in {tc:.1f} s = "
-              f"{rate_c:.1f} trajectories/s (same chunk size)")
+        assert rc.status == "complete" and rc.n_done == Nc, rc
+        rate_c = Nc / tc
+        print(f"(c) chunked, dask LocalCluster of 2 one-thread workers: {Nc} points" +
+              (f" (the first {len(axes(Nc)['seed'])} seeds of the grid)" if Nc < N else "") +
+              f" in {tc:.1f} s = {rate_c:.1f} trajectories/s (same chunk size)")
 
     ratio = rate_b / rate_a
     print(f"(b)/(a) = {ratio:.1f}x  (target >= 50x: {'PASS' if ratio >= 50 else 'MISS'}; (a) extrapolated from "
@@ -141,8 +148,11 @@ def main() -> int:
 
     # reduce memory at 10^4 vs 10^5 points
     small = EnsembleProblem(BASE, axes=axes(max(1, N // 10)))
-    solve(small, work / "small", workers=ncpu, progress=False)
-    m_small = reduce_memory(work / "small")
+    if rate_c is not None and Nc == small.size:
+        m_small = reduce_memory(work / "c")  # the cluster's sweep is the small grid
+    else:
+        solve(small, work / "small", workers=ncpu, progress=False)
+        m_small = reduce_memory(work / "small")
     m_big = reduce_memory(work / "b")
     for n, m in ((small.size, m_small), (N, m_big)):
         print(f"reduce of {n} points: peak RSS grew by {m['rss_growth_kib'] / 1024:.1f} MiB (peak "
