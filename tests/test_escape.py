@@ -277,3 +277,25 @@ def test_simultaneous_plateau_linear_prediction():
     # the slope is not constant: lambda grows with the neurons, so the local slope falls with T
     assert out["rows"][0]["local_slope_predicted"] < out["rows"][1]["local_slope_predicted"]
     assert out["n_kink_steps"] >= 1  # zero neurons at t = 0 sit at the kink: reported
+
+
+def test_stage2_run_grows_along_the_predicted_direction():
+    """The full nonlinear stage-2 run (numba GD, omega = 1e-3) points along the
+    linearisation's growing direction once the growing part dominates: at the
+    first record with |(S, A, B)| >= 1e-2 the cosine is >= 0.999 (expected
+    deviations there: non-growing part omega^2 |delta| / 1e-2 = 4e-4, second
+    mode (4e-6 / 1e-2)^(1 - lambda2/lambda1) = 0.02, nonlinear O(1e-2); each
+    enters 1 - cos at second order)."""
+    from meanfield.mixture.run import run
+
+    cfg = make_config({"K": 2, "L": 3, "omega": 1e-3, "eta": 0.5}, schedule="three-stage",
+                      stage_steps=(300, 600, 0), record_every=1)
+    out = mesc.stage2(cfg, intercept=False)
+    d = out["_report"].direction
+    n_att = 6 * cfg.P * cfg.P
+    Y = run(cfg).arrays()["y"][:, :n_att]
+    norms = np.linalg.norm(Y, axis=1)
+    k = int(np.flatnonzero(norms >= 1e-2)[0])
+    assert k > 300  # in stage 2
+    assert abs(Y[k] @ d) / norms[k] >= 0.999
+    assert abs(Y[300] @ d) / norms[300] < 0.5  # at the start it is the initial state, not the direction
