@@ -80,7 +80,6 @@ import functools
 import math
 import re
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -774,16 +773,15 @@ def load_bounds(path: str | Path, during: str = "all", tmin=None, tmax=None) -> 
     Returns a list of ``(name, text, during, tmin, tmax)``; ``during`` / ``tmin`` /
     ``tmax`` given here are the defaults of tables that omit them. Every
     expression is parsed; any problem is a one-line :class:`BoundError`."""
+    from .guard import read_config_text  # size cap (/dev/zero), UTF-8, nesting depth
+
     p = Path(path)
+    if not p.exists():
+        raise BoundError(f"bounds file not found: {p}")
     try:
-        with open(p, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise BoundError(f"bounds file not found: {p}") from None
-    except IsADirectoryError:
-        raise BoundError(f"bounds file is a directory: {p}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise BoundError(f"{p}: malformed TOML: {_one_line(e)}") from None
+        data = read_config_text(p, "bounds file")
+    except ConfigError as e:
+        raise BoundError(str(e)) from None
     extra = [k for k in data if k != "bound"]
     if extra:
         raise BoundError(f"{p}: unknown top-level key '{extra[0]}'; a bounds file holds [[bound]] tables only")

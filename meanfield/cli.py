@@ -74,6 +74,8 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="run even when the estimated memory or time (from the config) is beyond this machine")
     p.add_argument("--force", action="store_true",
                    help="run even when the estimated memory or time (from the config) is beyond this machine")
+    p.add_argument("--force", action="store_true",
+                   help="run even when the estimated memory or time (from the config) is beyond this machine")
     for flag, field in RUN_FLAGS.items():
         p.add_argument(flag, dest=field, default=None, metavar=field.upper() if len(field) > 1 else field,
                        help=RUN_HELP.get(flag))
@@ -148,6 +150,11 @@ def _cmd_derive(args) -> int:
     if args.out:
         check_output_dir(args.out, "out")
     derive_estimate(K, L, fmts, args.reduce_symmetry, force=args.force)
+    from .guard import check_output_dir, derive_estimate
+
+    if args.out:
+        check_output_dir(args.out, "out")
+    derive_estimate(K, L, fmts, args.reduce_symmetry, force=args.force)
     render, write = symbolic.render, symbolic.write
     if args.reduce_symmetry:
         from .mixture import symmetry
@@ -188,6 +195,9 @@ def _cmd_check(args) -> int:
 
     from .report import gating
 
+    from .guard import check_output_dir
+
+    check_output_dir(args.out, "out")
     from .guard import check_output_dir
 
     check_output_dir(args.out, "out")
@@ -272,6 +282,11 @@ def _cmd_width_sweep(args) -> int:
     if base.get("width") not in (None, "inf"):
         raise ConfigError("width: not with width-sweep (use --widths)")
     pm = as_int("particles_up_to", args.particles_up_to, lo=0)
+    from .guard import check_mixture_size, check_output_file
+    from .mixture.config import make_config
+
+    check_output_file(args.out, "out", (".h5", ".hdf5"))
+    check_mixture_size(make_config({**base, "width": max(widths)}), args.force, copies=len(widths) * seeds + 1)
     from .guard import check_mixture_size, check_output_file
     from .mixture.config import make_config
 
@@ -408,6 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="more messages; on an internal error (exit 70) print the traceback")
     top.add_argument("-v", "--verbose", action="store_true",
                      help="more messages; on an internal error (exit 70) print the traceback")
+    top.add_argument("-v", "--verbose", action="store_true",
+                     help="more messages; on an internal error (exit 70) print the traceback")
     systems = top.add_subparsers(dest="system", required=True, parser_class=_Parser)
     mix = systems.add_parser("mixture", help="K-mixture of linear classification, two-headed transformer (seed 000)")
     verbs = mix.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -435,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--L", default="3")
     d.add_argument("--format", choices=["latex", "json", "python", "all"], default="latex")
     d.add_argument("--out", help="write files to this folder instead of printing")
+    d.add_argument("--force", action="store_true", help="run even when the estimated time is too large")
     d.add_argument("--force", action="store_true", help="run even when the estimated time is too large")
     d.add_argument("--force", action="store_true", help="run even when the estimated time is too large")
     d.add_argument("--reduce-symmetry", action="store_true",
@@ -489,6 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--b", default="1", help="neuron scale")
     co.add_argument("--d", default=None, help="ambient dimension (>= 2K; default 2K)")
     co.add_argument("--out", default=None, help="write the weights to this HDF5 file")
+    co.add_argument("--force", action="store_true", help="run even when the estimated memory or time is too large")
     co.add_argument("--force", action="store_true", help="run even when the estimated memory or time is too large")
     co.add_argument("--force", action="store_true", help="run even when the estimated memory or time is too large")
     co.set_defaults(func=_cmd_construct)
@@ -553,13 +572,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "verb", None) == "plot" and args.out is None:
-        args.out = str(Path(args.run).with_suffix("")) + "_figures"
     from .guard import barrier  # one line for every failure, exit 2 / 130 / 70, never a traceback
 
-    return barrier(lambda: args.func(args), verbose=getattr(args, "verbose", False))
+    def command():
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if getattr(args, "verb", None) == "plot" and args.out is None:
+            args.out = str(Path(args.run).with_suffix("")) + "_figures"
+        return args.func(args)
+
+    words = sys.argv[1:] if argv is None else list(argv)
+    return barrier(command, verbose=bool(words) and words[0] in ("-v", "--verbose"))
 
 
 if __name__ == "__main__":  # pragma: no cover

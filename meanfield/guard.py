@@ -452,6 +452,45 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+class deferred_signals:
+    """Hold SIGINT / SIGTERM back while a file is being written (seconds at
+    most), then hand a signal that arrived meanwhile to the handler that was
+    in place (a run's monitor sets its stop flag; otherwise KeyboardInterrupt).
+    So a signal during the final write leaves the complete file, not a
+    half-written temporary. A no-op outside the main thread."""
+
+    def __enter__(self):
+        import threading
+
+        self.got = None
+        self.old = {}
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self.old[sig] = signal.signal(sig, self._hold)
+            except (ValueError, OSError):  # pragma: no cover
+                pass
+        return self
+
+    def _hold(self, signum, frame):
+        self.got = (signum, frame)
+
+    def __exit__(self, *exc):
+        for sig, old in self.old.items():
+            signal.signal(sig, old)
+        if self.got is not None:
+            signum, frame = self.got
+            old = self.old.get(signum)
+            if callable(old):
+                old(signum, frame)
+            elif old == signal.SIG_DFL and signum == signal.SIGTERM:
+                raise KeyboardInterrupt(f"signal {signum}")
+            elif old != signal.SIG_IGN:
+                raise KeyboardInterrupt(f"signal {signum}")
+        return False
+
+
 def terminate_as_interrupt() -> None:
     """SIGTERM raises KeyboardInterrupt (as SIGINT does), so a terminated
     command unwinds through the same clean-up and exits 130."""
@@ -474,11 +513,25 @@ def barrier(call, verbose: bool = False) -> int:
     exit 2; out of memory -> one line, exit 2; anything else is a bug: one line
     ``internal error``, exit 70, and the traceback with ``-v`` or
     ``MEANFIELD_DEBUG=1``."""
+    debug = verbose or os.environ.get("MEANFIELD_DEBUG", "") not in ("", "0")
+    try:
+        old_term = signal.getsignal(signal.SIGTERM)
+    except ValueError:  # pragma: no cover
+        old_term = None
+    terminate_as_interrupt()
+    try:
+        return _barrier_body(call, debug)
+    finally:
+        if old_term is not None:
+            try:
+                signal.signal(signal.SIGTERM, old_term)
+            except (ValueError, TypeError):  # pragma: no cover
+                pass
+
+
+def _barrier_body(call, debug: bool) -> int:
     import sys
     import traceback
-
-    debug = verbose or os.environ.get("MEANFIELD_DEBUG", "") not in ("", "0")
-    terminate_as_interrupt()
 
     def say(msg):
         try:

@@ -52,18 +52,22 @@ def _write_group(g: h5py.Group, content: dict[str, Any]) -> None:
 def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any]) -> Path:
     """Write an HDF5 file atomically (tmp file in the same folder, then rename):
     root attributes and datasets / groups (name -> array or dict)."""
+    from .guard import clean_stale_tmp, deferred_signals
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_tmp(path)  # left by a killed run at this path
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            for k, v in attrs.items():
-                f.attrs[k] = _attr(v)
-            _write_group(f, data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with deferred_signals():  # a signal now is handled once the file is whole
+        try:
+            with h5py.File(tmp, "w") as f:
+                for k, v in attrs.items():
+                    f.attrs[k] = _attr(v)
+                _write_group(f, data)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
     return path
 
 
@@ -72,25 +76,29 @@ def write_run(path: str | Path, *, system: str, config: dict, status: str, messa
     """Write a run file atomically. ``data``: name -> array, or name -> dict (a group)."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+    from .guard import clean_stale_tmp, deferred_signals
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_tmp(path)  # left by a killed run at this path
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["format_version"] = FORMAT_VERSION
-            f.attrs["system"] = system
-            f.attrs["meanfield_version"] = __version__
-            f.attrs["config"] = json.dumps(config, sort_keys=True)
-            f.attrs["status"] = status
-            f.attrs["message"] = message
-            for k, v in (attrs or {}).items():
-                f.attrs[k] = _attr(v)
-            _write_group(f, data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with deferred_signals():  # a signal now is handled once the file is whole
+        try:
+            with h5py.File(tmp, "w") as f:
+                f.attrs["format"] = FORMAT
+                f.attrs["format_version"] = FORMAT_VERSION
+                f.attrs["system"] = system
+                f.attrs["meanfield_version"] = __version__
+                f.attrs["config"] = json.dumps(config, sort_keys=True)
+                f.attrs["status"] = status
+                f.attrs["message"] = message
+                for k, v in (attrs or {}).items():
+                    f.attrs[k] = _attr(v)
+                _write_group(f, data)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
     return path
 
 
