@@ -72,10 +72,6 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of config fields (flags override it)")
     p.add_argument("--force", action="store_true",
                    help="run even when the estimated memory or time (from the config) is beyond this machine")
-    p.add_argument("--force", action="store_true",
-                   help="run even when the estimated memory or time (from the config) is beyond this machine")
-    p.add_argument("--force", action="store_true",
-                   help="run even when the estimated memory or time (from the config) is beyond this machine")
     for flag, field in RUN_FLAGS.items():
         p.add_argument(flag, dest=field, default=None, metavar=field.upper() if len(field) > 1 else field,
                        help=RUN_HELP.get(flag))
@@ -145,16 +141,6 @@ def _cmd_derive(args) -> int:
     if args.out:
         check_output_dir(args.out, "out")
     derive_estimate(K, L, fmts, args.reduce_symmetry, force=args.force)
-    from .guard import check_output_dir, derive_estimate
-
-    if args.out:
-        check_output_dir(args.out, "out")
-    derive_estimate(K, L, fmts, args.reduce_symmetry, force=args.force)
-    from .guard import check_output_dir, derive_estimate
-
-    if args.out:
-        check_output_dir(args.out, "out")
-    derive_estimate(K, L, fmts, args.reduce_symmetry, force=args.force)
     render, write = symbolic.render, symbolic.write
     if args.reduce_symmetry:
         from .mixture import symmetry
@@ -195,12 +181,6 @@ def _cmd_check(args) -> int:
 
     from .report import gating
 
-    from .guard import check_output_dir
-
-    check_output_dir(args.out, "out")
-    from .guard import check_output_dir
-
-    check_output_dir(args.out, "out")
     from .guard import check_output_dir
 
     check_output_dir(args.out, "out")
@@ -282,16 +262,6 @@ def _cmd_width_sweep(args) -> int:
     if base.get("width") not in (None, "inf"):
         raise ConfigError("width: not with width-sweep (use --widths)")
     pm = as_int("particles_up_to", args.particles_up_to, lo=0)
-    from .guard import check_mixture_size, check_output_file
-    from .mixture.config import make_config
-
-    check_output_file(args.out, "out", (".h5", ".hdf5"))
-    check_mixture_size(make_config({**base, "width": max(widths)}), args.force, copies=len(widths) * seeds + 1)
-    from .guard import check_mixture_size, check_output_file
-    from .mixture.config import make_config
-
-    check_output_file(args.out, "out", (".h5", ".hdf5"))
-    check_mixture_size(make_config({**base, "width": max(widths)}), args.force, copies=len(widths) * seeds + 1)
     from .guard import check_mixture_size, check_output_file
     from .mixture.config import make_config
 
@@ -421,10 +391,6 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"meanfield {__version__}")
     top.add_argument("-v", "--verbose", action="store_true",
                      help="more messages; on an internal error (exit 70) print the traceback")
-    top.add_argument("-v", "--verbose", action="store_true",
-                     help="more messages; on an internal error (exit 70) print the traceback")
-    top.add_argument("-v", "--verbose", action="store_true",
-                     help="more messages; on an internal error (exit 70) print the traceback")
     systems = top.add_subparsers(dest="system", required=True, parser_class=_Parser)
     mix = systems.add_parser("mixture", help="K-mixture of linear classification, two-headed transformer (seed 000)")
     verbs = mix.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -452,8 +418,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--L", default="3")
     d.add_argument("--format", choices=["latex", "json", "python", "all"], default="latex")
     d.add_argument("--out", help="write files to this folder instead of printing")
-    d.add_argument("--force", action="store_true", help="run even when the estimated time is too large")
-    d.add_argument("--force", action="store_true", help="run even when the estimated time is too large")
     d.add_argument("--force", action="store_true", help="run even when the estimated time is too large")
     d.add_argument("--reduce-symmetry", action="store_true",
                    help="exact symmetry reduction (group of the default config, orbit variables, closed ODE); "
@@ -507,8 +471,6 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--b", default="1", help="neuron scale")
     co.add_argument("--d", default=None, help="ambient dimension (>= 2K; default 2K)")
     co.add_argument("--out", default=None, help="write the weights to this HDF5 file")
-    co.add_argument("--force", action="store_true", help="run even when the estimated memory or time is too large")
-    co.add_argument("--force", action="store_true", help="run even when the estimated memory or time is too large")
     co.add_argument("--force", action="store_true", help="run even when the estimated memory or time is too large")
     co.set_defaults(func=_cmd_construct)
 
