@@ -110,10 +110,19 @@ def test_config_errors():
         make_config({}, width=8, softmax_scale="1/m")
     with pytest.raises(ConfigError, match="softmax_scale"):
         make_config({}, width=8, softmax_scale="1/sqrt(m)", n_neurons=2)
-    from meanfield.mixture.particles import make_particles
 
-    with pytest.raises(ConfigError, match="softmax_scale"):
-        make_particles(make_config({}, width=8, softmax_scale="1/sqrt(m)"))
+
+def test_particles_honour_the_scale():
+    """The explicit network (particle sampler, factor in its logits) against the reduced run."""
+    from meanfield.mixture.particles import run_particles
+
+    cfg = make_config({}, width=8, seed=1, softmax_scale="1/sqrt(m)", neuron_init="const:0.01,0.01,0,0",
+                      steps=300, record_every=30)
+    a = run_particles(cfg, threads=1).arrays()["y"]
+    b = run(cfg).arrays()["y"]
+    assert a.shape == b.shape and np.abs(a - b).max() < 1e-10
+    plain = run_particles(make_config(cfg.to_dict() | {"softmax_scale": "1"}), threads=1).arrays()["y"]
+    assert np.abs(unpack(plain[-1])[3] - unpack(a[-1])[3]).max() > 1e-3
 
 
 def test_cli_refuses_infinite_width(tmp_path):

@@ -350,7 +350,7 @@ def _check(S, dA, dB, wt, max_abs):
 
 @njit(cache=True)
 def gd_advance_particles(WK, WQ, w, E, KE, QE, fresh, nsteps, eta, idx, sgn, lab, weight, consistent, r0,
-                         train_w, train_att, crit_kind, crit_op, crit_thresh, max_abs):
+                         train_w, train_att, crit_kind, crit_op, crit_thresh, max_abs, logit_scale=1.0):
     """Up to ``nsteps`` full-batch GD steps of the explicit network, in place.
 
     WK, WQ (2, m, d), w (2, d): the weights; E (d, P); KE, QE (2, m, P): W E,
@@ -360,7 +360,9 @@ def gd_advance_particles(WK, WQ, w, E, KE, QE, fresh, nsteps, eta, idx, sgn, lab
     code, loss) with code 0 all done, 1 criterion holds, 2 non-finite, 3 an
     entry of the projected state (S, A, B, w~) would exceed ``max_abs``; with
     codes 2 and 3 the refused step is undone (attention weights to rounding,
-    their projections KE, QE exactly).
+    their projections KE, QE exactly). ``logit_scale``: the factor c in
+    front of the attention logits (softmax_scale; the network sees c S and
+    dLoss/dS = c G).
     """
     H, m, d = WK.shape
     P = E.shape[1]
@@ -400,9 +402,21 @@ def gd_advance_particles(WK, WQ, w, E, KE, QE, fresh, nsteps, eta, idx, sgn, lab
     dBn = np.empty((H, P))
     wn = np.empty_like(w)
     wtn = np.empty((H, P))
+    Sc = np.empty((H, P, P))
     k = 0
     while True:
-        loss = network(S, wt, idx, sgn, lab, weight, r0, u, margin, G, dwt)
+        if logit_scale == 1.0:
+            loss = network(S, wt, idx, sgn, lab, weight, r0, u, margin, G, dwt)
+        else:
+            for h in range(H):
+                for a in range(P):
+                    for b in range(P):
+                        Sc[h, a, b] = logit_scale * S[h, a, b]
+            loss = network(Sc, wt, idx, sgn, lab, weight, r0, u, margin, G, dwt)
+            for h in range(H):
+                for a in range(P):
+                    for b in range(P):
+                        G[h, a, b] *= logit_scale
         if not np.isfinite(loss):
             return k, 2, loss
         if crit_kind != 0:
@@ -447,9 +461,10 @@ def gd_advance_particles(WK, WQ, w, E, KE, QE, fresh, nsteps, eta, idx, sgn, lab
 
 
 @njit(cache=True)
-def loss_and_gradients(WK, WQ, w, E, idx, sgn, lab, weight, r0):
+def loss_and_gradients(WK, WQ, w, E, idx, sgn, lab, weight, r0, logit_scale=1.0):
     """(loss, dLoss/dW_K, dLoss/dW_Q (2, m, d), dLoss/dw (2, d), margin (n,), u (n, 2), dw~ (2, P))
-    of the explicit network (allocating; for the flow right-hand side and tests)."""
+    of the explicit network (allocating; for the flow right-hand side and tests); logits times
+    ``logit_scale``."""
     H, m, d = WK.shape
     P = E.shape[1]
     n = idx.shape[0]
@@ -466,7 +481,15 @@ def loss_and_gradients(WK, WQ, w, E, idx, sgn, lab, weight, r0):
     margin = np.empty(n)
     G = np.empty((H, P, P))
     dwt = np.empty((H, P))
+    for h in range(H):
+        for a in range(P):
+            for b in range(P):
+                S[h, a, b] *= logit_scale
     loss = network(S, wt, idx, sgn, lab, weight, r0, u, margin, G, dwt)
+    for h in range(H):
+        for a in range(P):
+            for b in range(P):
+                G[h, a, b] *= logit_scale
     gK = np.zeros((H, m, d))
     gQ = np.zeros((H, m, d))
     gw = np.zeros((H, d))
@@ -509,9 +532,6 @@ def _check_cfg(cfg: MixtureConfig, d: int | None) -> int:
                           "(orthonormal features, one neuron per head); use the default for these fields")
     if cfg.method != "gd":
         raise ConfigError(f"method: the particle sampler runs gradient descent only (method = gd), got {cfg.method!r}")
-    if cfg.softmax_scale != "1":
-        raise ConfigError(f"softmax_scale: the particle sampler implements 1 only, got {cfg.softmax_scale!r}; "
-                          "run the reduced dynamics (meanfield mixture run) for 1/sqrt(m)")
     d = default_d(cfg.K) if d is None else d
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < cfg.P:
         raise ConfigError(f"d: the ambient dimension must be an integer >= 2K = {cfg.P}, got {d!r}")
@@ -603,11 +623,15 @@ class ParticleSystem:
     particle state ``y = [W_K (2, m, d), W_Q (2, m, d), w (2, d)]`` (row-major;
     see :meth:`state` / :meth:`views`). ``mode`` is ``(train_w, train_att)``.
     Fine for small m (every record copies the whole state); for real runs
-    :class:`ProjectedParticles` keeps the weights and exposes their projection."""
+    :class:`ProjectedParticles` keeps the weights and exposes their projection.
+    ``logit_scale`` c (softmax_scale): the logits are c X_i^T W_K^T W_Q X_l, and
+    the projection reports c S, c A, c B (the variables of the reduced run,
+    ``meanfield.mixture.softmax_scale``)."""
 
     def __init__(self, samples: SampleSet, E: np.ndarray, m: int, relu_prime_at_zero: float = 1.0,
-                 max_abs: float = math.inf, threads: int | None = None):
+                 max_abs: float = math.inf, threads: int | None = None, logit_scale: float = 1.0):
         self.samples = samples
+        self.logit_scale = float(logit_scale)
         self.E = np.ascontiguousarray(E, dtype=np.float64)
         self.d, self.P = self.E.shape
         self.m = int(m)
@@ -631,7 +655,12 @@ class ParticleSystem:
 
     def project(self, y) -> np.ndarray:
         with _threads(self.threads):
-            return projected_state(self.E, *self.views(np.ascontiguousarray(y)))
+            return self._scaled(projected_state(self.E, *self.views(np.ascontiguousarray(y))))
+
+    def _scaled(self, z: np.ndarray) -> np.ndarray:
+        if self.logit_scale != 1.0:
+            z[: 6 * self.P * self.P] *= self.logit_scale
+        return z
 
     def _advance(self, WK, WQ, w, KE, QE, fresh, nsteps, eta, mode, criterion):
         s = self.samples
@@ -640,7 +669,7 @@ class ParticleSystem:
             done, code, _ = gd_advance_particles(WK, WQ, w, self.E, KE, QE, fresh, int(nsteps), float(eta),
                                                  s.idx, s.sgn, s.y, s.weight, s.consistent,
                                                  self.relu_prime_at_zero, bool(mode[0]), bool(mode[1]), kind, op,
-                                                 thr, self.max_abs)
+                                                 thr, self.max_abs, self.logit_scale)
         return int(done), int(code)
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
@@ -653,7 +682,8 @@ class ParticleSystem:
         s = self.samples
         WK, WQ, w = self.views(np.ascontiguousarray(y, dtype=np.float64))
         with _threads(self.threads):
-            return loss_and_gradients(WK, WQ, w, self.E, s.idx, s.sgn, s.y, s.weight, self.relu_prime_at_zero)
+            return loss_and_gradients(WK, WQ, w, self.E, s.idx, s.sgn, s.y, s.weight, self.relu_prime_at_zero,
+                                      self.logit_scale)
 
     def rhs(self, y, mode):
         """Gradient flow: minus the gradient of the trained blocks."""
@@ -699,7 +729,7 @@ class ProjectedParticles:
                 project_rows(self.WK, ET, self.KE)
                 project_rows(self.WQ, ET, self.QE)
                 self._fresh = False
-            return _pack_projection(self.E, self.KE, self.QE, self.w)
+            return self.psys._scaled(_pack_projection(self.E, self.KE, self.QE, self.w))
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         out = self.psys._advance(self.WK, self.WQ, self.w, self.KE, self.QE, self._fresh, nsteps, eta, mode,
@@ -728,7 +758,9 @@ def make_particles(cfg: MixtureConfig, d: int | None = None, embed_seed: int | N
     from .run import samples_of
 
     samples = samples_of(cfg)  # group weights, label probability, label noise
-    psys = ParticleSystem(samples, E, cfg.width, cfg.relu_prime_at_zero, cfg.max_abs, threads)
+    from .softmax_scale import logit_scale
+
+    psys = ParticleSystem(samples, E, cfg.width, cfg.relu_prime_at_zero, cfg.max_abs, threads, logit_scale(cfg))
     return ProjectedParticles(psys, WK, WQ, w)
 
 
