@@ -61,6 +61,17 @@ print(json.dumps({"rss_growth_kib": after - before, "rss_peak_kib": after, "trac
 """
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its finished (waited-for) descendants."""
+    import resource
+
+    t = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        t += r.ru_utime + r.ru_stime
+    return t
+
+
 def axes(n_points: int) -> dict:
     seeds = max(1, n_points // (len(OMEGA) * len(ETA)))
     return {"omega": OMEGA, "eta": ETA, "seed": list(range(seeds))}
@@ -75,7 +86,7 @@ def reduce_memory(folder: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", type=int, default=100_000)
-    ap.add_argument("--subset", type=int, default=200, help="points of (a), extrapolated")
+    ap.add_argument("--subset", type=int, default=300, help="points of (a), extrapolated")
     ap.add_argument("--keep", default=None, help="keep the sweep folders here")
     ap.add_argument("--cluster-points", type=int, default=None,
                     help="run (c) on this many points of the grid (fewer seeds; default: all); when it is a tenth "
@@ -101,24 +112,25 @@ def main() -> int:
     sub = {"omega": OMEGA[:no], "eta": [str(x) for x in ETA[:ne]], "seed": [str(s) for s in range(ns)]}
     n_a = len(sub["omega"]) * len(sub["eta"]) * len(sub["seed"])
     run_sweep(SweepSpec(BASE, {"omega": [0.1]}, work / "warm"), workers=1, progress=False)  # numba cache warm
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     idx = run_sweep(SweepSpec(BASE, sub, work / "a"), workers=ncpu, progress=False)
-    ta = time.perf_counter() - t0
+    ta, ca = time.perf_counter() - t0, cpu_seconds() - c0
     assert idx["n_done"] == n_a
     rate_a = n_a / ta
     print(f"(a) one task per point, {ncpu} processes: {n_a} points (a subset of the grid) in {ta:.1f} s = "
-          f"{rate_a:.1f} trajectories/s; extrapolated to {N} points: {N / rate_a / 3600:.2f} h")
+          f"{rate_a:.1f} trajectories/s; extrapolated to {N} points: {N / rate_a / 3600:.2f} h; "
+          f"{ca / n_a * 1e3:.1f} CPU-ms per trajectory")
     shutil.rmtree(work / "a", ignore_errors=True)
 
     # (b) chunks of batched trajectories, local processes
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     rb = solve(prob, work / "b", workers=ncpu, progress=True)
-    tb = time.perf_counter() - t0
+    tb, cb = time.perf_counter() - t0, cpu_seconds() - c0
     assert rb.status == "complete" and rb.n_done == N, rb
     rate_b = N / tb
     print(f"(b) chunked, {ncpu} local processes: {N} points in {tb:.1f} s = {rate_b:.1f} trajectories/s "
           f"({rb.n_chunks} chunks of {rb.chunk_size}; probe {rb.seconds_per_trajectory * 1e3:.2f} ms per "
-          f"trajectory on one thread)")
+          f"trajectory on one thread); {cb / N * 1e3:.2f} CPU-ms per trajectory")
 
     # (c) a 2-worker dask LocalCluster
     rate_c = None
@@ -129,22 +141,27 @@ def main() -> int:
     else:
         probc = EnsembleProblem(BASE, axes=axes(a.cluster_points or N))
         Nc = probc.size
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         rc = solve(probc, work / "c", scheduler="local:2", chunk_size=rb.chunk_size, progress=True)
-        tc = time.perf_counter() - t0
+        tc, cc = time.perf_counter() - t0, cpu_seconds() - c0
         assert rc.status == "complete" and rc.n_done == Nc, rc
         rate_c = Nc / tc
         print(f"(c) chunked, dask LocalCluster of 2 one-thread workers: {Nc} points" +
               (f" (the first {len(axes(Nc)['seed'])} seeds of the grid)" if Nc < N else "") +
-              f" in {tc:.1f} s = {rate_c:.1f} trajectories/s (same chunk size)")
+              f" in {tc:.1f} s = {rate_c:.1f} trajectories/s (same chunk size); {cc / Nc * 1e3:.2f} CPU-ms per "
+              f"trajectory")
 
     ratio = rate_b / rate_a
     print(f"(b)/(a) = {ratio:.1f}x  (target >= 50x: {'PASS' if ratio >= 50 else 'MISS'}; (a) extrapolated from "
           f"{n_a} points)")
+    print(f"  in CPU time per trajectory (less sensitive to other load on the machine): (a)/(b) = "
+          f"{(ca / n_a) / (cb / N):.1f}x")
     if rate_c is not None:
         per_core = (rate_c / 2) / (rate_b / ncpu)
         print(f"(c)/(b) per core = {per_core:.2f}  (2 workers vs {ncpu} processes; target >= 0.8: "
               f"{'PASS' if per_core >= 0.8 else 'MISS'})")
+        print(f"  in CPU time per trajectory: (b)/(c) = {(cb / N) / (cc / Nc):.2f} (CPU time of the cluster's "
+              f"worker processes counts once they have exited)")
 
     # reduce memory at 10^4 vs 10^5 points
     small = EnsembleProblem(BASE, axes=axes(max(1, N // 10)))
