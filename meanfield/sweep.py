@@ -37,6 +37,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .config import ConfigError, as_float, as_int
+from .guard import excerpt
+
+MAX_VALUES = 10**6
 
 _RANGE = re.compile(r"^\s*([^:]+):([^:]+):(log|lin):(\d+)\s*$")
 
@@ -50,6 +53,8 @@ def parse_values(name: str, spec: str) -> list:
         lo = as_float(f"param {name} (start)", m.group(1))
         hi = as_float(f"param {name} (stop)", m.group(2))
         n = as_int(f"param {name} (count)", m.group(4), lo=1)
+        if n > MAX_VALUES:  # every value is a run file in points/: a million is already far beyond a sweep
+            raise ConfigError(f"param {name} (count): at most {MAX_VALUES} values per parameter, got {n}")
         if m.group(3) == "log":
             if lo <= 0 or hi <= 0:
                 raise ConfigError(f"param {name}: log ranges need positive ends, got {lo}:{hi}")
@@ -59,7 +64,23 @@ def parse_values(name: str, spec: str) -> list:
         return [float(v) for v in vals]
     vals = [v.strip() for v in spec.split(",")]
     if not spec.strip() or any(not v for v in vals):
-        raise ConfigError(f"param {name}: expected A:B:log:N, A:B:lin:N or V1,V2,...; got {spec!r}")
+        raise ConfigError(f"param {name}: expected A:B:log:N, A:B:lin:N or V1,V2,...; got {excerpt(spec)}")
+    return _one_type(vals)
+
+
+def _one_type(vals: list[str]) -> list:
+    """One type per parameter in sweep.json: a list of integers stays ints, a
+    list of numbers becomes floats (as ranges are), anything else stays strings
+    (for the config to validate: ``inf``, ``gd``, ``const:...``)."""
+    if all(re.fullmatch(r"[-+]?[0-9]+", v) for v in vals):
+        return [int(v) for v in vals]
+    try:
+        if all(v.isascii() for v in vals):
+            nums = [float(v) for v in vals]
+            if all(math.isfinite(x) for x in nums) and not any(v.lower() in ("inf", "nan") for v in vals):
+                return nums
+    except ValueError:
+        pass
     return vals
 
 

@@ -27,7 +27,9 @@ FIELDS = ["omega", "eta", "steps", "K"]
 def test_parse_values():
     assert parse_values("omega", "1e-3:0.1:log:3") == pytest.approx([1e-3, 1e-2, 1e-1])
     assert parse_values("eta", "0:1:lin:5") == pytest.approx([0, 0.25, 0.5, 0.75, 1])
-    assert parse_values("eta", "0.1,0.5") == ["0.1", "0.5"]
+    # one type per parameter (issue 14): numbers are floats like ranges, integers ints, the rest strings
+    assert parse_values("eta", "0.1,0.5") == [0.1, 0.5] and all(type(v) is float for v in parse_values("eta", "1,0.5"))
+    assert parse_values("width", "16,64") == [16, 64] and parse_values("width", "16,inf") == ["16", "inf"]
     for bad in ["-1:2:log:3", "", "1,,2", "a:b:log:3", "1:2:lin:0"]:
         with pytest.raises(ConfigError):
             parse_values("omega", bad)
@@ -38,7 +40,7 @@ def test_parse_values():
     with pytest.raises(ConfigError, match="NAME=VALUES"):
         parse_params(["omega"], FIELDS)
     g = grid(parse_params(["omega=1,2", "eta=3,4,5"], FIELDS))
-    assert len(g) == 6 and g[0] == {"omega": "1", "eta": "3"} and g[-1] == {"omega": "2", "eta": "5"}
+    assert len(g) == 6 and g[0] == {"omega": 1, "eta": 3} and g[-1] == {"omega": 2, "eta": 5}
 
 
 def test_sweep_runs_resumes_and_matches_single_runs(tmp_path):
