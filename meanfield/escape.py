@@ -67,6 +67,7 @@ class Saddle:
     eta: float | None = None
     names: list[str] | None = None
     kinks: Callable | None = None
+    complex_safe: bool = True  # False: the maps are real-only (e.g. numba kernels); Jacobians by finite differences
 
     def __post_init__(self):
         self.y = np.asarray(self.y, dtype=np.float64)
@@ -77,6 +78,27 @@ class Saddle:
             raise ValueError("Saddle: give rhs (flow), gd_map (GD) or both")
         if self.gd_map is not None and not (self.eta and self.eta > 0):
             raise ValueError("eta: a GD map needs its step eta > 0")
+
+
+def saddle_of_system(system, y, mode, trained, eta: float | None = None, names=None, kinks=None) -> Saddle:
+    """A saddle from any ``meanfield.integrate`` system (``rhs(y, mode)``,
+    ``gd_advance(y, nsteps, eta, mode, criterion)``), e.g. the engine's model
+    descriptions: the maps are the system's own (real-only numba kernels), so
+    the Jacobians come from finite differences (``complex_safe=False``; the
+    report says ``jacobian_method: fd``). For exact Jacobians give
+    :class:`Saddle` complex-safe maps instead, as ``meanfield.mixture.escape``
+    does."""
+
+    def gd(z):
+        w = np.array(z, dtype=np.float64)
+        done, code = system.gd_advance(w, 1, float(eta), mode, None)
+        if done != 1:
+            raise FloatingPointError(f"GD step failed (code {code})")
+        return w
+
+    return Saddle(y=np.asarray(y, float), trained=np.asarray(trained, bool),
+                  rhs=lambda z: system.rhs(np.ascontiguousarray(z, dtype=np.float64), mode),
+                  gd_map=gd if eta else None, eta=eta, names=names, kinks=kinks, complex_safe=False)
 
 
 def jacobian(fun: Callable, y: np.ndarray, mask: np.ndarray, h: float = COMPLEX_STEP_H) -> np.ndarray:
@@ -235,6 +257,7 @@ class EscapeReport:
     leading: list[tuple[str, float]] = field(default_factory=list)  # named entries of the direction
     power: float = 2.0
     eta: float | None = None
+    method: str = "complex-step"  # how the Jacobians were computed ("fd": not exact, ~1e-8)
 
     def to_dict(self) -> dict:
         def c(z):
@@ -247,7 +270,7 @@ class EscapeReport:
                 "mu": self.mu, "mu_spectrum": [c(z) for z in self.mu_spectrum], "rate_gd": self.rate_gd,
                 "slope_gd": self.slope_gd, "rate2_gd": self.rate2_gd, "slope_gd_first_order": self.slope_gd_first_order,
                 "projection": self.projection, "projection2": self.projection2, "power": self.power,
-                "eta": self.eta, "leading": [[n, v] for n, v in self.leading]}
+                "eta": self.eta, "jacobian_method": self.method, "leading": [[n, v] for n, v in self.leading]}
 
     def slope(self, method: str) -> float | None:
         """Predicted dT / d log(1/scale) for ``method`` "gd" or "flow"."""
@@ -267,6 +290,8 @@ def linearise(saddle: Saddle, delta: np.ndarray | None = None, power: float = 2.
     mask = saddle.trained
     n = int(mask.sum())
     kinks = list(saddle.kinks(saddle.y)) if saddle.kinks is not None else []
+    if not saddle.complex_safe:
+        method = "fd"
     jac = jacobian if method == "complex-step" else jacobian_fd
     rhs_norm = None
     if saddle.rhs is not None:
@@ -274,7 +299,7 @@ def linearise(saddle: Saddle, delta: np.ndarray | None = None, power: float = 2.
     elif saddle.gd_map is not None:
         rhs_norm = float(np.linalg.norm((np.asarray(saddle.gd_map(saddle.y)) - saddle.y)[mask])) / saddle.eta
     rep = EscapeReport(n_trained=n, rhs_norm=rhs_norm, kinks=kinks, valid=False, reason="", power=power,
-                       eta=saddle.eta)
+                       eta=saddle.eta, method=method)
     d = None if delta is None else np.asarray(delta, float)[mask]
     grow_cl = None
     if saddle.rhs is not None:

@@ -299,3 +299,19 @@ def test_stage2_run_grows_along_the_predicted_direction():
     assert k > 300  # in stage 2
     assert abs(Y[k] @ d) / norms[k] >= 0.999
     assert abs(Y[300] @ d) / norms[300] < 0.5  # at the start it is the initial state, not the direction
+
+
+def test_saddle_of_any_integrate_system_uses_finite_differences():
+    """A saddle from a meanfield.integrate system (real-only numba maps, as
+    the engine's systems are): Jacobians by finite differences, flagged, and
+    the same spectrum as the exact complex-step one to ~1e-7."""
+    cfg = make_config({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}, schedule="three-stage",
+                      stage_steps=(300, 0, 0))
+    s = samples_of(cfg)
+    S, A, B, w = kernels.unpack(mesc.stage1_end(cfg)[0])
+    y = kernels.pack(0 * S, 0 * A, 0 * B, w)
+    exact = escape.linearise(mesc.saddle(y, s, False, True, eta=0.5))
+    sad = escape.saddle_of_system(MixtureSystem(s, 1.0), y, (False, True), mesc.mask_of(s.P, False, True), eta=0.5)
+    approx = escape.linearise(sad)
+    assert exact.method == "complex-step" and approx.method == "fd" and approx.to_dict()["jacobian_method"] == "fd"
+    assert abs(approx.lam - exact.lam) <= 1e-7 * exact.lam and abs(approx.mu - exact.mu) <= 1e-9
