@@ -333,9 +333,12 @@ def linearise(saddle: Saddle, delta: np.ndarray | None = None, power: float = 2.
             rep.projection = float(np.linalg.norm(v))
             if rep.projection > 0:
                 rep.direction = v / rep.projection
-        rep.lam2, rep.projection2 = _second(grow_cl, d, lambda z: z.real)
+        if saddle.rhs is not None:
+            rep.lam2, rep.projection2 = _second(grow_cl, d, lambda z: z.real)
         if saddle.gd_map is not None:
-            rep.rate2_gd, _ = _second(clm, d, lambda z: math.log(max(abs(z), 1e-300)) / saddle.eta)
+            rep.rate2_gd, p2 = _second(clm, d, lambda z: math.log(max(abs(z), 1e-300)) / saddle.eta)
+            if rep.projection2 is None:
+                rep.projection2 = p2
     if rep.direction is not None and saddle.names is not None:
         names = [saddle.names[i] for i in np.flatnonzero(mask)]
         # ties (symmetric directions) keep the state's order: round away the last digits first

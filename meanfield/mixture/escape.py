@@ -230,17 +230,17 @@ def stage2(cfg: MixtureConfig, y1: np.ndarray | None = None, t1: float = 0.0, in
     S, A, B, w = kernels.unpack(np.asarray(y1, float))
     y_s = kernels.pack(0 * S, 0 * A, 0 * B, w)
     delta = kernels.pack(S, A, B, 0 * w) / cfg.omega**2
-    eta = cfg.eta if cfg.method == "gd" else None
-    sad = saddle(y_s, samples, False, True, eta=eta or cfg.eta, r0=cfg.relu_prime_at_zero, kink_tol=kink_tol)
+    sad = saddle(y_s, samples, False, True, eta=cfg.eta, r0=cfg.relu_prime_at_zero, kink_tol=kink_tol)
     rep = escape.linearise(sad, delta=delta, power=2.0)
-    _, G, _, _, _ = loss_grads(y_s, samples, cfg.relu_prime_at_zero)
+    _, G, _, u, _ = loss_grads(y_s, samples, cfg.relu_prime_at_zero)
     sig = [np.linalg.svd(G[h], compute_uv=False).tolist() for h in range(2)]
     out = {"stage": 2, "K": cfg.K, "L": cfg.L, "omega": cfg.omega, "eta": cfg.eta, "method": cfg.method,
            "t_stage1_end": t1, "neurons": {f"w{HEADS[h]}": dict(zip(feature_labels(cfg.K), w[h].tolist()))
                                            for h in range(2)},
            **rep.to_dict(), "singular_values_G": sig,
            "lambda_closed_form": 2 * max(s[0] for s in sig),
-           "mu_closed_form": (1 + cfg.eta * max(s[0] for s in sig)) ** 2}
+           "mu_closed_form": (1 + cfg.eta * max(s[0] for s in sig)) ** 2,
+           "min_abs_preactivation": float(np.abs(u).min())}
     out["criterion"] = "".join(str(x) for x in stage2_criterion(cfg))
     out["direction_blocks"] = direction_blocks(rep, cfg.K)
     if intercept and rep.valid:
@@ -408,7 +408,8 @@ def format_report(out: dict, n_leading: int = 8) -> str:
     if r["kinks"]:
         lines.append(f"KINKS: {len(r['kinks'])} pre-activation(s) at the ReLU kink, the map is not smooth: "
                      + "; ".join(r["kinks"][:4]) + (" ..." if len(r["kinks"]) > 4 else ""))
-    lines.append(f"valid: {r['valid']} ({r['reason']})")
+    lines.append(f"valid: {r['valid']} ({r['reason']}); nearest ReLU kink: min |u| = "
+                 f"{r['min_abs_preactivation']:.3g} over samples and heads")
 
     def fz(z):
         return f"{z:.6g}" if not isinstance(z, list) else f"{z[0]:.6g}{z[1]:+.3g}i"
