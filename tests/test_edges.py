@@ -1,0 +1,289 @@
+"""Every edge a clean error (issue 14): bad paths, absurd sizes, bad numbers,
+bad config files, run files that open but are wrong, signals.
+
+Each case goes through the command line entry point ``meanfield.cli.main``
+and must: exit 2, print exactly one line on stderr starting with
+``meanfield: error:`` and naming the field, print no traceback, leave no new
+file and no ``*.tmp-PID`` behind, finish within seconds, and not allocate the
+absurd size it was asked for (peak memory of the whole batch stays far below
+what any refused case would need).
+
+To keep the module fast (one interpreter start instead of ~50), the bulk of the
+cases run in ONE subprocess that calls ``main(argv)`` per case exactly as the
+console script does, capturing each case's stdout / stderr; the hook cases,
+signals and the internal-error barrier run as real separate processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import h5py
+import pytest
+
+MEANFIELD = [sys.executable, "-m", "meanfield"]
+CASE_SECONDS = 10.0  # each case is a validation, not a run: seconds on a loaded 2-core machine
+PEAK_RSS_MB = 1500  # the smallest refused size below is ~18 GB; the interpreter + numba + sympy ~0.5 GB
+
+
+def _files(d: Path) -> set[str]:
+    return {str(p.relative_to(d)) for p in d.rglob("*")}
+
+
+# (id, argv, field named in the message). Paths are relative to the case folder.
+CASES = [
+    # output paths (item 9, 14)
+    ("out-existing-dir", ["mixture", "run", "--steps", "2", "--out", "DIR.h5"], "out"),
+    ("out-under-file", ["mixture", "run", "--steps", "2", "--out", "afile/x.h5"], "out"),
+    ("out-unwritable-fs", ["mixture", "run", "--steps", "2", "--out", "/sys/meanfield_edge/x.h5"], "out"),
+    ("out-bad-suffix", ["mixture", "run", "--steps", "2", "--out", "x.txt"], "out"),
+    ("plot-dir-is-file", ["mixture", "run", "--steps", "2", "--out", "ok.h5", "--plot", "afile"], "plot"),
+    ("particles-out-dir", ["mixture", "particles", "--width", "4", "--out", "DIR.h5"], "out"),
+    ("width-sweep-out-dir", ["mixture", "width-sweep", "--widths", "4", "--seeds", "1", "--out", "DIR.h5"], "out"),
+    ("sweep-out-file", ["mixture", "sweep", "--param", "omega=0.1,0.2", "--out", "afile"], "out"),
+    ("construct-out-dir", ["mixture", "construct", "--out", "DIR.h5"], "out"),
+    ("derive-out-file", ["mixture", "derive", "--format", "json", "--out", "afile"], "out"),
+    ("check-out-file", ["mixture", "check", "--quick", "--out", "afile"], "out"),
+    ("demo-out-file", ["mixture", "demo", "--quick", "--out", "afile"], "out"),
+    ("study-out-file", ["mixture", "study", "imbalance", "--quick", "--out", "afile"], "out"),
+    ("plot-out-file", ["mixture", "plot", "good.h5", "--out", "afile"], "out"),
+    ("induction-run-out-dir", ["induction", "run", "--out", "DIR.h5"], "out"),
+    ("induction-data-out-dir", ["induction", "data", "--n", "10", "--out", "DIR.h5"], "out"),
+    ("induction-check-out-file", ["induction", "check", "--quick", "--out", "afile"], "out"),
+    ("induction-chi2-json-dir", ["induction", "chi2", "--json", "DIR.h5"], "json"),
+    # sizes (item 10)
+    ("K-1000", ["mixture", "run", "--K", "1000", "--out", "x.h5"], "size"),
+    ("L-1e6", ["mixture", "run", "--L", "1000000", "--out", "x.h5"], "size"),
+    ("width-1e9", ["mixture", "run", "--width", "1e9", "--out", "x.h5"], "size"),
+    ("n-neurons-1e9", ["mixture", "run", "--n-neurons", "1e9", "--out", "x.h5"], "size"),
+    ("n-train-1e8", ["mixture", "run", "--n-train", "1e8", "--out", "x.h5"], "size"),
+    ("record-log-1e9", ["mixture", "run", "--record-log", "1e9", "--out", "x.h5"], "size"),
+    ("record-dt-1e-9", ["mixture", "run", "--method", "flow", "--record-dt", "1e-9", "--out", "x.h5"], "size"),
+    ("dt-1e-300", ["mixture", "run", "--method", "rk4", "--dt", "1e-300", "--out", "x.h5"], "size"),
+    ("steps-1e15", ["mixture", "run", "--steps", "1e15", "--out", "x.h5"], "size"),
+    ("particles-width-1e9", ["mixture", "particles", "--width", "1e9", "--out", "x.h5"], "size"),
+    ("derive-K-1000", ["mixture", "derive", "--K", "1000"], "size"),
+    ("derive-symmetry-K-10", ["mixture", "derive", "--K", "10", "--reduce-symmetry", "--format", "json"], "size"),
+    ("construct-K-1000", ["mixture", "construct", "--K", "1000"], "size"),
+    ("width-sweep-seeds-1e9", ["mixture", "width-sweep", "--widths", "4", "--seeds", "1e9", "--out", "x.h5"], "size"),
+    ("sweep-1e9-points", ["mixture", "sweep", "--param", "omega=0.01:1:log:1000000000", "--out", "sw"], "param"),
+    ("sweep-1e12-grid", ["mixture", "sweep", "--param", "omega=0.01:1:log:1000000", "--param",
+                         "eta=0.1:1:lin:1000000", "--out", "sw"], "size"),
+    ("induction-n-train-1e9", ["induction", "run", "--n-train", "1e9", "--out", "x.h5"], "size"),
+    ("induction-data-1e9", ["induction", "data", "--n", "1e9", "--out", "x.h5"], "size"),
+    # numbers (items 11, 17)
+    ("seed-1e30", ["mixture", "run", "--seed", "1e30", "--width", "4", "--steps", "1", "--out", "x.h5"], "seed"),
+    ("seed-2^64", ["mixture", "run", "--seed", str(2**64), "--width", "4", "--steps", "1", "--out", "x.h5"], "seed"),
+    ("seed-fullwidth", ["mixture", "run", "--seed", "\uff11\uff12", "--out", "x.h5"], "seed"),
+    ("p-overflow", ["mixture", "run", "--p", "1e308,1e308", "--steps", "3", "--out", "x.h5"], "p"),
+    ("stage-steps-empty-item", ["mixture", "run", "--schedule", "three-stage", "--stage-steps", "1,,3",
+                                "--out", "x.h5"], "stage_steps"),
+    ("induction-data-seed-1,,3", ["induction", "data", "--n", "10", "--seed", "1,,3", "--out", "x.h5"], "seed"),
+    ("study-steps-ignored", ["mixture", "study", "imbalance", "--steps", "-1", "--out", "st"], "steps"),
+    ("study-k-steps--1", ["mixture", "study", "k-mixtures", "--steps", "-1", "--out", "st"], "steps"),
+    # config files (item 12)
+    ("config-binary", ["mixture", "run", "--config", "bin.toml", "--steps", "2", "--out", "x.h5"], "config"),
+    ("config-deep", ["mixture", "run", "--config", "deep.toml", "--out", "x.h5"], "config"),
+    ("config-dir", ["mixture", "run", "--config", "DIR.h5", "--out", "x.h5"], "config"),
+    ("config-dev-zero", ["mixture", "run", "--config", "/dev/zero", "--out", "x.h5"], "config"),
+    ("config-huge-value", ["mixture", "run", "--config", "long.toml", "--out", "x.h5"], "omega"),
+    ("induction-config-dev-zero", ["induction", "run", "--config", "/dev/zero", "--out", "x.h5"], "config"),
+    ("bounds-file-dev-zero", ["mixture", "bound", "good.h5", "--file", "/dev/zero"], "bounds file"),
+    # run files that open but are wrong (item 13)
+    ("plot-config-not-object", ["mixture", "plot", "badcfg.h5", "--out", "figs"], "config"),
+    ("plot-wrong-shape", ["mixture", "plot", "badshape.h5", "--out", "figs"], "'S'"),
+    ("plot-missing-dataset", ["mixture", "plot", "missing.h5", "--out", "figs"], "loss"),
+    ("bound-config-not-object", ["mixture", "bound", "badcfg.h5", "loss <= 1"], "config"),
+    ("bound-wrong-shape", ["mixture", "bound", "badshape.h5", "loss <= 1"], "'S'"),
+    ("bound-missing-dataset", ["mixture", "bound", "missing.h5", "loss <= 1"], "loss"),
+    ("bound-tmin-unknown-name", ["mixture", "bound", "good.h5", "loss <= 1", "--tmin", "Tx"], "tmin"),
+]
+
+DRIVER = textwrap.dedent(r"""
+    import contextlib, io, json, os, resource, sys, time
+    from pathlib import Path
+    from meanfield.cli import main
+
+    cases = json.loads(sys.argv[1])
+    out = []
+    for cid, argv in cases:
+        so, se = io.StringIO(), io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+            try:
+                rc = main(argv)
+            except SystemExit as e:
+                rc = e.code
+        out.append({"id": cid, "rc": rc, "stdout": so.getvalue(), "stderr": se.getvalue(),
+                    "seconds": time.perf_counter() - t0})
+    out.append({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    print("@@RESULTS@@" + json.dumps(out))
+""")
+
+
+def _make_runs(d: Path) -> None:
+    """good.h5 (a real run) and three files that open but are wrong."""
+    r = subprocess.run(MEANFIELD + ["mixture", "run", "--steps", "20", "--quiet", "--out", str(d / "good.h5")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    import shutil
+
+    def edit(name, fn):
+        shutil.copy(d / "good.h5", d / name)
+        with h5py.File(d / name, "a") as f:
+            fn(f)
+
+    edit("badcfg.h5", lambda f: f.attrs.__setitem__("config", "[1, 2]"))
+
+    def wrong_shape(f):
+        del f["S"]
+        f.create_dataset("S", data=[1.0, 2.0])
+
+    edit("badshape.h5", wrong_shape)
+    edit("missing.h5", lambda f: f.__delitem__("loss"))
+
+
+@pytest.fixture(scope="module")
+def edge_results(tmp_path_factory):
+    d = tmp_path_factory.mktemp("edges")
+    (d / "DIR.h5").mkdir()
+    (d / "afile").write_text("a regular file\n")
+    (d / "bin.toml").write_bytes(bytes(range(256)) * 4)
+    (d / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
+    (d / "long.toml").write_text('omega = "' + "x" * 500_000 + '"\n')
+    _make_runs(d)
+    before = _files(d)
+    env = dict(os.environ, MEANFIELD_DEBUG="")
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([(c, a) for c, a, _ in CASES])], cwd=d,
+                       capture_output=True, text=True, timeout=600, env=env)
+    wall = time.perf_counter() - t0
+    assert "@@RESULTS@@" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+    res = json.loads(r.stdout.split("@@RESULTS@@", 1)[1])
+    after = _files(d)
+    return {"results": {x["id"]: x for x in res[:-1]}, "peak_rss_mb": res[-1]["peak_rss_mb"], "new": after - before,
+            "wall": wall, "dir": d}
+
+
+@pytest.mark.parametrize("cid,argv,field", CASES, ids=[c[0] for c in CASES])
+def test_edge_is_one_clean_line(edge_results, cid, argv, field):
+    x = edge_results["results"][cid]
+    err = x["stderr"]
+    lines = err.strip().splitlines()
+    assert x["rc"] == 2, (x["rc"], err[-3000:])
+    assert "Traceback" not in err and "Traceback" not in x["stdout"]
+    assert len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("meanfield: error: "), lines[0]
+    assert field in lines[0], (field, lines[0])
+    assert len(lines[0]) < 600, len(lines[0])  # a short excerpt of the value, never the value itself
+    assert x["seconds"] < CASE_SECONDS, x["seconds"]
+
+
+def test_edges_leave_nothing_and_allocate_nothing(edge_results):
+    assert not edge_results["new"], sorted(edge_results["new"])
+    assert not list(edge_results["dir"].rglob("*.tmp-*"))
+    assert not Path("/sys/meanfield_edge").exists()
+    assert edge_results["peak_rss_mb"] < PEAK_RSS_MB, edge_results["peak_rss_mb"]
+
+
+# ----------------------------------------------------------------- real processes
+
+
+def _cli(args, cwd, timeout=120, env=None):
+    return subprocess.run(MEANFIELD + args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("args", [
+    ["mixture", "run", "--steps", "2", "--out", "DIR.h5"],
+    ["mixture", "run", "--config", "bin.toml", "--steps", "2", "--out", "x.h5"],
+    ["mixture", "run", "--seed", "1e30", "--width", "4", "--steps", "1", "--out", "x.h5"],
+], ids=["existing-dir", "binary-config", "seed-1e30"])
+def test_hook_cases_as_processes(tmp_path, args):
+    (tmp_path / "DIR.h5").mkdir()
+    (tmp_path / "bin.toml").write_bytes(bytes(range(256)))
+    before = _files(tmp_path)
+    r = _cli(args, tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert _files(tmp_path) == before
+
+
+def test_internal_error_is_one_line_unless_debug(tmp_path, monkeypatch, capsys):
+    """A bug (not bad input) is one line, exit 70; MEANFIELD_DEBUG=1 shows the traceback."""
+    from meanfield import cli
+    from meanfield.guard import EXIT_INTERNAL, barrier
+
+    def boom():
+        raise RuntimeError("x" * 100_000)
+
+    monkeypatch.delenv("MEANFIELD_DEBUG", raising=False)
+    assert barrier(boom) == EXIT_INTERNAL
+    err = capsys.readouterr().err
+    assert err.startswith("meanfield: internal error: RuntimeError") and len(err.splitlines()) == 1
+    assert "Traceback" not in err and len(err) < 600
+    monkeypatch.setenv("MEANFIELD_DEBUG", "1")
+    assert barrier(boom) == EXIT_INTERNAL
+    assert "Traceback" in capsys.readouterr().err
+    monkeypatch.delenv("MEANFIELD_DEBUG")
+    monkeypatch.setattr(cli, "_cmd_construct", lambda args: boom())
+    assert cli.main(["mixture", "construct"]) == EXIT_INTERNAL
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_stale_tmp_of_a_dead_process_is_removed(tmp_path):
+    from meanfield.guard import check_output_file
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(dead.stdout)
+    stale = tmp_path / f"x.h5.tmp-{pid}"
+    stale.write_bytes(b"half a file")
+    alive = tmp_path / f"x.h5.tmp-{os.getpid()}"  # a live writer's tmp file is left alone
+    alive.write_bytes(b"being written")
+    check_output_file(tmp_path / "x.h5")
+    assert not stale.exists() and alive.exists()
+
+
+def test_sigterm_during_a_run_leaves_a_valid_file(tmp_path):
+    """SIGTERM while a run is integrating: exit 130 and a valid file with status interrupted."""
+    out = tmp_path / "long.h5"
+    p = subprocess.Popen(MEANFIELD + ["mixture", "run", "--steps", "100000000", "--force", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # wait until the integration has started (the progress line), then terminate
+    deadline = time.time() + 120
+    line = ""
+    while time.time() < deadline and "step" not in line:
+        line = p.stderr.readline() if p.poll() is None else "step"
+    p.send_signal(signal.SIGTERM)
+    so, se = p.communicate(timeout=60)
+    assert p.returncode == 130, se
+    assert "Traceback" not in se
+    with h5py.File(out, "r") as f:
+        assert f.attrs["status"] == "interrupted"
+        assert f["t"].shape[0] >= 1
+    assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_sigint_before_the_run_starts_is_one_line(tmp_path):
+    """SIGINT while the command is still setting up (imports, checks, kernel loading): exit 130, at most
+    one line, and either nothing written or a valid interrupted file."""
+    out = tmp_path / "x.h5"
+    p = subprocess.Popen(MEANFIELD + ["mixture", "run", "--steps", "10", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # past interpreter start-up (a signal there is the interpreter's own business)
+    p.send_signal(signal.SIGINT)
+    so, se = p.communicate(timeout=60)
+    if p.returncode == 0:
+        pytest.skip("the run finished before the signal arrived")
+    assert p.returncode == 130, se
+    assert "Traceback" not in se and len(se.strip().splitlines()) <= 1, se
+    if out.exists():
+        with h5py.File(out, "r") as f:
+            assert f.attrs["status"] == "interrupted"
+    assert not list(tmp_path.glob("*.tmp-*"))
