@@ -1,0 +1,90 @@
+"""``meanfield model check MODEL.toml [--quick] --out DIR``: the claims of a shipped
+paper model (issue 12), dispatched by the description's ``name``.
+
+Each model's checker lives beside its reference code (``meanfield.models.<name>``)
+and returns a list of :class:`meanfield.report.Claim` plus metadata; this module
+writes ``report.json`` (``{"claims": [...], ...}``, the schema of
+``meanfield.report``) and ``report.md`` and says which claims gate the exit code
+(proved / shown: exit 0 iff they all pass).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from ..config import ConfigError
+
+#: description name -> "module:function" of its claims (called as fn(path, out, quick, log))
+CHECKS = {
+    "incontext": "meanfield.models.incontext:check",
+    "maxmargin": "meanfield.models.maxmargin:check",
+    "mixture_multiclass": "meanfield.models.multiclass:check",
+}
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        f = float(o)
+        return None if math.isnan(f) else f
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+def _markdown(name, claims, meta, quick, elapsed) -> str:
+    lines = [f"# Claims report: {name}", "",
+             f"{'quick' if quick else 'full'} check, {elapsed:.1f} s. " + meta.get("summary", ""), ""]
+    lines += ["| claim | source | status |", "|---|---|---|"]
+    for c in claims:
+        lines.append(f"| {c.name} | {c.source} | {c.status} |")
+    lines.append("")
+    for c in claims:
+        lines += [f"## {c.name}: {c.status} ({c.source})", "", c.statement, ""]
+        if c.setting:
+            lines += ["Setting: " + json.dumps(c.setting, default=_json_default), ""]
+        lines += ["Numbers:", "", "```", json.dumps(c.numbers, indent=1, default=_json_default), "```", ""]
+        if c.figure:
+            lines += [f"![{c.name}]({Path(c.figure).name})", ""]
+    for k, v in meta.items():
+        if k != "summary":
+            lines += [f"- {k}: {json.dumps(v, default=_json_default)}"]
+    return "\n".join(lines) + "\n"
+
+
+def run_check(path, out, quick: bool = False, log=print):
+    """Load the description's name, call its checker, write the reports.
+    Returns (claims, report.md path)."""
+    from ..engine.description import _read
+    from ..report import gating
+
+    raw = _read(path)
+    name = str(raw.get("name", Path(path).stem))
+    if name not in CHECKS:
+        raise ConfigError(f"model: no claims checker for model {name!r}; models with one: {', '.join(sorted(CHECKS))}")
+    mod, _, fn = CHECKS[name].partition(":")
+    checker = getattr(importlib.import_module(mod), fn)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    claims, meta = checker(Path(path), out, quick=quick, log=log)
+    elapsed = time.perf_counter() - t0
+    gate = gating(claims)
+    report = {"model": name, "claims": [asdict(c) for c in claims], "quick": quick, "elapsed_s": elapsed,
+              "all_pass": all(c.passed for c in claims), "gating_pass": all(c.passed for c in gate), **meta}
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default))
+    (out / "report.md").write_text(_markdown(name, claims, meta, quick, elapsed))
+    log(f"[check] {name}: {sum(c.passed for c in gate)}/{len(gate)} proved/shown claims pass, "
+        f"{sum(c.passed for c in claims if c.source == 'expected')}/{len(claims) - len(gate)} expected hold "
+        f"({elapsed:.1f} s); report: {out / 'report.md'}")
+    return claims, out / "report.md"
