@@ -45,6 +45,7 @@ def test_unperturbed_solves_and_sits_at_the_kink():
     assert m["solved"] and m["n_stuck"] == 0
     # zero neurons: every (sample, head) pre-activation sits exactly at the kink at t = 0
     assert m["kink_pairs_over_time"][0] == 16 and m["dead_pairs_over_time"][0] == 0
+    assert max(m["dead_samples_over_time"]) == 0
 
 
 @pytest.mark.parametrize("kind", ["neuron", "attention"])
@@ -56,6 +57,7 @@ def test_tiny_perturbation_leaves_dead_samples(kind):
     assert all(not s["consistent"] for s in m["stuck"])
     assert all(s["u_plus_end"] < 0 and s["u_minus_end"] < 0 for s in m["stuck"])
     assert abs(m["loss_end"] - 2 / 8 * np.log(2)) < 5e-3
+    assert m["dead_samples_over_time"][0] == 0 and m["dead_samples_over_time"][-1] == 2
     # independent check of "dead on both heads": the recorded u of those samples is < 0 on both heads
     u = np.asarray(run["u"])
     for s in m["stuck"]:

@@ -219,6 +219,7 @@ def mechanism(run, relu_prime_at_zero: float | None = None) -> dict:
     return {"solved": bool(stuck.size == 0), "n_stuck": int(stuck.size), "stuck": rows,
             "loss_end": float(run["loss"][-1]), "min_margin_end": float(m[-1, clean].min()),
             "dead_pairs_over_time": dead.sum(axis=(1, 2)).tolist(), "kink_pairs_over_time": kink.sum(axis=(1, 2)).tolist(),
+            "dead_samples_over_time": both_dead.sum(axis=1).tolist(),
             "t": t.tolist(), "inconsistent_at_kink_until_t": kink_until}
 
 
@@ -370,6 +371,7 @@ def robustness_study(out, quick: bool = False, log=print) -> dict:
     rep = {"study": "robustness", "quick": quick, "eps": S["eps"], "seeds": S["seeds"], "neurons": S["neurons"],
            "grid": rows, "claims": [c.__dict__ for c in claims], "phase_diagram": F.tolist(), "restorers": rest,
            "traces": {k: {"t": v["t"], "dead_pairs": v["dead_pairs_over_time"], "kink_pairs": v["kink_pairs_over_time"],
+                          "dead_samples": v["dead_samples_over_time"],
                           "explanation": explain(v)} for k, v in traces.items()}}
     rep["figures"] = _figures(out, S, F, traces)
     rep["elapsed_s"] = time.perf_counter() - t0
@@ -396,7 +398,10 @@ def _markdown(rep: dict) -> str:
         e = f"{r['eps']:g}" if isinstance(r["eps"], float) else r["eps"]
         L.append(f"| {r['kind']} | {e} | {r['schedule']} | {r['runs']} | {r['solved_frac']:.2f} | "
                  f"{r['loss_end_median']:.4g} | {', '.join(r['stuck_samples']) or '-'} |")
-    L += ["", "## Mechanism: the dead-ReLU set over time (simultaneous, seed 0)", ""]
+    L += ["", "## Mechanism: the dead-ReLU set over time (simultaneous, seed 0)", "",
+          "A (sample, head) pair is dead when ReLU'(u) = 0 there; in a solved run every sample keeps one live "
+          "head (f = relu(u+) - relu(u-) uses one head per sign), so 4 of the 16 pairs end dead. A sample dead on "
+          "BOTH heads sends no gradient to any parameter and keeps margin 0 for good.", ""]
     for k, v in rep["traces"].items():
         L.append(f"- {k}: {v['explanation']}")
     L += ["", "![dead set](dead_set.png)", "",
@@ -442,9 +447,10 @@ def _figures(out: Path, S: dict, F: np.ndarray, traces: dict) -> list[str]:
     fig, axs = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
     for i, (lab, v) in enumerate(traces.items()):
         axs[0].plot(v["t"], v["dead_pairs_over_time"], color=f"C{i}", label=lab)
-        axs[1].plot(v["t"], v["kink_pairs_over_time"], color=f"C{i}", label=lab)
+        axs[1].plot(v["t"], v["dead_samples_over_time"], color=f"C{i}", label=lab)
     axs[0].set_ylabel("dead (sample, head) pairs: ReLU'(u) = 0")
-    axs[1].set_ylabel("(sample, head) pairs at the kink |u| ~ 0")
+    axs[1].set_ylabel("samples dead on BOTH heads (no gradient)")
+    axs[0].set_title("at t = 0 all 16 pairs sit at the kink u = 0", fontsize=9)
     for a in axs:
         a.set_xlabel("t")
         a.set_xscale("symlog", linthresh=10.0)
