@@ -132,6 +132,14 @@ def _cmd_bound(args) -> int:
     return mixture_bound(args)
 
 
+def _cmd_check(args) -> int:
+    from ..models.checks import run_check
+    from ..report import gating
+
+    claims, report = run_check(model_path(args.model), Path(args.out), quick=args.quick)
+    return 0 if all(c.passed for c in gating(claims)) else 1
+
+
 def add_parser(systems) -> None:
     from ..cli import _Parser
 
@@ -154,6 +162,12 @@ def add_parser(systems) -> None:
     p.add_argument("run", help="run file (.h5)")
     p.add_argument("--out", default=None, help="folder for the PNGs (default: beside the run file)")
     p.set_defaults(func=_cmd_plot)
+    c = verbs.add_parser("check", help="rerun a shipped paper model's claims (meanfield/models/checks.py): report.md, "
+                                       "report.json, figures; exit 0 iff every proved/shown claim passes")
+    c.add_argument("model", help="MODEL.toml or a shipped name (incontext, maxmargin, mixture_multiclass)")
+    c.add_argument("--out", default="runs/model_check", help="output folder")
+    c.add_argument("--quick", action="store_true", help="smaller settings (minutes, not tens of minutes)")
+    c.set_defaults(func=_cmd_check)
     b = verbs.add_parser("bound", help="check an inequality over a mixture-family run file (as meanfield mixture bound)")
     b.add_argument("run", help="run file (.h5)")
     b.add_argument("expr", nargs="?", help='the inequality, e.g. "loss <= log(2)"')
