@@ -57,7 +57,10 @@ def test_tiny_perturbation_leaves_dead_samples(kind):
     assert all(not s["consistent"] for s in m["stuck"])
     assert all(s["u_plus_end"] < 0 and s["u_minus_end"] < 0 for s in m["stuck"])
     assert abs(m["loss_end"] - 2 / 8 * np.log(2)) < 5e-3
-    assert m["dead_samples_over_time"][0] == 0 and m["dead_samples_over_time"][-1] == 2
+    assert m["dead_samples_over_time"][-1] == 2
+    # zero neurons keep u = 0 exactly at t = 0 (alive with ReLU'(0) = 1); a neuron perturbation of 1e-12
+    # already starts some samples dead on both heads
+    assert (m["dead_samples_over_time"][0] == 0) == (kind == "attention")
     # independent check of "dead on both heads": the recorded u of those samples is < 0 on both heads
     u = np.asarray(run["u"])
     for s in m["stuck"]:
