@@ -315,3 +315,18 @@ def test_saddle_of_any_integrate_system_uses_finite_differences():
     approx = escape.linearise(sad)
     assert exact.method == "complex-step" and approx.method == "fd" and approx.to_dict()["jacobian_method"] == "fd"
     assert abs(approx.lam - exact.lam) <= 1e-7 * exact.lam and abs(approx.mu - exact.mu) <= 1e-9
+
+
+def test_stage3_both_without_stage2_is_the_moving_attention_saddle():
+    """Stage 3 training both right after stage 1 (no stage 2): not a fixed
+    point of the whole state (the neurons move), but the attention block is
+    still at its O(omega^2) start: the report gives its rate, equal to the
+    stage-2 saddle's at the same neurons."""
+    cfg = make_config({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}, schedule="three-stage", stage3="both",
+                      stage_steps=(300, 0, 0))
+    y1, t1 = mesc.stage1_end(cfg)
+    out = mesc.stage3(cfg, y1, t1)
+    assert not out["valid"] and "attention_saddle" in out
+    ref = mesc.stage2(cfg, y1, t1, intercept=False)
+    assert abs(out["attention_saddle"]["lambda"] - ref["lambda"]) <= 1e-12
+    assert "moving saddle" in mesc.format_stage3(out)

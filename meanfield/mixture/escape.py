@@ -511,6 +511,17 @@ def stage3(cfg: MixtureConfig, y2: np.ndarray, t2: float, kink_tol: float = 1e-9
     out = stage_saddle_report(cfg, y2, True, train_att, kink_tol)
     out.update({"stage": 3, "trains": "both" if train_att else "neurons", "t_stage2_end": t2, "K": cfg.K,
                 "L": cfg.L, "omega": cfg.omega, "eta": cfg.eta, "method": cfg.method})
+    S, A, B, w = kernels.unpack(np.asarray(y2, float))
+    att = float(max(np.abs(S).max(), np.abs(A).max(), np.abs(B).max()))
+    out["max_abs_attention"] = att
+    if train_att and att <= 100 * cfg.omega**2:
+        # no stage 2 to speak of: the attention is still at its O(omega^2) start, a saddle that moves with the
+        # neurons (as in the simultaneous schedule); its rate at the current neurons
+        y_s = kernels.pack(0 * S, 0 * A, 0 * B, w)
+        rep = escape.linearise(saddle(y_s, samples_of(cfg), False, True, eta=cfg.eta, r0=cfg.relu_prime_at_zero,
+                                      kink_tol=kink_tol), delta=kernels.pack(S, A, B, 0 * w) / cfg.omega**2)
+        out["attention_saddle"] = {"lambda": rep.lam, "mu": rep.mu, "slope_flow": rep.slope_flow,
+                                   "slope_gd": rep.slope_gd, "valid": rep.valid, "reason": rep.reason}
     return out
 
 
@@ -525,8 +536,16 @@ def format_stage3(out: dict) -> str:
     lines.append("spectrum of J (flow, top, for reference): "
                  + ", ".join(f"{z:.6g}" if not isinstance(z, list) else f"{z[0]:.6g}{z[1]:+.3g}i"
                              for z in out["spectrum"]))
-    lines.append("no plateau to escape from: stage 3 starts away from any fixed point" if not out["valid"] else
-                 "a fixed point with a growing direction")
+    a = out.get("attention_saddle")
+    if a is not None:
+        lines.append(f"the attention is still at its start (max |S, A, B| = {out['max_abs_attention']:.3g} <= 100 "
+                     f"omega^2): a plateau at the moving saddle (S, A, B) = 0, as in --stage simultaneous; at the "
+                     f"current neurons lambda = {a['lambda']:.6g}, instantaneous slope 2 eta/ln mu = "
+                     + (f"{a['slope_gd']:.6g}" if a["slope_gd"] else "none") + f" ({a['reason']})")
+    elif not out["valid"]:
+        lines.append("no plateau to escape from: stage 3 starts away from any fixed point")
+    else:
+        lines.append("a fixed point with a growing direction")
     return "\n".join(lines) + "\n"
 
 
