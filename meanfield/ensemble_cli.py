@@ -57,7 +57,9 @@ def cmd_sweep(args, base: dict, params: dict) -> int:
 def cmd_sweep_plot(args) -> int:
     from .mixture.ensemble_plot import sweep_plot
 
-    print(f"figure: {sweep_plot(Path(args.sweep), args.x, args.y, z=args.z, hue=args.hue, agg=args.agg, out=args.out)}")
+    fig = sweep_plot(Path(args.sweep), args.x, args.y, z=args.z, hue=args.hue, agg=args.agg, out=args.out,
+                     select=args.select)
+    print(f"figure: {fig}")
     return 0
 
 
@@ -83,6 +85,8 @@ def add_plot_parser(verbs) -> None:
     sp.add_argument("--z", default=None, help="heatmap: the output shown in colour")
     sp.add_argument("--hue", default=None, help="lines: one line per value of this axis")
     sp.add_argument("--agg", default="mean", help="how the other axes are aggregated: mean | median | min | max")
+    sp.add_argument("--select", action="append", metavar="AXIS=V1,V2",
+                    help="keep only these values of an axis (repeatable), e.g. --select eta=0.5,1")
     sp.add_argument("--out", default=None, help="figure file (.png, .pdf, .svg); default beside sweep.h5")
     sp.set_defaults(func=cmd_sweep_plot)
 

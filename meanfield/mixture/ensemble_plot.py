@@ -1,7 +1,8 @@
 """``meanfield mixture sweep-plot``: lines and heatmaps of an ensemble's ``sweep.h5``.
 
 Lines: ``--x AXIS --y OUTPUT [--hue AXIS]`` plots OUTPUT against a grid axis,
-one line per value of the hue axis. Heatmap: ``--x AXIS --y AXIS --z
+one line per value of the hue axis. ``--select AXIS=V1,V2`` keeps only
+these values of an axis (repeatable). Heatmap: ``--x AXIS --y AXIS --z
 OUTPUT``. Every other axis is aggregated (``--agg mean|median|min|max``,
 NaN = never reached / not run left out); the figure says which. Positive
 axes spanning a decade or more are drawn on a log scale.
@@ -56,9 +57,31 @@ def _positions(vals):
     return v, log, None
 
 
+def _pick(name: str, vals: np.ndarray, wanted: list[str]) -> np.ndarray:
+    """Indices of the axis values named in ``wanted`` (numbers match to 1e-9 relative)."""
+    out = []
+    for w in wanted:
+        if vals.dtype == object:
+            hit = [i for i, v in enumerate(vals) if str(v) == w.strip()]
+        else:
+            try:
+                fw = float(w)
+            except ValueError:
+                hit = []
+            else:
+                hit = [i for i, v in enumerate(vals.astype(float)) if v == fw or abs(v - fw) <= 1e-9 * abs(fw)]
+        if not hit:
+            shown = ", ".join(str(v) if vals.dtype == object else f"{v:g}" for v in vals[:12])
+            raise ConfigError(f"select: {name} has no value {w.strip()!r}; values: {shown}"
+                              + (" ..." if len(vals) > 12 else ""))
+        out += hit
+    return np.array(sorted(set(out)))
+
+
 def sweep_plot(path: str | Path, x: str, y: str, z: str | None = None, hue: str | None = None,
-               agg: str = "mean", out: str | Path | None = None) -> Path:
-    """Write the figure; returns its path. Bad names: one-line ConfigError."""
+               agg: str = "mean", out: str | Path | None = None, select: list[str] | None = None) -> Path:
+    """Write the figure; returns its path. ``select``: ``NAME=V1,V2`` items
+    keeping only these values of an axis. Bad names: one-line ConfigError."""
     path = Path(path)
     if agg not in AGGS:
         raise ConfigError(f"agg: one of {', '.join(AGGS)}, got {agg!r}")
@@ -90,6 +113,16 @@ def sweep_plot(path: str | Path, x: str, y: str, z: str | None = None, hue: str 
         data = f[what][()].astype(float)
         keep = [x, y] if heat else [x] + ([hue] if hue else [])
         vals = {k: _axis(f, k) for k in keep}
+        for item in select or []:
+            name, eq, spec = item.partition("=")
+            name = name.strip()
+            if not eq or name not in axes:
+                raise ConfigError(f"select: expected AXIS=V1,V2,... with AXIS one of {', '.join(axes)}; got {item!r}")
+            av = _axis(f, name)
+            idx = _pick(name, av, spec.split(","))
+            data = np.take(data, idx, axis=axes.index(name))
+            if name in vals:
+                vals[name] = av[idx]
         status = f.attrs.get("status", "")
         n_points = int(f.attrs.get("n_points", data.size))
     data = np.where(data == -1, np.nan, data) if what == "steps_end" else data
@@ -131,6 +164,8 @@ def sweep_plot(path: str | Path, x: str, y: str, z: str | None = None, hue: str 
         ax.set_xticks(px, tx)
     ax.set_xlabel(x)
     note = f"{agg} over {', '.join(other)}" if other else "no aggregation"
+    if select:
+        note += "; " + "; ".join(select)
     ax.set_title(f"{path.name}: {what} ({note}; NaN left out); {n_points} points, {status}", fontsize=9)
     fig.tight_layout()
     if out is None:
