@@ -41,25 +41,37 @@ from ..mixture.kernels import portable, relu_prime, sigmoid_neg, softplus_neg
 CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_margin": 4, "grad_w": 5}
 
 
-@portable
-def eng_score(y, hi, k, P, a, b):
-    """S[a, b] of head k (key feature a, query feature b)."""
-    if hi[k, 1] == 0:
-        N = hi[k, 7]
-        return y[hi[k, 8] + (hi[k, 9] + a) * N + hi[k, 10] + b]
-    return y[hi[k, 13] + a * P + b]
+def _hot(fn):
+    """A per-sequence helper: registered as ``@portable`` (so other targets
+    compile it with the rest) and, on the CPU, inlined into its caller
+    (``njit(inline="always")``): the helpers are called a few times per
+    sequence and head, where a call with a dozen array arguments costs more
+    than the arithmetic. The inlined tree is compiled once, inside
+    :func:`eng_loss_grads` (cached on disk)."""
+    portable(fn)
+    return njit(inline="always")(fn)
 
 
-@portable
+@_hot
 def eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p):
     """Attention p (L,) of head k, sequence s, for the query at position l
     (l < 0: the fixed query vector); returns the key count L_keys. Scratch T (P,)."""
     L = X.shape[1]
+    if hi[k, 1] == 0:
+        base = hi[k, 8] + hi[k, 9] * hi[k, 7] + hi[k, 10]
+        stride = hi[k, 7]
+    else:
+        base = hi[k, 13]
+        stride = P
     for a in range(P):
         acc = 0.0
-        for b in range(P):
-            qb = X[s, l, b] if l >= 0 else qv[k, b]
-            acc += eng_score(y, hi, k, P, a, b) * qb
+        ra = base + a * stride
+        if l >= 0:
+            for b in range(P):
+                acc += y[ra + b] * X[s, l, b]
+        else:
+            for b in range(P):
+                acc += y[ra + b] * qv[k, b]
         T[a] = acc
     scale = hf[k, 0]
     excl = -1
@@ -103,14 +115,14 @@ def eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p):
     return lk
 
 
-@portable
+@_hot
 def eng_nqueries(hi, L, k):
     if hi[k, 2] == 0:
         return L
     return 1
 
 
-@portable
+@_hot
 def eng_query(hi, cnt, last, leff, s, k, j):
     """(position, weight) of query j of head k on sequence s (position -1: fixed vector; weight 0: skip)."""
     if hi[k, 2] == 0:
@@ -122,7 +134,7 @@ def eng_query(hi, cnt, last, leff, s, k, j):
     return -1, 1.0
 
 
-@portable
+@_hot
 def eng_head_forward(y, hi, hf, qv, X, cnt, last, leff, s, k, P, zb, T, p):
     """zb[k] = the query-averaged attended token of head k on sequence s."""
     L = X.shape[1]
@@ -140,24 +152,22 @@ def eng_head_forward(y, hi, hf, qv, X, cnt, last, leff, s, k, P, zb, T, p):
                     zb[k, a] += c * X[s, i, a]
 
 
-@portable
-def eng_value(y, hi, k, P, row, a):
-    """Entry a of value vector ``row`` (= c n + q) of head k (neuron/linear: w~; matrix: R_c)."""
-    v = hi[k, 4]
-    if v == 2:
-        N = hi[k, 7]
-        return y[hi[k, 8] + (hi[k, 12] + row) * N + hi[k, 11] + a]
-    return y[hi[k, 14] + row * P + a]
+@_hot
+def eng_value_base(hi, k, P, row):
+    """Offset in y of entry 0 of value vector ``row`` of head k (entries are contiguous)."""
+    if hi[k, 4] == 2:
+        return hi[k, 8] + (hi[k, 12] + row) * hi[k, 7] + hi[k, 11]
+    return hi[k, 14] + row * P
 
 
-@portable
+@_hot
 def eng_sign(y, hi, hf, k):
     if hi[k, 15] >= 0:
         return y[hi[k, 15]]
     return hf[k, 1]
 
 
-@portable
+@_hot
 def eng_forward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, f, T, p):
     """Outputs f (C,) of sequence s; fills zb (H, P) and u[s] (H, rows)."""
     H = hi.shape[0]
@@ -179,8 +189,9 @@ def eng_forward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, f, T,
             for q in range(nn):
                 row = c * nn + q
                 uu = 0.0
+                vb = eng_value_base(hi, k, P, row)
                 for a in range(P):
-                    uu += eng_value(y, hi, k, P, row, a) * zb[k, a]
+                    uu += y[vb + a] * zb[k, a]
                 u[s, k, row] = uu
                 if v == 0:
                     if uu > 0.0:
@@ -190,7 +201,7 @@ def eng_forward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, f, T,
             f[c] += a_k * acc / nn
 
 
-@portable
+@_hot
 def eng_loss_sample(kind, f, target, s, wgt, df):
     """Weighted loss of sequence s; df = dLoss/df; returns (loss, margin)."""
     C = f.shape[0]
@@ -225,7 +236,7 @@ def eng_loss_sample(kind, f, target, s, wgt, df):
     return wgt * (lse - f[yc]), f[yc] - other
 
 
-@portable
+@_hot
 def eng_backward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, T, p, v, om, tk):
     """Add sequence s's contribution (given df = dLoss/df) to G (H, N, N) and gflat."""
     H = hi.shape[0]
@@ -267,8 +278,9 @@ def eng_backward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, df, 
                     else:
                         for a in range(P):
                             gflat[hi[k, 14] + row * P + a] += d * zb[k, a]
+                    vb = eng_value_base(hi, k, P, row)
                     for a in range(P):
-                        om[a] += d * eng_value(y, hi, k, P, row, a)
+                        om[a] += d * y[vb + a]
                 if hi[k, 15] >= 0:
                     gflat[hi[k, 15]] += df[c] * outc / nn
         nz = False
