@@ -330,3 +330,13 @@ def test_stage3_both_without_stage2_is_the_moving_attention_saddle():
     ref = mesc.stage2(cfg, y1, t1, intercept=False)
     assert abs(out["attention_saddle"]["lambda"] - ref["lambda"]) <= 1e-12
     assert "moving saddle" in mesc.format_stage3(out)
+
+
+def test_predicted_flow_slope_matches_measured_flow_sweep():
+    """Gradient flow (Dopri5, the criterion located by dense output): the
+    measured slope agrees with 2 / lambda within the tolerance."""
+    r = mesc.stage2_constant({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5, "stage_steps": (300, 0, 0)},
+                             np.geomspace(1e-3, 3e-2, 3), method="flow")
+    assert r["method"] == "flow" and r["tolerance_parts"]["resolution"] == 0.0
+    assert abs(r["slope_predicted"] - 2 / r["lambda"]) < 1e-9 * r["slope_predicted"]
+    assert r["relative_error"] <= r["tolerance"] < 0.05 and r["pass"], r

@@ -452,31 +452,62 @@ def format_report(out: dict, n_leading: int = 8) -> str:
     return "\n".join(lines) + "\n"
 
 
-def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6) -> dict:
+def _flow_sweep(cfg: MixtureConfig, omegas) -> list[float]:
+    """T2 - T1 per omega for the three-stage flow ``cfg`` (stage 2 ended by its
+    criterion, located by the solver's dense output)."""
+    out = []
+    for om in omegas:
+        c = make_config(cfg.to_dict(), omega=float(om))
+        system = MixtureSystem(samples_of(c), c.relu_prime_at_zero, c.max_abs)
+        traj = solver(c).solve(system, initial_state(c), stages(c)[:2], integrate.SaveAt(every=10**9))
+        ends = {e["stage"]: e for e in traj.stage_ends}
+        ok = 2 in ends and ends[2]["reason"] == "criterion"
+        out.append(float(ends[2]["t"] - ends[1]["t"]) if ok else math.nan)
+    return out
+
+
+def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6, method: str = "gd",
+                    stage2_cap: float = 1e5) -> dict:
     """Predicted against measured slope of T2 - T1 in log(1/omega) for the
-    three-stage GD schedule of ``base`` (a config dict; its stage_steps[0] is
-    the stage-1 length): the prediction from the linearisation at the stage-2
-    saddle, the measurement from an omega sweep (stage 2 ended by
-    inconsistent_margin >= ``margin``, exact to one step), the tolerance from
-    the neglected terms (``meanfield.escape.slope_tolerance``)."""
+    three-stage schedule of ``base`` (a config dict; its stage_steps[0] (GD) or
+    stage_times[0] (flow, default stage_steps[0] x eta) is the stage-1
+    length): the prediction from the linearisation at the stage-2 saddle, the
+    measurement from an omega sweep (stage 2 ended by inconsistent_margin >=
+    ``margin``: exact to one step for GD, located by dense output for the
+    flow), the tolerance from the neglected terms
+    (``meanfield.escape.slope_tolerance``)."""
     from ..report import fit_line
     from .claims import omega_sweep
 
     omegas = np.asarray(omegas, float)
-    cfg = make_config(base, schedule="three-stage", method="gd",
-                      stage_criteria=("none", f"inconsistent_margin>={margin}", "none"))
+    crit = ("none", f"inconsistent_margin>={margin}", "none")
+    if method == "gd":
+        cfg = make_config(base, schedule="three-stage", method="gd", stage_criteria=crit)
+    else:
+        b = {k: v for k, v in base.items() if k not in ("stage_times", "method", "dt")}
+        t1 = (base.get("stage_times") or [None])[0]
+        if t1 is None:
+            t1 = make_config(b).stage_steps[0] * make_config(b).eta
+        cfg = make_config(b, schedule="three-stage", method=method, stage_criteria=crit,
+                          stage_times=(float(t1), stage2_cap, 0.0))
     pred = stage2(cfg, eps=eps)
     rep = pred["_report"]
-    dur = np.asarray(omega_sweep(omegas, base, margin=margin), float)
+    if method == "gd":
+        dur = np.asarray(omega_sweep(omegas, base, margin=margin), float)
+    else:
+        dur = np.asarray(_flow_sweep(cfg, omegas), float)
     x = np.log(1.0 / omegas)
     ok = np.isfinite(dur)
     fit = fit_line(x[ok], dur[ok]) if ok.sum() >= 2 else {"slope": math.nan, "intercept": math.nan, "r2": math.nan}
-    tol = escape.slope_tolerance(rep, "gd", x[ok], dur[ok], float(omegas.max()))
-    s_pred = rep.slope_gd
+    tol = escape.slope_tolerance(rep, method, x[ok], dur[ok], float(omegas.max()))
+    s_pred = rep.slope(method)
     rel = abs(fit["slope"] - s_pred) / s_pred if (s_pred and math.isfinite(fit["slope"])) else math.nan
     mi = pred.get("manifold", {})
-    predicted_T = [escape.predicted_time(rep, "gd", float(o), mi.get("intercept", math.nan)) for o in omegas]
-    return {"K": cfg.K, "L": cfg.L, "eta": cfg.eta, "stage1_steps": int(cfg.stage_steps[0]),
+    predicted_T = [escape.predicted_time(rep, method, float(o), mi.get("intercept", math.nan)) if s_pred else
+                   math.nan for o in omegas]
+    return {"K": cfg.K, "L": cfg.L, "eta": cfg.eta, "method": method, "slope_predicted": s_pred,
+            "stage1_steps": int(cfg.stage_steps[0]), "stage1_time": float(cfg.stage_times[0]) if method != "gd"
+            else float(cfg.stage_steps[0] * cfg.eta),
             "valid": rep.valid, "reason": rep.reason, "lambda": rep.lam, "mu": rep.mu,
             "slope_predicted_gd": s_pred, "slope_predicted_flow": rep.slope_flow,
             "slope_first_order_gd": rep.slope_gd_first_order, "slope_measured": fit["slope"],
@@ -491,11 +522,12 @@ def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6) 
 
 
 def format_sweep(r: dict) -> str:
-    lines = [f"omega sweep (three-stage GD, stage 2 ended by inconsistent_margin >= 0.1, exact step):",
+    how = "GD, exact step" if r.get("method", "gd") == "gd" else f"{r['method']}, dense output"
+    lines = [f"omega sweep (three-stage {how}, stage 2 ended by inconsistent_margin >= 0.1):",
              f"{'omega':>8s} {'T2 - T1 measured':>17s} {'predicted':>10s}"]
     for o, d, p in zip(r["omegas"], r["durations"], r["predicted_durations"]):
         lines.append(f"{o:8.3g} {d:17.6g} {p:10.6g}")
-    lines.append(f"slope: measured {r['slope_measured']:.6g}, predicted {r['slope_predicted_gd']:.6g}; relative error "
+    lines.append(f"slope: measured {r['slope_measured']:.6g}, predicted {r['slope_predicted']:.6g}; relative error "
                  f"{100 * r['relative_error']:.3g}% against a tolerance of {100 * r['tolerance']:.3g}% (second mode "
                  f"{100 * r['tolerance_parts']['second_mode']:.3g}%, O(omega^2) feedback "
                  f"{100 * r['tolerance_parts']['feedback']:.3g}%, one-step resolution "
@@ -622,12 +654,12 @@ def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json
         out = stage2(cfg, y1, t1, eps=eps)
         text = format_report(out)
         if omegas is not None:
-            if cfg.method != "gd":
-                raise ConfigError("omegas: the omega sweep of --stage 2 runs GD; use --method gd")
             if len(omegas) < 2:
                 raise ConfigError("omegas: the omega sweep needs at least 2 values")
             base = {k: v for k, v in cfg.to_dict().items() if k not in ("stage_criteria", "schedule")}
-            sw = stage2_constant(base, omegas, eps=eps)
+            if cfg.method != "gd":
+                base["stage_times"] = (cfg.stage_times[0], 1e5, 0.0)
+            sw = stage2_constant(base, omegas, eps=eps, method=cfg.method)
             out["sweep"] = {k: v for k, v in sw.items()}
             text += format_sweep(sw)
     else:
