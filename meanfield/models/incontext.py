@@ -299,8 +299,9 @@ def prompts(features, N: int = 20, p1: float | None = None, p=None) -> dict:
 #: Q = 0 (0.39 balanced K = 4) and is reached well inside the horizons below.
 EPS = 1e-2
 P1_IMBALANCED = 0.55  # dominant feature probability; the K - 1 others share the rest (0.15 each at K = 4)
-SETTINGS = {"quick": {"eta": 0.5, "steps": 3000, "err_every": 10},
-            "full": {"eta": 0.1, "steps": 15000, "err_every": 10}}
+#: quick: N = 12 context tokens (1820 sequences), full: the description's N (20 as shipped: 7084 sequences)
+SETTINGS = {"quick": {"eta": 0.5, "steps": 1500, "err_every": 5, "N": 12},
+            "full": {"eta": 0.25, "steps": 6000, "err_every": 10, "N": None}}
 
 
 def _engine_run(raw: dict, eta: float, steps: int):
@@ -331,7 +332,8 @@ def check(path, out, quick: bool = False, log=print):
         raise ConfigError("data.function: the incontext check needs meanfield.models.incontext:prompts")
     args.pop("p1", None)
     args.pop("p", None)
-    N = int(args.get("N", 20))
+    N = int(S["N"] or args.get("N", 20))
+    args["N"] = N
     runs = {}
     for label, extra in (("balanced", {}), ("imbalanced", {"p1": P1_IMBALANCED})):
         rw = copy.deepcopy(raw)
