@@ -509,7 +509,7 @@ def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6, 
             "stage1_steps": int(cfg.stage_steps[0]), "stage1_time": float(cfg.stage_times[0]) if method != "gd"
             else float(cfg.stage_steps[0] * cfg.eta),
             "valid": rep.valid, "reason": rep.reason, "lambda": rep.lam, "mu": rep.mu,
-            "slope_predicted_gd": s_pred, "slope_predicted_flow": rep.slope_flow,
+            "slope_predicted_gd": rep.slope_gd, "slope_predicted_flow": rep.slope_flow,
             "slope_first_order_gd": rep.slope_gd_first_order, "slope_measured": fit["slope"],
             "r2": fit["r2"], "intercept_measured": fit["intercept"], "intercept_predicted": mi.get("intercept"),
             "relative_error": rel, "tolerance": tol["rel"], "tolerance_parts": tol,
