@@ -351,6 +351,8 @@ def linearise(saddle: Saddle, delta: np.ndarray | None = None, power: float = 2.
         rep.reason = f"not a fixed point: |rhs| = {rhs_norm:.3g} on the trained variables"
     elif not grows:
         rep.reason = "no growing direction: the saddle is stable on the trained variables"
+    elif delta is not None and grow_cl and grow_cl[0].projector is None:
+        rep.reason = "the top eigenspace is defective (no spectral projector): no projection"
     elif delta is not None and not rep.projection:
         rep.reason = "the displacement has no component on the top eigenspace"
     else:
