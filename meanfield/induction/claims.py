@@ -142,6 +142,13 @@ def lag_weights(run, i: int) -> dict[tuple[int, ...], float]:
 # ------------------------------------------------------------------ checkers
 
 
+#: claim 8's thresholds read off its wording: "captures most of the gain" is
+#: more than half of it (gain fraction > 1/2); "stays a GIH" is the closeness
+#: claim 6 asks of the trained model and the GIH (GIH_TOL nats).
+OTHER_PRIOR_MOST = 0.5
+GIH_TOL = 0.02
+
+
 def check_parent_selection(run, S_star, ranking=None, min_mass: float = 0.9) -> Claim:
     """Claim 1 (module docstring). ``S_star``: the lags of argmax I~ (theory);
     ``ranking``: the full I~ ranking (reported)."""
@@ -162,7 +169,8 @@ def check_parent_selection(run, S_star, ranking=None, min_mass: float = 0.9) -> 
                           "selected_subset": labels[top], "selected_lags": list(sel),
                           "head_lags": head_lags(run, i1), "t_phase1_end": float(run["t"][i1]),
                           "c_weight": {labels[k]: float(cw[k]) for k in range(len(cw))},
-                          "chi2_ranking": None if ranking is None else [list(S) for S in ranking]})
+                          "chi2_ranking": None if ranking is None else [list(S) for S in ranking]},
+                 source="proved")
 
 
 def kendall_tau(x, y) -> float:
@@ -250,6 +258,101 @@ def check_exponent(theory: dict, observed: dict, prefer: float = 2.0, z: float =
                  numbers=numbers)
 
 
+def exponent_profile(theory: dict, observed: dict, level: float = 0.95) -> dict:
+    """Profile fit of the exponent k of mu(z) in I~_k, pooled over configurations.
+
+    ``theory``: {configuration: {k: {lag set: I~_k values (per kernel, or one)}}}
+    on a common grid of k; ``observed``: {configuration: {lag set: per-batch
+    phase-1 velocities}}; between grid points I~_k is read off a cubic spline
+    of log I~_k in k (smooth: a mean of sums of mu^k terms), so k_hat and the
+    interval ends come to 1/100 of the grid step. Model: within configuration c the velocity of lag
+    set S is alpha_c + beta_c I~_k(S) (its own intercept and slope: the
+    velocities of different parent sets have different scales), k shared.
+    chi2(k) = sum over (c, S nonempty) of the weighted residuals (weights
+    1 / se_S^2, se from the spread over batches) after the per-configuration
+    weighted least squares; k_hat = argmin. Confidence set at ``level``: the
+    profile-likelihood F interval {k : (chi2(k) - chi2_min) / s^2 <=
+    F_{1, n - p}(level)} with s^2 = max(1, chi2_min / (n - p)) (n points,
+    p = 2 (configurations) + 1 parameters; s^2 > 1 widens the interval by
+    the misfit the batch noise does not explain)."""
+    from scipy.stats import f as fdist
+
+    from scipy.interpolate import CubicSpline
+
+    configs = [c for c in observed if c in theory]
+    ks = sorted(float(k) for k in theory[configs[0]])
+    kf = np.linspace(ks[0], ks[-1], 100 * (len(ks) - 1) + 1)
+    chi2 = np.zeros(len(ks))
+    cf = np.zeros(len(kf))
+    n = 0
+    per = {}
+
+    def wls_chi2(X, y, w):
+        """chi2 of the weighted straight-line fit of y on each row of X (vectorised)."""
+        Sw, Sy, Syy = w.sum(), (w * y).sum(), (w * y * y).sum()
+        Sx, Sxx, Sxy = X @ w, (X * X) @ w, X @ (w * y)
+        den = Sw * Sxx - Sx * Sx
+        b = np.where(den > 0, (Sw * Sxy - Sx * Sy) / np.where(den > 0, den, 1.0), 0.0)
+        a = (Sy - b * Sx) / Sw
+        return Syy - 2 * a * Sy - 2 * b * Sxy + a * a * Sw + 2 * a * b * Sx + b * b * Sxx
+
+    for cfg in configs:
+        keys = [S for S in observed[cfg] if len(S) > 0 and all(S in theory[cfg][k] for k in theory[cfg])]
+        y = np.array([_mean_se(observed[cfg][S])[0] for S in keys])
+        se = np.array([_mean_se(observed[cfg][S])[1] for S in keys])
+        se = np.where(se > 0, se, max(float(se.max()), 1e-300) if se.size else 1.0)
+        w = 1.0 / se ** 2
+        n += len(keys)
+        X = np.array([[_mean_se(theory[cfg][k][S])[0] for S in keys] for k in ks])  # (grid, subsets)
+        row = wls_chi2(X, y, w)
+        chi2 += row
+        # I~_k(S) is smooth in k (a mean of sums of mu^k terms): a cubic spline of log I~ along k
+        if np.all(X > 0) and len(ks) >= 4:
+            Xf = np.exp(CubicSpline(ks, np.log(X), axis=0)(kf))
+        else:
+            Xf = np.array([np.interp(kf, ks, X[:, j]) for j in range(X.shape[1])]).T
+        cf += np.maximum(wls_chi2(Xf, y, w), 0.0)
+        per[cfg] = {"k_hat": ks[int(np.argmin(row))], "n_subsets": len(keys)}
+    p = 2 * len(configs) + 1
+    dof = n - p
+    i = int(np.argmin(cf))
+    s2 = max(1.0, cf[i] / dof) if dof > 0 else math.inf
+    F = float(fdist.ppf(level, 1, dof)) if dof > 0 else math.inf
+    inside = (cf - cf[i]) / s2 <= F
+    ci = kf[inside]
+    return {"k": ks, "chi2": chi2.tolist(), "k_hat": round(float(kf[i]), 4),
+            "ci": [round(float(ci.min()), 4), round(float(ci.max()), 4)], "level": level,
+            "ci_at_grid_edge": bool(inside[0] or inside[-1]), "chi2_min": float(cf[i]), "dof": dof,
+            "overdispersion": s2, "F": F, "n_points": n, "n_configs": len(configs), "per_config": per}
+
+
+def check_exponent_ci(theory: dict, observed: dict, prefer: float = 2.0, neighbours=(1.0, 3.0),
+                      level: float = 0.95, name: str = "chi2_exponent", source: str = "proved",
+                      extra: dict | None = None) -> Claim:
+    """Claim 2: the exponent of mu(z), estimated with a confidence interval
+    (:func:`exponent_profile`). PASS if ``prefer`` lies in the interval and
+    the interval excludes the ``neighbours`` (so the measurement tells the
+    exponents apart: an interval too wide to exclude 1 and 3 fails)."""
+    prof = exponent_profile(theory, observed, level)
+    lo, hi = prof["ci"]
+    has = lo <= prefer <= hi
+    excl = all(not (lo <= k <= hi) for k in neighbours)
+    ok = has and excl and not prof["ci_at_grid_edge"]
+    nums = {"k_hat": prof["k_hat"], "ci": [lo, hi], "level": level, "preferred_exponent": prefer,
+            "prefer_in_ci": has, "neighbours": list(neighbours), "neighbours_excluded": excl,
+            "ci_at_grid_edge": prof["ci_at_grid_edge"], "chi2_min_per_dof": prof["chi2_min"] / prof["dof"]
+            if prof["dof"] > 0 else None, "overdispersion": prof["overdispersion"], "F": prof["F"],
+            "n_points": prof["n_points"], "n_configs": prof["n_configs"],
+            "k_hat_per_config": {str(c): v["k_hat"] for c, v in prof["per_config"].items()},
+            "profile": {"k": prof["k"], "chi2": prof["chi2"]}}
+    nums.update(extra or {})
+    return Claim(name, _status(ok),
+                 f"the exponent of mu(z) in the modified chi-square MI, estimated from how fast phase 1 moves each "
+                 f"c_S (pooled over parent sets, {level:.0%} confidence interval), is {prefer:g}, and the interval "
+                 f"excludes {' and '.join(f'{k:g}' for k in neighbours)}",
+                 numbers=nums, source=source)
+
+
 def _lab(S) -> str:
     return "{" + ",".join(str(int(s)) for s in S) + "}"
 
@@ -289,7 +392,7 @@ def check_copier(run, S_star, min_top: float = 0.95, parents=None) -> Claim:
     i1 = phase_start_index(run, 2)
     stmt = "phase 2 (training the RPE only) concentrates each selected head's RPE on one lag of S*"
     if i2 is None or i1 is None:
-        return Claim("phase2_copier", "FAIL", stmt, numbers={"error": "the run has no phase 2"})
+        return Claim("phase2_copier", "FAIL", stmt, numbers={"error": "the run has no phase 2"}, source="proved")
     cw = np.asarray(run["c_weight"])[i2]
     top = int(np.argmax(cw))
     heads = [int(h) for h in np.asarray(run["subset_members"])[top] if h >= 0]
@@ -304,7 +407,8 @@ def check_copier(run, S_star, min_top: float = 0.95, parents=None) -> Claim:
                  numbers={"selected_subset": subset_labels(run)[top], "heads": [h + 1 for h in heads],
                           "head_lags": hl, "S_star": list(S_star), "rpe_top_before": before, "rpe_top_after": after,
                           "min_top": min_top, "parents": None if parents is None else list(parents),
-                          "t_phase2_start": float(run["t"][i1]), "t_phase2_end": float(run["t"][i2])})
+                          "t_phase2_start": float(run["t"][i1]), "t_phase2_end": float(run["t"][i2])},
+                 source="proved")
 
 
 def fit_log_growth(tau, a, lo: float = 0.1, hi: float = 0.9) -> dict:
@@ -312,13 +416,15 @@ def fit_log_growth(tau, a, lo: float = 0.1, hi: float = 0.9) -> dict:
     phase 3, tau[0] = 0 allowed) and a. Keys: a0, a_end, tau_lo, tau_hi, span,
     n_points, slope, intercept, r2, r2_linear, slope_first_half,
     slope_second_half, curvature (ratio of the half slopes, >= 1), window
-    (index array)."""
+    (index array), beta and r2_rate (the fit log(da/dtau) = c - beta a over
+    the window, da/dtau by second-order finite differences of the records:
+    the rate law da/dt ~ e^{-beta a}, whose beta = 1 is a = log t + const)."""
     tau = np.asarray(tau, float)
     a = np.asarray(a, float)
     a0, ae = float(a[0]), float(a[-1])
     rise = ae - a0
     out = {"a0": a0, "a_end": ae, "rise": rise}
-    nan = {"tau_lo": math.nan, "tau_hi": math.nan, "span": math.nan, "n_points": 0, "slope": math.nan,
+    nan = {"beta": math.nan, "r2_rate": math.nan, "tau_lo": math.nan, "tau_hi": math.nan, "span": math.nan, "n_points": 0, "slope": math.nan,
            "intercept": math.nan, "r2": math.nan, "r2_linear": math.nan, "slope_first_half": math.nan,
            "slope_second_half": math.nan, "curvature": math.nan, "window": np.zeros(0, dtype=np.int64)}
     if not rise > 0:
@@ -337,6 +443,12 @@ def fit_log_growth(tau, a, lo: float = 0.1, hi: float = 0.9) -> dict:
     s1 = fit_line(x[h1], y[h1])["slope"] if h1.sum() >= 2 else math.nan
     s2 = fit_line(x[h2], y[h2])["slope"] if h2.sum() >= 2 else math.nan
     curv = max(s1 / s2, s2 / s1) if s1 > 0 and s2 > 0 else math.inf
+    # the rate law da/dt ~ C e^{-beta a}: beta from log(da/dtau) against a over the window
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.gradient(a, tau)
+    rw = win[rate[win] > 0]
+    fr = fit_line(a[rw], np.log(rate[rw])) if rw.size >= 3 else {"slope": math.nan, "r2": math.nan}
+    out.update({"beta": -fr["slope"], "r2_rate": fr["r2"]})
     return {**out, "tau_lo": float(tau[win[0]]), "tau_hi": float(tau[win[-1]]),
             "span": float(tau[win[-1]] / tau[win[0]]), "n_points": int(win.size), "slope": f["slope"],
             "intercept": f["intercept"], "r2": f["r2"], "r2_linear": fl["r2"], "slope_first_half": s1,
@@ -355,21 +467,149 @@ def phase3_series(run) -> tuple[np.ndarray, np.ndarray, float] | None:
     return t - t[0], np.asarray(run["a"], float)[sel], float(t[0])
 
 
-def check_log_growth(run, r2_min: float = 0.95, span_min: float = 10.0, curvature_max: float = 1.5,
-                     lo: float = 0.1, hi: float = 0.9) -> Claim:
-    """Claim 4 (module docstring)."""
+def check_log_growth(run, beta_se: float | None = None, beta_theory: float = 1.0, z: float = 1.96,
+                     r2_min: float = 0.95, span_min: float = 10.0, curvature_max: float = 1.5,
+                     lo: float = 0.1, hi: float = 0.9, extra: dict | None = None) -> Claim:
+    """Claim 4 (module docstring). The theory's law da/dt ~ e^{-a}, i.e.
+    a = log t + const with slope 1 in log t once t >> e^{a_0}, is compared
+    through its exponent: beta of da/dt ~ e^{-beta a} over the growth window
+    (:func:`fit_log_growth`; a ~ (1/beta) log t), whose theory value is
+    ``beta_theory`` = 1 whatever the window (the slope of a against log tau
+    over a finite window is below 1 even for the exact law, so it is
+    reported, not compared). ``beta_se``: its standard error (the suite's
+    bootstrap over training sets, :func:`log_slope_bootstrap`); PASS needs
+    beta_theory within ``z`` standard errors (a 95% interval) besides the
+    shape conditions. Without ``beta_se`` the claim cannot be decided and
+    fails."""
     stmt = "in phase 3 the classifier scale grows like log t while it is far from its optimum (da/dt ~ e^{-a})"
     ser = phase3_series(run)
     if ser is None:
-        return Claim("phase3_a_log_t", "FAIL", stmt, numbers={"error": "the run has no phase 3"})
+        return Claim("phase3_a_log_t", "FAIL", stmt, numbers={"error": "the run has no phase 3"}, source="proved")
     tau, a, t3 = ser
     f = fit_log_growth(tau, a, lo, hi)
-    ok = (f["n_points"] >= 4 and f["r2"] >= r2_min and f["slope"] > 0 and f["r2"] > f["r2_linear"]
+    se = math.nan if beta_se is None else float(beta_se)
+    ci = [f["beta"] - z * se, f["beta"] + z * se]
+    agrees = bool(math.isfinite(se) and ci[0] <= beta_theory <= ci[1])
+    ok = (f["n_points"] >= 4 and f["r2"] >= r2_min and agrees and f["r2"] > f["r2_linear"]
           and f["span"] >= span_min and f["curvature"] <= curvature_max)
     nums = {k: (_f(v) if isinstance(v, float) else v) for k, v in f.items() if k != "window"}
     nums.update({"t_phase3_start": t3, "r2_min": r2_min, "span_min": span_min, "curvature_max": curvature_max,
-                 "window_fraction_of_rise": [lo, hi], "slope_theory_large_L": 1.0})
-    return Claim("phase3_a_log_t", _status(ok), stmt, numbers=nums)
+                 "window_fraction_of_rise": [lo, hi], "beta_theory": beta_theory, "beta_se": _f(se),
+                 "beta_ci": [_f(v) for v in ci], "log_t_slope_1_over_beta": _f(1 / f["beta"]) if f["beta"] else None,
+                 "z": z, "theory_in_ci": agrees})
+    nums.update(extra or {})
+    return Claim("phase3_a_log_t", _status(ok), stmt, numbers=nums, source="proved")
+
+
+def similarity_all(theta, tokens, arch) -> np.ndarray:
+    """K (N, L): the selector's similarity of every key position of every
+    sequence, vectorised over sequences (same mathematics as
+    :func:`meanfield.induction.model.similarity`)."""
+    from .model import softmax, unpack
+
+    c, w, _ = unpack(np.asarray(theta, float), arch)
+    tokens = np.asarray(tokens)
+    N, Lp1 = tokens.shape
+    L = Lp1 - 1
+    E = np.eye(arch.d)
+    lags = arch.lags
+    u = np.zeros((N, Lp1, arch.H, arch.d))
+    for h in range(arch.H):
+        for l in range(1, Lp1 + 1):
+            m = arch.n_valid(h, l)
+            if m == 0:
+                continue
+            p = softmax(w[h, :m])
+            sv = sum(p[j] * E[tokens[:, l - lags[h, j] - 1]] for j in range(m))
+            u[:, l - 1, h] = sv / np.linalg.norm(sv, axis=-1, keepdims=True)
+    g = np.einsum("nlhv,nhv->nlh", u[:, :L], u[:, L])
+    c2 = c * c
+    K = np.zeros((N, L))
+    for k, S in enumerate(arch.subsets):
+        P = np.ones((N, L))
+        for h in S:
+            P = P * g[:, :, h]
+        K += c2[k] * P
+    return K / c2.sum()
+
+
+def phase3_dloss_table(K, tokens, a_grid) -> np.ndarray:
+    """(N, len(a_grid)): d/da of each sequence's loss -log y_hat[x_{L+1}] at
+    every a of the grid, with the features fixed (K from
+    :func:`similarity_all`); 0 for a sequence whose target is unseen (clipped)."""
+    tokens = np.asarray(tokens)
+    L = tokens.shape[1] - 1
+    match = tokens[:, :L] == tokens[:, L:]
+    G = np.empty((K.shape[0], len(a_grid)))
+    for i, a in enumerate(a_grid):
+        z = a * K
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        p = e / e.sum(axis=1, keepdims=True)
+        em = np.where(match, e, 0.0)
+        q = em / np.maximum(em.sum(axis=1, keepdims=True), 1e-300)
+        G[:, i] = ((p - q) * K).sum(axis=1)
+    G[~match.any(axis=1)] = 0.0
+    return G
+
+
+def phase3_flow(G, a_grid, tau, weights=None) -> np.ndarray:
+    """a(tau) of the phase-3 gradient flow da/dt = -L'(a) (L the weighted mean
+    loss; ``weights`` per sequence, default 1) from a_grid[0]: the 1-D flow is
+    solved by quadrature, t(a) = int da / (-L'(a)) (trapezoid on the grid),
+    up to where -L' first vanishes (the optimum), then inverted."""
+    wts = np.ones(G.shape[0]) if weights is None else np.asarray(weights, float)
+    v = -(wts @ G) / wts.sum()
+    stop = np.flatnonzero(v <= 0)
+    end = int(stop[0]) if stop.size else len(a_grid)
+    ag, vv = np.asarray(a_grid)[:end], v[:end]
+    if ag.size < 2:
+        return np.full(len(tau), float(a_grid[0]))
+    tt = np.concatenate([[0.0], np.cumsum(0.5 * (1 / vv[1:] + 1 / vv[:-1]) * np.diff(ag))])
+    return np.interp(tau, tt, ag)
+
+
+def log_slope_bootstrap(theta3, tokens, arch, tau, a_window, B: int = 200, seed=0, lo: float = 0.1,
+                        hi: float = 0.9, n_grid: int = 800) -> dict:
+    """Sampling uncertainty of claim 4's numbers: phase 3 (a only; c, w fixed
+    at ``theta3``, the state phase 3 starts from) as the gradient flow
+    da/dt = -L'(a) on ``B`` bootstrap resamples of the training sequences
+    (multinomial weights, seed ``seed``). Per resample: beta = -slope of
+    log(-L'(a)) against a over ``a_window`` (the a-range of the run's growth
+    window), and the window slope of a against log tau (:func:`fit_log_growth`
+    on the flow at the run's ``tau``). Returns both on the data itself, their
+    bootstrap standard errors and 2.5 / 97.5 percentiles, and the flow a(tau)."""
+    theta3 = np.asarray(theta3, float)
+    a0 = float(theta3[-1])
+    K = similarity_all(theta3, tokens, arch)
+    a_grid = np.linspace(a0, a0 + 3.0 * max(1.0, float(np.log1p(np.max(tau)))), n_grid)
+    G = phase3_dloss_table(K, tokens, a_grid)
+    m = (a_grid >= a_window[0]) & (a_grid <= a_window[1])
+
+    def beta_of(wts):
+        v = -(wts @ G) / wts.sum()
+        ok = m & (v > 0)
+        return -fit_line(a_grid[ok], np.log(v[ok]))["slope"] if ok.sum() >= 3 else math.nan
+
+    ones = np.ones(G.shape[0])
+    base = phase3_flow(G, a_grid, tau)
+    rng = np.random.default_rng(seed)
+    N = G.shape[0]
+    bs, sl = [], []
+    for _ in range(B):
+        wts = rng.multinomial(N, np.full(N, 1.0 / N)).astype(float)
+        bs.append(beta_of(wts))
+        sl.append(fit_log_growth(tau, phase3_flow(G, a_grid, tau, wts), lo, hi)["slope"])
+    bs, sl = np.asarray(bs), np.asarray(sl)
+    bs, sl = bs[np.isfinite(bs)], sl[np.isfinite(sl)]
+
+    def summ(v):
+        return (float(v.std(ddof=1)) if v.size >= 2 else math.nan,
+                [float(x) for x in np.percentile(v, [2.5, 97.5])] if v.size else None)
+
+    (bse, bpc), (sse, spc) = summ(bs), summ(sl)
+    return {"a_flow": base, "beta_flow": beta_of(ones), "beta_se": bse, "beta_percentiles": bpc,
+            "slope_flow": fit_log_growth(tau, base, lo, hi)["slope"], "slope_se": sse, "slope_percentiles": spc,
+            "B": int(bs.size)}
 
 
 def check_saturation(a_end: float, a_star_train: float, a_star_by_L: dict, rel_tol: float = 0.03,
@@ -389,10 +629,10 @@ def check_saturation(a_end: float, a_star_train: float, a_star_by_L: dict, rel_t
     nums.update(extra or {})
     return Claim("a_saturates_finite_L", _status(ok),
                  "at finite L the classifier scale a saturates at a finite optimum a*(L) that grows with L",
-                 numbers=nums)
+                 numbers=nums, source="expected")
 
 
-def check_gih(model_loss: float, model_loss_initial: float, baselines: dict, tol: float = 0.02,
+def check_gih(model_loss: float, model_loss_initial: float, baselines: dict, tol: float = GIH_TOL,
               extra: dict | None = None) -> Claim:
     """Claim 6. ``baselines``: name -> held-out loss on seen targets, with at
     least ``gih_best`` and ``unigram`` (``bayes``, ``gih_a_end``, ``gih_inf`` reported)."""
@@ -407,7 +647,7 @@ def check_gih(model_loss: float, model_loss_initial: float, baselines: dict, tol
     nums.update(extra or {})
     return Claim("model_approaches_gih", _status(ok),
                  "the trained model's held-out loss approaches that of the generalised induction head on S*",
-                 numbers=nums)
+                 numbers=nums, source="proved")
 
 
 def gain_fraction(model: float, bayes: float, unigram: float) -> float:
@@ -430,22 +670,30 @@ def check_longer_contexts(rows: list[dict], model_at_L: float, frac_min: float =
     return Claim("generalises_longer_L", _status(ok),
                  "the model trained at length L keeps working at longer contexts (2L, 4L): it captures most of the "
                  "Bayes-optimal in-context gain and its loss does not rise",
-                 numbers={"rows": out, "model_at_L": model_at_L, "frac_min": frac_min, "rise_tol": rise_tol})
+                 numbers={"rows": out, "model_at_L": model_at_L, "frac_min": frac_min, "rise_tol": rise_tol},
+                 source="expected")
 
 
-def check_other_prior(rows: list[dict], frac_min: float = 0.5, tol: float = 0.02) -> Claim:
-    """Claim 8. ``rows``: one dict per prior with keys alpha, model, bayes, unigram, gih_a_end."""
+def check_other_prior(rows: list[dict], frac_min: float = OTHER_PRIOR_MOST, tol: float = GIH_TOL) -> Claim:
+    """Claim 8. ``rows``: one dict per prior with keys alpha, model, bayes,
+    unigram, gih_a_end. Thresholds from the wording: "most" of the gain is a
+    gain fraction above ``frac_min`` = 1/2; "stays a GIH" is |model - GIH on
+    S* with the trained a| <= ``tol``, claim 6's tolerance."""
     out, ok = [], bool(rows)
     for r in rows:
         fr = gain_fraction(r["model"], r["bayes"], r["unigram"])
-        good = fr >= frac_min and abs(r["model"] - r["gih_a_end"]) <= tol
+        good = fr > frac_min and abs(r["model"] - r["gih_a_end"]) <= tol
         ok = ok and good
         out.append({**{k: _f(v) if isinstance(v, float) else v for k, v in r.items()}, "gain_fraction": _f(fr),
                     "ok": good})
     return Claim("generalises_other_prior", _status(ok),
                  "the trained model transfers to sequences from another Dirichlet prior: it stays a GIH and "
-                 "captures most of the Bayes-optimal in-context gain",
-                 numbers={"rows": out, "frac_min": frac_min, "tol": tol})
+                 "captures most (more than half) of the Bayes-optimal in-context gain",
+                 numbers={"rows": out, "frac_min": frac_min, "tol": tol,
+                          "threshold_principle": "wording: 'most' of the gain = more than half (gain fraction > "
+                                                 f"{frac_min:g}); 'stays a GIH' = within claim 6's {tol:g} nats of "
+                                                 "the GIH on S* with the trained a"},
+                 source="expected")
 
 
 # ------------------------------------------------------------------ model evaluation
@@ -505,11 +753,14 @@ SETTINGS = {
     "quick": {"n_train": 3000, "n_test": 2000, "phase_steps": (200, 200, 1200), "phase_etas": (2.0, 10.0, 0.5),
               "record_every": 10, "record_log3": 150, "n_kernels": 4000, "L_sat": (50, 100, 200),
               "L_mult": (2, 4), "alphas": (1.0,), "clean_w_plus": 8.0, "grad_batches": 10, "grad_batch": 2000,
-              "exponents": (1.0, 1.5, 2.0, 2.5, 3.0)},
+              "exponents": (1.0, 1.5, 2.0, 2.5, 3.0), "exponent_pas": ((1, 2), (1, 3), (2, 3), (1,), (2,), (3,)),
+              "exponent_a": 0.01, "k_grid": (0.5, 4.0, 0.1), "exp_batches": 10, "exp_batch": 1000, "boot_B": 200},
     "full": {"n_train": 10000, "n_test": 5000, "phase_steps": (300, 300, 4000), "phase_etas": (2.0, 10.0, 0.25),
              "record_every": 10, "record_log3": 300, "n_kernels": 20000, "L_sat": (25, 50, 100, 200, 400),
              "L_mult": (2, 4, 8), "alphas": (0.03, 0.3, 1.0), "clean_w_plus": 8.0, "grad_batches": 20,
-             "grad_batch": 5000, "exponents": (1.0, 1.5, 2.0, 2.5, 3.0)},
+             "grad_batch": 5000, "exponents": (1.0, 1.5, 2.0, 2.5, 3.0),
+             "exponent_pas": ((1, 2), (1, 3), (2, 3), (1,), (2,), (3,)), "exponent_a": 0.01,
+             "k_grid": (0.5, 4.0, 0.05), "exp_batches": 20, "exp_batch": 5000, "boot_B": 400},
 }
 
 
@@ -573,36 +824,76 @@ def check_suite(out: Path, quick: bool = False, log=print, base: dict | None = N
     c.figure = P.plot_c_mass(run, out)
     claims.append(c)
 
-    # the exponent study: the phase-1 velocity at init with clean copiers against I~_k
-    tick(f"exponent study: phase-1 velocity with clean copiers (w_plus = {S['clean_w_plus']:g}) on "
-         f"{S['grad_batches']} x {S['grad_batch']} sequences ...")
-    observed = phase1_velocity(cfg, S["clean_w_plus"], S["grad_batches"], S["grad_batch"])
-    default_vel = phase1_velocity(cfg, cfg.w_plus, S["grad_batches"], S["grad_batch"])
-    theory_map = {k: {Sx: chi.values[k][:, i] for i, Sx in enumerate(chi.subsets)} for k in chi.exponents}
+    # the exponent study: the phase-1 velocity at init against I~_k, pooled over parent sets, k with a CI
+    pas = [tuple(p) for p in S["exponent_pas"]]
+    kgrid = np.round(np.arange(S["k_grid"][0], S["k_grid"][1] + 1e-9, S["k_grid"][2]), 6)
+    tick(f"exponent study: I~_k for {len(kgrid)} exponents and parent sets {pas}; phase-1 velocities at "
+         f"a = {S['exponent_a']:g} and a = {cfg.a_init:g}, RPE init w_plus = {S['clean_w_plus']:g} (clean) and "
+         f"{cfg.w_plus:g} (default), {S['exp_batches']} x {S['exp_batch']} sequences each ...")
+    th_by_pa, vel = {}, {}
+    for j, pa in enumerate(pas):
+        ct = T.chi2_table(cfg.d, pa, cfg.alpha, lags, cfg.D, S["n_kernels"], _seq_seed(cfg, 6, j), tuple(kgrid))
+        th_by_pa[pa] = {float(k): {Sx: ct.values[k][:, i] for i, Sx in enumerate(ct.subsets)} for k in ct.exponents}
+        pcfg = make_config(B, pa=pa, n_train=1, n_test=0)
+        for wp in (S["clean_w_plus"], cfg.w_plus):
+            for a0 in (S["exponent_a"], cfg.a_init):
+                vel[(wp, a0, pa)] = phase1_velocity(pcfg, wp, S["exp_batches"], S["exp_batch"], a_init=a0)
+
+    def _exp_claim(wp, name, source):
+        obs = {pa: vel[(wp, S["exponent_a"], pa)] for pa in pas}
+        at_a = check_exponent_ci(th_by_pa, {pa: vel[(wp, cfg.a_init, pa)] for pa in pas})
+        c = check_exponent_ci(th_by_pa, obs, 2.0, name=name, source=source,
+                              extra={"w_plus": wp, "a": S["exponent_a"],
+                                     f"k_hat_at_a_{cfg.a_init:g}": at_a.numbers["k_hat"],
+                                     f"ci_at_a_{cfg.a_init:g}": at_a.numbers["ci"],
+                                     "parent_sets": [list(p) for p in pas],
+                                     "note": "velocity -dL/dc_S at initialisation (every c_S equal), by lag set, "
+                                             f"at a = {S['exponent_a']:g}: I~ is the coefficient of the term of "
+                                             "first order in a; the fit at the run's a_init is reported next to it"})
+        c.setting = dict(setting, w_plus=wp, a_init=S["exponent_a"], parent_sets=[list(p) for p in pas],
+                         velocity_sequences=S["exp_batches"] * S["exp_batch"], n_kernels=S["n_kernels"],
+                         k_grid=list(S["k_grid"]))
+        return c
+
+    c_clean = _exp_claim(S["clean_w_plus"], "chi2_exponent", "proved")
+    c_dflt = _exp_claim(cfg.w_plus, "chi2_exponent_default_init", "expected")
     ccfg = make_config(B, n_train=S["n_train"], n_test=0, w_plus=S["clean_w_plus"],
                        phase_steps=(cfg.phase_steps[0], 0, 0), phase_etas=cfg.phase_etas)
     crun = run_like(R.run(ccfg), ccfg)
     end_w = lag_weights(crun, len(crun["t"]) - 1)
-    dflt = check_exponent(theory_map, default_vel, 2.0)
-    extra = {"phase1_end_kendall_tau_resolved": {str(k): _f(ranking_agreement(theory_map[k], end_w)["tau"])
-                                                 for k in chi.exponents},
-             "phase1_end_ranking": [list(Sx) for Sx in sorted(end_w, key=lambda Sx: -end_w[Sx])],
-             "default_init_r2": dflt.numbers["r2"], "default_init_best_exponent": dflt.numbers["best_exponent"],
-             "note": ("velocity -dL/dc_S at initialisation (all c_S equal, a = a_init) with clean copiers, by lag "
-                      "set; the default RPE init (w_plus = 2, 0.79 on the start lag) blurs the features, its fit is "
-                      "reported as default_init_r2")}
-    c = check_exponent(theory_map, observed, 2.0, extra=extra)
-    c.setting = dict(setting, w_plus=S["clean_w_plus"], velocity_sequences=S["grad_batches"] * S["grad_batch"],
-                     exponents=list(chi.exponents), n_kernels=chi.n_kernels)
-    c.figure = P.plot_chi2(chi, observed, out, end_w)
-    claims.append(c)
+    theory_map = {k: {Sx: chi.values[k][:, i] for i, Sx in enumerate(chi.subsets)} for k in chi.exponents}
+    c_clean.numbers.update({
+        "phase1_end_kendall_tau_resolved": {str(k): _f(ranking_agreement(theory_map[k], end_w)["tau"])
+                                            for k in chi.exponents},
+        "phase1_end_ranking": [list(Sx) for Sx in sorted(end_w, key=lambda Sx: -end_w[Sx])]})
+    fig = P.plot_exponent_profile({f"clean (w_plus {S['clean_w_plus']:g})": c_clean.numbers,
+                                   f"default (w_plus {cfg.w_plus:g})": c_dflt.numbers}, out)
+    c_clean.figure = c_dflt.figure = fig
+    P.plot_chi2(chi, vel[(S["clean_w_plus"], S["exponent_a"], tuple(cfg.pa))], out, end_w)
+    claims += [c_clean, c_dflt]
 
     c = check_copier(run, S_star, parents=cfg.pa)
     c.setting = dict(setting)
     c.figure = P.plot_rpe(run, out)
     claims.append(c)
 
-    c = check_log_growth(run)
+    tick(f"phase 3: growth-window slope, bootstrap over the training set ({S['boot_B']} resamples) ...")
+    ser = phase3_series(run)
+    boot = None
+    if ser is not None:
+        i3 = phase_start_index(run, 3)
+        fw = fit_log_growth(ser[0], ser[1])
+        aw = (ser[1][fw["window"][0]], ser[1][fw["window"][-1]]) if fw["n_points"] else (ser[1][0], ser[1][-1])
+        boot = log_slope_bootstrap(np.asarray(run["theta"])[i3], pb.train.tokens, arch, ser[0], aw, B=S["boot_B"],
+                                   seed=_seq_seed(cfg, 8))
+    c = check_log_growth(run, beta_se=None if boot is None else boot["beta_se"], extra=None if boot is None else {
+        "beta_flow": _f(boot["beta_flow"]), "beta_bootstrap_percentiles": boot["beta_percentiles"],
+        "slope_flow": _f(boot["slope_flow"]), "slope_se": _f(boot["slope_se"]),
+        "slope_bootstrap_percentiles": boot["slope_percentiles"], "bootstrap_B": boot["B"],
+        "max_abs_a_flow_minus_gd": _f(float(np.max(np.abs(boot["a_flow"] - ser[1])))),
+        "note": "beta: da/dt ~ e^{-beta a} over the growth window (theory 1: a = log t + const); beta_se and "
+                "slope_se: standard deviations over bootstrap resamples of the training sequences, phase 3 "
+                "re-integrated as the gradient flow in a (c, w fixed)"})
     c.setting = dict(setting, records_phase3=f"{S['record_log3']} log-spaced GD steps")
     claims.append(c)
     logfit = c.numbers
@@ -676,25 +967,30 @@ def check_suite(out: Path, quick: bool = False, log=print, base: dict | None = N
                "r2": logfit.get("r2"), "slope": logfit.get("slope"), "a_end": a_end, "a_star_train": a_star_train,
                "a_star_by_L": {str(k): v for k, v in a_star.items()},
                "test_loss_seen": {"model": m_end["loss_seen"], **base_l}}
+    from ..report import gating
+
     report = {"claims": [asdict(c) for c in claims], "quick": quick, "elapsed_s": elapsed,
-              "all_pass": all(c.passed for c in claims), "summary": summary, "run_file": run_path.name}
+              "all_pass": all(c.passed for c in claims), "gating_pass": all(c.passed for c in gating(claims)),
+              "summary": summary, "run_file": run_path.name}
     (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default))
     (out / "report.md").write_text(_markdown(claims, quick, elapsed, summary))
     tick(f"{sum(c.passed for c in claims)}/{len(claims)} claims pass; report: {out / 'report.md'}")
     return claims, out / "report.md"
 
 
-def phase1_velocity(cfg, w_plus: float, batches: int, batch: int) -> dict:
+def phase1_velocity(cfg, w_plus: float, batches: int, batch: int, a_init: float | None = None) -> dict:
     """{lag set: (batches,) array} of the phase-1 velocity -dL/dc_S at the
     initial state of ``cfg`` with RPE init ``w_plus`` (every c_S equal, a =
-    a_init), one value per batch of ``batch`` fresh sequences (seed
-    (seed, 7, b)); head subsets are mapped to lag sets by the start lags."""
+    ``a_init``, default cfg.a_init), one value per batch of ``batch`` fresh
+    sequences (seed (seed, 7, b)); head subsets are mapped to lag sets by the
+    start lags."""
     from . import kernels as Kn
     from .data import generate
     from .model import init_params
 
     arch = cfg.arch()
-    th0 = init_params(arch, w_plus, cfg.w_minus, cfg.c_init, cfg.a_init, cfg.start_lags)
+    th0 = init_params(arch, w_plus, cfg.w_minus, cfg.c_init, cfg.a_init if a_init is None else a_init,
+                      cfg.start_lags)
     V = np.empty((batches, arch.nS))
     for b in range(batches):
         tok = generate(batch, cfg.d, cfg.L, cfg.pa, cfg.alpha, _seq_seed(cfg, 7, b)).tokens
@@ -748,18 +1044,23 @@ def _fmt(v):
 
 def _markdown(claims, quick, elapsed, summary) -> str:
     n = sum(c.passed for c in claims)
+    gate = [c for c in claims if c.source != "expected"]
     lines = [f"# meanfield induction check{' (quick)' if quick else ''}", "",
-             f"{n} of {len(claims)} claims pass ({elapsed:.1f} s). Claims as in `docs/conventions.md` "
-             "(seed 002); checkers in `meanfield/induction/claims.py`.", "",
+             f"{n} of {len(claims)} claims pass ({elapsed:.1f} s); the paper's (proved / shown, the exit code "
+             f"depends on these): {sum(c.passed for c in gate)} of {len(gate)}; beyond the paper (expected, "
+             f"reported): {sum(c.passed for c in claims if c.source == 'expected')} of "
+             f"{sum(c.source == 'expected' for c in claims)}. Claims as in `docs/conventions.md` (seed 002); "
+             "checkers in `meanfield/induction/claims.py`.", "",
              f"S* = {summary['S_star']}, c-mass on S* = {summary['c_mass_on_S_star']:.4f}, "
              f"a(t) ~ log t fit: slope {_fmt(summary['slope'])}, R^2 {_fmt(summary['r2'])}; "
              f"a_end = {summary['a_end']:.4g}, a*(L) = {_fmt(summary['a_star_by_L'])}.", "",
              "Held-out loss (targets seen in the context): "
              + ", ".join(f"{k} {v:.4f}" for k, v in summary["test_loss_seen"].items() if v is not None) + ".", "",
-             "| claim | status |", "|---|---|"]
-    lines += [f"| {c.statement} | **{c.status}** |" for c in claims]
+             "| claim | source | status |", "|---|---|---|"]
+    lines += [f"| {c.statement} | {c.source} | **{c.status}** |" for c in gate]
+    lines += [f"| {c.statement} | {c.source} | **{c.status}** |" for c in claims if c.source == "expected"]
     for c in claims:
-        lines += ["", f"## {c.name}: {c.status}", "", c.statement + ".", "",
+        lines += ["", f"## {c.name}: {c.status} ({c.source})", "", c.statement + ".", "",
                   "Setting: " + ", ".join(f"{k}={_fmt(v)}" for k, v in c.setting.items()), "",
                   "| number | value |", "|---|---|"]
         for k, v in c.numbers.items():
