@@ -331,7 +331,9 @@ def linearise(saddle: Saddle, delta: np.ndarray | None = None, power: float = 2.
         if P1 is not None:
             v = np.real(P1 @ d)
             rep.projection = float(np.linalg.norm(v))
-            if rep.projection > 0:
+            if rep.projection <= 1e-9 * float(np.linalg.norm(d)):  # rounding only: no component
+                rep.projection = 0.0
+            else:
                 rep.direction = v / rep.projection
         if saddle.rhs is not None:
             rep.lam2, rep.projection2 = _second(grow_cl, d, lambda z: z.real)

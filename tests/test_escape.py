@@ -340,3 +340,20 @@ def test_predicted_flow_slope_matches_measured_flow_sweep():
     assert r["method"] == "flow" and r["tolerance_parts"]["resolution"] == 0.0
     assert abs(r["slope_predicted"] - 2 / r["lambda"]) < 1e-9 * r["slope_predicted"]
     assert r["relative_error"] <= r["tolerance"] < 0.05 and r["pass"], r
+
+
+def test_generic_failure_paths():
+    """Stable saddle: no growing direction; a displacement without a top
+    component: no prediction; a shifted fixed point: not a fixed point;
+    a GD map without eta: refused."""
+    J, Q = _linear_system(np.array([-0.5, -0.2, -1.0]), seed=1)
+    rep = escape.linearise(escape.Saddle(np.zeros(3), np.ones(3, bool), rhs=lambda y: J @ y), delta=np.ones(3))
+    assert not rep.valid and "stable" in rep.reason and rep.slope_flow is None
+    J, Q = _linear_system(np.array([0.5, -0.2, -1.0]), seed=2)
+    delta = Q[:, 1] + Q[:, 2]  # no component on the top eigenvector
+    rep = escape.linearise(escape.Saddle(np.zeros(3), np.ones(3, bool), rhs=lambda y: J @ y), delta=delta)
+    assert not rep.valid and "no component" in rep.reason
+    rep = escape.linearise(escape.Saddle(np.zeros(3), np.ones(3, bool), rhs=lambda y: J @ y + 1.0))
+    assert not rep.valid and "not a fixed point" in rep.reason
+    with pytest.raises(ValueError, match="eta"):
+        escape.Saddle(np.zeros(3), np.ones(3, bool), gd_map=lambda y: y)
