@@ -190,6 +190,12 @@ def test_not_a_fixed_point_is_not_valid():
     assert not out["valid"] and "not a fixed point" in out["reason"] and out["rhs_norm"] > 1e-6
 
 
+@pytest.fixture(scope="module")
+def sweep_k2_300():
+    return mesc.stage2_constant({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5, "stage_steps": (300, 0, 0)},
+                                np.geomspace(1e-3, 3e-2, 3))
+
+
 @pytest.mark.parametrize("K,n1", [(2, 1000), (2, 300), (3, 300)])
 def test_predicted_slope_matches_measured_sweep(K, n1):
     """The omega sweep's measured slope of T2 - T1 against log(1/omega)
@@ -204,16 +210,14 @@ def test_predicted_slope_matches_measured_sweep(K, n1):
     assert r["slope_predicted_gd"] != r["slope_first_order_gd"]
 
 
-def test_tolerance_would_fail_a_wrong_prediction():
+def test_tolerance_would_fail_a_wrong_prediction(sweep_k2_300):
     """The check can fail: a prediction 10% off is outside the tolerance."""
-    r = mesc.stage2_constant({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5, "stage_steps": (300, 0, 0)},
-                             np.geomspace(1e-3, 3e-2, 3))
+    r = sweep_k2_300
     assert abs(r["slope_measured"] - 1.1 * r["slope_predicted_gd"]) / (1.1 * r["slope_predicted_gd"]) > r["tolerance"]
 
 
-def test_stage2_constant_claim_pass_fail_and_figure(tmp_path):
-    r = mesc.stage2_constant({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5, "stage_steps": (300, 0, 0)},
-                             np.geomspace(1e-3, 3e-2, 3))
+def test_stage2_constant_claim_pass_fail_and_figure(tmp_path, sweep_k2_300):
+    r = sweep_k2_300
     c = mesc.check_stage2_constant([r])
     assert c.status == "PASS" and c.source == "expected" and c.name == "stage2_constant"
     assert c.numbers["slopes"]["K=2, stage1=300"]["predicted"] == r["slope_predicted_gd"]
