@@ -361,3 +361,13 @@ def test_generic_failure_paths():
     assert not rep.valid and "not a fixed point" in rep.reason
     with pytest.raises(ValueError, match="eta"):
         escape.Saddle(np.zeros(3), np.ones(3, bool), gd_map=lambda y: y)
+
+
+@pytest.mark.slow
+def test_stage2_constant_full_settings(tmp_path):
+    """The full claim: K in {2, 3, 4}, eight (K, stage-1) settings, omega in
+    [1e-4, 3e-2] (about 30 s of CPU)."""
+    c = mesc.stage2_constant_claim(tmp_path, quick=False, log=lambda *a: None)
+    assert c.status == "PASS", c.numbers
+    assert len(c.numbers["slopes"]) == len(mesc.CONSTANT_SETTINGS["full"]["settings"])
+    assert (tmp_path / c.figure).exists()
