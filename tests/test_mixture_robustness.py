@@ -72,6 +72,12 @@ def test_tiny_perturbation_leaves_dead_samples(kind):
         assert all(max(abs(s["u_plus_t0"]), abs(s["u_minus_t0"])) < 1e-10 for s in m["stuck"])
 
 
+def test_finite_width_zero_init_is_stuck():
+    """The paper's finite-width model with zero neurons: the sampled init alone leaves two samples dead."""
+    m = R.mechanism(R.perturbed_run("width", 4096, 0, "simultaneous", 100))
+    assert not m["solved"] and m["n_stuck"] == 2 and m["dead_samples_over_time"][-1] == 2
+
+
 def test_embedding_identity_vs_random():
     assert R.mechanism(R.perturbed_run("embedding", -1.0, 0, "simultaneous", 100))["solved"]
     assert not R.mechanism(R.perturbed_run("embedding", 0.0, 0, "simultaneous", 100))["solved"]
@@ -95,16 +101,19 @@ def test_claims_pass_and_fail_on_constructed_grids():
     assert not bad[0].passed  # the smallest perturbation must solve in every run
     emb = R.robustness_claims([_row("embedding", "identity embedding", 1.0), _row("embedding", "rounding", 0.0)])
     assert not emb[0].passed  # the identity control does not count
+    assert R.robustness_claims([_row("width", 256, 0.0), _row("width", 4096, 1.0)])[0].passed  # largest m decides
+    assert not R.robustness_claims([_row("width", 256, 1.0), _row("width", 4096, 0.5)])[0].passed
     with pytest.raises(ValueError, match="kind"):
         R.perturbed_run("bogus", 1e-6, 0)
 
 
 def test_study_cli_quick(tmp_path, monkeypatch):
     monkeypatch.setitem(R.SETTINGS, "quick", {"eps": [1e-12, 1e-2], "seeds": 1, "neurons": [1, 4],
-                                              "record_every": 100})
+                                              "record_every": 100, "widths": [1024]})
     assert main(["mixture", "study", "robustness", "--quick", "--out", str(tmp_path)]) == 0
     rep = json.loads((tmp_path / "report.json").read_text())
-    assert {c["name"] for c in rep["claims"]} == {"robust_neuron", "robust_attention", "robust_embedding"}
+    assert {c["name"] for c in rep["claims"]} == {"robust_neuron", "robust_attention", "robust_embedding",
+                                                  "robust_width"}
     assert rep["phase_diagram"][0] == [0.0, 0.0] and rep["phase_diagram"][1] == [1.0, 1.0]
     assert (tmp_path / "phase_diagram.png").exists() and (tmp_path / "dead_set.png").exists()
     assert "What restores the story" in (tmp_path / "report.md").read_text()

@@ -390,6 +390,7 @@ SOURCES = {
     "robust_neuron": "expected",              # rebuttal W2: "Gaussian initialization with sufficiently small
     "robust_attention": "expected",           # variance ... similar dynamics"
     "robust_embedding": "expected",
+    "robust_width": "expected",               # the rebuttal: Appendix G handles finite width "easily"
 }
 
 SETTINGS = {
@@ -505,7 +506,8 @@ def check_suite(out: Path, quick: bool = False, log=print) -> tuple[list[Claim],
     from .robustness import SETTINGS as RS, grid as robustness_grid, robustness_claims
 
     rs = RS["quick" if quick else "full"]
-    claims += robustness_claims(robustness_grid(eps=rs["eps"], seeds=rs["seeds"], record_every=rs["record_every"]))
+    claims += robustness_claims(robustness_grid(eps=rs["eps"], seeds=rs["seeds"], record_every=rs["record_every"],
+                                                widths=rs["widths"]))
 
     for c in claims:  # where each claim comes from (docs/conventions.md, "Claims")
         c.source = SOURCES.get(c.name, c.source)

@@ -14,7 +14,10 @@ L = 3, omega = 0.1, eta = 0.5, zero neurons, infinite width, exact GD map):
   width 2P started at exactly these factors, written in R^d through a random
   orthonormal embedding E (d = 2K + 1): the only perturbation is the rounding
   of the products with E (about 1e-17). E = identity is the unperturbed
-  control.
+  control;
+* ``width``: the paper's finite-width model, W_K, W_Q entries N(0, omega^2/m)
+  sampled at width m (the init moves by about omega^2 / sqrt(m)), zero
+  neurons; "eps" is m there, and the smallest perturbation the largest m.
 
 over seeds, sizes eps from 1e-12 to 1e-2 and both schedules (simultaneous,
 4000 steps; three-stage, 1000 / 4000 / 2000 steps). A run "solves" when
@@ -58,13 +61,15 @@ from .stagetimes import DEFAULTS as STAGE_DEFAULTS
 
 LEVEL = STAGE_DEFAULTS["margin"]  # a sample is solved when its margin ends >= this
 KINK_TOL = 1e-9                   # |u| <= KINK_TOL * max(1, max|u|): at the ReLU kink (as width-sweep)
-KINDS = ("neuron", "attention", "embedding")
+KINDS = ("neuron", "attention", "embedding", "width")
 BASE = {"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}
 SCHEDULES = {"simultaneous": dict(schedule="simultaneous", steps=4000),
              "three-stage": dict(schedule="three-stage", stage_steps=(1000, 4000, 2000))}
 SETTINGS = {
-    "quick": {"eps": [1e-12, 1e-6, 1e-2], "seeds": 2, "neurons": [1, 2, 4], "record_every": 40},
+    "quick": {"eps": [1e-12, 1e-6, 1e-2], "seeds": 2, "neurons": [1, 2, 4], "record_every": 40,
+              "widths": [256, 4096]},
     "full": {"eps": [1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2], "seeds": 8, "neurons": [1, 2, 4, 8, 16],
+             "widths": [16, 64, 256, 1024, 4096, 16384, 65536],
              "record_every": 20},
 }
 
@@ -157,6 +162,9 @@ def perturbed_run(kind: str, eps: float, seed: int, schedule: str = "simultaneou
     cfg = make_config(BASE, record_every=record_every, **SCHEDULES[schedule], **over)
     if kind == "embedding":
         return embedded_run(cfg, None if eps < 0 else seed)
+    if kind == "width":
+        cfg = make_config(cfg.to_dict() | {"width": int(eps), "seed": seed})
+        return _as_run(cfg, run_traj(cfg)) if not cfg.dense else _dense(cfg)
     if kind == "none":
         return _as_run(cfg, run_traj(cfg)) if not cfg.dense else _dense(cfg)
     if kind == "neuron" and cfg.dense:  # several neurons: the config's own Gaussian init
@@ -253,13 +261,14 @@ def explain(mech: dict, short: bool = False) -> str:
 
 
 def grid(kinds=KINDS, eps=(1e-12, 1e-6, 1e-2), seeds: int = 2, schedules=tuple(SCHEDULES), record_every: int = 40,
-         log=None, **over) -> list[dict]:
+         log=None, widths=(256, 4096), **over) -> list[dict]:
     """Rows (kind, eps, schedule) with the solved fraction over ``seeds`` and
     the mechanism of the first unsolved run. ``embedding`` has one row per
-    schedule (eps = rounding) plus the identity control (eps = 0)."""
+    schedule (eps = rounding) plus the identity control (eps = 0); ``width``
+    one per width m in ``widths`` (eps = m)."""
     rows = []
     for kind in kinds:
-        sizes = [-1.0, 0.0] if kind == "embedding" else list(eps)
+        sizes = [-1.0, 0.0] if kind == "embedding" else ([int(m) for m in widths] if kind == "width" else list(eps))
         for e in sizes:
             for sch in schedules:
                 if log:
@@ -287,16 +296,22 @@ def robustness_claims(rows: list[dict]) -> list[Claim]:
     out = []
     what = {"neuron": "a Gaussian neuron init N(0, eps^2 I) of small variance",
             "attention": "a small perturbation eps of the attention init (factor entries)",
-            "embedding": "the network written through a random orthonormal embedding (rounding, ~1e-17)"}
+            "embedding": "the network written through a random orthonormal embedding (rounding, ~1e-17)",
+            "width": "the sampled init of a large enough finite width m (zero neurons; the rebuttal: the "
+                     "discretization to finite width 'can be handled easily', Appendix G)"}
     for kind in sorted({r["kind"] for r in rows}, key=KINDS.index):
         rk = [r for r in rows if r["kind"] == kind and r["eps"] != "identity embedding"]
         if kind == "embedding":
             smallest = rk
+        elif kind == "width":
+            m0 = max(r["eps"] for r in rk)
+            smallest = [r for r in rk if r["eps"] == m0]
         else:
             e0 = min(r["eps"] for r in rk)
             smallest = [r for r in rk if r["eps"] == e0]
         ok = all(r["solved_frac"] == 1.0 for r in smallest)
         nums = {f"solved_frac[eps={r['eps']:g}, {r['schedule']}]" if isinstance(r["eps"], float) else
+                f"solved_frac[m={r['eps']}, {r['schedule']}]" if kind == "width" else
                 f"solved_frac[{r['eps']}, {r['schedule']}]": r["solved_frac"] for r in rows if r["kind"] == kind}
         nums["loss_end_median_smallest"] = float(np.median([r["loss_end_median"] for r in smallest]))
         nums["stuck_samples"] = sorted({d for r in rk for d in r["stuck_samples"]})
@@ -360,7 +375,7 @@ def robustness_study(out, quick: bool = False, log=print) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     S = SETTINGS["quick" if quick else "full"]
     t0 = time.perf_counter()
-    rows = grid(eps=S["eps"], seeds=S["seeds"], record_every=S["record_every"], log=log)
+    rows = grid(eps=S["eps"], seeds=S["seeds"], record_every=S["record_every"], log=log, widths=S["widths"])
     claims = robustness_claims(rows)
     F = phase_diagram(S["eps"], S["neurons"], S["seeds"], S["record_every"], log=log)
     rest = restorers(S["eps"], S["seeds"], S["record_every"], log=log)
@@ -392,7 +407,7 @@ def _markdown(rep: dict) -> str:
     for c in rep["claims"]:
         L.append(f"| {c['name']}: {c['statement']} | **{c['status']}** | {c['numbers']['mechanism']} |")
     L += ["", "## Solved fraction per perturbation", "",
-          "| perturbation | size eps | schedule | runs | solved | median final loss | stuck samples |",
+          "| perturbation | size eps (width: m) | schedule | runs | solved | median final loss | stuck samples |",
           "|---|---|---|---|---|---|---|"]
     for r in rep["grid"]:
         e = f"{r['eps']:g}" if isinstance(r["eps"], float) else r["eps"]
