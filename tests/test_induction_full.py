@@ -1,0 +1,72 @@
+"""The full two-layer transformer of the official code (``meanfield.induction.full``):
+hand-written gradients against central finite differences, the layout, and
+training through the shared steppers."""
+
+import numpy as np
+import pytest
+
+from meanfield import integrate
+from meanfield.induction import full as F
+from meanfield.induction.data import generate
+
+
+def _fd(theta, tok, arch, loss, h=1e-6):
+    out = np.zeros_like(theta)
+    for i in range(theta.size):
+        e = np.zeros_like(theta)
+        e[i] = h
+        out[i] = (F.loss_and_grad(theta + e, tok, arch, loss)[0] - F.loss_and_grad(theta - e, tok, arch, loss)[0]) / (2 * h)
+    return out
+
+
+@pytest.mark.parametrize("loss", ["official-ce", "nll"])
+@pytest.mark.parametrize("self_attend", [True, False])
+def test_full_gradients_match_finite_differences(loss, self_attend):
+    arch = F.FullArch(d=3, H=3, M=2, D=2, self_attend=self_attend)
+    tok = generate(4, 3, 8, (1, 2), 0.5, (1,)).tokens
+    rng = np.random.default_rng(0)
+    th = arch.init(2.0, 0.1, 1.0, 1.5, 0.5) + rng.normal(0, 0.3, arch.n_params)
+    _, g = F.loss_and_grad(th, tok, arch, loss, chunk=3)  # two chunks
+    fd = _fd(th, tok, arch, loss)
+    scale = np.max(np.abs(fd))
+    for k, s in arch.slices().items():
+        np.testing.assert_allclose(g[s], fd[s], rtol=0, atol=1e-8 * max(scale, 1.0), err_msg=k)
+    assert np.all(np.abs(g[arch.slices()["q"]]) > 0)  # the query-key path carries gradient
+
+
+def test_gradient_check_can_fail():
+    """A wrong backward (layer-norm gain gradient dropped) is caught by the same comparison."""
+    arch = F.FullArch(d=3, H=2, M=2, D=1)
+    tok = generate(3, 3, 6, (1,), 0.5, (2,)).tokens
+    th = arch.init(1.0, 0.0, 1.0, 2.0, 0.7) + np.random.default_rng(1).normal(0, 0.2, arch.n_params)
+    _, g = F.loss_and_grad(th, tok, arch)
+    g[arch.slices()["g"]] = 0.0
+    assert np.max(np.abs(g - _fd(th, tok, arch, "official-ce"))) > 1e-4
+
+
+def test_layout_init_and_attention_by_lag():
+    arch = F.FullArch(d=3, H=3, M=3, D=2)
+    th = arch.init()
+    p = arch.unpack(th)
+    assert p["w"][0, 0] == 3.0 and p["w"][0, 1] == 0.1 and np.allclose(p["c"], 0.01) and p["a"] == 0.01
+    assert np.allclose(p["o"][1], 0.01 * np.eye(3)) and np.allclose(p["g"], 1.0)
+    assert np.array_equal(arch.pack(p), th)
+    tok = generate(20, 3, 12, (1, 2), 0.3, (3,)).tokens
+    att = F.attention_by_lag(th, tok, arch, max_lag=6)
+    # head h (windows h+1..h+3) puts most of its mass on its start lag h+1, none beyond its window
+    assert list(att.argmax(axis=1)) == [1, 2, 3]
+    assert np.allclose(att[0, 4:], 0.0) and att[2, 0] > 0  # lag 0: the official self-attention
+    m = arch.group_mask(["c", "qk"])
+    assert m[arch.slices()["c"]].all() and m[arch.slices()["q"]].all() and not m[arch.slices()["o"]].any()
+
+
+def test_training_through_the_shared_gd_map_lowers_the_loss():
+    arch = F.FullArch(d=3, H=3, M=3, D=2)
+    tok = generate(60, 3, 16, (1, 2), 0.1, (4,)).tokens
+    sysm = F.FullSystem(tok, arch)
+    y0 = arch.init()
+    stage = integrate.Stage(1, arch.group_mask(F.GROUPS), 30, None, "joint", eta=1.0)
+    traj = integrate.GDMap(1.0).solve(sysm, y0.copy(), [stage], integrate.SaveAt(every=10))
+    Y = traj.arrays()["y"]
+    assert traj.status == "complete" and Y.shape[0] == 4
+    assert F.loss_and_grad(Y[-1], tok, arch)[0] < F.loss_and_grad(Y[0], tok, arch)[0]
