@@ -3,9 +3,11 @@
 One kernel for every description in the class, parametrised by the packed
 arrays of :func:`meanfield.engine.reduce.layout` (integer head table ``hi``,
 float head table ``hf``, fixed query vectors ``qv``, the Gram metric of each
-head's wide objects ``Gr`` and their parameter group ``grp``) and the data
-(tokens X (n, L, P), counts ``cnt``, last query position ``last``, token
-count ``leff``, targets (n, C), weights). Compiled once, cached on disk
+head's wide objects ``Gr`` and their parameter group ``grp``) and the data:
+tokens stored sparsely (token i of sequence s has ``nzn[s, i]`` non-zero
+coefficients ``nzc[s, i, :]`` on the features ``nzi[s, i, :]``; a signed
+feature costs one entry instead of P), counts ``cnt``, last query position
+``last``, token count ``leff``, targets (n, C), weights. Compiled once, cached on disk
 (``@portable``: ``numba.njit(cache=True)``, and the same Python source can be
 compiled for the GPU by ``meanfield.mixture.kernels.compile_portable``).
 
@@ -53,10 +55,10 @@ def _hot(fn):
 
 
 @_hot
-def eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p):
+def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p):
     """Attention p (L,) of head k, sequence s, for the query at position l
     (l < 0: the fixed query vector); returns the key count L_keys. Scratch T (P,)."""
-    L = X.shape[1]
+    L = nzn.shape[1]
     if hi[k, 1] == 0:
         base = hi[k, 8] + hi[k, 9] * hi[k, 7] + hi[k, 10]
         stride = hi[k, 7]
@@ -67,8 +69,8 @@ def eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p):
         acc = 0.0
         ra = base + a * stride
         if l >= 0:
-            for b in range(P):
-                acc += y[ra + b] * X[s, l, b]
+            for z in range(nzn[s, l]):
+                acc += y[ra + nzi[s, l, z]] * nzc[s, l, z]
         else:
             for b in range(P):
                 acc += y[ra + b] * qv[k, b]
@@ -83,8 +85,8 @@ def eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p):
         for i in range(L):
             if cnt[s, i] > 0.0 and i != excl:
                 z = 0.0
-                for a in range(P):
-                    z += X[s, i, a] * T[a]
+                for t in range(nzn[s, i]):
+                    z += nzc[s, i, t] * T[nzi[s, i, t]]
                 z *= scale
                 p[i] = z
                 if z > mx:
@@ -107,8 +109,8 @@ def eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p):
         for i in range(L):
             if cnt[s, i] > 0.0 and i != excl:
                 z = 0.0
-                for a in range(P):
-                    z += X[s, i, a] * T[a]
+                for t in range(nzn[s, i]):
+                    z += nzc[s, i, t] * T[nzi[s, i, t]]
                 p[i] = cnt[s, i] * scale * z / lk
             else:
                 p[i] = 0.0
@@ -135,21 +137,21 @@ def eng_query(hi, cnt, last, leff, s, k, j):
 
 
 @_hot
-def eng_head_forward(y, hi, hf, qv, X, cnt, last, leff, s, k, P, zb, T, p):
+def eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb, T, p):
     """zb[k] = the query-averaged attended token of head k on sequence s."""
-    L = X.shape[1]
+    L = nzn.shape[1]
     for a in range(P):
         zb[k, a] = 0.0
     for j in range(eng_nqueries(hi, L, k)):
         l, ql = eng_query(hi, cnt, last, leff, s, k, j)
         if ql == 0.0:
             continue
-        eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p)
+        eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p)
         for i in range(L):
             c = ql * p[i]
             if c != 0.0:
-                for a in range(P):
-                    zb[k, a] += c * X[s, i, a]
+                for t in range(nzn[s, i]):
+                    zb[k, nzi[s, i, t]] += c * nzc[s, i, t]
 
 
 @_hot
@@ -168,14 +170,14 @@ def eng_sign(y, hi, hf, k):
 
 
 @_hot
-def eng_forward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, f, T, p):
+def eng_forward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, f, T, p):
     """Outputs f (C,) of sequence s; fills zb (H, P) and u[s] (H, rows)."""
     H = hi.shape[0]
     C = f.shape[0]
     for c in range(C):
         f[c] = 0.0
     for k in range(H):
-        eng_head_forward(y, hi, hf, qv, X, cnt, last, leff, s, k, P, zb, T, p)
+        eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb, T, p)
         a_k = eng_sign(y, hi, hf, k)
         v = hi[k, 4]
         nn = hi[k, 5]
@@ -237,10 +239,10 @@ def eng_loss_sample(kind, f, target, s, wgt, df):
 
 
 @_hot
-def eng_backward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, T, p, v, om, tk):
+def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, T, p, v, om, tk):
     """Add sequence s's contribution (given df = dLoss/df) to G (H, N, N) and gflat."""
     H = hi.shape[0]
-    L = X.shape[1]
+    L = nzn.shape[1]
     C = df.shape[0]
     for k in range(H):
         a_k = eng_sign(y, hi, hf, k)
@@ -291,15 +293,15 @@ def eng_backward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, df, 
             continue
         for i in range(L):
             acc = 0.0
-            for a in range(P):
-                acc += om[a] * X[s, i, a]
+            for t in range(nzn[s, i]):
+                acc += om[nzi[s, i, t]] * nzc[s, i, t]
             v[i] = acc
         scale = hf[k, 0]
         for j in range(eng_nqueries(hi, L, k)):
             l, ql = eng_query(hi, cnt, last, leff, s, k, j)
             if ql == 0.0:
                 continue
-            lk = eng_attend(y, hi, hf, qv, X, cnt, last, s, k, P, l, T, p)
+            lk = eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p)
             for a in range(P):
                 tk[a] = 0.0
             if hi[k, 0] == 0:
@@ -309,35 +311,42 @@ def eng_backward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, df, 
                 for i in range(L):
                     dz = ql * p[i] * (v[i] - vbar)
                     if dz != 0.0:
-                        for a in range(P):
-                            tk[a] += dz * X[s, i, a]
+                        for t in range(nzn[s, i]):
+                            tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             else:
                 for i in range(L):
                     if p[i] != 0.0 or cnt[s, i] > 0.0:
                         excl = hi[k, 2] == 1 and hi[k, 3] == 0 and i == last[s]
                         if cnt[s, i] > 0.0 and not excl:
                             dz = ql * cnt[s, i] * v[i] / lk
-                            for a in range(P):
-                                tk[a] += dz * X[s, i, a]
+                            for t in range(nzn[s, i]):
+                                tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             for a in range(P):
                 ta = scale * tk[a]
                 if ta == 0.0:
                     continue
-                for b in range(P):
-                    qb = X[s, l, b] if l >= 0 else qv[k, b]
-                    if hi[k, 1] == 0:
-                        G[k, hi[k, 9] + a, hi[k, 10] + b] += ta * qb
-                    else:
-                        gflat[hi[k, 13] + a * P + b] += ta * qb
+                if l >= 0:
+                    for t in range(nzn[s, l]):
+                        b = nzi[s, l, t]
+                        if hi[k, 1] == 0:
+                            G[k, hi[k, 9] + a, hi[k, 10] + b] += ta * nzc[s, l, t]
+                        else:
+                            gflat[hi[k, 13] + a * P + b] += ta * nzc[s, l, t]
+                else:
+                    for b in range(P):
+                        if hi[k, 1] == 0:
+                            G[k, hi[k, 9] + a, hi[k, 10] + b] += ta * qv[k, b]
+                        else:
+                            gflat[hi[k, 13] + a * P + b] += ta * qv[k, b]
 
 
 @portable
-def eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, grad, u, margin, zb, f, df,
+def eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, grad, u, margin, zb, f, df,
                    G, gflat, T, p, v, om, tk):
     """Loss over every sequence; margins (n,), u (n, H, rows); if ``grad``:
     G = dLoss/dQ (H, N, N) and gflat (the narrow and small gradients)."""
-    n = X.shape[0]
-    P = X.shape[2]
+    n = nzn.shape[0]
+    P = qv.shape[1]
     if grad:
         for i in range(gflat.shape[0]):
             gflat[i] = 0.0
@@ -347,12 +356,12 @@ def eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, 
                     G[k, a, b] = 0.0
     loss = 0.0
     for s in range(n):
-        eng_forward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, f, T, p)
+        eng_forward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, f, T, p)
         ls, m = eng_loss_sample(kind, f, target, s, weight[s], df)
         loss += ls
         margin[s] = m
         if grad:
-            eng_backward_sample(y, hi, hf, qv, X, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, T, p, v, om, tk)
+            eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, T, p, v, om, tk)
     return loss
 
 
@@ -485,7 +494,7 @@ def eng_criterion(kind, loss, margin, consistent, hi, hf, Gam, gflat):
 
 
 @portable
-def eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, X, cnt, last, leff, target, weight, kind,
+def eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind,
                         r0, consistent, crit_kind, crit_op, crit_thresh, max_abs, u, margin, zb, f, df, G, gflat,
                         T, p, v, om, tk, Xm, Ym, tmp, new):
     """Up to ``nsteps`` exact GD steps in place (criterion checked before each
@@ -494,7 +503,7 @@ def eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, X, cnt, 
     ny = y.shape[0]
     k = 0
     while True:
-        loss = eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f,
+        loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f,
                               df, G, gflat, T, p, v, om, tk)
         if not math.isfinite(loss):
             return k, 2, loss
@@ -526,44 +535,48 @@ def _scratch(ny, n, L, P, H, R, C, Nmax):
 
 
 @njit(cache=True)
-def loss_and_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, R, C, Nmax):
+def loss_and_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, R, C, Nmax):
     """(loss, G (H, N, N), gflat, margin (n,), u (n, H, R))."""
-    n, L, P = X.shape
+    n, L = nzn.shape
+    P = qv.shape[1]
     H = hi.shape[0]
     u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
-    loss = eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
+    loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
                           G, gflat, T, p, v, om, tk)
     return loss, G, gflat, margin, u
 
 
 @njit(cache=True)
-def flow_rhs(y, out, mode, hi, hf, qv, Gr, grp, Gam, X, cnt, last, leff, target, weight, kind, r0, R, C, Nmax):
-    n, L, P = X.shape
+def flow_rhs(y, out, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, R, C, Nmax):
+    n, L = nzn.shape
+    P = qv.shape[1]
     H = hi.shape[0]
     u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
-    loss = eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
+    loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
                           G, gflat, T, p, v, om, tk)
     eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, 1.0, mode, False, Xm, Ym, tmp)
     return loss
 
 
 @njit(cache=True)
-def gd_advance(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, X, cnt, last, leff, target, weight, kind, r0,
+def gd_advance(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
                consistent, crit_kind, crit_op, crit_thresh, max_abs, R, C, Nmax):
-    n, L, P = X.shape
+    n, L = nzn.shape
+    P = qv.shape[1]
     H = hi.shape[0]
     u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
-    return eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, X, cnt, last, leff, target, weight,
+    return eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight,
                                kind, r0, consistent, crit_kind, crit_op, crit_thresh, max_abs, u, margin, zb, f, df,
                                G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new)
 
 
 @njit(cache=True)
-def criterion_value(y, crit_kind, hi, hf, qv, Gam, X, cnt, last, leff, target, weight, kind, r0, consistent, R, C,
+def criterion_value(y, crit_kind, hi, hf, qv, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent, R, C,
                     Nmax):
-    n, L, P = X.shape
+    n, L = nzn.shape
+    P = qv.shape[1]
     H = hi.shape[0]
     u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
-    loss = eng_loss_grads(y, hi, hf, qv, X, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
+    loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
                           G, gflat, T, p, v, om, tk)
     return eng_criterion(crit_kind, loss, margin, consistent, hi, hf, Gam, gflat)

@@ -29,6 +29,9 @@ class Packed:
     lay: Layout
     Gam: np.ndarray
     X: np.ndarray
+    nzi: np.ndarray  # (n, L, Z) int64: features with a non-zero coefficient, per token
+    nzc: np.ndarray  # (n, L, Z): those coefficients
+    nzn: np.ndarray  # (n, L) int64: how many
     cnt: np.ndarray
     last: np.ndarray
     leff: np.ndarray
@@ -52,7 +55,17 @@ def pack(desc: Description) -> Packed:
     t = np.asarray(d.target, dtype=np.float64)
     target = np.ascontiguousarray(t.reshape(t.shape[0], -1))
     R = max(h.outputs * h.n_neurons for h in desc.model.heads)
-    return Packed(lay=lay, Gam=np.ascontiguousarray(desc.dictionary.Gamma), X=X, cnt=cnt, last=last, leff=leff,
+    nz = X != 0.0
+    nzn = nz.sum(axis=2).astype(np.int64)
+    Z = max(1, int(nzn.max()))
+    nzi = np.zeros(X.shape[:2] + (Z,), dtype=np.int64)
+    nzc = np.zeros(X.shape[:2] + (Z,))
+    for s_, i_ in zip(*np.nonzero(nzn)):
+        idx = np.flatnonzero(nz[s_, i_])
+        nzi[s_, i_, :idx.size] = idx
+        nzc[s_, i_, :idx.size] = X[s_, i_, idx]
+    return Packed(lay=lay, Gam=np.ascontiguousarray(desc.dictionary.Gamma), X=X, nzi=nzi, nzc=nzc, nzn=nzn,
+                  cnt=cnt, last=last, leff=leff,
                   target=target, weight=np.ascontiguousarray(d.weight, dtype=np.float64),
                   consistent=np.ascontiguousarray(d.flag("consistent")), kind=LOSS[desc.model.loss],
                   r0=float(desc.model.relu_prime_at_zero), R=R, C=C)
@@ -74,7 +87,7 @@ class EngineSystem:
 
     def _data(self):
         pk = self.pk
-        return pk.X, pk.cnt, pk.last, pk.leff, pk.target, pk.weight, pk.kind, pk.r0
+        return pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff, pk.target, pk.weight, pk.kind, pk.r0
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         pk, lay = self.pk, self.pk.lay
