@@ -70,3 +70,42 @@ def test_training_through_the_shared_gd_map_lowers_the_loss():
     Y = traj.arrays()["y"]
     assert traj.status == "complete" and Y.shape[0] == 4
     assert F.loss_and_grad(Y[-1], tok, arch)[0] < F.loss_and_grad(Y[0], tok, arch)[0]
+
+
+def _rec(att_start, att_end, cw_end, head_lags, subset, lag_set):
+    return [{"t": 0.0, "att": np.asarray(att_start), "c_weight": np.full(7, 1 / 7)},
+            {"t": 1.0, "att": np.asarray(att_end), "c_weight": np.asarray(cw_end), "head_lags": head_lags,
+             "subset": subset, "lag_set": lag_set,
+             "copier_mass": [float(np.asarray(att_end)[h, head_lags[h]]) for h in range(3)]}]
+
+
+def test_same_heads_claim_pass_and_fail():
+    start = np.array([[0, 0.8, 0.1, 0.1, 0], [0, 0, 0.8, 0.1, 0.1], [0, 0, 0, 0.8, 0.2]])
+    end = np.array([[0, 0.95, 0.05, 0, 0], [0, 0, 0.95, 0.05, 0], [0, 0, 0, 0.8, 0.2]])
+    cw = [0, 0, 0, 0, 1.0, 0, 0]
+    simp = _rec(start, end, cw, [1, 2, 3], [1, 2], [1, 2])
+    ok = F.check_full_same_heads({"simplified": simp, "full": simp}, (1, 2), 3)
+    assert ok.passed and ok.source == "expected" and ok.numbers["full_selects_parents"]
+    # the full model selects heads {2, 3}: lag set {2, 3}
+    other = _rec(start, end, [0, 0, 0, 0, 0, 0, 1.0], [1, 2, 3], [2, 3], [2, 3])
+    assert not F.check_full_same_heads({"simplified": simp, "full": other}, (1, 2), 3).passed
+    # same selection but head 2 copies lag 3 in the full model
+    moved = _rec(start, end, cw, [1, 3, 3], [1, 2], [1, 3])
+    assert not F.check_full_same_heads({"simplified": simp, "full": moved}, (1, 2), 3).passed
+    # same lags, but the full model's copier mass shrank: it did not build the heads
+    shrank = _rec(start, start * 0.9, cw, [1, 2, 3], [1, 2], [1, 2])
+    bad = F.check_full_same_heads({"simplified": simp, "full": shrank}, (1, 2), 3)
+    assert not bad.passed and bad.numbers["copier_mass_grew"] == {"simplified": True, "full": False}
+
+
+def test_full_study_tiny(tmp_path):
+    from meanfield.cli import main
+
+    res = F.full_study(tmp_path / "s", log=lambda *a: None, quick=True,
+                       settings={"L": 8, "n_train": 40, "steps": 6, "record_every": 3, "probe": 20})
+    rep = (tmp_path / "s" / "report.md").read_text()
+    assert res["claim"].name == "full_model_same_heads" and "| full |" in rep
+    assert (tmp_path / "s" / "full_vs_simplified.png").stat().st_size > 0
+    assert len(res["records"]["full"]) == 3 and len(res["records"]["simplified"]) == 3
+    assert main(["induction", "full", "--quick", "--steps", "0", "--out", str(tmp_path / "x")]) == 2
+    assert main(["induction", "full", "--quick", "--loss", "mse", "--out", str(tmp_path / "x")]) == 2

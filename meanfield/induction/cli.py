@@ -214,6 +214,24 @@ def cmd_check(args) -> int:
     return 0 if all(c.passed for c in gate) else 1
 
 
+def cmd_full(args) -> int:
+    from .full import full_study
+
+    settings = {}
+    if args.steps is not None:
+        settings["steps"] = as_int("steps", args.steps, lo=1)
+    if args.loss is not None:
+        if args.loss not in ("official-ce", "nll"):
+            raise ConfigError(f"loss: must be one of official-ce, nll; got {args.loss!r}")
+        settings["loss"] = args.loss
+    res = full_study(Path(args.out), quick=args.quick, settings=settings,
+                     log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
+    c = res["claim"]
+    print(f"{c.status}  [{c.source}] {c.name}: {c.statement}")
+    print(f"report: {res['report']}")
+    return 0
+
+
 def cmd_plot(args) -> int:
     from ..guard import check_output_dir
     from .plot import plot_run
@@ -279,4 +297,14 @@ def add_parser(systems):
     p.add_argument("run", help="run file (.h5)")
     p.add_argument("--out", default=None, help="figure folder (default RUN_figures)")
     p.set_defaults(func=cmd_plot)
+
+    f = verbs.add_parser("full", help="train the official code's full two-layer transformer (query-key, output-value, "
+                                      "layer norm) next to the simplified model; do they pick the same parent set "
+                                      "and copier heads? report.md, report.json, figure")
+    f.add_argument("--out", default="runs/induction_full", help="report folder")
+    f.add_argument("--quick", action="store_true", help="L = 20, 300 sequences, 300 steps (about a minute)")
+    f.add_argument("--steps", default=None, help="joint GD steps (default 300 quick, 3000 full)")
+    f.add_argument("--loss", default=None, help="official-ce (default, the official code's) | nll")
+    f.add_argument("--quiet", action="store_true", help="no progress lines")
+    f.set_defaults(func=cmd_full)
     return ind
