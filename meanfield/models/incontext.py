@@ -321,7 +321,6 @@ def check(path, out, quick: bool = False, log=print):
     import copy
 
     from ..engine.description import _read
-    from ..report import Claim, status
 
     S = SETTINGS["quick" if quick else "full"]
     raw = _read(path)
@@ -366,6 +365,20 @@ def check(path, out, quick: bool = False, log=print):
     eta = S["eta"]
     setting = {"K": runs["balanced"]["desc"].P, "N": N, "eta": eta, "steps": S["steps"], "init": "Q = 0",
                "eps": EPS, "population": "exact (compositions of N x query feature)", "query_in_softmax": False}
+    claims = claims_from(runs, setting, fig)
+    meta = {"summary": "Huang, Cheng, Liang (ICML 2024), engine runs of meanfield/models/incontext.toml.",
+            "cross_check": {lbl: {"engine_vs_closed_form_loss": runs[lbl]["xcheck_loss"],
+                                  "engine_vs_reference_gd_W_200_steps": runs[lbl]["xcheck_W_200"]} for lbl in runs}}
+    return claims, meta
+
+
+def claims_from(runs: dict, setting: dict, fig=None) -> list:
+    """The three claims from measured runs: ``runs["balanced"]`` and
+    ``runs["imbalanced"]`` each with ``p``, ``A`` (T, K), ``B`` (T, K, K),
+    ``phases`` {k: phase_boundaries(A, B, k)}, ``Teps`` {k: step or None},
+    ``err`` (T', K) and ``loss`` (T,)."""
+    from ..report import Claim, status
+
     claims = []
     b = runs["balanced"]
     K = len(b["Teps"])
@@ -412,10 +425,7 @@ def check(path, out, quick: bool = False, log=print):
          "note": "phases here are the measured rate regimes (incontext.phase_boundaries), fixed before the runs; "
                  "the paper's phases are delimited by thresholds of its proof, which this check does not reproduce"},
         fig, "proved"))
-    meta = {"summary": "Huang, Cheng, Liang (ICML 2024), engine runs of meanfield/models/incontext.toml.",
-            "cross_check": {lbl: {"engine_vs_closed_form_loss": runs[lbl]["xcheck_loss"],
-                                  "engine_vs_reference_gd_W_200_steps": runs[lbl]["xcheck_W_200"]} for lbl in runs}}
-    return claims, meta
+    return claims
 
 
 def _figure(out, runs):

@@ -210,7 +210,6 @@ def _tail(step, series, decade=10.0):
 
 def check(path, out, quick: bool = False, log=print):
     from ..engine.description import _read
-    from ..report import Claim, fit_line, status
 
     S = SETTINGS["quick" if quick else "full"]
     raw = _read(path)
@@ -244,6 +243,21 @@ def check(path, out, quick: bool = False, log=print):
                "eta": desc.training.eta, "steps": S["steps"], "init": "W = 0 (merged); infinite width, "
                "S = 0, A = B = omega^2 I (separate)", "omega": desc.init.omega,
                "optimal_tokens": opt.tolist(), "tol_cos": TOL_COS}
+    claims = claims_from(curves, opt, setting, infof, infon, cosine(Wf, Wn), fig)
+    meta = {"summary": "Tarzanagh, Li, Zhang, Oymak (NeurIPS 2023) / Tarzanagh, Li, Thrampoulidis, Oymak; "
+                       "engine runs of meanfield/models/maxmargin.toml (merged) and its kq = separate variant.",
+            "svm_frobenius": {"W": Wf.tolist(), **infof}, "svm_nuclear": {"W": Wn.tolist(), **infon}}
+    return claims, meta
+
+
+def claims_from(curves: dict, opt, setting: dict, infof: dict, infon: dict, cos_svms: float, fig=None) -> list:
+    """The four claims from measured curves: ``curves["merged"]`` and
+    ``curves["separate"]`` each with ``step``, ``norm``, ``cosF``, ``cosN`` (per
+    record) and ``alpha`` (the selected tokens at the end); ``opt`` the optimal
+    tokens."""
+    from ..report import Claim, fit_line, status
+
+    opt = np.asarray(opt)
     claims = []
     for kq, target, other, norm_name, src in (("merged", "cosF", "cosN", "Frobenius", "proved"),
                                                ("separate", "cosN", "cosF", "nuclear", "proved")):
@@ -265,7 +279,7 @@ def check(path, out, quick: bool = False, log=print):
              "cos_at_steps": {int(s): float(x) for s, x in zip(c["step"][::max(1, len(c["step"]) // 12)],
                                                                c[target][::max(1, len(c["step"]) // 12)])},
              "selected_tokens": c["alpha"], "svm": infof if kq == "merged" else infon,
-             "cos_between_svms": cosine(Wf, Wn)},
+             "cos_between_svms": cos_svms},
             fig, src))
     for kq in ("merged", "separate"):
         c = curves[kq]
@@ -280,10 +294,7 @@ def check(path, out, quick: bool = False, log=print):
             {"norm_final": float(c["norm"][-1]), "slope_vs_log_step": fit["slope"], "r2": fit["r2"],
              "norm_at_decade_start": float(c["norm"][tail][0])},
             fig, "proved"))
-    meta = {"summary": "Tarzanagh, Li, Zhang, Oymak (NeurIPS 2023) / Tarzanagh, Li, Thrampoulidis, Oymak; "
-                       "engine runs of meanfield/models/maxmargin.toml (merged) and its kq = separate variant.",
-            "svm_frobenius": {"W": Wf.tolist(), **infof}, "svm_nuclear": {"W": Wn.tolist(), **infon}}
-    return claims, meta
+    return claims
 
 
 def _figure(out, curves):

@@ -131,7 +131,6 @@ def stage_numbers(desc, r) -> dict:
 
 def check(path, out, quick: bool = False, log=print):
     from ..engine.description import _read
-    from ..report import Claim, status
 
     S = SETTINGS["quick" if quick else "full"]
     raw = _read(path)
@@ -151,7 +150,6 @@ def check(path, out, quick: bool = False, log=print):
                "L": int(raw["data"]["args"].get("L", 3)), "eta": dsim.training.eta, "omega": dsim.init.omega,
                "neuron_init": dsim.init.neuron_init, "relu_prime_at_zero": dsim.model.relu_prime_at_zero,
                "n_sequences": dsim.data.n}
-    claims = []
     # 1. stage-wise learning in simultaneous training (the mixture's check_stagewise)
     t = sim.t
     w = np.concatenate([np.asarray(sim.var(h, "w")).reshape(len(t), -1) for h in sim.heads], axis=1)
@@ -163,15 +161,35 @@ def check(path, out, quick: bool = False, log=print):
         return float(t[np.flatnonzero(dd >= REL * dd.max())[0]]) if dd.max() > 0 else float("nan")
 
     tw, tS = first(dw), first(dS)
+    sn = stage_numbers(d3, three)
+    fins = [stage_numbers(d, r) for d, r in fin]
+    sim_m = {"t_neurons": tw, "t_scores": tS, "loss_end": float(sim.loss[-1]),
+             "min_margin_end": float(sim.margin[-1].min()),
+             "S_max_change_three_stage": float(np.abs(np.asarray(three.S) - np.asarray(three.S)[0]).max())}
+    claims = claims_from(sim_m, sn, fins, setting, S)
+    fig = _figure(out, d3, three, fin)
+    for c in claims:
+        c.figure = fig
+    meta = {"summary": "the multi-class K-mixture (seed 000's reviewers), engine runs of "
+                       "meanfield/models/mixture_multiclass.toml."}
+    return claims, meta
+
+
+def claims_from(sim_m: dict, sn: dict, fins: list, setting: dict, S: dict) -> list:
+    """The four claims from measurements: ``sim_m`` (simultaneous run: t_neurons,
+    t_scores, loss_end, min_margin_end), ``sn`` / ``fins`` (stage_numbers of the
+    infinite-width and finite-width three-stage runs), ``S`` the settings used."""
+    from ..report import Claim, status
+
+    tw, tS = sim_m["t_neurons"], sim_m["t_scores"]
+    claims = []
     claims.append(Claim(
         "stagewise_learning", status(bool(np.isfinite(tw) and (not np.isfinite(tS) or tw < tS))),
         "Simultaneous training: the neurons' alignment moves before the attention scores (first time the largest "
         f"change reaches {REL:.0%} of its maximum over the run), the layer-wise behaviour the authors expect in the "
         "multi-class setting.",
         dict(setting, schedule="simultaneous", steps=S["sim_steps"], width="inf"),
-        {"t_neurons": tw, "t_scores": tS, "loss_end": float(sim.loss[-1]),
-         "min_margin_end": float(sim.margin[-1].min())}, None, "expected"))
-    sn = stage_numbers(d3, three)
+        {k: sim_m[k] for k in ("t_neurons", "t_scores", "loss_end", "min_margin_end")}, None, "expected"))
     s1 = sn.get(1, {})
     ok = bool(s1) and s1["min_margin_consistent"] > 0 and s1["max_abs_margin_inconsistent"] <= MARGIN_TOL
     claims.append(Claim(
@@ -188,10 +206,9 @@ def check(path, out, quick: bool = False, log=print):
         f"below {LOSS_LEVEL} (the three-stage story of the binary mixture), at infinite width (the symmetric "
         "mean-field start).",
         dict(setting, schedule="three-stage", stage_steps=list(S["stage_steps"]), width="inf"),
-        {"stage2": s2, "stage3": s3, "S_max_change": float(np.abs(np.asarray(three.S) - np.asarray(three.S)[0]).max()),
+        {"stage2": s2, "stage3": s3, "S_max_change": sim_m.get("S_max_change_three_stage"),
          "why": "at infinite width the inconsistent margins stay 0 to rounding if this fails: the symmetric start "
                 "does not break the tie between the signal's class and the distractor's"}, None, "expected"))
-    fins = [stage_numbers(d, r) for d, r in fin]
     ok = all(f.get(2, {}).get("min_margin", -1) > 0 and f.get(3, {}).get("loss", 1) <= LOSS_LEVEL for f in fins)
     claims.append(Claim(
         "after_attention_stage_finite_width", status(ok),
@@ -200,12 +217,7 @@ def check(path, out, quick: bool = False, log=print):
         dict(setting, schedule="three-stage", stage_steps=list(S["stage_steps"]), width=S["width"],
              seeds=list(S["seeds"])),
         {"per_seed": {int(s): f for s, f in zip(S["seeds"], fins)}}, None, "expected"))
-    fig = _figure(out, d3, three, fin)
-    for c in claims:
-        c.figure = fig
-    meta = {"summary": "the multi-class K-mixture (seed 000's reviewers), engine runs of "
-                       "meanfield/models/mixture_multiclass.toml."}
-    return claims, meta
+    return claims
 
 
 def _figure(out, d3, three, fin):
