@@ -246,18 +246,18 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
     C = df.shape[0]
     for k in range(H):
         a_k = eng_sign(y, hi, hf, k)
-        val = hi[k, 4]
-        nn = hi[k, 5]
+        att, kq, qry, qself, val, nn = hi[k, 0], hi[k, 1], hi[k, 2], hi[k, 3], hi[k, 4], hi[k, 5]
+        iK, iQ, iV, iR, woff, voff, aoff = hi[k, 9], hi[k, 10], hi[k, 11], hi[k, 12], hi[k, 13], hi[k, 14], hi[k, 15]
         for a in range(P):
             om[a] = 0.0
         if val == 3:
             for a in range(P):
                 om[a] = df[a] * a_k
-            if hi[k, 15] >= 0:
+            if aoff >= 0:
                 acc = 0.0
                 for c in range(C):
                     acc += df[c] * zb[k, c]
-                gflat[hi[k, 15]] += acc
+                gflat[aoff] += acc
         else:
             for c in range(C):
                 outc = 0.0
@@ -274,17 +274,16 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                     if d == 0.0:
                         continue
                     if val == 2:
-                        N = hi[k, 7]
                         for a in range(P):
-                            G[k, hi[k, 12] + row, hi[k, 11] + a] += d * zb[k, a]
+                            G[k, iR + row, iV + a] += d * zb[k, a]
                     else:
                         for a in range(P):
-                            gflat[hi[k, 14] + row * P + a] += d * zb[k, a]
+                            gflat[voff + row * P + a] += d * zb[k, a]
                     vb = eng_value_base(hi, k, P, row)
                     for a in range(P):
                         om[a] += d * y[vb + a]
-                if hi[k, 15] >= 0:
-                    gflat[hi[k, 15]] += df[c] * outc / nn
+                if aoff >= 0:
+                    gflat[aoff] += df[c] * outc / nn
         nz = False
         for a in range(P):
             if om[a] != 0.0:
@@ -304,7 +303,7 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
             lk = eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p)
             for a in range(P):
                 tk[a] = 0.0
-            if hi[k, 0] == 0:
+            if att == 0:
                 vbar = 0.0
                 for i in range(L):
                     vbar += p[i] * v[i]
@@ -316,7 +315,7 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
             else:
                 for i in range(L):
                     if p[i] != 0.0 or cnt[s, i] > 0.0:
-                        excl = hi[k, 2] == 1 and hi[k, 3] == 0 and i == last[s]
+                        excl = qry == 1 and qself == 0 and i == last[s]
                         if cnt[s, i] > 0.0 and not excl:
                             dz = ql * cnt[s, i] * v[i] / lk
                             for t in range(nzn[s, i]):
@@ -328,16 +327,16 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                 if l >= 0:
                     for t in range(nzn[s, l]):
                         b = nzi[s, l, t]
-                        if hi[k, 1] == 0:
-                            G[k, hi[k, 9] + a, hi[k, 10] + b] += ta * nzc[s, l, t]
+                        if kq == 0:
+                            G[k, iK + a, iQ + b] += ta * nzc[s, l, t]
                         else:
-                            gflat[hi[k, 13] + a * P + b] += ta * nzc[s, l, t]
+                            gflat[woff + a * P + b] += ta * nzc[s, l, t]
                 else:
                     for b in range(P):
-                        if hi[k, 1] == 0:
-                            G[k, hi[k, 9] + a, hi[k, 10] + b] += ta * qv[k, b]
+                        if kq == 0:
+                            G[k, iK + a, iQ + b] += ta * qv[k, b]
                         else:
-                            gflat[hi[k, 13] + a * P + b] += ta * qv[k, b]
+                            gflat[woff + a * P + b] += ta * qv[k, b]
 
 
 @portable
