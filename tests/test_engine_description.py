@@ -250,3 +250,40 @@ def test_model_flags_cover_every_parameter_without_numba_at_parser_build():
             "p = argparse.ArgumentParser(); add_parser(p.add_subparsers()); print('numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+def test_cli_sigint_leaves_an_interrupted_valid_file(tmp_path):
+    import signal
+    import time
+
+    from meanfield.io import read_run
+
+    out = tmp_path / "long.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "model", "run", str(MIXTURE), "--steps", "100000000",
+                             "--record-every", "500", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # wait until the run's Monitor has installed its SIGINT handler (SigCgt in /proc), then let it step
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60 and proc.poll() is None:
+            try:
+                caught = [ln for ln in open(f"/proc/{proc.pid}/status") if ln.startswith("SigCgt")]
+                if caught and int(caught[0].split()[1], 16) & (1 << (signal.SIGTERM - 1)):
+                    break
+            except OSError:
+                if time.monotonic() - t0 > 8:
+                    break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        so, se = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (so, se)
+    f = read_run(out)
+    assert f.attrs["status"] == "interrupted" and f.attrs["engine"] == 1
+    assert len(f["t"]) >= 2 and f["step"][-1] > 0 and np.all(np.isfinite(f["S"]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.h5"]
