@@ -287,3 +287,26 @@ def test_cli_sigint_leaves_an_interrupted_valid_file(tmp_path):
     assert f.attrs["status"] == "interrupted" and f.attrs["engine"] == 1
     assert len(f["t"]) >= 2 and f["step"][-1] > 0 and np.all(np.isfinite(f["S"]))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.h5"]
+
+
+def test_model_sweep_runs_grid_and_resumes(tmp_path):
+    import json
+
+    from meanfield.engine.sweep import model_sweep
+    from meanfield.io import read_run
+
+    out = tmp_path / "sw"
+    idx = model_sweep(MIXTURE, {"steps": 30, "record_every": 10}, {"omega": [0.1, 0.5], "width": ["inf", 3]}, out,
+                      workers=1, progress=False)
+    assert idx["status"] == "complete" and idx["n_points"] == 4
+    res = [e["result"] for e in idx["points"]]
+    assert all(r["status"] == "complete" for r in res)
+    # each point is the run of its own parameters
+    p = read_run(out / idx["points"][3]["path"])
+    assert p.attrs["omega"] == 0.5 and p.attrs["width"] == 3 and len(p["t"]) == 4
+    again = model_sweep(MIXTURE, {"steps": 30, "record_every": 10}, {"omega": [0.1, 0.5], "width": ["inf", 3]}, out,
+                        workers=1, progress=False)
+    assert all(e.get("skipped") for e in again["points"])
+    assert json.loads((out / "sweep.json").read_text())["system"] == "model"
+    with pytest.raises(ConfigError, match="sweep point"):
+        model_sweep(MIXTURE, {}, {"K": [1, 2]}, tmp_path / "bad", workers=1, progress=False)

@@ -1,4 +1,4 @@
-"""``meanfield model derive|run|plot|bound MODEL.toml [flags]``: any described model on the command line.
+"""``meanfield model derive|run|sweep|plot|bound MODEL.toml [flags]``: any described model on the command line.
 
 :func:`add_parser` adds the ``model`` system to the top-level parser
 (``meanfield.cli``). A description declares its parameters; every parameter
@@ -126,6 +126,27 @@ def _cmd_plot(args) -> int:
     return 0
 
 
+def _cmd_sweep(args) -> int:
+    from ..config import as_int
+    from ..sweep import parse_params
+    from .description import _read, parameter_class
+    from .sweep import model_sweep
+
+    path = model_path(args.model)
+    desc = description_from_args(args)  # the base must be valid on its own
+    allowed = [f.name for f in dataclasses.fields(parameter_class(_read(path)))]
+    base = {name: getattr(args, "param_" + name) for name in _param_fields()
+            if getattr(args, "param_" + name, None) is not None}
+    params = parse_params(args.param or [], allowed)
+    workers = as_int("workers", args.workers, lo=1) if args.workers is not None else None
+    del desc
+    idx = model_sweep(path, base, params, Path(args.out), workers=workers, progress=not args.quiet)
+    n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
+    print(f"{Path(args.out) / 'sweep.json' if Path(args.out).suffix != '.json' else args.out}: "
+          f"{idx['status']}: {n_ok}/{idx['n_points']} points complete")
+    return 0 if idx["status"] == "complete" else 130
+
+
 def _cmd_bound(args) -> int:
     from ..cli import _cmd_bound as mixture_bound
 
@@ -158,6 +179,15 @@ def add_parser(systems) -> None:
     r.add_argument("--quiet", action="store_true", help="no progress line")
     _add_param_flags(r)
     r.set_defaults(func=_cmd_run)
+    sw = verbs.add_parser("sweep", help="a grid over the model's parameters, in parallel, resumable")
+    sw.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
+    sw.add_argument("--param", action="append", metavar="NAME=VALUES",
+                    help="a parameter and its values: A:B:log:N, A:B:lin:N or V1,V2,... (repeatable)")
+    sw.add_argument("--out", default="runs/model_sweep", help="a folder (sweep.json + points/)")
+    sw.add_argument("--workers", default=None, help="local processes (default: all cores)")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_param_flags(sw)
+    sw.set_defaults(func=_cmd_sweep)
     p = verbs.add_parser("plot", help="figures of a run file")
     p.add_argument("run", help="run file (.h5)")
     p.add_argument("--out", default=None, help="folder for the PNGs (default: beside the run file)")

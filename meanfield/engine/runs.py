@@ -207,7 +207,8 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
                      message=message or r.message, data=data, attrs=attrs)
 
 
-def run_to_file(desc: Description, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0):
+def run_to_file(desc: Description, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0,
+                extra_attrs: dict | None = None):
     """Run and write ``out``: progress on stderr for long runs, a checkpoint
     (status "interrupted") every ``checkpoint_s`` seconds, SIGINT/SIGTERM end
     the run with a valid file (status interrupted), a blow-up with status
@@ -219,11 +220,12 @@ def run_to_file(desc: Description, out: str | Path, progress: bool = True, check
         r = Run(desc, system, traj)
         save(out, desc, r, status="interrupted",
              message=f"checkpoint at {unit} {traj.step[-1] if unit == 'step' else traj.t[-1]:.6g}: "
-                     f"the run was still going when this was written; if you read this, it ended early")
+                     f"the run was still going when this was written; if you read this, it ended early",
+             extra_attrs=extra_attrs)
 
     mon = integrate.Monitor(total=desc.training.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
                             checkpoint=ckpt, checkpoint_s=checkpoint_s)
     with mon:
         _, traj = integrate_description(desc, None, mon, system)
     r = Run(desc, system, traj)
-    return r, save(out, desc, r)
+    return r, save(out, desc, r, extra_attrs=extra_attrs)

@@ -1,0 +1,143 @@
+"""``meanfield model sweep MODEL --param NAME=VALUES ...``: a grid over a description's parameters.
+
+Each point is an ordinary run file ``DIR/points/NNNN.h5`` of the model with
+the point's parameters (the base flags plus the grid values); ``DIR/sweep.json``
+lists every point with its parameters, status and summary numbers (final loss,
+smallest margins, T1, T2, T_loss). Value syntax as ``meanfield mixture sweep``
+(``A:B:log:N``, ``A:B:lin:N``, ``V1,V2,...``). Every point is validated before
+anything runs. Re-running the same command skips the points whose file is
+finished (complete or diverged) with the same parameters, so an interrupted
+sweep continues where it stopped. Points run in local processes
+(``--workers``; the engine's kernels are compiled once and cached, so workers
+start in about a second).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..config import ConfigError
+from ..sweep import Progress, _jsonable, _write_index, grid, map_points, sweep_paths
+
+
+def _summary(path: Path) -> dict:
+    from ..io import read_run
+
+    r = read_run(path)
+    m = r["margin"][-1] if len(r["t"]) else np.array([np.nan])
+    c = np.asarray(r["samples"]["consistent"]).astype(bool) if "consistent" in r["samples"] else np.ones(m.size, bool)
+    out = {"status": r.attrs["status"], "message": r.attrs["message"],
+           "t_end": float(r["t"][-1]) if len(r["t"]) else 0.0,
+           "loss_end": float(r["loss"][-1]) if len(r["t"]) else math.nan,
+           "min_margin_end": float(np.min(m)),
+           "min_margin_consistent_end": float(m[c].min()) if c.any() else None,
+           "min_margin_inconsistent_end": float(m[~c].min()) if (~c).any() else None}
+    for k in ("T1", "T2", "T_loss"):
+        v = float(r.attrs.get(k, math.nan))
+        out[k] = None if math.isnan(v) else v
+    return out
+
+
+def _run_point(job: tuple[str, dict, str]) -> dict:
+    """Worker: one point (model file, parameter overrides, run file) -> its summary."""
+    from .description import load_description
+    from .runs import run_to_file
+
+    model, over, path = job
+    t0 = time.perf_counter()
+    try:
+        desc = load_description(model, over)
+        run_to_file(desc, Path(path), progress=False, extra_attrs={"sweep_point": json.dumps(over, sort_keys=True)})
+        s = _summary(Path(path))
+    except Exception as e:  # noqa: BLE001 - one crashing point must not abort the others
+        s = {"status": "failed", "message": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
+    s["elapsed_s"] = time.perf_counter() - t0
+    return s
+
+
+def _finished(path: Path, over: dict) -> dict | None:
+    from ..io import read_run
+
+    if not path.exists():
+        return None
+    try:
+        r = read_run(path)
+    except (OSError, ValueError):
+        return None
+    if r.attrs.get("status") not in ("complete", "diverged"):
+        return None
+    if r.attrs.get("sweep_point") != json.dumps(over, sort_keys=True) and \
+            r.attrs.get("sweep_point") != json.loads(json.dumps(over)):
+        return None
+    return _summary(path)
+
+
+def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, workers: int | None = None,
+                progress: bool = True, stream=None) -> dict:
+    """Run (or continue) a sweep of ``model``; returns the index written to ``sweep.json``."""
+    from .description import load_description
+
+    model = str(model)
+    points = grid(params)
+    overs = []
+    for p in points:  # validate every point before running anything
+        over = {**base, **p}
+        try:
+            load_description(model, over)
+        except ConfigError as e:
+            raise ConfigError(f"sweep point {p}: {e}") from None
+        overs.append(_jsonable(over))
+    index_path, folder = sweep_paths(Path(out))
+    if index_path.exists():
+        try:
+            old = json.loads(index_path.read_text())
+        except (OSError, ValueError):
+            old = None
+        if not isinstance(old, dict) or old.get("format") != "meanfield-sweep":
+            raise ConfigError(f"out: {index_path} exists and is not a meanfield sweep index; use another folder")
+        if old.get("params") != _jsonable(params) or old.get("base") != _jsonable(base) or old.get("model") != model:
+            raise ConfigError(f"out: {index_path.parent} holds a sweep of another model, grid or base; use a new "
+                              f"folder, or delete this one")
+    folder.mkdir(parents=True, exist_ok=True)
+    nd = max(4, len(str(len(points) - 1)))
+    paths = [folder / f"{i:0{nd}d}.h5" for i in range(len(points))]
+    entries = [{"index": i, "params": _jsonable(p), "path": os.path.relpath(paths[i], index_path.parent),
+                "result": None} for i, p in enumerate(points)]
+    todo = []
+    for i, (over, path) in enumerate(zip(overs, paths)):
+        s = _finished(path, over)
+        if s is not None:
+            entries[i]["result"] = s
+            entries[i]["skipped"] = True
+        else:
+            todo.append(i)
+    index = {"format": "meanfield-sweep", "format_version": 1, "system": "model", "model": model,
+             "base": _jsonable(base), "params": _jsonable(params), "n_points": len(points), "points": entries}
+    _write_index(index_path, index)
+    bar = Progress(len(points), stream=stream, quiet=not progress)
+    bar.skipped = len(points) - len(todo)
+    bar.update(bar.skipped, force=True)
+
+    def done(k, s):
+        i = todo[k]
+        entries[i]["result"] = s
+        entries[i].pop("skipped", None)
+        if s["status"] != "complete":
+            bar.failed += 1
+        _write_index(index_path, index)
+
+    status = "complete"
+    try:
+        map_points(_run_point, [(model, overs[i], str(paths[i])) for i in todo], workers=workers, progress=bar,
+                   on_result=done)
+    except KeyboardInterrupt:
+        status = "interrupted"
+    index["status"] = status
+    _write_index(index_path, index)
+    return index
