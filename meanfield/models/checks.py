@@ -72,6 +72,9 @@ def run_check(path, out, quick: bool = False, log=print):
     name = str(raw.get("name", Path(path).stem))
     if name not in CHECKS:
         raise ConfigError(f"model: no claims checker for model {name!r}; models with one: {', '.join(sorted(CHECKS))}")
+    from ..engine.description import description_from_dict
+
+    description_from_dict(raw, source=str(path))  # the description as given must be valid (one-line error, exit 2)
     mod, _, fn = CHECKS[name].partition(":")
     checker = getattr(importlib.import_module(mod), fn)
     out = Path(out)

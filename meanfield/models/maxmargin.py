@@ -71,12 +71,17 @@ def constraints(X, alpha):
 # ---------------------------------------------------------------- the SVMs
 
 def svm_frobenius(X, alpha):
+    """The Frobenius-norm SVM of dataset X for selected tokens alpha (see svm_frobenius_A)."""
+    return svm_frobenius_A(constraints(X, alpha))
+
+
+def svm_frobenius_A(Aj):
     """min ||W||_F s.t. <A_j, W> >= 1: a strictly convex QP, solved with scipy SLSQP
     on vec(W); optimality checked by KKT (W = sum_j lam_j A_j, lam >= 0 by NNLS on
     the active set).  Returns W, info (kkt residual, min slack, lam)."""
     from scipy.optimize import minimize, nnls
 
-    Aj = constraints(X, alpha)
+    Aj = np.asarray(Aj, float)
     m, d, _ = Aj.shape
     M = Aj.reshape(m, -1)
     # start from the least-norm solution of the equality version
@@ -93,6 +98,11 @@ def svm_frobenius(X, alpha):
 
 
 def svm_nuclear(X, alpha, restarts: int = 8, seed: int = 0):
+    """The nuclear-norm SVM of dataset X for selected tokens alpha (see svm_nuclear_A)."""
+    return svm_nuclear_A(constraints(X, alpha), restarts, seed)
+
+
+def svm_nuclear_A(Aj, restarts: int = 8, seed: int = 0):
     """min ||W||_* s.t. <A_j, W> >= 1.  Solved as the equivalent smooth problem
     min (||U||_F^2 + ||V||_F^2)/2 s.t. <A_j, U V^T> >= 1 with full-size factors
     (U, V in R^{d x d}; its global minimum equals the nuclear-norm optimum) by SLSQP
@@ -102,10 +112,10 @@ def svm_nuclear(X, alpha, restarts: int = 8, seed: int = 0):
     (||W||_* - that bound) / ||W||_*."""
     from scipy.optimize import minimize, nnls
 
-    Aj = constraints(X, alpha)
+    Aj = np.asarray(Aj, float)
     m, d, _ = Aj.shape
     rng = np.random.default_rng(seed)
-    Wf, _ = svm_frobenius(X, alpha)
+    Wf, _ = svm_frobenius_A(Aj)
     best = None
     for r in range(restarts):
         if r == 0:  # balanced factors of the Frobenius solution
