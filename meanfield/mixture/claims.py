@@ -543,6 +543,14 @@ def _fmt(v):
     return str(v)
 
 
+def _measured(c: Claim, n: int = 4) -> str:
+    """The claim's mechanism, or its first few numbers, for a table cell."""
+    if c.numbers.get("mechanism"):
+        return str(c.numbers["mechanism"])
+    items = [(k, v) for k, v in c.numbers.items() if isinstance(v, (int, float, str, list)) and k != "note"]
+    return "; ".join(f"{k} {_fmt(v)}" for k, v in items[:n])
+
+
 def _markdown(claims, quick, elapsed) -> str:
     gate = gating(claims)
     expected = [c for c in claims if c.source == "expected"]
@@ -557,7 +565,7 @@ def _markdown(claims, quick, elapsed) -> str:
     lines += [f"| {c.statement} | {c.source} | **{c.status}** |" for c in gate]
     lines += ["", "## The authors' expectations (expected; reported, not gating)", "",
               "| claim | status | what is measured |", "|---|---|---|"]
-    lines += [f"| {c.statement} | **{c.status}** | {c.numbers.get('mechanism', '')} |" for c in expected]
+    lines += [f"| {c.statement} | **{c.status}** | {_measured(c)} |" for c in expected]
     for c in claims:
         lines += ["", f"## {c.name}: {c.status} ({c.source})", "", c.statement + ".", "",
                   "Setting: " + ", ".join(f"{k}={_fmt(v)}" for k, v in c.setting.items()), "",
