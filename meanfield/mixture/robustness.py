@@ -45,7 +45,6 @@ noise; :func:`robustness_claims` are the ``expected`` claims of ``check``.
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
