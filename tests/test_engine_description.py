@@ -310,3 +310,34 @@ def test_model_sweep_runs_grid_and_resumes(tmp_path):
     assert json.loads((out / "sweep.json").read_text())["system"] == "model"
     with pytest.raises(ConfigError, match="sweep point"):
         model_sweep(MIXTURE, {}, {"K": [1, 2]}, tmp_path / "bad", workers=1, progress=False)
+
+
+def test_portable_source_runs_as_plain_python_and_matches_the_cpu_kernel():
+    """The kernels are target-agnostic ``@portable`` source: compiled with the
+    identity "jit" (plain Python, what the CUDA simulator would run) they give
+    the CPU kernel's loss, gradients and GD step."""
+    from meanfield.engine import kernels as K_
+    from meanfield.engine.reduce import initial_state
+    from meanfield.engine.system import system_of
+    from meanfield.mixture.kernels import compile_portable
+
+    ns = compile_portable(lambda f: f)
+    for name in ("cross_entropy_3_classes", "linear_merged_last_no_self_trainable_sign"):
+        desc = _desc(name)
+        sysm = system_of(desc)
+        pk, lay = sysm.pk, sysm.pk.lay
+        y = initial_state(desc)
+        n, L = pk.nzn.shape
+        sc = K_._scratch(y.size, n, L, lay.P, len(lay.heads), pk.R, pk.C, lay.Nmax)
+        u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = sc
+        args = (y, lay.hi, lay.hf, lay.qv, pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff, pk.target, pk.weight,
+                pk.kind, pk.r0, True, u, margin, zb, f, df, G, gflat, T, p, v, om, tk)
+        loss_py = ns.eng_loss_grads(*args)
+        ns.eng_update(y, new, lay.hi, lay.hf, lay.Gr, lay.grp, pk.Gam, G, gflat, 0.3, 15, True, Xm, Ym, tmp)
+        loss, G2, g2, m2, u2 = sysm.loss_and_grads(y)
+        y2 = y.copy()
+        sysm.gd_advance(y2, 1, 0.3, 15, None)
+        assert abs(loss_py - loss) <= 1e-12 * max(1.0, abs(loss))
+        np.testing.assert_allclose(G, G2, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(gflat, g2, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(new, y2, rtol=0, atol=1e-12)
