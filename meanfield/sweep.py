@@ -186,11 +186,36 @@ def map_points(fn: Callable, items: list, executor: Executor | None = None, work
         except KeyboardInterrupt:
             for f in futs:
                 f.cancel()
+            if own and isinstance(ex, ProcessPoolExecutor):
+                _stop_workers(ex, [f for f in futs if not f.cancelled()])
             raise
     finally:
         if own:
             ex.shutdown(wait=True, cancel_futures=True)
     return results
+
+
+def _stop_workers(ex: ProcessPoolExecutor, running: list, grace_s: float = 20.0) -> None:
+    """Stop a local process pool now. Workers ignore SIGINT between points; a
+    running point's monitor catches it and writes its file as interrupted. The
+    pool has already handed a few queued points to its workers, so SIGINT is
+    repeated until every handed-out point has returned, and a worker still
+    busy after ``grace_s`` is killed (it has written nothing yet)."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    t_end = time.perf_counter() + grace_s
+    while time.perf_counter() < t_end and not all(f.done() for f in running):
+        for proc in procs:
+            try:
+                os.kill(proc.pid, signal.SIGINT)
+            except (OSError, AttributeError):
+                pass
+        time.sleep(0.25)
+    for proc in procs:
+        try:
+            if proc.is_alive() and not all(f.done() for f in running):
+                proc.kill()
+        except (OSError, AttributeError, ValueError):
+            pass
 
 
 # ------------------------------------------------------------------ mixture sweeps
@@ -223,9 +248,14 @@ def _run_point(job: tuple[dict, str]) -> dict:
 
     cfg_dict, path = job
     t0 = time.perf_counter()
-    cfg = make_config(cfg_dict)
-    run_to_file(cfg, Path(path), progress=False)
-    s = _summary(Path(path))
+    try:
+        cfg = make_config(cfg_dict)
+        run_to_file(cfg, Path(path), progress=False)
+        s = _summary(Path(path))
+    except Exception as e:  # noqa: BLE001 - one crashing point must not abort the others
+        from .guard import one_line
+
+        s = {"status": "failed", "message": one_line(f"{type(e).__name__}: {e}", 300)}
     s["elapsed_s"] = time.perf_counter() - t0
     return s
 
@@ -294,6 +324,16 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
                 check_batchable(make_config(c), be)
             except ConfigError as e:
                 raise ConfigError(f"sweep point {p}: {e}") from None
+    if index_path.exists():  # never mix a new grid with an old sweep's points
+        try:
+            old = json.loads(index_path.read_text())
+        except (OSError, ValueError):
+            old = None
+        if not isinstance(old, dict) or old.get("format") != "meanfield-sweep":
+            raise ConfigError(f"out: {index_path} exists and is not a meanfield sweep index; use another folder")
+        if old.get("params") != _jsonable(spec.params) or old.get("base") != _jsonable(spec.base):
+            raise ConfigError(f"out: {index_path.parent} holds a sweep over another grid or base config "
+                              f"(params {excerpt(old.get('params'))}); use a new folder, or delete this one")
     folder.mkdir(parents=True, exist_ok=True)
     nd = max(4, len(str(len(points) - 1)))
     paths = [folder / f"{i:0{nd}d}.h5" for i in range(len(points))]

@@ -287,3 +287,70 @@ def test_sigint_before_the_run_starts_is_one_line(tmp_path):
         with h5py.File(out, "r") as f:
             assert f.attrs["status"] == "interrupted"
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+# ----------------------------------------------------------------- sweeps (item 16)
+
+
+def test_sweep_point_that_crashes_is_recorded_and_the_rest_finish(tmp_path, monkeypatch):
+    from meanfield.mixture import run as mrun
+    from meanfield.sweep import SweepSpec, run_sweep
+
+    real = mrun.run_to_file
+
+    def flaky(cfg, out, **kw):
+        if abs(cfg.omega - 0.2) < 1e-12:
+            raise RuntimeError("a point that crashes")
+        return real(cfg, out, **kw)
+
+    monkeypatch.setattr(mrun, "run_to_file", flaky)
+    idx = run_sweep(SweepSpec({"steps": 5}, {"omega": [0.1, 0.2, 0.3]}, tmp_path / "sw"), workers=1, progress=False)
+    st = [e["result"]["status"] for e in idx["points"]]
+    assert st == ["complete", "failed", "complete"], st
+    assert "a point that crashes" in idx["points"][1]["result"]["message"]
+    assert idx["n_done"] == 3 and idx["status"] == "complete"
+
+
+def test_sweep_refuses_a_new_grid_in_an_old_folder(tmp_path):
+    from meanfield.config import ConfigError
+    from meanfield.sweep import SweepSpec, run_sweep
+
+    run_sweep(SweepSpec({"steps": 3}, {"omega": [0.1, 0.2]}, tmp_path / "sw"), workers=1, progress=False)
+    before = _files(tmp_path)
+    with pytest.raises(ConfigError, match="another grid"):
+        run_sweep(SweepSpec({"steps": 3}, {"omega": [0.3]}, tmp_path / "sw"), workers=1, progress=False)
+    with pytest.raises(ConfigError, match="another grid"):
+        run_sweep(SweepSpec({"steps": 4}, {"omega": [0.1, 0.2]}, tmp_path / "sw"), workers=1, progress=False)
+    assert _files(tmp_path) == before
+    # the same grid resumes (every point already done)
+    idx = run_sweep(SweepSpec({"steps": 3}, {"omega": [0.1, 0.2]}, tmp_path / "sw"), workers=1, progress=False)
+    assert all(e.get("skipped") for e in idx["points"])
+
+
+def test_sweep_sigint_stops_running_points_promptly(tmp_path):
+    """SIGINT to the sweep's process only (not its workers): the running points stop within seconds
+    (their files say interrupted), queued points never start, sweep.json counts what finished, exit 130."""
+    out = tmp_path / "sw"
+    p = subprocess.Popen(MEANFIELD + ["mixture", "sweep", "--param", "omega=0.1,0.2,0.3,0.4", "--steps", "20000000",
+                                      "--workers", "2", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (out / "sweep.json").exists() and p.poll() is None:
+        time.sleep(0.2)
+    time.sleep(8.0)  # the workers have started and are integrating (each point would take minutes)
+    t0 = time.time()
+    p.send_signal(signal.SIGINT)
+    try:
+        so, se = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        kids = Path(f"/proc/{p.pid}/task/{p.pid}/children")
+        for c in kids.read_text().split() if kids.exists() else []:  # the workers, by pid
+            os.kill(int(c), signal.SIGKILL)
+        p.kill()
+        raise
+    assert time.time() - t0 < 30, "the sweep took too long to stop"
+    assert p.returncode == 130, se
+    assert "Traceback" not in se
+    idx = json.loads((out / "sweep.json").read_text())
+    assert idx["status"] == "interrupted" and idx["n_done"] < 4
+    assert idx["n_done"] == sum(e["result"] is not None for e in idx["points"])
