@@ -95,6 +95,10 @@ def _cmd_run(args) -> int:
     if args.plot:
         check_output_dir(args.plot, "plot")
     check_mixture_size(cfg, args.force)
+    from .guard import first_use_notice
+    from .mixture import kernels
+
+    first_use_notice(kernels.gd_advance if cfg.method == "gd" else kernels.flow_rhs, kernels.loss_and_grads)
     if resolve_backend(args.backend) == "cuda":
         check_batchable(cfg, "cuda")
         traj = run_batch([cfg], "cuda")[0]
@@ -102,6 +106,9 @@ def _cmd_run(args) -> int:
     else:
         traj, path = run_to_file(cfg, out, progress=not args.quiet)
     print(f"{path}: {traj.status}: {traj.message}")
+    from .outcome import outcome_lines  # what happened: stage ends, criteria that never fired, final numbers
+
+    print("\n".join(outcome_lines(path)))
     if traj.status == "diverged":
         print(f"meanfield: run diverged; {path} keeps every record up to the step named above", file=sys.stderr)
     if args.plot:
@@ -123,10 +130,17 @@ def _cmd_particles(args) -> int:
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     d = as_int("d", args.d, lo=2) if args.d is not None else None
     check_mixture_size(cfg, args.force, particles_d=d or 2 * cfg.K + 1)
+    from .guard import first_use_notice
+    from .mixture import particles as _pk
+
+    first_use_notice(_pk.gd_advance_particles, _pk.update_rows, _pk.network)
     es = as_int("embed_seed", args.embed_seed, lo=0) if args.embed_seed is not None else None
     th = as_int("threads", args.threads, lo=1) if args.threads is not None else None
     traj, path = particles_to_file(cfg, out, d=d, progress=not args.quiet, embed_seed=es, threads=th)
     print(f"{path}: {traj.status}: {traj.message}")
+    from .outcome import outcome_lines
+
+    print("\n".join(outcome_lines(path)))
     return EXIT_CODES[traj.status]
 
 
@@ -391,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"meanfield {__version__}")
     top.add_argument("-v", "--verbose", action="store_true",
                      help="more messages; on an internal error (exit 70) print the traceback")
+    top.add_argument("-q", "--quiet", dest="log_quiet", action="store_true",
+                     help="warnings and errors only (progress lines: each verb's own --quiet)")
     systems = top.add_subparsers(dest="system", required=True, parser_class=_Parser)
     mix = systems.add_parser("mixture", help="K-mixture of linear classification, two-headed transformer (seed 000)")
     verbs = mix.add_subparsers(dest="verb", required=True, parser_class=_Parser)
@@ -544,7 +560,11 @@ def main(argv=None) -> int:
         return args.func(args)
 
     words = sys.argv[1:] if argv is None else list(argv)
-    return barrier(command, verbose=bool(words) and words[0] in ("-v", "--verbose"))
+    verbose = bool(words) and words[0] in ("-v", "--verbose")
+    from .guard import setup_logging
+
+    setup_logging(1 if verbose else -1 if words and words[0] in ("-q", "--quiet") else 0)
+    return barrier(command, verbose=verbose)
 
 
 if __name__ == "__main__":  # pragma: no cover

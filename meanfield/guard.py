@@ -500,6 +500,52 @@ def terminate_as_interrupt() -> None:
         pass
 
 
+# ------------------------------------------------------------------ messages
+
+
+LOG = "meanfield"
+
+
+def setup_logging(verbosity: int = 0) -> None:
+    """Messages of the command line through ``logging`` (logger ``meanfield``):
+    ``-q`` (verbosity -1) warnings only, default info, ``-v`` (1) debug.
+    Library use configures logging itself; nothing is set up on import."""
+    import logging
+
+    log = logging.getLogger(LOG)
+    log.setLevel(logging.WARNING if verbosity < 0 else logging.DEBUG if verbosity > 0 else logging.INFO)
+    if not any(getattr(h, "_meanfield", False) for h in log.handlers):
+        h = logging.StreamHandler()  # stderr, looked up at emit time
+        h.setFormatter(logging.Formatter("meanfield: %(message)s"))
+        h._meanfield = True
+        log.addHandler(h)
+        log.propagate = False
+
+
+def first_use_notice(*dispatchers) -> bool:
+    """Say "compiling kernels (first use only)" when a numba kernel about to be
+    used has neither been compiled in this process nor been cached on disk
+    (numba ``cache=True``): the first run after an install spends most of its
+    time there, and its progress line would show misleading rates."""
+    import logging
+
+    first = False
+    for d in dispatchers:
+        try:
+            if d.signatures:
+                continue
+            cache = getattr(d, "_cache", None)
+            index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+            if index is None or not os.path.exists(index):
+                first = True
+                break
+        except AttributeError:  # not a numba dispatcher
+            continue
+    if first:
+        logging.getLogger(LOG).info("compiling kernels (first use only; later runs load them from numba's cache) ...")
+    return first
+
+
 # ------------------------------------------------------------------ the last-resort barrier
 
 EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE: a bug in meanfield, not in the input

@@ -103,8 +103,15 @@ def cmd_run(args) -> int:
     cfg = config_from_args(args)
     out = _check_out(args.out)
     check_induction_size(cfg, args.force)
+    from ..guard import first_use_notice
+    from . import kernels as _ik
+
+    first_use_notice(_ik.gd_advance, _ik.loss_grad)
     traj, path = run_to_file(cfg, out, progress=not args.quiet)
     print(f"{path}: {traj.status}: {traj.message}")
+    from ..outcome import outcome_lines  # selected parent set, heads' top lags, a, criteria that never fired
+
+    print("\n".join(outcome_lines(path)))
     if traj.status == "diverged":
         print(f"meanfield: run diverged; {path} keeps every record up to the step named above", file=sys.stderr)
     return EXIT_CODES[traj.status]
