@@ -231,7 +231,7 @@ def cmd_full(args) -> int:
         if args.loss not in ("official-ce", "nll"):
             raise ConfigError(f"loss: must be one of official-ce, nll; got {args.loss!r}")
         settings["loss"] = args.loss
-    res = full_study(Path(args.out), quick=args.quick, settings=settings,
+    res = full_study(Path(args.out), quick=args.quick, settings=settings, progress=not args.quiet,
                      log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
     c = res["claim"]
     print(f"{c.status}  [{c.source}] {c.name}: {c.statement}")
@@ -310,7 +310,7 @@ def add_parser(systems):
                                       "and copier heads? report.md, report.json, figure")
     f.add_argument("--out", default="runs/induction_full", help="report folder")
     f.add_argument("--quick", action="store_true", help="L = 20, 300 sequences, 300 steps (about a minute)")
-    f.add_argument("--steps", default=None, help="joint GD steps (default 300 quick, 3000 full)")
+    f.add_argument("--steps", default=None, help="joint GD steps (default 300 quick; 2000 with L = 20 and 1000 sequences)")
     f.add_argument("--loss", default=None, help="official-ce (default, the official code's) | nll")
     f.add_argument("--quiet", action="store_true", help="no progress lines")
     f.set_defaults(func=cmd_full)

@@ -375,13 +375,14 @@ def _selection(att: np.ndarray, cw: np.ndarray, subs) -> dict:
             "copier_mass": [float(att[h, lags[h]]) for h in range(att.shape[0])]}
 
 
-def full_study(out, quick: bool = False, log=print, settings: dict | None = None) -> dict:
+def full_study(out, quick: bool = False, log=print, settings: dict | None = None, progress: bool = False) -> dict:
     """Train the full model and the simplified model on the same n-gram data
     (the official init and windows, joint GD on every parameter, the same
     loss and step size), record layer 1's attention mass per lag per head
     and the selector's c_S^2 weights over time, and check the claim that the
     full model selects the same parent set and builds the same copier heads.
-    Writes ``report.json``, ``report.md`` and ``full_vs_simplified.png`` into ``out``."""
+    Writes ``report.json``, ``report.md`` and ``full_vs_simplified.png`` into
+    ``out``; ``progress``: a progress line on stderr while the full model trains."""
     import json
     import time
     from pathlib import Path
@@ -413,7 +414,7 @@ def full_study(out, quick: bool = False, log=print, settings: dict | None = None
         f"sequences of length {S['L']} ...")
     sysm = FullSystem(tok, arch, S["loss"])
     y0 = arch.init(S["w_plus"], S["w_minus"], S["c_init"], S["a_init"], S["proj_init"])
-    mon = integrate.Monitor(total=S["steps"], unit="step", quiet_s=2.0 if log is print else math.inf,
+    mon = integrate.Monitor(total=S["steps"], unit="step", quiet_s=2.0 if progress else math.inf,
                             label="full model: ")
     with mon:
         tf = integrate.GDMap(1.0).solve(sysm, y0, [integrate.Stage(1, arch.group_mask(GROUPS), S["steps"], None,
@@ -505,7 +506,7 @@ FULL_SETTINGS = {
     "quick": {"L": 20, "n_train": 300, "steps": 300, "eta": 1.0, "record_every": 30, "probe": 100, "pa": (1, 2),
               "alpha": 0.1, "w_plus": 3.0, "w_minus": 0.1, "c_init": 0.01, "a_init": 0.01, "proj_init": 0.01,
               "loss": "official-ce", "seed": 0},
-    "full": {"L": 40, "n_train": 2000, "steps": 3000, "eta": 1.0, "record_every": 100, "probe": 200, "pa": (1, 2),
+    "full": {"L": 20, "n_train": 1000, "steps": 2000, "eta": 1.0, "record_every": 100, "probe": 200, "pa": (1, 2),
              "alpha": 0.1, "w_plus": 3.0, "w_minus": 0.1, "c_init": 0.01, "a_init": 0.01, "proj_init": 0.01,
              "loss": "official-ce", "seed": 0},
 }
