@@ -109,3 +109,12 @@ def test_full_study_tiny(tmp_path):
     assert len(res["records"]["full"]) == 3 and len(res["records"]["simplified"]) == 3
     assert main(["induction", "full", "--quick", "--steps", "0", "--out", str(tmp_path / "x")]) == 2
     assert main(["induction", "full", "--quick", "--loss", "mse", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_full_verb_refuses_a_file_as_out(tmp_path, capsys):
+    from meanfield.cli import main
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    assert main(["induction", "full", "--quick", "--out", str(f)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -222,8 +222,10 @@ def cmd_check(args) -> int:
 
 
 def cmd_full(args) -> int:
+    from ..guard import check_output_dir
     from .full import full_study
 
+    check_output_dir(args.out, "out")
     settings = {}
     if args.steps is not None:
         settings["steps"] = as_int("steps", args.steps, lo=1)
@@ -245,7 +247,7 @@ def cmd_plot(args) -> int:
 
     check_output_dir(args.out, "out")
     try:
-        files = plot_run(Path(args.run), Path(args.out))
+        files = plot_run(Path(args.run), Path(args.out), fmt=args.fig_format)
     except (FileNotFoundError, ValueError) as e:
         raise ConfigError(f"run: {e}") from None
     for f in files:
@@ -303,6 +305,8 @@ def add_parser(systems):
     p = verbs.add_parser("plot", help="figures of an induction run file: c mass, RPE heatmaps, a(t), losses")
     p.add_argument("run", help="run file (.h5)")
     p.add_argument("--out", default=None, help="figure folder (default RUN_figures)")
+    p.add_argument("--format", dest="fig_format", choices=["png", "pdf", "svg"], default="png",
+                   help="figure format: png | pdf | svg (vector, for papers)")
     p.set_defaults(func=cmd_plot)
 
     f = verbs.add_parser("full", help="train the official code's full two-layer transformer (query-key, output-value, "
