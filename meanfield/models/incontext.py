@@ -394,6 +394,9 @@ def claims_from(runs: dict, setting: dict, fig=None) -> list:
         {"phases_per_query": nph,
          "boundaries_step": {f"v{k + 1}": [e["t"] for e in b["phases"][k]] for k in range(K)},
          "boundary_kinds": {f"v{k + 1}": [e["kind"] for e in b["phases"][k]] for k in range(K)},
+         "A_B_at_boundaries_query_v1": [{"step": e["t"], "A_1": float(b["A"][e["t"], 0]),
+                                         "B_1n": [float(x) for x in b["B"][e["t"], 0]]}
+                                        for e in b["phases"].get(0, []) if e["t"] < len(b["A"])],
          "T_eps_step": {f"v{k + 1}": b["Teps"][k] for k in range(K)},
          "A_final": b["A"][-1].tolist(), "B_final_query_v1": b["B"][-1, 0].tolist(),
          "error_final": b["err"][-1].tolist(), "loss_final": float(b["loss"][-1])},
@@ -420,6 +423,9 @@ def claims_from(runs: dict, setting: dict, fig=None) -> list:
         dict(setting, p=m["p"].tolist()),
         {"phases_per_query": {f"v{k + 1}": len(m["phases"][k]) + 1 for k in range(1, K)},
          "boundaries": {f"v{k + 1}": [(e["t"], e["kind"], e["to"]) for e in m["phases"][k]] for k in range(1, K)},
+         "A_B_at_boundaries_query_v2": [{"step": e["t"], "A_2": float(m["A"][e["t"], 1]),
+                                         "B_2n": [float(x) for x in m["B"][e["t"], 1]]}
+                                        for e in m["phases"].get(1, []) if e["t"] < len(m["A"])],
          "T_eps_step": {f"v{k + 1}": m["Teps"][k] for k in range(1, K)},
          "A_final": m["A"][-1].tolist(), "B_final_query_v2": m["B"][-1, 1].tolist(),
          "note": "phases here are the measured rate regimes (incontext.phase_boundaries), fixed before the runs; "
