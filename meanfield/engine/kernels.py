@@ -54,6 +54,16 @@ def _hot(fn):
     return njit(inline="always")(fn)
 
 
+def _root(fn):
+    """The root of the inlined tree (:func:`eng_loss_grads`): registered as
+    ``@portable``; on the CPU compiled without numba's reference counting
+    (``_nrt=False``: it allocates nothing), because inlining keeps an
+    incref/decref pair per array argument of every inlined helper call, inside
+    the loops over sequences and queries (half of the time otherwise)."""
+    portable(fn)
+    return njit(cache=True, _nrt=False)(fn)
+
+
 @_hot
 def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p):
     """Attention p (L,) of head k, sequence s, for the query at position l
@@ -339,7 +349,7 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                             gflat[woff + a * P + b] += ta * qv[k, b]
 
 
-@portable
+@_root
 def eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, grad, u, margin, zb, f, df,
                    G, gflat, T, p, v, om, tk):
     """Loss over every sequence; margins (n,), u (n, H, rows); if ``grad``:
