@@ -102,8 +102,12 @@ def induction_lines(run) -> list[str]:
     if cfg.get("schedule", "three-phase") == "three-phase":
         crits = list(cfg.get("phase_criteria") or [None] * 3)
         names = ["c (selector)", "w (RPE)", "a (classifier)"]
-    else:
+    elif cfg.get("schedule") == "joint":
         crits, names = [cfg.get("criterion")], ["joint"]
+    else:  # a schedule string such as w,c,a or cw,a: one phase per group
+        groups = str(cfg["schedule"]).split(",")
+        crits = list(cfg.get("phase_criteria") or [None] * len(groups))
+        names = [f"trains {g}" for g in groups]
     lines = _stage_lines(run, crits, names, _induction_value)
     if not len(run["t"]):
         return lines
@@ -122,7 +126,9 @@ def induction_lines(run) -> list[str]:
         f"head {h + 1} lag {top[h]} ({float(np.max(rpe[h])):.3f})" for h in range(len(top))))
     lt = float(run["loss_train"][-1])
     lines.append(f"  final (t = {float(run['t'][-1]):.6g}): a = {float(run['a'][-1]):.4g}, train loss {lt:.4g}"
-                 + (f", held-out loss {float(run['loss_test'][-1]):.4g}" if "loss_test" in run
+                 + (f", held-out loss {float(run['loss_test_seen'][-1]):.4g} (sequences whose target occurs in "
+                    f"the context)" if "loss_test_seen" in run and math.isfinite(float(run["loss_test_seen"][-1]))
+                    else f", held-out loss {float(run['loss_test'][-1]):.4g}" if "loss_test" in run
                     and math.isfinite(float(run["loss_test"][-1])) else ""))
     return lines
 
