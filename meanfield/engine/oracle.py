@@ -331,11 +331,12 @@ class Oracle:
         return float(m[sel].min()) if sel.any() else math.inf
 
     def run(self, params: list[dict], stages=None, eta: float | None = None, record_every: int = 1,
-            max_abs: float = math.inf):
+            project=None):
         """Full-batch GD through the description's stages (each: train groups, steps,
         criterion checked before every step). Returns {"t": steps (T,), "states":
         [projected state per record], "params": final weights, "stage_ends": [...],
-        "loss": (T,)}."""
+        "loss": (T,)}; ``project``: the function of the weights recorded as a state
+        (default :meth:`project`; ``lambda p: pack(desc, E, p)`` for the engine's flat layout)."""
         tr = self.desc.training
         stages = tr.stages if stages is None else stages
         eta = tr.eta if eta is None else eta
@@ -344,7 +345,7 @@ class Oracle:
 
         def record(p):
             ts.append(nstep)
-            states.append(self.project(p))
+            states.append(self.project(p) if project is None else project(p))
             losses.append(self.forward(p)[0])
 
         record(params)
