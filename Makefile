@@ -17,6 +17,10 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/meanfield mixture demo --out runs/demo
+	@echo ""
+	@echo "figures: runs/demo/*/  summary: runs/demo/summary.md"
+	@echo "to type the README's meanfield commands as written, activate the environment first:"
+	@echo "    source .venv/bin/activate"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

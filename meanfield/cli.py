@@ -80,8 +80,13 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
 def _config_from_args(args):
     from .mixture.config import make_config
 
+    from .guard import check_applicable
+
     data = load_toml(args.config) if getattr(args, "config", None) else {}
-    return make_config(data, **{f: getattr(args, f) for f in RUN_FLAGS.values()})
+    flags = {f: getattr(args, f) for f in RUN_FLAGS.values()}
+    cfg = make_config(data, **flags)
+    check_applicable({**data, **{k: v for k, v in flags.items() if v is not None}}, cfg)  # ignored keys: errors
+    return cfg
 
 
 def _cmd_run(args) -> int:
@@ -94,6 +99,8 @@ def _cmd_run(args) -> int:
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))  # before the work, not after it
     if args.plot:
         check_output_dir(args.plot, "plot")
+    elif args.fig_format is not None:  # an option the command would ignore is an error
+        raise ConfigError("format: only with --plot DIR (the figure format)")
     check_mixture_size(cfg, args.force)
     from .guard import first_use_notice
     from .mixture import kernels
@@ -114,7 +121,7 @@ def _cmd_run(args) -> int:
     if args.plot:
         from .mixture.plot import plot_run
 
-        for f in plot_run(path, Path(args.plot)):
+        for f in plot_run(path, Path(args.plot), fmt=args.fig_format or "png"):
             print(f"figure: {f}")
     return EXIT_CODES[traj.status]
 
@@ -182,7 +189,7 @@ def _cmd_plot(args) -> int:
 
     check_output_dir(args.out, "out")
     try:
-        files = plot_run(Path(args.run), Path(args.out))
+        files = plot_run(Path(args.run), Path(args.out), fmt=args.fig_format)
     except (FileNotFoundError, ValueError) as e:
         raise ConfigError(f"run: {e}") from None
     for f in files:
@@ -243,6 +250,9 @@ def _cmd_sweep(args) -> int:
 
     base = _base_from_args(args)
     base_cfg = make_config(base)  # the base must be valid on its own
+    from .guard import check_applicable
+
+    check_applicable(base, base_cfg)
     params = parse_params(args.param or [], [f.name for f in dataclasses.fields(MixtureConfig)])
     if str(args.out).endswith(".json"):
         check_output_file(args.out, "out", (".json",))
@@ -415,6 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(r)
     r.add_argument("--out", default="runs/run.h5", help="output run file (.h5), written atomically")
     r.add_argument("--plot", metavar="DIR", help="also write figures to DIR")
+    r.add_argument("--format", dest="fig_format", choices=["png", "pdf", "svg"], default=None,
+                   help="figure format with --plot: png (default) | pdf | svg (vector, for papers)")
     r.add_argument("--quiet", action="store_true", help="no progress line")
     r.add_argument("--backend", default="cpu", help=BACKEND_HELP)
     r.set_defaults(func=_cmd_run)
@@ -442,7 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("plot", help="figures of a run file (like the paper's Figure 1)")
     p.add_argument("run", help="run file (.h5)")
-    p.add_argument("--out", default=None, help="folder for the PNGs (default: beside the run file)")
+    p.add_argument("--out", default=None, help="folder for the figures (default: beside the run file)")
+    p.add_argument("--format", dest="fig_format", choices=["png", "pdf", "svg"], default="png",
+                   help="figure format: png | pdf | svg (vector, for papers)")
     p.set_defaults(func=_cmd_plot)
 
     c = verbs.add_parser("check", help="rerun the paper's claims; report.md, report.json, figures; exit 0 iff every "

@@ -393,6 +393,46 @@ def induction_data_estimate(N: int, d: int, L: int, n_parents: int, kernels: boo
     return est
 
 
+# ------------------------------------------------------------------ one rule for inapplicable options
+
+_ONLY = {  # key -> (predicate on the resolved config, what it needs)
+    "t_end": (lambda c: c.method != "gd" and c.schedule == "simultaneous",
+              "a flow or rk4 run with the simultaneous schedule (gd runs use steps; three-stage runs stage_times)"),
+    "stage_times": (lambda c: c.method != "gd" and c.schedule == "three-stage",
+                    "a flow or rk4 run with the three-stage schedule (gd runs use stage_steps)"),
+    "dt": (lambda c: c.method == "rk4", "method rk4"),
+    "rtol": (lambda c: c.method == "flow", "method flow"),
+    "atol": (lambda c: c.method == "flow", "method flow"),
+    "h_min": (lambda c: c.method == "flow", "method flow"),
+    "steps": (lambda c: c.schedule == "simultaneous", "the simultaneous schedule (three-stage runs use stage_steps)"),
+    "criterion": (lambda c: c.schedule == "simultaneous",
+                  "the simultaneous schedule (three-stage runs use stage_criteria)"),
+    "stage_steps": (lambda c: c.schedule == "three-stage", "the three-stage schedule (simultaneous runs use steps)"),
+    "stage_criteria": (lambda c: c.schedule == "three-stage",
+                       "the three-stage schedule (simultaneous runs use criterion)"),
+    "stage3": (lambda c: c.schedule == "three-stage", "the three-stage schedule"),
+    "data_seed": (lambda c: c.n_train is not None, "a finite training set (n_train)"),
+}
+
+
+def check_applicable(given: dict, cfg) -> None:
+    """A config key or flag the chosen method / schedule ignores is an error
+    naming it (instead of being silently dropped). ``given``: the keys the user
+    set (TOML file and flags), ``cfg``: the resolved MixtureConfig."""
+    for k, v in given.items():
+        if v is None or k not in _ONLY:
+            continue
+        ok, needs = _ONLY[k]
+        if not ok(cfg):
+            raise ConfigError(f"{k}: not used here (method {cfg.method}, schedule {cfg.schedule}); "
+                              f"it applies to {needs}")
+    if cfg.method != "gd":  # flow / rk4: step counts only set the default horizons
+        for steps_key, time_key in (("steps", "t_end"), ("stage_steps", "stage_times")):
+            if given.get(steps_key) is not None and given.get(time_key) is not None:
+                raise ConfigError(f"{steps_key}: not used when {time_key} is given (for flow and rk4 runs "
+                                  f"{steps_key} x eta is only the default {time_key})")
+
+
 # ------------------------------------------------------------------ run files that open but are wrong
 
 

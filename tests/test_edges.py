@@ -104,6 +104,18 @@ CASES = [
     ("bound-wrong-shape", ["mixture", "bound", "badshape.h5", "loss <= 1"], "'S'"),
     ("bound-missing-dataset", ["mixture", "bound", "missing.h5", "loss <= 1"], "loss"),
     ("bound-tmin-unknown-name", ["mixture", "bound", "good.h5", "loss <= 1", "--tmin", "Tx"], "tmin"),
+    # one rule for inapplicable options (issue 14, item 5): an option the method / schedule ignores
+    ("t-end-with-gd", ["mixture", "run", "--t-end", "5", "--out", "x.h5"], "t_end"),
+    ("steps-with-three-stage", ["mixture", "run", "--schedule", "three-stage", "--steps", "9", "--out", "x.h5"],
+     "steps"),
+    ("steps-in-three-stage-toml", ["mixture", "run", "--config", "three.toml", "--out", "x.h5"], "steps"),
+    ("dt-with-flow", ["mixture", "run", "--method", "flow", "--dt", "0.1", "--out", "x.h5"], "dt"),
+    ("rtol-with-gd", ["mixture", "run", "--rtol", "1e-9", "--out", "x.h5"], "rtol"),
+    ("stage-criteria-simultaneous", ["mixture", "run", "--stage-criteria", "loss<=1,none,none", "--out", "x.h5"],
+     "stage_criteria"),
+    ("format-without-plot", ["mixture", "run", "--format", "pdf", "--out", "x.h5"], "format"),
+    ("sweep-base-t-end-gd", ["mixture", "sweep", "--param", "omega=0.1,0.2", "--t-end", "5", "--out", "sw"],
+     "t_end"),
 ]
 
 DRIVER = textwrap.dedent(r"""
@@ -158,6 +170,7 @@ def edge_results(tmp_path_factory):
     (d / "bin.toml").write_bytes(bytes(range(256)) * 4)
     (d / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
     (d / "long.toml").write_text('omega = "' + "x" * 500_000 + '"\n')
+    (d / "three.toml").write_text('schedule = "three-stage"\nsteps = 100\n')
     _make_runs(d)
     before = _files(d)
     env = dict(os.environ, MEANFIELD_DEBUG="")
@@ -354,3 +367,46 @@ def test_sweep_sigint_stops_running_points_promptly(tmp_path):
     idx = json.loads((out / "sweep.json").read_text())
     assert idx["status"] == "interrupted" and idx["n_done"] < 4
     assert idx["n_done"] == sum(e["result"] is not None for e in idx["points"])
+
+
+# ----------------------------------------------------------------- the way in (items 4, 6)
+
+
+def test_run_ends_with_what_happened(tmp_path, capsys):
+    """Each stage's end, whether its criterion fired or the cap was hit (a criterion that never fired
+    says so, with the value it reached), the final loss and margins."""
+    from meanfield.cli import main
+
+    out = tmp_path / "r.h5"
+    assert main(["mixture", "run", "--schedule", "three-stage", "--stage-steps", "200,400,50", "--stage-criteria",
+                 "consistent_margin>=0.5,inconsistent_margin>=1e9,none", "--quiet", "--out", str(out)]) == 0
+    so = capsys.readouterr().out
+    assert "outcome: complete" in so
+    assert "stage 1 (neurons): criterion consistent_margin>=0.5 fired at step" in so
+    assert "stage 2 (attention): ran to its cap" in so and "inconsistent_margin>=1e9 NEVER fired (it reached" in so
+    assert "stage 3 (neurons): ran to its step cap" in so
+    assert "final (t = " in so and "loss " in so and "inconsistent " in so
+
+
+def test_induction_run_ends_with_parent_set_lags_and_a(tmp_path, capsys):
+    from meanfield.cli import main
+
+    out = tmp_path / "i.h5"
+    assert main(["induction", "run", "--n-train", "200", "--n-test", "50", "--L", "30", "--phase-steps", "30,30,30",
+                 "--phase-criteria", "c_top>=0.999999,none,none", "--quiet", "--out", str(out)]) == 0
+    so = capsys.readouterr().out
+    assert "criterion c_top>=0.999999 NEVER fired (it reached" in so
+    assert "selected subset {" in so and "parent set {" in so and "head 1 lag " in so and "a = " in so
+
+
+@pytest.mark.parametrize("fmt", ["pdf", "svg"])
+def test_figure_formats(tmp_path, fmt, capsys):
+    from meanfield.cli import main
+
+    out = tmp_path / "r.h5"
+    assert main(["mixture", "run", "--steps", "20", "--quiet", "--out", str(out), "--plot", str(tmp_path / "f"),
+                 "--format", fmt]) == 0
+    figs = sorted(p.suffix for p in (tmp_path / "f").iterdir())
+    assert figs and set(figs) == {"." + fmt}
+    head = (tmp_path / "f" / f"neurons.{fmt}").read_bytes()[:64]
+    assert head.startswith(b"%PDF") if fmt == "pdf" else b"<svg" in (tmp_path / "f" / f"neurons.{fmt}").read_bytes()

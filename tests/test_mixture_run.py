@@ -343,7 +343,11 @@ def test_cli_signal_interrupts_and_writes_file(tmp_path, sig):
                 break
             time.sleep(0.05)
         assert proc.poll() is None, proc.communicate()
-        time.sleep(0.7)  # let it take some steps
+        # SIGTERM is handled from the start of main() (issue 14); wait for the run's own progress line,
+        # so the signal reaches the integration (a signal before it is a clean exit 130 with no file)
+        line = ""
+        while "step" not in line and proc.poll() is None:
+            line = proc.stderr.readline()
         proc.send_signal(sig)
         so, se = proc.communicate(timeout=30)
     finally:

@@ -394,10 +394,12 @@ def plot_generalisation(rows_L: list, rows_alpha: list, L: int, alpha: float, mo
     return name
 
 
-def plot_run(path, out) -> list[Path]:
-    """Every figure of :data:`FIGURES` for the run file ``path`` into folder ``out``."""
+def plot_run(path, out, fmt: str = "png") -> list[Path]:
+    """Every figure of :data:`FIGURES` for the run file ``path`` into folder ``out``
+    (``fmt``: png, or pdf / svg for vector figures)."""
     run = load(path)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    names = [plot_c_mass(run, out), plot_rpe(run, out), plot_a(run, out), plot_losses(run, out)]
+    names = [plot_c_mass(run, out, name=f"c_mass.{fmt}"), plot_rpe(run, out, name=f"rpe.{fmt}"),
+             plot_a(run, out, name=f"a_log_t.{fmt}"), plot_losses(run, out, name=f"losses.{fmt}")]
     return [out / n for n in names]

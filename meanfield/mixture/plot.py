@@ -384,11 +384,12 @@ def _self_scores(run, X: _Axes, out: Path) -> Path:
     return _finish(fig, run, out)
 
 
-def plot_run(path, out_dir, logx: bool = False) -> list[Path]:
+def plot_run(path, out_dir, logx: bool = False, fmt: str = "png") -> list[Path]:
     """Write the figures of one mixture run file into ``out_dir`` (created if
     needed) and return their paths, in the order of :data:`FIGURES`.
 
     ``logx=True``: logarithmic time axis; the t = 0 record is left out.
+    ``fmt``: ``png`` (default), or ``pdf`` / ``svg`` (vector, for papers).
     Raises FileNotFoundError for a missing file and ValueError for a file that
     is not a mixture run file or holds no records."""
     run = _load(path)
@@ -401,9 +402,9 @@ def plot_run(path, out_dir, logx: bool = False) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     X = _Axes(run, logx)
     return [
-        _neurons(run, X, out_dir / "neurons.png"),
-        _scores(run, X, "v1", out_dir / "scores_query_v1.png"),
-        _scores(run, X, "c1", out_dir / "scores_query_c1.png"),
-        _loss_margins(run, X, out_dir / "loss_margins.png"),
-        _self_scores(run, X, out_dir / "self_scores.png"),
+        _neurons(run, X, out_dir / f"neurons.{fmt}"),
+        _scores(run, X, "v1", out_dir / f"scores_query_v1.{fmt}"),
+        _scores(run, X, "c1", out_dir / f"scores_query_c1.{fmt}"),
+        _loss_margins(run, X, out_dir / f"loss_margins.{fmt}"),
+        _self_scores(run, X, out_dir / f"self_scores.{fmt}"),
     ]
