@@ -717,14 +717,14 @@ def model_losses(theta, tokens, arch, yhat_floor: float = 1e-300) -> dict:
             "N": int(len(tokens))}
 
 
-def best_a(theta, tokens, arch, a_max: float = 50.0, yhat_floor: float = 1e-300) -> float:
-    """argmin over a in [0, a_max] of the model's mean loss on ``tokens`` with c, w of ``theta``
-    (bounded Brent search)."""
+def best_a(theta, tokens, arch, a_max: float = 50.0, yhat_floor: float = 1e-300, loss: str = "nll") -> float:
+    """argmin over a in [0, a_max] of the model's mean loss (``loss``: nll |
+    official-ce) on ``tokens`` with c, w of ``theta`` (bounded Brent search)."""
     from scipy.optimize import minimize_scalar
 
     from . import kernels as Kn
 
-    b = Kn.Batch(np.asarray(tokens), arch)
+    b = Kn.Batch(np.asarray(tokens), arch, loss=loss)
     th = np.array(theta, dtype=np.float64)
 
     def f(a):
