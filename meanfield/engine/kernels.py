@@ -55,7 +55,8 @@ def _hot(fn):
 
 
 def _root(fn):
-    """The root of the inlined tree (:func:`eng_loss_grads`): registered as
+    """The per-step functions (the root of the inlined tree :func:`eng_loss_grads`,
+    the update, the criterion, the GD loop): registered as
     ``@portable``; on the CPU compiled without numba's reference counting
     (``_nrt=False``: it allocates nothing), because inlining keeps an
     incref/decref pair per array argument of every inlined helper call, inside
@@ -374,7 +375,7 @@ def eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight
     return loss
 
 
-@portable
+@_root
 def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym, tmp):
     """GD map (exact: ``out`` = the next state) or flow right-hand side
     (``out`` = dy/dt, eta = 1) from the gradients G, gflat."""
@@ -474,7 +475,7 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                 out[ao] = -gflat[ao]
 
 
-@portable
+@_root
 def eng_criterion(kind, loss, margin, consistent, hi, hf, Gam, gflat):
     """1 loss, 2/3/4 min margin of the consistent / inconsistent / all
     sequences, 5 the value vectors' velocity norm sqrt(sum_k (1/n_k) sum (lr g)^T Gamma (lr g))."""
@@ -502,7 +503,7 @@ def eng_criterion(kind, loss, margin, consistent, hi, hf, Gam, gflat):
     return val
 
 
-@portable
+@_root
 def eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind,
                         r0, consistent, crit_kind, crit_op, crit_thresh, max_abs, u, margin, zb, f, df, G, gflat,
                         T, p, v, om, tk, Xm, Ym, tmp, new):
