@@ -118,3 +118,15 @@ def test_full_verb_refuses_a_file_as_out(tmp_path, capsys):
     f.write_text("x")
     assert main(["induction", "full", "--quick", "--out", str(f)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_match_mass_counts_matching_histories():
+    tok = np.array([[0, 1, 2, 0, 1, 2, 0, 1, 0]])  # L = 8, query history (x_8, x_7) = (1, 0)
+    pl = np.full((1, 8), 1 / 8)
+    mm, chance = F.match_mass(pl, tok, (1, 2))
+    # positions l with (x_{l-1}, x_{l-2}) = (1, 0): l = 3 and l = 6 (1-based)
+    assert mm == pytest.approx(2 / 8) and chance == pytest.approx(2 / 8)
+    pl = np.zeros((1, 8))
+    pl[0, [2, 5]] = 0.5
+    assert F.match_mass(pl, tok, (1, 2))[0] == pytest.approx(1.0)
+    assert F.match_mass(pl, tok, (1,))[0] == pytest.approx(1.0)  # x_{l-1} = 1 at l = 3, 6 (and 9 is the query)

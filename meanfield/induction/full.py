@@ -364,6 +364,33 @@ def _simplified_attention_by_lag(theta, arch_s, max_lag: int) -> np.ndarray:
     return out
 
 
+def match_mass(pl: np.ndarray, tokens, lags) -> tuple[float, float]:
+    """Layer 2 as an induction head: the mean over sequences of the
+    classifier's attention mass sum_l p_l on the key positions l whose
+    history on ``lags`` matches the query's (x_{l-s} = x_{L+1-s} for every
+    s in lags), and the mass a uniform attention would put there (chance).
+    ``pl``: (N, L) attention of the query on positions 1..L."""
+    tokens = np.asarray(tokens)
+    L = tokens.shape[1] - 1
+    m = np.ones((tokens.shape[0], L), dtype=bool)
+    pos = np.arange(1, L + 1)
+    for s in lags:
+        ok = pos - s >= 1
+        m[:, ~ok] = False
+        m[:, ok] &= tokens[:, pos[ok] - s - 1] == tokens[:, [L - s]]
+    return float(np.mean(np.sum(pl * m, axis=1))), float(np.mean(m.mean(axis=1)))
+
+
+def _simplified_layer2(theta, tokens, arch_s) -> np.ndarray:
+    """(N, L) the simplified model's classifier attention softmax_l(a K(l))."""
+    from .claims import similarity_all
+
+    K = similarity_all(theta, tokens, arch_s)
+    z = float(np.asarray(theta)[-1]) * K
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def _selection(att: np.ndarray, cw: np.ndarray, subs) -> dict:
     """The selected subset of heads (largest c_S^2 weight), each head's copied lag
     (largest attention mass at lags >= 1) and the selected lag set."""
@@ -429,12 +456,16 @@ def full_study(out, quick: bool = False, log=print, settings: dict | None = None
                 att = attention_by_lag(Y[i], probe, arch, max_lag)
                 cw = c_weights(Y[i], arch)
                 lo = loss_and_grad(Y[i], tok, arch, S["loss"])[0] if i in (0, Y.shape[0] - 1) else math.nan
+                pl = forward(Y[i], probe, arch, want_cache=True)[1]["pl"]
             else:
                 att = _simplified_attention_by_lag(Y[i], pb.arch, max_lag)
                 c = s_unpack(Y[i], pb.arch)[0]
                 cw = c * c / np.sum(c * c)
                 lo = math.nan
-            rec[name].append({"t": float(T[i]), "att": att, "c_weight": cw, "loss": lo, **_selection(att, cw, subs)})
+                pl = _simplified_layer2(Y[i], probe, pb.arch)
+            mm, chance = match_mass(pl, probe, cfg.pa)
+            rec[name].append({"t": float(T[i]), "att": att, "c_weight": cw, "loss": lo, "match_mass": mm,
+                              "match_chance": chance, **_selection(att, cw, subs)})
     claim = check_full_same_heads(rec, sorted(cfg.pa), H, setting={k: (list(v) if isinstance(v, tuple) else v)
                                                                     for k, v in S.items()})
     claim.numbers.update({"full_loss_start_end": [rec["full"][0]["loss"], rec["full"][-1]["loss"]],
@@ -444,7 +475,8 @@ def full_study(out, quick: bool = False, log=print, settings: dict | None = None
     parents = nums["parents"]
     claim.figure = plot_full_vs_simplified(rec, subs, out)
     rep = {"claims": [_asdict(claim)], "elapsed_s": time.perf_counter() - t0, "quick": quick,
-           "series": {k: [{"t": r["t"], "att": r["att"].tolist(), "c_weight": r["c_weight"].tolist()} for r in v]
+           "series": {k: [{"t": r["t"], "att": r["att"].tolist(), "c_weight": r["c_weight"].tolist(),
+                        "layer2_match_mass": r["match_mass"]} for r in v]
                       for k, v in rec.items()}}
     (out / "report.json").write_text(json.dumps(rep, indent=1, default=float))
     lines = [f"# full vs simplified induction model{' (quick)' if quick else ''}", "",
@@ -459,7 +491,11 @@ def full_study(out, quick: bool = False, log=print, settings: dict | None = None
               f"L = {S['L']}, {S['n_train']} sequences; full model loss {nums['full_loss_start_end'][0]:.4f} -> "
               f"{nums['full_loss_start_end'][1]:.4f}. Attention mass on each head's copied lag at the start: "
               f"{ {k: [round(v, 3) for v in m] for k, m in nums['copier_mass_start'].items()} }; grew (selected "
-              f"heads): {nums['copier_mass_grew']}.", "", f"![full vs simplified]({claim.figure})", ""]
+              f"heads): {nums['copier_mass_grew']}. Layer 2 (the classifier) as an induction head: attention "
+              f"mass on key positions whose history matches the query's on the parents, start -> end: "
+              f"{ {k: [round(v, 3) for v in m] for k, m in nums['layer2_match_mass_start_end'].items()} } "
+              f"(uniform attention: {nums['layer2_match_chance']:.3f}).", "", f"![full vs simplified]({claim.figure})",
+              ""]
     (out / "report.md").write_text("\n".join(lines))
     log(f"[full {time.perf_counter() - t0:6.1f} s] {claim.status}: report {out / 'report.md'}")
     return {"claim": claim, "report": out / "report.md", "records": rec}
@@ -488,7 +524,10 @@ def check_full_same_heads(rec: dict, parents, H: int, setting: dict | None = Non
             "copier_mass_start": {k: [float(starts[k]["att"][h][ends[k]["head_lags"][h]]) for h in range(H)]
                                   for k in rec},
             "full_selects_parents": ends["full"]["lag_set"] == parents,
-            "simplified_selects_parents": ends["simplified"]["lag_set"] == parents}
+            "simplified_selects_parents": ends["simplified"]["lag_set"] == parents,
+            "layer2_match_mass_start_end": {k: [rec[k][0].get("match_mass"), ends[k].get("match_mass")]
+                                            for k in rec},
+            "layer2_match_chance": ends["full"].get("match_chance")}
     return Claim("full_model_same_heads", status(same_set and same_heads and built["full"] and built["simplified"]),
                  "the full two-layer transformer of the official code (trainable query-key and output-value "
                  "matrices, layer norm), trained on the same data, selects the same parent set and builds the same "
@@ -514,13 +553,15 @@ FULL_SETTINGS = {
 
 def plot_full_vs_simplified(rec: dict, subs, out, name: str = "full_vs_simplified.png") -> str:
     """Per model (rows): layer 1's attention mass on each head's copied lag over
-    time, and the c_S^2 weights over time; the final attention per lag (heatmaps)."""
+    time, the c_S^2 weights over time, the final attention per lag
+    (heatmaps), and layer 2's attention mass on key positions whose parents
+    match the query's (:func:`match_mass`) over time."""
     from pathlib import Path
 
     from .plot import _plt
 
     plt = _plt()
-    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+    fig, axes = plt.subplots(2, 4, figsize=(19, 7.5))
     labels = ["{" + ",".join(str(h + 1) for h in S) + "}" for S in subs]
     for r, model in enumerate(("simplified", "full")):
         R_ = rec[model]
@@ -549,6 +590,13 @@ def plot_full_vs_simplified(rec: dict, subs, out, name: str = "full_vs_simplifie
         cx.set_yticks(range(att.shape[1]), [str(h + 1) for h in range(att.shape[1])])
         cx.set_title(f"{model}: attention per lag at the end", fontsize=9)
         fig.colorbar(im, ax=cx, fraction=0.05)
+        dx = axes[r, 3]
+        dx.plot(t, [x["match_mass"] for x in R_], "-o", ms=3, label="on matching histories")
+        dx.plot(t, [x["match_chance"] for x in R_], ":", color="gray", label="uniform attention")
+        dx.set_ylim(0, 1)
+        dx.set_xlabel("t")
+        dx.set_title(f"{model}: layer-2 attention mass on positions whose parents match the query's", fontsize=8)
+        dx.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(Path(out) / name, dpi=110)
     plt.close(fig)
