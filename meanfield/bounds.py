@@ -418,6 +418,8 @@ class _Env:
         feats = run.get("features")
         self.features = [str(f) for f in np.ravel(feats)] if feats is not None else None
         heads = run.get("heads")
+        if attrs.get("system") == "engine":  # a general described model: no +/- heads
+            heads = None
         if heads is not None and [str(h) for h in np.ravel(heads)] != ["+", "-"]:
             fail(f"unexpected heads {list(np.ravel(heads))} in the run file (expected ['+', '-'])")
 
@@ -513,6 +515,9 @@ class _Env:
         return feats.index(label)
 
     def ref(self, ref: Ref):
+        if self.attrs.get("system") == "engine" and ref.kind in ("S", "A", "B", "w", "u"):
+            self.fail(f"{ref.text}: head-indexed variables are for mixture runs; in a described model's run use "
+                      f"loss, margin[i], min_margin, t, eta, m, T_loss, ...")
         if ref.kind in ("S", "A", "B"):
             a, b = (self._feature(ref, x) for x in ref.args)
             return self._data(ref.kind)[:, ref.head, a, b]
@@ -753,8 +758,11 @@ def _read(path):
     except (OSError, ValueError) as e:
         raise ConfigError(f"{path}: cannot read run file: {_one_line(e)}") from None
     system = run.attrs.get("system")
+    if system == "engine":  # a general described model (meanfield model run): names without heads
+        return run
     if system != "mixture":
-        raise ConfigError(f"{path}: bounds apply to mixture runs; this run's system is {system!r}")
+        raise ConfigError(f"{path}: bounds apply to mixture runs and described models (meanfield model run); "
+                          f"this run's system is {system!r}")
     from .guard import validate_mixture_run
 
     try:

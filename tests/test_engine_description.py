@@ -343,3 +343,19 @@ def test_portable_source_runs_as_plain_python_and_matches_the_cpu_kernel():
         np.testing.assert_allclose(G, G2, rtol=0, atol=1e-12)
         np.testing.assert_allclose(gflat, g2, rtol=0, atol=1e-12)
         np.testing.assert_allclose(new, y2, rtol=0, atol=1e-12)
+
+
+def test_bound_on_a_described_model_run(tmp_path):
+    from meanfield.engine.runs import run_to_file
+
+    d = _desc("linear_merged_last_no_self_trainable_sign", steps=20, record_every=2)
+    _, path = run_to_file(d, tmp_path / "b.h5", progress=False)
+    ok = subprocess.run([sys.executable, "-m", "meanfield", "model", "bound", str(path), "loss <= log(2) + 1e-12"],
+                        capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0 and "HOLDS" in ok.stdout, ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "meanfield", "model", "bound", str(path), "loss <= 0.5 * log(2)"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 1 and "VIOLATED" in bad.stdout, (bad.stdout, bad.stderr)
+    ref = subprocess.run([sys.executable, "-m", "meanfield", "model", "bound", str(path), "S+[a,b] <= 1"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert ref.returncode == 2 and len(ref.stderr.strip().splitlines()) == 1, ref.stderr

@@ -161,6 +161,30 @@ def _cmd_check(args) -> int:
     return 0 if all(c.passed for c in gating(claims)) else 1
 
 
+def _cmd_particles(args) -> int:
+    from .particles import particles_to_file
+    from .runs import EXIT_CODES
+
+    desc = description_from_args(args)
+    r, path = particles_to_file(desc, Path(args.out), d=args.d, progress=not args.quiet)
+    print(f"{path}: {r.status}: {r.message} (explicit network, m = {desc.init.width})")
+    return EXIT_CODES[r.status]
+
+
+def _cmd_width_sweep(args) -> int:
+    from ..config import as_int, as_list
+    from .particles import width_sweep
+
+    desc = description_from_args(args)
+    widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
+    workers = as_int("workers", args.workers, lo=1) if args.workers is not None else 1
+    s = width_sweep(desc, widths, args.seeds, Path(args.out), d=args.d, workers=workers, progress=not args.quiet)
+    print(s["message"])
+    for f in s["files"]:
+        print(f)
+    return 0 if s["infinite_width_status"] == "complete" else 1
+
+
 def add_parser(systems) -> None:
     from ..cli import _Parser
 
@@ -198,7 +222,27 @@ def add_parser(systems) -> None:
     c.add_argument("--out", default="runs/model_check", help="output folder")
     c.add_argument("--quick", action="store_true", help="smaller settings (minutes, not tens of minutes)")
     c.set_defaults(func=_cmd_check)
-    b = verbs.add_parser("bound", help="check an inequality over a mixture-family run file (as meanfield mixture bound)")
+    pa = verbs.add_parser("particles", help="train the explicit finite-width network generated from the description "
+                                            "(numpy weights, own backward) and write its projected run file")
+    pa.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
+    pa.add_argument("--out", default="runs/model_particles.h5", help="output run file (.h5)")
+    pa.add_argument("--d", default=None, help="ambient dimension d > P (default P + 2)")
+    pa.add_argument("--quiet", action="store_true", help="no progress line")
+    _add_param_flags(pa)
+    pa.set_defaults(func=_cmd_particles)
+    ws = verbs.add_parser("width-sweep", help="infinite-width engine run against the explicit network at several "
+                                              "widths and seeds: sup errors, exponent with CI, kinks, figure")
+    ws.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
+    ws.add_argument("--widths", default="16,64,256", help="comma-separated widths m")
+    ws.add_argument("--seeds", default="3", help="seeds per width")
+    ws.add_argument("--d", default=None, help="ambient dimension d > P (default P + 2)")
+    ws.add_argument("--out", default="runs/model_widths.h5", help="output (.h5; also .json and .png beside it)")
+    ws.add_argument("--workers", default=None, help="local processes (default 1)")
+    ws.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_param_flags(ws)
+    ws.set_defaults(func=_cmd_width_sweep)
+    b = verbs.add_parser("bound", help="check an inequality over a run file (as meanfield mixture bound; a general "
+                                       "model's run has loss, margin[i], min_margin, t, eta, m, T_loss, ...)")
     b.add_argument("run", help="run file (.h5)")
     b.add_argument("expr", nargs="?", help='the inequality, e.g. "loss <= log(2)"')
     b.add_argument("--file", help="a TOML file of [[bound]] tables (name, expr, during, tmin, tmax)")
