@@ -3,11 +3,16 @@
 * :mod:`.data`: in-context n-gram Markov chains (seeded numba generator, HDF5
   data files; the kernel array layout is documented there);
 * :mod:`.model`: the plain-numpy oracle of TF(M, H, d, D) (copier, selector,
-  classifier; conventions, subset order, log(0) guard);
+  classifier; conventions, subset order, log(0) guard; the paper's loss and
+  the official code's ``official-ce``);
 * :mod:`.kernels`: numba batch loss and gradients, the GD map;
 * :mod:`.config`, :mod:`.run`, :mod:`.cli`: validated configs, training runs
-  (three-phase or joint; GD or gradient flow; fixed or fresh data) written as
-  HDF5 run files, and ``meanfield induction run|data|chi2|check|plot``;
+  (any grouping and order of the phases c, w, a, or joint; GD or gradient
+  flow; fixed data, fresh batches or mini-batch SGD) written as HDF5 run
+  files, and ``meanfield induction run|data|chi2|check|plot|full``;
+* :mod:`.full`: the official code's full two-layer transformer (query-key,
+  output-value, layer norm) with a hand backward pass, and the study that
+  trains it next to the simplified model;
 * :mod:`.theory`: exact stationary laws, the modified chi-square mutual
   information I~(S) over lag subsets, the GIH / Bayes / unigram predictors;
 * :mod:`.claims`, :mod:`.plot`: the paper's claims as checkers and the
