@@ -206,7 +206,7 @@ class Oracle:
         return loss, g
 
     def margins(self, f: np.ndarray) -> np.ndarray:
-        """y f (logistic); for cross-entropy f_y - max_{c != y} f_c; for squared -|f - y|."""
+        """y f (logistic); for cross-entropy f_y - max_{c != y} f_c; for squared -max_c |f_c - y_c|."""
         y = self.target
         if self.loss_kind == "logistic":
             return y * f[:, 0]
@@ -216,7 +216,7 @@ class Oracle:
             fy = f[np.arange(len(k)), k]
             g[np.arange(len(k)), k] = -np.inf
             return fy - g.max(axis=1)
-        return -np.sqrt(np.sum((f - y.reshape(f.shape)) ** 2, axis=1))
+        return -np.max(np.abs(f - y.reshape(f.shape)), axis=1)
 
     def backward(self, params: list[dict], cache: dict) -> list[dict]:
         """dLoss/d(every explicit weight), per head (same keys as the weights)."""
@@ -325,9 +325,7 @@ class Oracle:
             return math.sqrt(s)
         m = self.margins(cache["f"])
         cons = np.asarray(self.desc.data.flag("consistent") if consistent is None else consistent, bool)
-        flipped = self.desc.data.flag("flipped")
-        sel = {"consistent_margin": cons & ~flipped, "inconsistent_margin": ~cons & ~flipped,
-               "min_margin": ~flipped}[name]
+        sel = {"consistent_margin": cons, "inconsistent_margin": ~cons, "min_margin": np.ones_like(cons)}[name]
         return float(m[sel].min()) if sel.any() else math.inf
 
     def run(self, params: list[dict], stages=None, eta: float | None = None, record_every: int = 1,

@@ -49,20 +49,20 @@ def _observe(cfg: MixtureConfig):
     return traj, arr, obs
 
 
-def kink_events(t: np.ndarray, u: np.ndarray, tol_rel: float = 1e-9) -> list[dict]:
+def kink_events(t: np.ndarray, u: np.ndarray, tol_rel: float = 1e-9, heads=("+", "-")) -> list[dict]:
     """Intervals of records where |u[:, i, h]| <= tol (tol = tol_rel x max(1, max |u|)).
-    Returns dicts sample, head ("+"/"-"), i_start, i_end, t_start, t_end."""
+    Returns dicts sample, head (``heads[h]``: "+"/"-" for the mixture), i_start, i_end, t_start, t_end."""
     tol = tol_rel * max(1.0, float(np.max(np.abs(u))) if u.size else 1.0)
     out = []
     near = np.abs(u) <= tol
     for i in range(u.shape[1]):
-        for h in range(2):
+        for h in range(u.shape[2]):
             m = near[:, i, h]
             if not m.any():
                 continue
             d = np.diff(np.r_[0, m.astype(np.int8), 0])
             for a, b in zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1) - 1):
-                out.append({"sample": int(i), "head": "+-"[h], "i_start": int(a), "i_end": int(b),
+                out.append({"sample": int(i), "head": heads[h], "i_start": int(a), "i_end": int(b),
                             "t_start": float(t[a]), "t_end": float(t[b])})
     return out
 

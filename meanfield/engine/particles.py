@@ -1,0 +1,360 @@
+"""The explicit finite-width network of a description as a particle system; width sweeps.
+
+``meanfield model particles MODEL.toml --width M [--d D] --out F.h5`` trains the
+explicit network generated from the description (``meanfield.engine.oracle``:
+numpy weights in R^d, its own forward and backward pass) with full-batch GD on
+the description's stages, criteria and record grid, and writes a run file of
+the engine's schema (for the mixture description: today's mixture run file,
+``S``, ``A``, ``B``, ``w``, ``loss``, ...): the recorded states are the
+projections of the explicit weights on the dictionary (Gram blocks
+E^T M_a^T M_b E, w~ = E^T w, W~ = E^T W E), so every reader and plot of engine
+runs takes them. The run starts from the engine's initial Gram at width m
+(``reduce.initial_weights``: the weights restricted to span(E)) plus an
+orthogonal part the loss never sees; d defaults to P + 2 (the smallest
+ambient space with room outside span(E) and then some).
+
+``meanfield model width-sweep MODEL.toml --widths 16,64,256 --seeds 3 --out F.h5``
+runs the engine at infinite width once and the particle system at every
+(m, seed); it reports per width the sup-over-time error of every named
+variable group and the loss (mean, min, max over seeds), a fitted error
+exponent with a 95% confidence interval (``meanfield.mixture.widths.fit_exponent``),
+the ReLU kink events of the infinite-width run (``widths.kink_events``) and
+whether the finite-width runs land on the other side of one (then no exponent
+is reported, as in ``meanfield mixture width-sweep``), and the largest relative
+difference between each particle run and the engine's reduced run at the same
+finite width (a closure cross-check, ~1e-14). Writes F.h5, F.json, F.png.
+
+API: :func:`particles` (an engine :class:`~meanfield.engine.runs.Run` of the
+projected states), :func:`particles_to_file`, :func:`width_sweep`,
+:class:`ParticleSystem` (the ``meanfield.integrate`` system holding the weights).
+GD only (a description with method flow or rk4 is refused with one line).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from ..config import ConfigError, as_int
+from . import oracle as orc
+from .description import Description
+
+#: mode bits of a stage (``reduce.GROUP_BIT``) -> parameter groups
+_BITS = {1: "attention", 2: "values", 4: "readout", 8: "signs"}
+
+
+def default_d(desc: Description) -> int:
+    return desc.P + 2
+
+
+def _check(desc: Description, d: int | None) -> int:
+    if desc.init.width is None:
+        raise ConfigError("width: the explicit network needs a finite width m (--width M)")
+    if desc.training.method != "gd":
+        raise ConfigError(f"method: the particle system runs gradient descent only (gd); got {desc.training.method}")
+    d = default_d(desc) if d is None else as_int("d", d, lo=1)
+    if d <= desc.P:
+        raise ConfigError(f"d: the ambient dimension must be > P = {desc.P} (the number of features); got {d}")
+    mem = 8.0 * desc.init.width * d * 3 * len(desc.model.heads)
+    if mem > 8e9:
+        raise ConfigError(f"width: {desc.init.width} x d = {d} needs about {mem / 1e9:.1f} GB of weights; "
+                          "choose a smaller --width or --d")
+    return d
+
+
+class ParticleSystem:
+    """The explicit network as a ``meanfield.integrate`` system: ``y`` is the
+    projection of the weights it holds (the engine's flat layout), :meth:`gd_advance`
+    steps the weights and writes their projection into ``y``; criteria are
+    evaluated on the weights by the network itself. GD only."""
+
+    def __init__(self, desc: Description, E: np.ndarray, params: list[dict], max_abs: float = math.inf):
+        from .reduce import layout
+
+        self.desc = desc
+        self.E = np.asarray(E, float)
+        self.net = orc.Oracle(desc, self.E)
+        self.params = params
+        self.lay = layout(desc)
+        self.max_abs = max_abs
+
+    def projection(self) -> np.ndarray:
+        return orc.pack(self.desc, self.E, self.params, self.lay)
+
+    def gd_advance(self, y, nsteps, eta, mode, criterion):
+        groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
+        code = 0
+        done = 0
+        for _ in range(int(nsteps)):
+            if criterion is not None:
+                v = self.net.criterion_value(self.params, criterion[0])
+                if (v >= criterion[2]) if criterion[1] == ">=" else (v <= criterion[2]):
+                    code = 1
+                    break
+            with np.errstate(over="ignore", invalid="ignore"):
+                new = self.net.step(self.params, eta, groups)
+            if not all(np.all(np.isfinite(x)) for q in new for x in q.values()):
+                code = 2
+                break
+            proj = orc.pack(self.desc, self.E, new, self.lay)
+            if np.abs(proj).max() > self.max_abs:
+                code = 3
+                break
+            self.params = new
+            done += 1
+        else:
+            if criterion is not None:
+                v = self.net.criterion_value(self.params, criterion[0])
+                if (v >= criterion[2]) if criterion[1] == ">=" else (v <= criterion[2]):
+                    code = 1
+        y[:] = self.projection()
+        return done, code
+
+    def rhs(self, y, mode):
+        raise NotImplementedError("the particle system runs gradient descent only (method = gd)")
+
+    def criterion_value(self, y, name):
+        return self.net.criterion_value(self.params, name)
+
+
+def make_particles(desc: Description, d: int | None = None, embed_seed=None) -> ParticleSystem:
+    """The initialised particle system of a finite-width GD description: embedding
+    E (d x P) from ``default_rng(embed_seed)`` (default: the init seed), weights from
+    the engine's initial Gram plus an orthogonal part (seed: the init seed + 1)."""
+    d = _check(desc, d)
+    seed = desc.init.seed if embed_seed is None else embed_seed
+    E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
+    params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])
+    return ParticleSystem(desc, E, params, desc.training.max_abs)
+
+
+def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=None):
+    """Train the explicit network of ``desc`` (finite width, GD) and return an engine
+    :class:`~meanfield.engine.runs.Run` of its projected states (``run.S["+", "c1", "v1"]`` ...)."""
+    from .runs import Run
+    from .system import save_at, solver, stages, system_of
+
+    psys = make_particles(desc, d, embed_seed)
+    y0 = psys.projection()
+    traj = solver(desc).solve(psys, y0, stages(desc), save_at(desc), monitor)
+    r = Run(desc, system_of(desc), traj)
+    r.particles = psys
+    return r
+
+
+def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=None, progress: bool = True):
+    """:func:`particles` written as a run file (the engine's schema; attrs ``particles`` = 1,
+    ``d``, ``embed_seed``). SIGINT/SIGTERM end the run with a valid file (status interrupted)."""
+    from .. import integrate
+    from .runs import save
+
+    out = Path(out)
+    if out.suffix not in (".h5", ".hdf5"):
+        raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {str(out)!r}")
+    dd = _check(desc, d)
+    mon = integrate.Monitor(total=desc.training.horizon, unit="step", quiet_s=2.0 if progress else math.inf)
+    with mon:
+        r = particles(desc, dd, embed_seed, mon)
+    attrs = {"particles": 1, "d": int(dd), "embed_seed": int(desc.init.seed if embed_seed is None else embed_seed)}
+    return r, save(out, desc, r, extra_attrs=attrs)
+
+
+# ------------------------------------------------------------------ width sweep
+
+
+def _groups(run) -> dict[str, np.ndarray]:
+    """Recorded quantities by name: every named block over heads (T, ...), and the loss."""
+    out: dict[str, list] = {}
+    for key, arr in run.obs["blocks"].items():
+        _, nm = key.split(":", 1)
+        out.setdefault(nm, []).append(np.asarray(arr).reshape(len(arr), -1))
+    q = {nm: np.concatenate(v, axis=1) for nm, v in out.items()}
+    q["loss"] = np.asarray(run.loss)[:, None]
+    return q
+
+
+def _finite_job(job):
+    """One (m, seed): the particle run, its errors against the infinite-width records,
+    the sides of its pre-activations in each kink event, the closure cross-check."""
+    from .runs import run as engine_run
+
+    desc, inf, events, d = job
+    t0 = time.perf_counter()
+    r = particles(desc, d)
+    q = _groups(r)
+    t_inf = inf["t"]
+    common, ia, ib = np.intersect1d(np.round(r.t, 12), np.round(t_inf, 12), return_indices=True)
+    err_t = {}
+    for nm, ref in inf["q"].items():
+        if nm in q:
+            dlt = np.abs(q[nm][ia] - ref[ib])
+            err_t[nm] = dlt.max(axis=1) if dlt.size else np.zeros(0)
+    u = np.asarray(r.obs["u"]).reshape(len(r.t), r.obs["u"].shape[1], -1)
+    sides = []
+    for e in events:
+        sel = (r.t >= e["t_start"] - 1e-12) & (r.t <= e["t_end"] + 1e-12)
+        uu = u[sel, e["sample"], e["col"]]
+        sides.append([int(np.sum(uu > 0)), int(np.sum(uu < 0)), int(np.sum(uu == 0))])
+    red = engine_run(desc)
+    n = min(len(red.y), len(r.y))
+    scale = np.maximum(np.abs(red.y[:n]).max(axis=1, keepdims=True), 1.0)
+    rel = float(np.max(np.abs(r.y[:n] - red.y[:n]) / scale)) if n else math.nan
+    return {"width": desc.init.width, "seed": desc.init.seed, "status": r.status, "n_common": int(len(common)),
+            "err_t": err_t, "t": common, "sides": sides, "reduced_rel_diff": rel,
+            "elapsed_s": time.perf_counter() - t0}
+
+
+def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None, tol_rel: float = 1e-9,
+                workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
+    """Infinite-width engine run against the particle system at every (m, seed) (module
+    docstring); writes ``out`` (.h5), ``out.json``, ``out.png``; returns the summary."""
+    from ..io import write_h5_atomic
+    from ..mixture.widths import fit_exponent, kink_events
+    from ..sweep import Progress, map_points
+    from .runs import run as engine_run
+
+    out = Path(out)
+    if out.suffix not in (".h5", ".hdf5"):
+        raise ConfigError(f"out: must end in .h5 or .hdf5, got {str(out)!r}")
+    widths = sorted({as_int("widths", m, lo=1) for m in widths})
+    if not widths:
+        raise ConfigError("widths: give positive integers, e.g. --widths 16,64,256")
+    seeds = as_int("seeds", seeds, lo=1)
+    if desc.training.method != "gd":
+        raise ConfigError(f"method: the particle system runs gradient descent only (gd); got {desc.training.method}")
+    inf_desc = replace(desc, init=replace(desc.init, width=None))
+    for m in widths:
+        _check(replace(desc, init=replace(desc.init, width=m)), d)
+    t0 = time.perf_counter()
+    log(f"[width-sweep] {desc.name}: infinite width ...")
+    r_inf = engine_run(inf_desc)
+    q_inf = _groups(r_inf)
+    # kink events over (sample, head x value row): the engine's u is (T, n, H, rows)
+    u = np.asarray(r_inf.obs["u"])
+    H, R = u.shape[2], u.shape[3]
+    heads = [h.name for h in desc.model.heads]
+    active = [(k, j) for k, h in enumerate(desc.model.heads) if h.value == "neuron"
+              for j in range(h.outputs * h.n_neurons)]
+    events = []
+    if active:
+        cols = [k * R + j for k, j in active]
+        uu = u.reshape(len(u), u.shape[1], H * R)[:, :, cols]
+        names = [f"{heads[k]}[{j}]" if R > 1 else heads[k] for k, j in active]
+        for e in kink_events(r_inf.t, uu, tol_rel, heads=names):
+            e["col"] = cols[names.index(e["head"])]
+            events.append(e)
+    inf = {"t": r_inf.t, "q": q_inf}
+    jobs = [(replace(desc, init=replace(desc.init, width=m, seed=s)), inf, events, d) for m in widths
+            for s in range(seeds)]
+    log(f"[width-sweep] {len(jobs)} particle runs (widths {widths}, {seeds} seeds), {len(events)} kink events "
+        "at infinite width ...")
+    bar = Progress(len(jobs), label="width-sweep", quiet=not progress)
+    res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar)
+
+    r0 = desc.model.relu_prime_at_zero
+    kinks = []
+    for k, e in enumerate(events):
+        plus = sum(r["sides"][k][0] > 0 for r in res)
+        minus = sum(r["sides"][k][1] > 0 for r in res)
+        other = {1.0: minus, 0.0: plus}.get(r0, plus + minus)
+        split = bool(other > 0 or (plus > 0 and minus > 0))
+        kinks.append({"sample": e["sample"], "head": e["head"], "t_start": e["t_start"], "t_end": e["t_end"],
+                      "split": split, "runs_positive": int(plus), "runs_negative": int(minus),
+                      "description": (desc.data.names[e["sample"]] if desc.data.names else f"x{e['sample']}")})
+    split_events = [k for k in kinks if k["split"]]
+    quantities = [nm for nm in q_inf if all(nm in r["err_t"] for r in res)]
+    sup = {nm: np.array([[float(np.max(r["err_t"][nm])) if len(r["err_t"][nm]) else math.nan
+                          for r in res if r["width"] == m] for m in widths]) for nm in quantities}
+    fits = {nm: fit_exponent(widths, sup[nm]) for nm in quantities}
+    lead = next((nm for nm in ("S", "W", "w") if nm in quantities), quantities[0])
+    statuses = [r["status"] for r in res]
+    summary = {
+        "model": desc.name, "widths": widths, "seeds": seeds, "d": d if d is not None else default_d(desc),
+        "quantities": quantities, "lead": lead,
+        "errors": {nm: np.nanmean(sup[nm], axis=1).tolist() for nm in quantities},
+        "errors_min": {nm: np.nanmin(sup[nm], axis=1).tolist() for nm in quantities},
+        "errors_max": {nm: np.nanmax(sup[nm], axis=1).tolist() for nm in quantities},
+        "exponent": None, "exponent_ci": None, "exponents": {},
+        "kinks": kinks, "kink_tolerance_rel": tol_rel, "infinite_width_status": r_inf.status,
+        "reduced_max_rel_diff": {str(m): max(r["reduced_rel_diff"] for r in res if r["width"] == m)
+                                 for m in widths},
+        "finite_width_statuses": {s: statuses.count(s) for s in set(statuses)},
+    }
+    if split_events:
+        names = "; ".join(f"sample {k['sample']} ({k['description']}) head {k['head']} t in "
+                          f"[{k['t_start']:.6g}, {k['t_end']:.6g}]" for k in split_events[:6])
+        summary["message"] = (f"finite-width runs land on the other side of {len(split_events)} ReLU kink(s) of the "
+                              f"infinite-width run ({names}): the finite-width trajectories leave the infinite-width "
+                              "one by O(1) for every m, so no convergence exponent is reported; break the tie with "
+                              "a neuron init (e.g. --neuron-init const:...)")
+        summary["exponents"] = {nm: None for nm in quantities}
+    else:
+        summary["exponent"] = fits[lead]["exponent"]
+        summary["exponent_ci"] = fits[lead]["exponent_ci"]
+        summary["exponents"] = {nm: {"exponent": f["exponent"], "ci": f["exponent_ci"], "r2": f["r2"]}
+                                for nm, f in fits.items()}
+        summary["message"] = (
+            "no kink is crossed; sup-norm error of {} ~ m^{:.3f} (95% CI [{:.3f}, {:.3f}])".format(
+                lead, fits[lead]["exponent"], *fits[lead]["exponent_ci"]) if fits[lead]["exponent"] is not None
+            else "no kink is crossed; too few widths to fit an exponent")
+    summary["elapsed_s"] = time.perf_counter() - t0
+    data = {"widths": np.array(widths), "seeds": np.arange(seeds), "t": r_inf.t,
+            "sup_error": {nm: sup[nm] for nm in quantities},
+            "infinite": {nm: q_inf[nm] for nm in quantities}}
+    attrs = {"format": "meanfield-width-sweep", "format_version": 1, "system": "engine", "model": desc.name,
+             "config": json.dumps(desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {},
+                                  sort_keys=True, default=str),
+             "status": "complete" if all(s == "complete" for s in statuses + [r_inf.status]) else "incomplete",
+             "message": summary["message"], "kinks": json.dumps(kinks), "kink_split": int(bool(split_events)),
+             "exponent": summary["exponent"] if summary["exponent"] is not None else math.nan,
+             "summary": json.dumps(summary)}
+    write_h5_atomic(out, attrs, data)
+    js = out.with_suffix(".json")
+    tmp = js.with_name(js.name + f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(summary, indent=1))
+    os.replace(tmp, js)
+    fig = _figure(summary, out.with_suffix(".png"))
+    summary["files"] = [str(out), str(js), str(fig)]
+    return summary
+
+
+def _figure(summary: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = np.array(summary["widths"], float)
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for nm in summary["quantities"]:
+        e = np.array(summary["errors"][nm])
+        lo = e - np.array(summary["errors_min"][nm])
+        hi = np.array(summary["errors_max"][nm]) - e
+        ax.errorbar(m, e, yerr=[lo, hi], marker="o", capsize=3, label=nm)
+    lead = summary["lead"]
+    if summary["exponent"] is not None:
+        e0 = summary["errors"][lead][0]
+        ax.plot(m, e0 * (m / m[0]) ** summary["exponent"], "k--", lw=1, label=f"fit {lead}: m^{summary['exponent']:.3f}")
+        ax.plot(m, e0 * (m / m[0]) ** -0.5, ":", color="gray", lw=1, label="m^-1/2")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(m)
+    ax.set_xticklabels([str(int(x)) for x in m])
+    ax.minorticks_off()
+    ax.set_xlabel("width m (explicit network)")
+    ax.set_ylabel("sup over t of |finite - infinite|")
+    n_split = sum(k["split"] for k in summary["kinks"])
+    ax.set_title(f"{summary['model']}: {n_split} kink(s) crossed: no exponent" if n_split else
+                 f"{summary['model']}: particles vs infinite width ({summary['seeds']} seeds)",
+                 color="C3" if n_split else "k", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
