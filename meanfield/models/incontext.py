@@ -299,6 +299,7 @@ def prompts(features, N: int = 20, p1: float | None = None, p=None) -> dict:
 #: Q = 0 (0.39 balanced K = 4) and is reached well inside the horizons below.
 EPS = 1e-2
 P1_IMBALANCED = 0.55  # dominant feature probability; the K - 1 others share the rest (0.15 each at K = 4)
+P1_VARIANTS = (0.4, 0.7)  # other dominant probabilities whose phase counts the report lists
 #: quick: N = 12 context tokens (1820 sequences), full: the description's N (20 as shipped: 7084 sequences)
 SETTINGS = {"quick": {"eta": 0.5, "steps": 1500, "err_every": 5, "N": 12},
             "full": {"eta": 0.25, "steps": 6000, "err_every": 10, "N": None}}
@@ -361,6 +362,26 @@ def check(path, out, quick: bool = False, log=print):
                        "xcheck_loss": float(xl), "xcheck_W_200": xw}
         log(f"[check]   {label}: T_eps {Teps}, phases {[len(v) + 1 for v in phases.values()]}, "
             f"engine vs closed form: loss {xl:.1e}, W over 200 steps {xw:.1e}")
+    # the phase count under other choices (N = 12 for speed): other dominant probabilities (engine),
+    # and the other reading of the paper's softmax, the query in the denominator with value 0
+    # (the engine's query_self = true would give the query token as its own value: reference GD here)
+    variants = {}
+    Nv = SETTINGS["quick"]["N"]
+    for p1v in P1_VARIANTS:
+        rw = copy.deepcopy(raw)
+        rw["data"]["args"] = dict(args, N=Nv, p1=p1v)
+        log(f"[check] incontext variant p1 = {p1v}, N = {Nv} ...")
+        desc, r = _engine_run(rw, S["eta"], S["steps"])
+        Av, Bv = A_B(np.asarray(r.W)[:, 0])
+        variants[f"p1={p1v},N={Nv}"] = [len(phase_boundaries(Av, Bv, k)) + 1 for k in range(desc.P)]
+    for lbl, p1v in (("balanced", None), ("imbalanced", P1_IMBALANCED)):
+        K = runs["balanced"]["desc"].P
+        log(f"[check] incontext variant query in the softmax ({lbl}, N = {Nv}), reference GD ...")
+        popv = enumerate_prompts(K, Nv, feature_probs(K, p1=p1v))
+        rv = gd(popv, K, S["eta"], S["steps"], query_in_softmax=True)
+        Av, Bv = A_B(rv["Qt"])
+        variants[f"query_in_softmax,{lbl},N={Nv}"] = [len(phase_boundaries(Av, Bv, k)) + 1 for k in range(K)]
+    runs["variants"] = variants
     fig = _figure(out, runs)
     eta = S["eta"]
     setting = {"K": runs["balanced"]["desc"].P, "N": N, "eta": eta, "steps": S["steps"], "init": "Q = 0",
@@ -368,7 +389,8 @@ def check(path, out, quick: bool = False, log=print):
     claims = claims_from(runs, setting, fig)
     meta = {"summary": "Huang, Cheng, Liang (ICML 2024), engine runs of meanfield/models/incontext.toml.",
             "cross_check": {lbl: {"engine_vs_closed_form_loss": runs[lbl]["xcheck_loss"],
-                                  "engine_vs_reference_gd_W_200_steps": runs[lbl]["xcheck_W_200"]} for lbl in runs}}
+                                  "engine_vs_reference_gd_W_200_steps": runs[lbl]["xcheck_W_200"]}
+                            for lbl in ("balanced", "imbalanced")}}
     return claims, meta
 
 
@@ -428,6 +450,7 @@ def claims_from(runs: dict, setting: dict, fig=None) -> list:
                                         for e in m["phases"].get(1, []) if e["t"] < len(m["A"])],
          "T_eps_step": {f"v{k + 1}": m["Teps"][k] for k in range(1, K)},
          "A_final": m["A"][-1].tolist(), "B_final_query_v2": m["B"][-1, 1].tolist(),
+         "phases_per_query_other_settings": runs.get("variants", {}),
          "note": "phases here are the measured rate regimes (incontext.phase_boundaries), fixed before the runs; "
                  "the paper's phases are delimited by thresholds of its proof, which this check does not reproduce"},
         fig, "proved"))
