@@ -29,4 +29,8 @@ def __getattr__(name):
         from . import api
 
         return getattr(api, name)
+    if name in ("particles", "particles_to_file", "width_sweep"):
+        from . import finite
+
+        return getattr(finite, name)
     raise AttributeError(name)

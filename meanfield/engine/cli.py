@@ -162,7 +162,7 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_particles(args) -> int:
-    from .particles import particles_to_file
+    from .finite import particles_to_file
     from .runs import EXIT_CODES
 
     desc = description_from_args(args)
@@ -173,7 +173,7 @@ def _cmd_particles(args) -> int:
 
 def _cmd_width_sweep(args) -> int:
     from ..config import as_int, as_list
-    from .particles import width_sweep
+    from .finite import width_sweep
 
     desc = description_from_args(args)
     widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]

@@ -1,4 +1,4 @@
-"""The explicit finite-width network of a description as a particle system; width sweeps.
+"""The explicit finite-width network of a description as a particle system; width sweeps (``meanfield.engine.finite``).
 
 ``meanfield model particles MODEL.toml --width M [--d D] --out F.h5`` trains the
 explicit network generated from the description (``meanfield.engine.oracle``:
