@@ -38,19 +38,29 @@ class Claim:
 
 
 def fit_line(x, y) -> dict:
-    """Least-squares y = slope x + intercept: slope, intercept, R^2 (NaN when
-    undefined: fewer than 2 points or constant y) and residuals."""
+    """Least-squares y = slope x + intercept (``scipy.stats.linregress``):
+    slope, intercept, R^2 (NaN when undefined: fewer than 2 points or constant
+    y), the slope's standard error and the residuals. Constant x (no slope to
+    fit) falls back to the minimum-norm least-squares solution."""
     import numpy as np
 
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.size < 2:
-        return {"slope": math.nan, "intercept": math.nan, "r2": math.nan, "residuals": []}
-    A = np.vstack([x, np.ones_like(x)]).T
-    (slope, intercept), *_ = np.linalg.lstsq(A, y, rcond=None)
+        return {"slope": math.nan, "intercept": math.nan, "r2": math.nan, "slope_se": math.nan, "residuals": []}
+    if np.all(x == x[0]):
+        A = np.vstack([x, np.ones_like(x)]).T
+        (slope, intercept), *_ = np.linalg.lstsq(A, y, rcond=None)
+        se = math.nan
+    else:
+        from scipy import stats
+
+        fit = stats.linregress(x, y)
+        slope, intercept, se = fit.slope, fit.intercept, fit.stderr
     res = y - (slope * x + intercept)
     ss = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum(res**2)) / ss if ss > 0 else math.nan
-    return {"slope": float(slope), "intercept": float(intercept), "r2": r2, "residuals": res.tolist()}
+    return {"slope": float(slope), "intercept": float(intercept), "r2": r2, "slope_se": float(se),
+            "residuals": res.tolist()}
 
 
 def gating(claims) -> list:
