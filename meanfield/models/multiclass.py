@@ -166,6 +166,11 @@ def check(path, out, quick: bool = False, log=print):
     sim_m = {"t_neurons": tw, "t_scores": tS, "loss_end": float(sim.loss[-1]),
              "min_margin_end": float(sim.margin[-1].min()),
              "S_max_change_three_stage": float(np.abs(np.asarray(three.S) - np.asarray(three.S)[0]).max())}
+    # the scores between group identifiers and class signals (the ones the binary mixture's attention learns)
+    Kg = int(raw["data"]["args"].get("K", 3))
+    i2 = _stage_index(three, 2)
+    S2 = np.asarray(three.S)[i2 if i2 is not None else -1]  # (heads, P, P)
+    sim_m["max_abs_S_c_v_after_stage2"] = float(max(np.abs(S2[:, :Kg, Kg:]).max(), np.abs(S2[:, Kg:, :Kg]).max()))
     claims = claims_from(sim_m, sn, fins, setting, S)
     fig = _figure(out, d3, three, fin)
     for c in claims:
@@ -207,6 +212,7 @@ def claims_from(sim_m: dict, sn: dict, fins: list, setting: dict, S: dict) -> li
         "mean-field start).",
         dict(setting, schedule="three-stage", stage_steps=list(S["stage_steps"]), width="inf"),
         {"stage2": s2, "stage3": s3, "S_max_change": sim_m.get("S_max_change_three_stage"),
+         "max_abs_S_c_v_after_stage2": sim_m.get("max_abs_S_c_v_after_stage2"),
          "why": "at infinite width the inconsistent margins stay 0 to rounding if this fails: the symmetric start "
                 "does not break the tie between the signal's class and the distractor's"}, None, "expected"))
     ok = all(f.get(2, {}).get("min_margin", -1) > 0 and f.get(3, {}).get("loss", 1) <= LOSS_LEVEL for f in fins)
