@@ -34,7 +34,6 @@ from meanfield.mixture.config import make_config
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = sorted(p.stem[len("mixture_"):] for p in GOLDEN.glob("mixture_*.npz"))
-SLOW = {n for n in NAMES if n.startswith("K4_L4")}
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -54,7 +53,7 @@ def test_golden_set_is_complete():
         assert ext in NAMES
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_engine_equals_golden(name, tmp_path):
     g = np.load(GOLDEN / f"mixture_{name}.npz")
     flags = json.loads(str(g["flags"]))
