@@ -1,0 +1,123 @@
+"""``meanfield model particles`` / ``width-sweep`` (meanfield/engine/finite.py).
+
+The particle system is the explicit network of ``meanfield.engine.oracle``
+driven by the shared GD harness; its projected states must equal the engine's
+reduced run at the same finite width (closure, to rounding), its run file must
+be the engine's schema (the mixture's names for the mixture description), and
+the width sweep must reproduce today's ``meanfield mixture width-sweep``
+numbers (whose finite-width runs are the reduced dynamics, an independent code
+path) for the mixture description. Failure paths: one line, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import meanfield.engine as me
+
+ROOT = Path(__file__).resolve().parents[1]
+MIXTURE = str(ROOT / "meanfield" / "models" / "mixture.toml")
+TIE = "const:0.01,0.01,0,0"
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "meanfield", "model", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def test_particles_equal_the_engine_at_the_same_width(tmp_path):
+    desc = me.load(MIXTURE, width=6, seed=2, steps=120, record_every=10, neuron_init=TIE, schedule="three-stage",
+                   stage_steps=[40, 40, 40])
+    r = me.particles(desc)
+    red = me.run(desc)
+    assert r.status == "complete" and len(r.y) == len(red.y) == 13
+    assert np.abs(r.y - red.y).max() <= 1e-12 * max(1.0, np.abs(red.y).max())
+    assert r.stage_ends == red.stage_ends
+    # the run file: the mixture's datasets, marked as particles
+    from meanfield.io import read_run
+
+    _, path = me.particles_to_file(desc, tmp_path / "p.h5", progress=False)
+    rr = read_run(path)
+    assert rr.attrs["particles"] == 1 and rr.attrs["d"] == desc.P + 2
+    for name in ("S", "A", "B", "w", "loss", "margin"):
+        assert name in rr
+    assert np.allclose(rr["S"][-1], red.S.values[-1], rtol=0, atol=1e-12)
+
+
+def test_particles_of_a_general_description():
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_engine_oracle import random_raw
+
+    from meanfield.engine.description import description_from_dict
+
+    desc = description_from_dict(random_raw(4, m=3, steps=60))
+    r = me.particles(desc, d=desc.P + 3)
+    red = me.run(desc)
+    assert np.abs(r.y - red.y).max() <= 1e-10 * max(1.0, np.abs(red.y).max())
+    assert r.particles.E.shape == (desc.P + 3, desc.P)
+
+
+@pytest.mark.parametrize("args, field", [
+    ((), "width"),
+    (("--width", "4", "--d", "3"), "d"),
+    (("--width", "4", "--method", "flow"), "method"),
+    (("--width", "0"), "width"),
+])
+def test_particles_cli_refuses_bad_input(tmp_path, args, field):
+    out = tmp_path / "p.h5"
+    p = _cli("particles", MIXTURE, "--steps", "5", *args, "--out", str(out), timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln]
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in p.stderr
+    assert not out.exists()
+
+
+def test_particles_cli_writes_a_run(tmp_path):
+    out = tmp_path / "p.h5"
+    p = _cli("particles", MIXTURE, "--width", "5", "--steps", "30", "--record-every", "10", "--quiet", "--out",
+             str(out))
+    assert p.returncode == 0, p.stderr
+    assert out.exists() and "complete" in p.stdout
+
+
+def test_width_sweep_reproduces_todays_mixture_width_sweep(tmp_path):
+    """Same widths, seeds and init: the explicit networks (particles) here, the reduced
+    finite-width runs there; the sup errors and the exponent agree to rounding."""
+    from meanfield.mixture.widths import width_sweep as mixture_width_sweep
+
+    base = dict(K=2, L=3, steps=60, neuron_init=TIE, record_every=1)
+    ref = mixture_width_sweep(base, [4, 16], 2, tmp_path / "m.h5", progress=False, log=lambda *a: None, workers=1)
+    s = me.width_sweep(me.load(MIXTURE, **base), [4, 16], 2, tmp_path / "e.h5", progress=False, log=lambda *a: None)
+    for q in ("S", "A", "B", "w", "loss"):
+        assert np.allclose(s["errors"][q], ref["errors"][q], rtol=1e-9, atol=1e-14), q
+    assert s["exponent"] == pytest.approx(ref["exponent"], abs=1e-9)
+    assert s["kinks"] == [] and all(v < 1e-12 for v in s["reduced_max_rel_diff"].values())
+    for f in s["files"]:
+        assert Path(f).exists()
+    js = json.loads((tmp_path / "e.json").read_text())
+    assert js["widths"] == [4, 16] and js["exponent_ci"][0] < js["exponent"] < js["exponent_ci"][1]
+
+
+def test_width_sweep_reports_kinks_instead_of_an_exponent(tmp_path):
+    """Zero neurons: pre-activations sit exactly at the ReLU kink at infinite width and
+    finite widths leave it on either side: no exponent, the events are named."""
+    s = me.width_sweep(me.load(MIXTURE, steps=40), [4, 8], 2, tmp_path / "k.h5", progress=False,
+                       log=lambda *a: None)
+    assert s["exponent"] is None and any(k["split"] for k in s["kinks"])
+    assert "kink" in s["message"]
+
+
+def test_width_sweep_cli(tmp_path):
+    out = tmp_path / "w.h5"
+    p = _cli("width-sweep", MIXTURE, "--widths", "4,8", "--seeds", "2", "--steps", "30", "--neuron-init", TIE,
+             "--quiet", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    assert out.exists() and out.with_suffix(".json").exists() and out.with_suffix(".png").exists()
+    bad = _cli("width-sweep", MIXTURE, "--widths", "4,,8", "--out", str(tmp_path / "x.h5"), timeout=120)
+    assert bad.returncode == 2 and "widths" in bad.stderr and not (tmp_path / "x.h5").exists()
