@@ -163,6 +163,7 @@ class Monitor:
         return self.signal is not None
 
     def update(self, done: float, stage: int, info: str, traj: Trajectory | None = None) -> None:
+        self.done = done  # where the run really is (a checkpoint's last record may be far behind)
         now = time.perf_counter()
         if self.checkpoint is not None and traj is not None and now - self._last_ckpt >= self.checkpoint_s:
             self.checkpoint(traj)

@@ -410,3 +410,27 @@ def test_figure_formats(tmp_path, fmt, capsys):
     assert figs and set(figs) == {"." + fmt}
     head = (tmp_path / "f" / f"neurons.{fmt}").read_bytes()[:64]
     assert head.startswith(b"%PDF") if fmt == "pdf" else b"<svg" in (tmp_path / "f" / f"neurons.{fmt}").read_bytes()
+
+
+def test_checkpoint_names_the_step_reached_not_the_last_record(tmp_path, monkeypatch):
+    """Item 15: with log-spaced records the last record lags far behind; a checkpoint says where the run is."""
+    import re
+
+    from meanfield.induction import run as irun
+    from meanfield.induction.config import make_config
+
+    msgs = []
+    real = irun.save
+
+    def spy(*a, **k):
+        if k.get("status") == "interrupted":
+            msgs.append(k["message"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(irun, "save", spy)
+    cfg = make_config({"n_train": 60, "n_test": 10, "L": 16, "phase_steps": (200, 200, 200), "record_log": 4})
+    irun.run_to_file(cfg, tmp_path / "x.h5", progress=False, checkpoint_s=0.0)
+    pairs = [tuple(map(float, re.match(r"checkpoint at step (\S+) \(last record at step (\S+)\)", m).groups()))
+             for m in msgs]
+    assert pairs and all(reached >= last for reached, last in pairs)
+    assert any(reached > last for reached, last in pairs)  # the old message would have said the last record

@@ -339,10 +339,11 @@ def run_to_file(cfg: InductionConfig, out: str | Path, progress: bool = True, ch
     unit = "step" if cfg.method == "gd" else "t"
 
     def ckpt(traj):
-        where = traj.step[-1] if unit == "step" else traj.t[-1]
+        last = traj.step[-1] if unit == "step" else traj.t[-1]
+        where = max(float(getattr(mon, "done", last) or last), float(last))  # the step reached, not the last record
         save(out, cfg, traj, pb, status="interrupted",
-             message=f"checkpoint at {unit} {where:.6g}: the run was still going when this was written; "
-                     f"if you read this, it ended early")
+             message=f"checkpoint at {unit} {where:.6g} (last record at {unit} {last:.6g}): the run was still "
+                     f"going when this was written; if you read this, it ended early")
 
     mon = integrate.Monitor(total=cfg.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
                             checkpoint=ckpt, checkpoint_s=checkpoint_s, label="induction: ")

@@ -197,8 +197,10 @@ def run_to_file(cfg: MixtureConfig, out: str | Path, progress: bool = True, chec
     unit = "step" if cfg.method == "gd" else "t"
 
     def ckpt(traj):
+        last = traj.step[-1] if unit == "step" else traj.t[-1]
+        where = max(float(getattr(mon, "done", last) or last), float(last))  # the step reached, not the last record
         save(out, cfg, traj, status="interrupted",
-             message=f"checkpoint at {unit} {traj.step[-1] if unit == 'step' else traj.t[-1]:.6g}: "
+             message=f"checkpoint at {unit} {where:.6g} (last record at {unit} {last:.6g}): "
                      f"the run was still going when this was written; if you read this, it ended early")
 
     mon = integrate.Monitor(total=cfg.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
