@@ -66,6 +66,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -355,9 +356,8 @@ def run_chunk(task: dict) -> dict:
     import numba
 
     from .mixture import kernels
-    from .mixture.batched import COMPLETE, _group_key, advance, batchable, trajectory
+    from .mixture.batched import COMPLETE, _group_key, advance, batchable, samples_of, trajectory
     from .mixture.config import make_config
-    from .mixture.run import samples_of
 
     t0 = time.perf_counter()
     base, pts, outputs = task["base"], task["points"], tuple(task["outputs"])
@@ -692,6 +692,7 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
                 "keep_records": list(problem.keep_records)}
         _write_json(P["plan"], plan)
         todo = [t for t in tasks if not _chunk_done(P["chunks"] / f"{t['key']}.h5", t["key"])]
+        n_run = len(todo)
         bar = Progress(N, stream=stream, quiet=not progress, label="sweep (chunked)")
         bar.skipped = N - sum(len(t["points"]) for t in todo)
         bar.update(bar.skipped, force=True)
@@ -707,23 +708,38 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
         except ValueError:  # not the main thread
             old = None
         aborted = False
+        futs: list = []
         try:
-            futs = [ex.submit(t) for t in todo]
-            by = {_fid(f): t for f, t in zip(futs, todo)}
-            for f in ex.as_completed(futs):
-                t = by[_fid(f)]
-                try:
-                    r = f.result()
-                except KeyboardInterrupt:
-                    raise
-                except Exception as e:  # a failed chunk: reported, the rest goes on, a rerun retries it
-                    errors.append(f"chunk {t['lo']}-{t['lo'] + len(t['points'])}: {type(e).__name__}: {e}")
-                    bar.failed += len(t["points"])
+            for attempt in range(3):
+                lost = []  # chunks of a local worker process that died (killed, out of memory): run again
+                futs = [ex.submit(t) for t in todo]
+                by = {_fid(f): t for f, t in zip(futs, todo)}
+                for f in ex.as_completed(futs):
+                    t = by[_fid(f)]
+                    try:
+                        r = f.result()
+                    except KeyboardInterrupt:
+                        raise
+                    except BrokenProcessPool:
+                        lost.append(t)
+                        continue
+                    except Exception as e:  # a failed chunk: reported, the rest goes on, a rerun retries it
+                        errors.append(f"chunk {t['lo']}-{t['lo'] + len(t['points'])}: {type(e).__name__}: {e}")
+                        bar.failed += len(t["points"])
+                        bar.update(len(t["points"]))
+                        continue
+                    _write_chunk(P, problem, r)
+                    bar.failed += int(np.count_nonzero(r["arrays"]["status"] != 0))
                     bar.update(len(t["points"]))
-                    continue
-                _write_chunk(P, problem, r)
-                bar.failed += int(np.count_nonzero(r["arrays"]["status"] != 0))
-                bar.update(len(t["points"]))
+                if not lost:
+                    break
+                ex.close(abort=True)
+                if attempt == 2:
+                    errors += [f"chunk {t['lo']}-{t['lo'] + len(t['points'])}: its worker process died 3 times"
+                               for t in lost]
+                    ex = _InProcess()
+                    break
+                ex, todo = _Local(nw), lost
         except KeyboardInterrupt:
             status, aborted = "interrupted", True
             if hasattr(ex, "client"):
@@ -739,7 +755,7 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
         if errors and status == "complete":
             status = "incomplete"
         red = reduce(P["dir"], problem=problem, status=status)
-        return EnsembleResult(P["sweep"], status, N, red["n_done"], red["counts"], cs, len(tasks), len(todo),
+        return EnsembleResult(P["sweep"], status, N, red["n_done"], red["counts"], cs, len(tasks), n_run,
                               time.perf_counter() - t_start, per, errors, red.get("reduced"))
     finally:
         if ex is not None:

@@ -150,6 +150,32 @@ def test_killed_worker_loses_and_duplicates_nothing(tmp_path):
     assert not list((tmp_path / "cl" / "chunks").glob("*tmp*"))
 
 
+class _KillLocalWorker(_KillOnce):
+    """Kills one of this process's local pool workers once points are done."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def write(self, text):
+        import multiprocessing
+
+        if not self.killed and "/" in text and not text.split("]")[1].strip().startswith("0/"):
+            kids = multiprocessing.active_children()
+            if kids:
+                os.kill(kids[0].pid, signal.SIGKILL)
+                self.killed = True
+
+
+def test_killed_local_worker_is_replaced_and_its_chunks_rerun(tmp_path):
+    prob = _grid_problem()
+    ref = solve(prob, tmp_path / "ref", workers=1, chunk_size=2, progress=False)
+    stream = _KillLocalWorker()
+    res = solve(prob, tmp_path / "e", workers=2, chunk_size=2, stream=stream)
+    assert stream.killed and res.status == "complete" and not res.errors and res.n_chunks_run == 15
+    _assert_same_sweep(ref.path, res.path)
+    assert len(list((tmp_path / "e" / "chunks").glob("*.h5"))) == res.n_chunks == 15
+
+
 class _InterruptOnce:
     def __init__(self):
         self.fired = False
@@ -228,8 +254,11 @@ def test_cli_chunked_sweep_plot_and_bad_input(tmp_path, capsys):
     assert main(["mixture", "sweep-plot", str(out / "sweep.h5"), "--x", "omega", "--y", "eta", "--z", "loss_end",
                  "--out", str(tmp_path / "h.png")]) == 0
     assert (tmp_path / "h.png").exists()
+    assert main(["mixture", "sweep-plot", str(out / "sweep.h5"), "--x", "omega", "--y", "T1", "--select", "eta=1",
+                 "--out", str(tmp_path / "s.png")]) == 0
     capsys.readouterr()
     bad_plot = (["--x", "omg", "--y", "T1"], ["--x", "omega", "--y", "T9"], ["--x", "omega", "--y", "eta"],
+                ["--x", "omega", "--y", "T1", "--select", "eta=0.7"], ["--x", "omega", "--y", "T1", "--select", "et=1"],
                 ["--x", "omega", "--y", "T1", "--agg", "sum"], ["--x", "omega", "--y", "T1", "--out", "f.txt"])
     for argv in bad_plot:
         assert main(["mixture", "sweep-plot", str(out / "sweep.h5"), *argv]) == 2
