@@ -18,6 +18,7 @@ any real discrepancy (a wrong term changes values at 1e-3 or more).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -30,7 +31,7 @@ import pytest
 from meanfield.engine.families import mixture_description
 from meanfield.engine.runs import run, save
 from meanfield.io import read_run
-from meanfield.mixture.config import make_config
+from meanfield.mixture.config import MixtureConfig, make_config
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = sorted(p.stem[len("mixture_"):] for p in GOLDEN.glob("mixture_*.npz"))
@@ -88,10 +89,13 @@ def _fast_state_blocks(cfg, Y):
     {"K": 2, "L": 3, "method": "flow", "t_end": 30.0, "record_dt": 3.0, "rtol": 1e-11, "atol": 1e-13,
      "neuron_init": "const:0.5,0.5,0.5,0.5,-0.5,-0.5,-0.5,-0.5", "width": 4, "seed": 1},  # no ReLU kink on the way (no forced steps)
     {"K": 2, "L": 3, "method": "rk4", "t_end": 20.0, "dt": 0.25, "record_every": 8, "relu_prime_at_zero": 0.5},
+    {"K": 2, "L": 3, "width": 16, "seed": 3, "softmax_scale": "1/sqrt(m)", "steps": 400, "record_every": 20},
 ])
 def test_engine_equals_fast_path(flags):
     from meanfield.mixture.run import run as fast_run
 
+    if "softmax_scale" in flags and "softmax_scale" not in {f.name for f in dataclasses.fields(MixtureConfig)}:
+        pytest.skip("this mixture config has no softmax_scale")
     cfg = make_config({}, **flags)
     ft = fast_run(cfg)
     r = run(mixture_description(cfg))
@@ -108,8 +112,9 @@ def test_engine_equals_fast_path(flags):
         a["stage"] == b["stage"] and a["reason"] == b["reason"] and abs(a["t"] - b["t"]) <= 1e-9 * max(1, abs(b["t"]))
         for a, b in zip(r.stage_ends, ft.stage_ends))
     fb = _fast_state_blocks(cfg, fa["y"])
+    c = r.desc.model.heads[0].scale  # 1/sqrt(m): the fast path's state is the scaled (c S, c A, c B)
     for k in ("S", "A", "B"):
-        _close(getattr(r, k).values, fb[k], tol)
+        _close(c * getattr(r, k).values, fb[k], tol)
     _close(r.w.values, fb["w"], tol)
 
 

@@ -16,7 +16,9 @@ samples is the same:
   the report map C (r x P) back to the clean features, so recorded S, A, B, w
   are in feature coordinates as in the dense path's files.
 
-Model: two heads "+" and "-" with fixed signs +1 / -1, softmax attention,
+Model: two heads "+" and "-" with fixed signs +1 / -1, softmax attention
+(logit scale 1, or 1/sqrt(m) with ``softmax_scale``: the run file then
+records S, A, B times 1/sqrt(m) like the mixture system's),
 separate keys/queries, every position a query (mean), ReLU neurons
 (``n_neurons`` per head, mean-field step eta * n), logistic loss.
 Training: ``simultaneous`` (one stage, everything trains, ``steps``/``t_end``,
@@ -36,8 +38,7 @@ def mixture_data(cfg):
     import numpy as np
 
     from ..mixture.config import gram_matrix
-    from ..mixture.data import feature_labels
-    from ..mixture.run import samples_of
+    from ..mixture.data import feature_labels, sample_set
 
     names = tuple(feature_labels(cfg.K))
     P = 2 * cfg.K
@@ -51,7 +52,7 @@ def mixture_data(cfg):
         X = dd.X
         extra = {"samples": smp, "dense": dd}
     else:
-        smp = samples_of(cfg)
+        smp = sample_set(cfg.K, cfg.L, cfg.p, cfg.label_prob, cfg.label_noise)  # the mixture's exact population
         G = gram_matrix(cfg.feature_gram, cfg.K)
         dic = Dictionary(features=names, gram=G)
         X = np.zeros((smp.n, smp.L, P))
@@ -87,11 +88,22 @@ def mixture_description(cfg, name: str = "mixture", source: str | None = None) -
     """The mixture system (a validated MixtureConfig) as an engine description."""
     dic, data = mixture_data(cfg)
     heads = tuple(Head(name=nm, attention="softmax", kq="separate", query="mean", value="neuron",
-                       n_neurons=cfg.n_neurons, outputs=1, sign=s) for nm, s in (("+", 1.0), ("-", -1.0)))
+                       n_neurons=cfg.n_neurons, outputs=1, sign=s, scale=logit_scale(cfg))
+                  for nm, s in (("+", 1.0), ("-", -1.0)))
     model = Model(heads=heads, loss="logistic", relu_prime_at_zero=cfg.relu_prime_at_zero)
     init = Init(width=cfg.width, seed=cfg.seed, omega=cfg.omega, neuron_init=_neuron_spec(cfg))
     return Description(name=name, dictionary=dic, data=data, model=model, init=init,
                        training=mixture_training(cfg), family="mixture", parameters=cfg, source=source)
+
+
+def logit_scale(cfg) -> float:
+    """The factor in front of the attention logits: 1, or 1/sqrt(m) for
+    ``softmax_scale = "1/sqrt(m)"`` (the original model; finite width only).
+    The engine's state stays the unscaled Gram (S = E^T W_K^T W_Q E); the run
+    file records S, A, B times this factor, as the mixture system does."""
+    import math
+
+    return 1.0 if getattr(cfg, "softmax_scale", "1") == "1" else 1.0 / math.sqrt(cfg.width)
 
 
 def _neuron_spec(cfg) -> str:

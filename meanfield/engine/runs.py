@@ -130,13 +130,18 @@ def _stage_times(desc: Description, t, obs, stage_ends):
 
 def _mixture_datasets(desc: Description, r: Run) -> tuple[dict, dict]:
     from ..mixture.data import feature_labels
-    from ..mixture.run import samples_group
+
+    try:
+        from ..mixture.data import samples_group
+    except ImportError:  # older layout
+        from ..mixture.run import samples_group
 
     cfg = desc.parameters
     smp = desc.data.extra["samples"]
     obs = r.obs
     blk = obs["blocks"]
-    S, A, B = (np.stack([blk[f"{h}:{nm}"] for h in ("+", "-")], axis=1) for nm in ("S", "A", "B"))
+    c = desc.model.heads[0].scale  # softmax_scale 1/sqrt(m): the mixture records the scaled c S, c A, c B
+    S, A, B = (c * np.stack([blk[f"{h}:{nm}"] for h in ("+", "-")], axis=1) for nm in ("S", "A", "B"))
     wn = np.stack([blk[f"{h}:w"][:, 0] for h in ("+", "-")], axis=1)  # (T, 2, nn, P)
     u_n = obs["u"][..., :cfg.n_neurons]  # (T, n, 2, nn)
     data = {
