@@ -159,3 +159,16 @@ def test_cached_description_runs_in_second_process_under_1s():
     secs, status = out.stdout.split()
     assert status == "complete"
     assert float(secs) < 1.0, f"second process took {float(secs):.2f} s"
+
+
+def test_mixture_family_maps_every_config_field():
+    """A new MixtureConfig field that the family does not map would make the
+    engine silently differ from ``meanfield mixture run``: every field must be
+    one the family reads (meanfield/engine/families.py)."""
+    known = {"K", "L", "p", "omega", "eta", "method", "steps", "t_end", "dt", "rtol", "atol", "h_min", "max_abs",
+             "schedule", "stage_steps", "stage_times", "stage_criteria", "stage3", "criterion", "width", "seed",
+             "neuron_init", "relu_prime_at_zero", "record_every", "record_log", "record_dt", "label_prob",
+             "label_noise", "feature_gram", "noise_sigma", "n_train", "ambient_d", "data_seed", "n_neurons",
+             "softmax_scale"}
+    fields = {f.name for f in dataclasses.fields(MixtureConfig)}
+    assert fields <= known, f"unmapped MixtureConfig fields: {sorted(fields - known)}"
