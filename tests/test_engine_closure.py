@@ -268,3 +268,80 @@ def test_import_meanfield_engine_derive_does_not_import_sympy():
     code = "import sys, meanfield.engine.symbolic; print('sympy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------ per-description LaTeX
+
+def _random_desc(seed, m=3):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_engine_oracle import random_raw
+
+    from meanfield.engine.description import description_from_dict
+
+    return description_from_dict(random_raw(seed, m=m))
+
+
+def test_description_latex_names_every_reduced_variable():
+    from meanfield.engine.families import mixture_description
+    from meanfield.engine.reduce import layout
+    from meanfield.mixture.config import make_config
+
+    d = mixture_description(make_config({"K": 2, "L": 3}))
+    tex = derive.description_latex(d)
+    assert r"\allowdisplaybreaks" in tex and "S' &= S - \\eta" in tex
+    assert "S[c_{1},v_{1}]' &=" in tex  # entry by entry in the features' names (P = 4, Gamma = I)
+    lay = layout(d)
+    assert f"{sum(b.count for b in lay.blocks)} independent reduced variables" in tex
+    for seed in (1, 4, 10):
+        d = _random_desc(seed)
+        tex = derive.description_latex(d)
+        for h in d.model.heads:
+            assert f"Head ${derive._tex_name(h.name)}$" in tex
+        for b in layout(d).blocks:
+            assert f"${derive._var_tex(b.name)}$ & {b.kind} & {b.count}" in tex
+
+
+@pytest.mark.parametrize("seed", [1, 4, 10])
+def test_printed_block_maps_are_the_engines_gd_step(seed):
+    """The per-head block equations the LaTeX prints (``block_map`` on the head's
+    objects and read blocks), evaluated with the engine's G at its state, give the
+    engine's next Gram state: the printed derivation is what runs."""
+    from meanfield.engine import system as esys
+    from meanfield.engine.reduce import H_N, H_QOFF, initial_state
+
+    d = _random_desc(seed)
+    sysm = esys.system_of(d)
+    lay = sysm.pk.lay
+    y = initial_state(d, lay)
+    _, G, _, _, _ = sysm.loss_and_grads(y)
+    y1 = y.copy()
+    mode = esys.mode_of(("attention", "values", "readout", "signs"))
+    sysm.gd_advance(y1, 1, d.training.eta, mode, None)
+    checked = 0
+    for k, h in enumerate(d.model.heads):
+        st = derive.head_structure(d, k, lay)
+        if not st["objects"]:
+            continue
+        nb = derive.numeric_blocks([(nm, metric, True) for nm, metric, _ in st["objects"]], st["reads"],
+                                   names=st["names"])
+        N, off = int(lay.hi[k, H_N]), int(lay.hi[k, H_QOFF])
+        Q0 = y[off:off + N * N].reshape(N, N)
+        Q1 = y1[off:off + N * N].reshape(N, N)
+        sl = {nm: slice(s, s + w) for nm, s, w, _ in lay.objects[k]}
+        args = []
+        for kind, key in nb["args"]:
+            if kind == "Q":
+                args.append(Q0[sl[key[0]], sl[key[1]]])
+            elif kind == "G":
+                args.append(G[k][sl[key[0]], sl[key[1]]])
+            else:
+                args.append(d.dictionary.Gamma)
+        for (a, b), fn in nb["map"].items():
+            ref = Q1[sl[a], sl[b]]
+            got = np.asarray(fn(*args, d.training.eta), float).reshape(ref.shape)
+            assert np.abs(got - ref).max() <= 1e-12 * max(1.0, np.abs(Q1).max()), (h.name, a, b)
+            checked += 1
+    assert checked > 0
