@@ -74,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ConfigError, as_choice, as_float, as_int, as_list, load_toml, parse_criterion
+from ..config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion
 
 ATTENTIONS = ("softmax", "linear")
 KQ = ("separate", "merged")
@@ -583,7 +583,6 @@ def make_model(heads: list[Head], loss: str, r0: float, targets: np.ndarray, P: 
     if len(C) != 1:
         raise ConfigError(f"heads: every head must have the same number of outputs (value = token: P); got {sorted(C)}")
     C = C.pop()
-    n = targets.shape[0]
     if loss == "logistic":
         if C != 1 or targets.ndim != 1 or not np.all(np.isin(targets, (-1.0, 1.0))):
             raise ConfigError("model.loss: logistic needs one output and targets +1 / -1")
@@ -593,7 +592,6 @@ def make_model(heads: list[Head], loss: str, r0: float, targets: np.ndarray, P: 
     else:
         if C < 2 or targets.ndim != 1 or not np.all((targets == np.round(targets)) & (targets >= 0) & (targets < C)):
             raise ConfigError(f"model.loss: cross_entropy needs outputs >= 2 and targets class indices 0..{C - 1}")
-    del n
     return Model(heads=tuple(heads), loss=loss, relu_prime_at_zero=r0)
 
 

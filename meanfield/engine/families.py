@@ -91,7 +91,7 @@ def mixture_description(cfg, name: str = "mixture", source: str | None = None) -
                        n_neurons=cfg.n_neurons, outputs=1, sign=s, scale=logit_scale(cfg))
                   for nm, s in (("+", 1.0), ("-", -1.0)))
     model = Model(heads=heads, loss="logistic", relu_prime_at_zero=cfg.relu_prime_at_zero)
-    init = Init(width=cfg.width, seed=cfg.seed, omega=cfg.omega, neuron_init=_neuron_spec(cfg))
+    init = Init(width=cfg.width, seed=cfg.seed, omega=cfg.omega, neuron_init=cfg.neuron_init)
     return Description(name=name, dictionary=dic, data=data, model=model, init=init,
                        training=mixture_training(cfg), family="mixture", parameters=cfg, source=source)
 
@@ -104,8 +104,3 @@ def logit_scale(cfg) -> float:
     import math
 
     return 1.0 if getattr(cfg, "softmax_scale", "1") == "1" else 1.0 / math.sqrt(cfg.width)
-
-
-def _neuron_spec(cfg) -> str:
-    """The mixture's neuron init in the engine's vocabulary (const with 2P values: head + then head -)."""
-    return cfg.neuron_init
