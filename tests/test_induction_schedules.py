@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from meanfield.config import ConfigError
-from meanfield.induction import kernels as Kn
 from meanfield.induction import model as Mo
 from meanfield.induction import run as R
 from meanfield.induction.config import make_config, parse_schedule
