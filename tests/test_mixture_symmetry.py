@@ -287,15 +287,15 @@ def test_reduce_unpacks_and_maps():
 def test_generated_files_are_current(fmt):
     path = GEN / symmetry_symbolic.filename(2, 3, fmt)
     assert path.exists(), f"{path} missing: run python derivations/mixture_symmetry.py --K 2 --L 3"
-    assert symmetry.symbolic_reduced(2, 3, fmt) == path.read_text(encoding="utf-8"), (
+    assert symmetry_symbolic.render(2, 3, fmt) == path.read_text(encoding="utf-8"), (
         f"{path} is stale: run python derivations/mixture_symmetry.py --K 2 --L 3")
 
 
 def test_write_and_bad_format(tmp_path):
-    p = symmetry.write_reduced(2, 3, "json", tmp_path / "x")
-    assert p.name == "mixture_K2_L3_sym.json" and p.read_text() == symmetry.symbolic_reduced(2, 3, "json")
+    p = symmetry_symbolic.write(2, 3, "json", tmp_path / "x")
+    assert p.name == "mixture_K2_L3_sym.json" and p.read_text() == symmetry_symbolic.render(2, 3, "json")
     with pytest.raises(ValueError, match="fmt"):
-        symmetry.symbolic_reduced(2, 3, "yaml")
+        symmetry_symbolic.render(2, 3, "yaml")
 
 
 def _check_generated(gen, red, seed):
@@ -334,7 +334,7 @@ def test_generated_code_equals_numeric_reduction(default_reduced):
 @pytest.mark.slow
 @pytest.mark.parametrize("K, L", [(3, 3), (2, 4)])
 def test_generated_code_other_sizes(K, L, tmp_path):
-    path = symmetry.write_reduced(K, L, "python", tmp_path)
+    path = symmetry_symbolic.write(K, L, "python", tmp_path)
     _check_generated(symbolic.load_generated(path), symmetry.reduce(make_config(K=K, L=L)).reduction, seed=6)
 
 

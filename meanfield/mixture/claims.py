@@ -26,30 +26,8 @@ from ..report import fit_line
 from ..report import jfloat as _f
 from ..report import status as _status
 from .config import MixtureConfig, make_config
-from .data import feature_labels
-from .run import run as run_traj
-from .run import recorded, samples_group, samples_of
-
-
-# ------------------------------------------------------------------ runs in memory
-
-
-def simulate(cfg: MixtureConfig) -> dict:
-    """Run ``cfg`` and return the recorded quantities as a run-like dict
-    (the same keys as a run file, computed by the same observable function)."""
-    if cfg.dense:
-        from .dense import simulate as dense_simulate
-
-        return dense_simulate(cfg)
-    traj = run_traj(cfg)
-    samples, arr, obs, st = recorded(cfg, traj)
-    out = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], **obs,
-           "samples": samples_group(samples), "features": feature_labels(cfg.K)}
-    out["attrs"] = {"K": cfg.K, "L": cfg.L, "omega": cfg.omega, "eta": cfg.eta, "schedule": cfg.schedule,
-                    "width": -1 if cfg.width is None else cfg.width, "stage_ends": traj.stage_ends,
-                    "status": traj.status, "T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"]}
-    out["config"] = cfg
-    return out
+from .measure import omega_sweep, simulate  # noqa: F401 (re-exported)
+from .run import samples_of
 
 
 def _attrs(run) -> dict:
@@ -402,23 +380,6 @@ SETTINGS = {
              "stage_steps": (1000, 8000, 4000), "seeds": 8, "ensemble_width": 16384, "ensemble_seeds": 16,
              "scale_widths": (4, 16, 64, 256, 1024)},
 }
-
-
-def omega_sweep(omegas, base: dict, margin: float = 0.1, max_steps: int = 200000) -> list[float]:
-    """Stage-2 duration T2 - T1 per omega: three-stage GD, stage 2 ended by the
-    criterion inconsistent_margin >= ``margin`` (exact to one step)."""
-    out = []
-    for om in omegas:
-        cfg = make_config(base, omega=float(om), schedule="three-stage",
-                          stage_steps=(base.get("stage_steps", (1000,))[0], max_steps, 0),
-                          stage_criteria=("none", f"inconsistent_margin>={margin}", "none"), record_every=1000)
-        traj = run_traj(cfg)
-        ends = {e["stage"]: e for e in traj.stage_ends}
-        if 2 in ends and ends[2]["reason"] == "criterion":
-            out.append(float(ends[2]["t"] - ends[1]["t"]))
-        else:
-            out.append(math.nan)
-    return out
 
 
 def check_suite(out: Path, quick: bool = False, log=print) -> tuple[list[Claim], Path]:

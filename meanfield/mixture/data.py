@@ -273,3 +273,16 @@ def training_set(K: int, L: int, n: int, p=None, label_prob: float = 0.5, label_
     samples = SampleSet(K=K, L=L, p=tuple(float(x) for x in p), label_prob=float(label_prob),
                         label_noise=float(label_noise), **arr)
     return TrainingSet(samples=samples, E=E, X=X, sigma=float(sigma), seed=int(seed))
+
+
+def samples_group(samples: SampleSet) -> dict:
+    """The ``samples`` group of a run file (datasets of a sample set)."""
+    out = {
+        "idx": samples.idx, "sgn": samples.sgn, "y": samples.y, "group": samples.group,
+        "weight": samples.weight, "consistent": samples.consistent.astype(np.int8),
+        "distractor_group": samples.distractor_group, "distractor_sign": samples.distractor_sign,
+        "description": np.array([samples.describe(i) for i in range(samples.n)], dtype=object),
+    }
+    if samples.is_flipped.any():
+        out["flipped"] = samples.is_flipped.astype(np.int8)
+    return out

@@ -95,8 +95,9 @@ from .. import integrate
 from ..io import write_run
 from . import kernels
 from .config import MixtureConfig, gram_matrix, parse_neuron_init
-from .data import SampleSet, TrainingSet, feature_labels, sample_set, training_set
+from .data import SampleSet, TrainingSet, feature_labels, sample_set, samples_group, training_set
 from .stagetimes import DEFAULTS as STAGE_DEFAULTS
+from .system import save_at, solver, stages
 
 #: stop criteria (the fast path's names and codes)
 CRITERIA = kernels.CRITERIA
@@ -559,8 +560,6 @@ def system_of(cfg: MixtureConfig, data: DenseData | None = None) -> DenseSystem:
 def run(cfg: MixtureConfig, y0: np.ndarray | None = None, monitor: integrate.Monitor | None = None,
         data: DenseData | None = None) -> integrate.Trajectory:
     """Integrate the dense reduced dynamics for ``cfg`` (basis-coordinate states)."""
-    from .run import save_at, solver, stages
-
     system = system_of(cfg, data)
     y = initial_state(cfg, system.data) if y0 is None else np.asarray(y0, dtype=np.float64)
     if y.shape != (state_size(system.data.r, cfg.n_neurons),):
@@ -646,8 +645,6 @@ def stage_times(t, loss, margin, consistent, grad_w, schedule: str, stage_ends=N
 def simulate(cfg: MixtureConfig, data: DenseData | None = None) -> dict:
     """Run ``cfg`` on the dense path and return a run-like dict (the keys of a
     run file; ``attrs`` with T1, T2, T_loss; ``data`` the DenseData)."""
-    from .run import samples_group
-
     data = data if data is not None else data_of(cfg)
     traj = run(cfg, data=data)
     arr = traj.arrays()
@@ -673,8 +670,6 @@ def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, statu
     (several neurons) and a ``training_set`` group (E, tokens, basis Q) for
     finite training sets; attributes ``dense_path``, ``basis_dim``,
     ``n_neurons``."""
-    from .run import samples_group
-
     data = data if data is not None else data_of(cfg)
     nn = cfg.n_neurons
     arr = traj.arrays()

@@ -477,7 +477,7 @@ def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6, 
     flow), the tolerance from the neglected terms
     (``meanfield.escape.slope_tolerance``)."""
     from ..report import fit_line
-    from .claims import omega_sweep
+    from .measure import omega_sweep
 
     omegas = np.asarray(omegas, float)
     crit = ("none", f"inconsistent_margin>={margin}", "none")

@@ -175,7 +175,7 @@ def perturbed_run(kind: str, eps: float, seed: int, schedule: str = "simultaneou
 
 
 def _dense(cfg) -> dict:
-    from .claims import simulate
+    from .measure import simulate
 
     r = simulate(cfg)
     r["attrs"]["relu_prime_at_zero"] = cfg.relu_prime_at_zero

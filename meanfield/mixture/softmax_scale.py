@@ -21,85 +21,20 @@ init divided by sqrt(m). Runs with this option RECORD S~, A~, B~ (the scores
 the softmax sees). The test suite checks the reduction against an explicit
 width-m network with the factor written in its softmax and finite-difference
 gradients.
+
+The scaled system (:class:`ScaledMixtureSystem`, :func:`system_and_state`,
+:func:`logit_scale`) lives in ``meanfield.mixture.system`` next to the
+unscaled one and is re-exported here; this module adds the claim that stage 2
+lengthens.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from . import kernels
-from .run import MixtureSystem
-
-SCALES = ("1", "1/sqrt(m)")
-
-
-def logit_scale(cfg) -> float:
-    """The factor c in front of the attention logits (1 unless ``1/sqrt(m)``)."""
-    return 1.0 if cfg.softmax_scale == "1" else 1.0 / math.sqrt(cfg.width)
-
-
-@dataclass
-class ScaledMixtureSystem(MixtureSystem):
-    """:class:`MixtureSystem` with the attention step (or flow speed) times
-    ``att_factor``; the state is (S~, A~, B~, w~)."""
-
-    att_factor: float = 1.0
-
-    def gd_advance(self, y, nsteps, eta, mode, criterion):
-        s = self.samples
-        kind, op, thr = 0, 1, 0.0
-        if criterion is not None:
-            kind = kernels.CRITERIA[criterion[0]]
-            op = 1 if criterion[1] == ">=" else -1
-            thr = float(criterion[2])
-        r0 = float(self.relu_prime_at_zero)
-        woff = 6 * s.P * s.P
-        k = 0
-        while True:
-            loss, G, dw, margin, u = kernels.loss_and_grads(y, s.P, s.idx, s.sgn, s.y, s.weight, r0)
-            if not math.isfinite(loss):
-                return k, 2
-            if kind:
-                c = kernels.criterion_value(kind, loss, margin, s.consistent, dw)
-                if (op > 0 and c >= thr) or (op < 0 and c <= thr):
-                    return k, 1
-            if k == nsteps:
-                return k, 0
-            new = y.copy()
-            if mode[1]:
-                kernels._attention_update(y, new, s.P, G, float(eta) * self.att_factor, True)
-            if mode[0]:
-                new[woff:] -= float(eta) * dw.ravel()
-            if not np.all(np.isfinite(new)):
-                return k, 2
-            if np.max(np.abs(new)) > self.max_abs:
-                return k, 3
-            y[:] = new
-            k += 1
-
-    def rhs(self, y, mode):
-        out = super().rhs(y, mode)
-        out[: 6 * self.samples.P ** 2] *= self.att_factor
-        return out
-
-
-def system_and_state(cfg, samples, y0=None):
-    """(system, initial state in the scaled variables) for a config with
-    ``softmax_scale = "1/sqrt(m)"``; ``y0``, if given, is already scaled."""
-    from .init import initial_state
-
-    c = logit_scale(cfg)
-    system = ScaledMixtureSystem(samples, cfg.relu_prime_at_zero, cfg.max_abs, att_factor=c)
-    if y0 is None:
-        y = initial_state(cfg).copy()
-        y[: 6 * cfg.P ** 2] *= c
-    else:
-        y = np.asarray(y0, dtype=np.float64)
-    return system, y
-
+from .system import SCALES, ScaledMixtureSystem, logit_scale, system_and_state  # noqa: F401 (re-exported)
 
 # ------------------------------------------------------------------ the claim: stage 2 lengthens
 

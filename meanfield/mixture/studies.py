@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .claims import fit_line, simulate
+from ..report import fit_line
+from .measure import simulate
 from .config import make_config
 
 

@@ -5,7 +5,8 @@ definitions, the group of exact symmetries of the dynamics, the subspace of the
 flat state (``kernels.layout``) it leaves invariant, and the closed dynamics in
 orbit variables (one representative coordinate per orbit), numerically (numba
 kernels used by :func:`reduce` / :func:`run_reduced`) and with sympy
-(:func:`symbolic_reduced`, generated files ``derivations/generated/mixture_K{K}_L{L}_sym.*``).
+(``meanfield.mixture.symmetry_symbolic.render`` / ``write``, which read this
+module; generated files ``derivations/generated/mixture_K{K}_L{L}_sym.*``).
 
 Candidates. An element g = (R, swap) is a signed permutation R of the P = 2K
 features (R e_a = s_a e_{sigma(a)}), extended by the identity on the complement
@@ -78,7 +79,6 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 from numba import njit
@@ -1089,17 +1089,3 @@ def run_reduced(cfg, monitor=None, reduced: Reduced | None = None):
     full.y = [red.embed(z) for z in traj.y]
     return full, traj, red
 
-
-def symbolic_reduced(K: int, L: int, fmt: str) -> str:
-    """The sympy-derived reduced system of the default configuration of (K, L)
-    (uniform p, infinite width, zero neurons) as text: ``fmt`` in latex | json | python."""
-    from . import symmetry_symbolic
-
-    return symmetry_symbolic.render(K, L, fmt)
-
-
-def write_reduced(K: int, L: int, fmt: str, out_dir) -> Path:
-    """Write ``out_dir/mixture_K{K}_L{L}_sym.{tex,json,py}``; returns the path."""
-    from . import symmetry_symbolic
-
-    return symmetry_symbolic.write(K, L, fmt, out_dir)
