@@ -164,9 +164,9 @@ def _cmd_derive(args) -> int:
     derive_estimate(K, L, fmts, args.reduce_symmetry, force=args.force)
     render, write = symbolic.render, symbolic.write
     if args.reduce_symmetry:
-        from .mixture import symmetry
+        from .mixture import symmetry_symbolic
 
-        render, write = symmetry.symbolic_reduced, symmetry.write_reduced
+        render, write = symmetry_symbolic.render, symmetry_symbolic.write
     for fmt in fmts:
         if args.out:
             print(write(K, L, fmt, Path(args.out)))
@@ -398,6 +398,11 @@ def _cmd_escape(args) -> int:
     from .config import as_float
     from .mixture.escape import cli as escape_cli
 
+    if args.stage in ("2", "3") and args.schedule is None and not args.run_file:
+        # stages 2 and 3 are stages of the three-stage schedule: its flags (--stage-steps, --stage3) apply
+        data = load_toml(args.config) if getattr(args, "config", None) else {}
+        if "schedule" not in data:
+            args.schedule = "three-stage"
     cfg = None if args.run_file else _config_from_args(args)
     eps = as_float("eps", args.eps, positive=True)
     theta = as_float("theta", args.theta, positive=True)
