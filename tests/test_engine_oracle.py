@@ -383,3 +383,47 @@ def test_flow_equals_solve_ivp_of_the_explicit_network(seed):
     assert _rel_err(Z, arr["y"]) <= 1e-7
     # and not trivially: the state moved
     assert np.abs(arr["y"][-1] - arr["y"][0]).max() > 1e-2
+
+
+# ------------------------------------------------------------------ every shipped description
+
+def _shipped():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    return sorted(str(p) for p in (root / "meanfield" / "models").glob("*.toml")) + [
+        str(root / "docs" / "examples" / "majority.toml")]
+
+
+def _heavy(path):
+    return "incontext" in path  # 7084 exact prompts: 200 steps take ~15 s per width
+
+
+@pytest.mark.parametrize("m", WIDTHS)
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.slow) if _heavy(p) else p for p in _shipped()]
+                         + [pytest.param(p + "#short") for p in _shipped() if _heavy(p)])
+def test_engine_equals_explicit_network_shipped_descriptions(path, m):
+    """Every shipped description (and the README's worked example): the explicit
+    network (``meanfield.engine.finite.particles``, the oracle driven by the shared GD
+    harness on the description's own stages and record grid) equals the engine at
+    m = 1, 3, 50 over 200 GD steps (the heavy in-context model: 20 steps unless -m slow)."""
+    import meanfield.engine as me
+
+    from dataclasses import replace
+
+    path, short = path.removesuffix("#short"), path.endswith("#short")
+    n = 20 if short else STEPS
+    d = me.load(path, width=m, steps=n)
+    if d.training.method != "gd":
+        pytest.skip("the explicit network runs GD only")
+    # a description's own stages keep their lengths: cut them to n steps in all
+    left, stages = n, []
+    for st in d.training.stages:
+        stages.append(replace(st, length=min(int(st.length), left)))
+        left -= stages[-1].length
+    d = replace(d, training=replace(d.training, stages=tuple(stages)))
+    r = me.particles(d)
+    red = me.run(d)
+    assert r.status == red.status == "complete"
+    assert np.array_equal(r.step, red.step) and r.step[-1] == sum(s.length for s in d.training.stages)
+    assert _rel_err(r.y, red.y) <= RTOL
