@@ -121,3 +121,44 @@ def test_width_sweep_cli(tmp_path):
     assert out.exists() and out.with_suffix(".json").exists() and out.with_suffix(".png").exists()
     bad = _cli("width-sweep", MIXTURE, "--widths", "4,,8", "--out", str(tmp_path / "x.h5"), timeout=120)
     assert bad.returncode == 2 and "widths" in bad.stderr and not (tmp_path / "x.h5").exists()
+
+
+MAJORITY = str(ROOT / "docs" / "examples" / "majority.toml")
+
+
+def test_particles_divergence_keeps_a_valid_file(tmp_path):
+    """A blow-up: status diverged (exit 3), the file keeps every record up to the last
+    accepted step, at the same step as the engine's own run."""
+    from meanfield.io import read_run
+
+    out = tmp_path / "d.h5"
+    p = _cli("particles", MAJORITY, "--width", "4", "--eta", "1000", "--max-abs", "1e4", "--steps", "50", "--quiet",
+             "--out", str(out))
+    assert p.returncode == 3, p.stderr
+    rr = read_run(out)
+    assert rr.attrs["status"] == "diverged" and np.all(np.isfinite(rr["loss"]))
+    red = me.run(me.load(MAJORITY, width=4, eta=1000, max_abs=1e4, steps=50))
+    assert red.status == "diverged" and int(rr["step"][-1]) == int(red.step[-1])
+
+
+def test_particles_checkpoint_is_a_valid_interrupted_file(tmp_path):
+    desc = me.load(MAJORITY, width=4, steps=300, record_every=50)
+    out = tmp_path / "c.h5"
+    seen = []
+    import meanfield.engine.runs as runs
+
+    real_save = runs.save
+
+    def spy(path, d, r, **kw):
+        seen.append(kw.get("status"))
+        return real_save(path, d, r, **kw)
+
+    runs.save = spy
+    try:
+        r, path = me.particles_to_file(desc, out, progress=False, checkpoint_s=0.0)
+    finally:
+        runs.save = real_save
+    assert "interrupted" in seen and seen[-1] is None  # checkpoints first, the final file last
+    from meanfield.io import read_run
+
+    assert read_run(path).attrs["status"] == "complete"

@@ -148,20 +148,31 @@ def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=
     return r
 
 
-def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=None, progress: bool = True):
+def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=None, progress: bool = True,
+                      checkpoint_s: float = 60.0):
     """:func:`particles` written as a run file (the engine's schema; attrs ``particles`` = 1,
-    ``d``, ``embed_seed``). SIGINT/SIGTERM end the run with a valid file (status interrupted)."""
+    ``d``, ``embed_seed``): progress on stderr for long runs, a checkpoint (status
+    interrupted) every ``checkpoint_s`` seconds, SIGINT/SIGTERM end the run with a valid
+    file (status interrupted), a blow-up with status diverged."""
     from .. import integrate
-    from .runs import save
+    from .runs import Run, save
+    from .system import system_of
 
     out = Path(out)
     if out.suffix not in (".h5", ".hdf5"):
         raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {str(out)!r}")
     dd = _check(desc, d)
-    mon = integrate.Monitor(total=desc.training.horizon, unit="step", quiet_s=2.0 if progress else math.inf)
+    attrs = {"particles": 1, "d": int(dd), "embed_seed": int(desc.init.seed if embed_seed is None else embed_seed)}
+
+    def ckpt(traj):
+        save(out, desc, Run(desc, system_of(desc), traj), status="interrupted",
+             message=f"checkpoint at step {traj.step[-1]}: the run was still going when this was written; "
+                     "if you read this, it ended early", extra_attrs=attrs)
+
+    mon = integrate.Monitor(total=desc.training.horizon, unit="step", quiet_s=2.0 if progress else math.inf,
+                            checkpoint=ckpt, checkpoint_s=checkpoint_s)
     with mon:
         r = particles(desc, dd, embed_seed, mon)
-    attrs = {"particles": 1, "d": int(dd), "embed_seed": int(desc.init.seed if embed_seed is None else embed_seed)}
     return r, save(out, desc, r, extra_attrs=attrs)
 
 
