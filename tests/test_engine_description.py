@@ -331,9 +331,9 @@ def test_portable_source_runs_as_plain_python_and_matches_the_cpu_kernel():
         y = initial_state(desc)
         n, L = pk.nzn.shape
         sc = K_._scratch(y.size, n, L, lay.P, len(lay.heads), pk.R, pk.C, lay.Nmax)
-        u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = sc
+        u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka = sc
         args = (y, lay.hi, lay.hf, lay.qv, pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff, pk.target, pk.weight,
-                pk.kind, pk.r0, True, u, margin, zb, f, df, G, gflat, T, p, v, om, tk)
+                pk.kind, pk.r0, True, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, pa, lka)
         loss_py = ns.eng_loss_grads(*args)
         ns.eng_update(y, new, lay.hi, lay.hf, lay.Gr, lay.grp, pk.Gam, G, gflat, 0.3, 15, True, Xm, Ym, tmp)
         loss, G2, g2, m2, u2 = sysm.loss_and_grads(y)

@@ -148,8 +148,10 @@ def eng_query(hi, cnt, last, leff, s, k, j):
 
 
 @_hot
-def eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb, T, p):
-    """zb[k] = the query-averaged attended token of head k on sequence s."""
+def eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb, T, p, pa, lka):
+    """zb[k] = the query-averaged attended token of head k on sequence s; the
+    attention of query j is kept in pa[k, j] (and its key count in lka[k, j])
+    for the backward pass."""
     L = nzn.shape[1]
     for a in range(P):
         zb[k, a] = 0.0
@@ -157,8 +159,9 @@ def eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb,
         l, ql = eng_query(hi, cnt, last, leff, s, k, j)
         if ql == 0.0:
             continue
-        eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p)
+        lka[k, j] = eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p)
         for i in range(L):
+            pa[k, j, i] = p[i]
             c = ql * p[i]
             if c != 0.0:
                 for t in range(nzn[s, i]):
@@ -181,14 +184,14 @@ def eng_sign(y, hi, hf, k):
 
 
 @_hot
-def eng_forward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, f, T, p):
+def eng_forward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, f, T, p, pa, lka):
     """Outputs f (C,) of sequence s; fills zb (H, P) and u[s] (H, rows)."""
     H = hi.shape[0]
     C = f.shape[0]
     for c in range(C):
         f[c] = 0.0
     for k in range(H):
-        eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb, T, p)
+        eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb, T, p, pa, lka)
         a_k = eng_sign(y, hi, hf, k)
         v = hi[k, 4]
         nn = hi[k, 5]
@@ -250,8 +253,10 @@ def eng_loss_sample(kind, f, target, s, wgt, df):
 
 
 @_hot
-def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, T, p, v, om, tk):
-    """Add sequence s's contribution (given df = dLoss/df) to G (H, N, N) and gflat."""
+def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, pa, lka, v, om,
+                        tk):
+    """Add sequence s's contribution (given df = dLoss/df and the forward
+    pass's attention pa, lka) to G (H, N, N) and gflat."""
     H = hi.shape[0]
     L = nzn.shape[1]
     C = df.shape[0]
@@ -311,21 +316,21 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
             l, ql = eng_query(hi, cnt, last, leff, s, k, j)
             if ql == 0.0:
                 continue
-            lk = eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p)
+            lk = lka[k, j]
             for a in range(P):
                 tk[a] = 0.0
             if att == 0:
                 vbar = 0.0
                 for i in range(L):
-                    vbar += p[i] * v[i]
+                    vbar += pa[k, j, i] * v[i]
                 for i in range(L):
-                    dz = ql * p[i] * (v[i] - vbar)
+                    dz = ql * pa[k, j, i] * (v[i] - vbar)
                     if dz != 0.0:
                         for t in range(nzn[s, i]):
                             tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             else:
                 for i in range(L):
-                    if p[i] != 0.0 or cnt[s, i] > 0.0:
+                    if cnt[s, i] > 0.0:
                         excl = qry == 1 and qself == 0 and i == last[s]
                         if cnt[s, i] > 0.0 and not excl:
                             dz = ql * cnt[s, i] * v[i] / lk
@@ -352,7 +357,7 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
 
 @_root
 def eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, grad, u, margin, zb, f, df,
-                   G, gflat, T, p, v, om, tk):
+                   G, gflat, T, p, v, om, tk, pa, lka):
     """Loss over every sequence; margins (n,), u (n, H, rows); if ``grad``:
     G = dLoss/dQ (H, N, N) and gflat (the narrow and small gradients)."""
     n = nzn.shape[0]
@@ -366,12 +371,13 @@ def eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight
                     G[k, a, b] = 0.0
     loss = 0.0
     for s in range(n):
-        eng_forward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, f, T, p)
+        eng_forward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, f, T, p, pa, lka)
         ls, m = eng_loss_sample(kind, f, target, s, weight[s], df)
         loss += ls
         margin[s] = m
         if grad:
-            eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, T, p, v, om, tk)
+            eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, zb, u, df, G, gflat, pa, lka,
+                                v, om, tk)
     return loss
 
 
@@ -506,7 +512,7 @@ def eng_criterion(kind, loss, margin, consistent, hi, hf, Gam, gflat):
 @_root
 def eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind,
                         r0, consistent, crit_kind, crit_op, crit_thresh, max_abs, u, margin, zb, f, df, G, gflat,
-                        T, p, v, om, tk, Xm, Ym, tmp, new):
+                        T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka):
     """Up to ``nsteps`` exact GD steps in place (criterion checked before each
     step). Returns (steps done, code, loss): 0 done, 1 criterion holds,
     2 non-finite, 3 an entry above max_abs (2, 3: ``y`` keeps the last accepted state)."""
@@ -514,7 +520,7 @@ def eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc
     k = 0
     while True:
         loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f,
-                              df, G, gflat, T, p, v, om, tk)
+                              df, G, gflat, T, p, v, om, tk, pa, lka)
         if not math.isfinite(loss):
             return k, 2, loss
         if crit_kind != 0:
@@ -541,7 +547,8 @@ def eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc
 def _scratch(ny, n, L, P, H, R, C, Nmax):
     return (np.empty((n, H, R)), np.empty(n), np.empty((H, P)), np.empty(C), np.empty(C),
             np.zeros((H, Nmax, Nmax)), np.zeros(ny), np.empty(P), np.empty(L), np.empty(L), np.empty(P),
-            np.empty(P), np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax)), np.empty((P, P)), np.empty(ny))
+            np.empty(P), np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax)), np.empty((P, P)), np.empty(ny),
+            np.zeros((H, L, L)), np.zeros((H, L)))
 
 
 @njit(cache=True)
@@ -550,9 +557,9 @@ def loss_and_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight
     n, L = nzn.shape
     P = qv.shape[1]
     H = hi.shape[0]
-    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
     loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
-                          G, gflat, T, p, v, om, tk)
+                          G, gflat, T, p, v, om, tk, pa, lka)
     return loss, G, gflat, margin, u
 
 
@@ -561,9 +568,9 @@ def flow_rhs(y, out, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, l
     n, L = nzn.shape
     P = qv.shape[1]
     H = hi.shape[0]
-    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
     loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
-                          G, gflat, T, p, v, om, tk)
+                          G, gflat, T, p, v, om, tk, pa, lka)
     eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, 1.0, mode, False, Xm, Ym, tmp)
     return loss
 
@@ -574,10 +581,10 @@ def gd_advance(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cn
     n, L = nzn.shape
     P = qv.shape[1]
     H = hi.shape[0]
-    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
     return eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight,
                                kind, r0, consistent, crit_kind, crit_op, crit_thresh, max_abs, u, margin, zb, f, df,
-                               G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new)
+                               G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka)
 
 
 @njit(cache=True)
@@ -586,7 +593,7 @@ def criterion_value(y, crit_kind, hi, hf, qv, Gam, nzi, nzc, nzn, cnt, last, lef
     n, L = nzn.shape
     P = qv.shape[1]
     H = hi.shape[0]
-    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka = _scratch(y.shape[0], n, L, P, H, R, C, Nmax)
     loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f, df,
-                          G, gflat, T, p, v, om, tk)
+                          G, gflat, T, p, v, om, tk, pa, lka)
     return eng_criterion(crit_kind, loss, margin, consistent, hi, hf, Gam, gflat)
