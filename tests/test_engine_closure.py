@@ -166,7 +166,8 @@ def _metric_and_mask(pb: Problem, trained: dict):
     return Gm, D
 
 
-MASKS = [dict(K=True, Q=True, V=True, r=True), dict(K=False, Q=True, V=True, r=False), dict(K=True, Q=True, V=False, r=False)]
+MASKS = [dict(K=True, Q=True, V=True, r=True), dict(K=False, Q=True, V=True, r=False),
+         dict(K=True, Q=True, V=False, r=False)]
 
 
 @pytest.mark.parametrize("m", [1, 3, 50])

@@ -16,7 +16,6 @@ and, for the mixture description, against today's fast path
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np

@@ -351,7 +351,8 @@ def _figure(summary: dict, path: Path) -> Path:
     lead = summary["lead"]
     if summary["exponent"] is not None:
         e0 = summary["errors"][lead][0]
-        ax.plot(m, e0 * (m / m[0]) ** summary["exponent"], "k--", lw=1, label=f"fit {lead}: m^{summary['exponent']:.3f}")
+        ax.plot(m, e0 * (m / m[0]) ** summary["exponent"], "k--", lw=1,
+                label=f"fit {lead}: m^{summary['exponent']:.3f}")
         ax.plot(m, e0 * (m / m[0]) ** -0.5, ":", color="gray", lw=1, label="m^-1/2")
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -283,7 +283,8 @@ def block_map(objects: list[tuple[str, str | None, bool]], reads: list[tuple[str
     size = {nm: (P if gram is not None else 1) for nm, gram, _ in objects}
     grams = {}
     for nm, gram, _ in objects:
-        grams[nm] = sp.MatrixSymbol(r"\Gamma" if gram == "Gamma" else gram, P, P) if gram is not None else sp.Identity(1)
+        grams[nm] = (sp.MatrixSymbol(r"\Gamma" if gram == "Gamma" else gram, P, P) if gram is not None
+                     else sp.Identity(1))
     trained = {nm: tr for nm, _, tr in objects}
 
     def qsym(a, b):
@@ -469,7 +470,8 @@ def general_latex() -> str:
         r"\paragraph{Per block.} With $D_a \in \{0, I\}$ and $\Gamma_a$ the metric of object $a$ "
         r"($\Gamma$ for a matrix acting on tokens, $1$ for a hidden vector):",
         r"\begin{align}",
-        r"Q_{ab}' &= Q_{ab} - \eta \sum_c \left(D_a \Gamma_a \hat{G}_{ac} Q_{cb} + Q_{ac} \hat{G}_{cb} \Gamma_b D_b\right)"
+        r"Q_{ab}' &= Q_{ab} - \eta \sum_c \left(D_a \Gamma_a \hat{G}_{ac} Q_{cb}"
+        r" + Q_{ac} \hat{G}_{cb} \Gamma_b D_b\right)"
         r" + \eta^{2} \sum_{c,e} D_a \Gamma_a \hat{G}_{ac} Q_{ce} \hat{G}_{eb} \Gamma_b D_b",
         r"\end{align}",
         r"\paragraph{Example: keys, queries, a value matrix $V$ and a hidden readout $r$} "
