@@ -426,3 +426,23 @@ def test_engine_equals_explicit_network_shipped_descriptions(path, m):
     assert r.status == red.status == "complete"
     assert np.array_equal(r.step, red.step) and r.step[-1] == sum(s.length for s in d.training.stages)
     assert _rel_err(r.y, red.y) <= RTOL
+
+
+@pytest.mark.parametrize("seed", (1, 4))
+def test_the_part_outside_the_dictionary_stays_put(seed):
+    """Explicit GD moves the wide weights only inside span(E) (every gradient row is a
+    combination of tokens): W (I - E Gamma^{-1} E^T) is the same after training."""
+    d = _desc(random_raw(seed, m=5, steps=50))
+    E = orc.embedding(d.dictionary.Gamma, d.P + 3, seed)
+    on = orc.Oracle(d, E)
+    p0 = orc.weights_from_engine_init(d, E, seed_orth=seed)
+    res = on.run(p0)
+    perp = np.eye(E.shape[0]) - E @ np.linalg.solve(E.T @ E, E.T)
+    moved = 0
+    for a, b in zip(p0, res["params"]):
+        for k in ("WK", "WQ", "MV"):
+            if k in a:
+                assert np.abs(a[k] @ perp).max() > 1e-3
+                assert np.abs((b[k] - a[k]) @ perp).max() <= 1e-12
+                moved = max(moved, float(np.abs(b[k] - a[k]).max()))
+    assert moved > 1e-3  # the weights did train
