@@ -446,3 +446,26 @@ def test_the_part_outside_the_dictionary_stays_put(seed):
                 assert np.abs((b[k] - a[k]) @ perp).max() <= 1e-12
                 moved = max(moved, float(np.abs(b[k] - a[k]).max()))
     assert moved > 1e-3  # the weights did train
+
+
+MIXTURE_EXTENSIONS = [dict(feature_gram="cc:0.3,cv:0.2"), dict(n_train=6, noise_sigma=0.1, data_seed=1),
+                      dict(n_neurons=3, neuron_init="gaussian:0.1"), dict(label_noise=0.2),
+                      dict(K=3, L=4, schedule="three-stage", stage_steps=[60, 60, 80])]
+
+
+@pytest.mark.parametrize("m", WIDTHS)
+@pytest.mark.parametrize("ext", range(len(MIXTURE_EXTENSIONS)))
+def test_engine_equals_explicit_network_mixture_extensions(ext, m):
+    """The reviewers' extensions as descriptions (feature Gram, a finite noisy training
+    set, several neurons, label noise, K = 3 with L = 4 three-stage): explicit network
+    == engine over 200 GD steps."""
+    from pathlib import Path
+
+    import meanfield.engine as me
+
+    path = Path(__file__).resolve().parents[1] / "meanfield" / "models" / "mixture.toml"
+    d = me.load(str(path), width=m, steps=STEPS, record_every=1, **MIXTURE_EXTENSIONS[ext])
+    r = me.particles(d)
+    red = me.run(d)
+    assert r.status == red.status == "complete" and len(r.y) == STEPS + 1
+    assert _rel_err(r.y, red.y) <= RTOL
