@@ -97,7 +97,7 @@ from . import kernels
 from .config import MixtureConfig, gram_matrix, parse_neuron_init
 from .data import SampleSet, TrainingSet, feature_labels, sample_set, samples_group, training_set
 from .stagetimes import DEFAULTS as STAGE_DEFAULTS
-from .system import save_at, solver, stages
+from .system import criterion_args, save_at, solver, stages
 
 #: stop criteria (the fast path's names and codes)
 CRITERIA = kernels.CRITERIA
@@ -481,11 +481,7 @@ class DenseSystem:
         return d.r, int(self.n_neurons), d.X, d.samples.y, d.samples.weight
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
-        kind, op, thr = 0, 1, 0.0
-        if criterion is not None:
-            kind = CRITERIA[criterion[0]]
-            op = 1 if criterion[1] == ">=" else -1
-            thr = float(criterion[2])
+        kind, op, thr = criterion_args(criterion)
         done, code, _ = gd_advance(y, int(nsteps), float(eta), *self._args(), self.data.samples.consistent,
                                    float(self.relu_prime_at_zero), bool(mode[0]), bool(mode[1]), kind, op, thr,
                                    float(self.max_abs))

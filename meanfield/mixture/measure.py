@@ -3,7 +3,7 @@ times read (``meanfield.mixture.claims``, ``studies``, ``escape``,
 ``robustness``).
 
 :func:`simulate` runs a config and returns a run-like dict (the keys of a run
-file); :func:`omega_sweep` measures the stage-2 duration T2 - T1 per omega.
+file; :func:`as_run` the same for a given trajectory); :func:`omega_sweep` measures the stage-2 duration T2 - T1 per omega.
 """
 
 from __future__ import annotations
@@ -23,7 +23,12 @@ def simulate(cfg: MixtureConfig) -> dict:
         from .dense import simulate as dense_simulate
 
         return dense_simulate(cfg)
-    traj = run_traj(cfg)
+    return as_run(cfg, run_traj(cfg))
+
+
+def as_run(cfg: MixtureConfig, traj) -> dict:
+    """The run-like dict of a fast-path trajectory of ``cfg`` (from any start
+    or system with the fast path's state layout)."""
     samples, arr, obs, st = recorded(cfg, traj)
     out = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], **obs,
            "samples": samples_group(samples), "features": feature_labels(cfg.K)}
@@ -42,10 +47,14 @@ def omega_sweep(omegas, base: dict, margin: float = 0.1, max_steps: int = 200000
         cfg = make_config(base, omega=float(om), schedule="three-stage",
                           stage_steps=(base.get("stage_steps", (1000,))[0], max_steps, 0),
                           stage_criteria=("none", f"inconsistent_margin>={margin}", "none"), record_every=1000)
-        traj = run_traj(cfg)
-        ends = {e["stage"]: e for e in traj.stage_ends}
-        if 2 in ends and ends[2]["reason"] == "criterion":
-            out.append(float(ends[2]["t"] - ends[1]["t"]))
-        else:
-            out.append(math.nan)
+        out.append(stage2_duration(run_traj(cfg)))
     return out
+
+
+def stage2_duration(traj) -> float:
+    """T2 - T1 of a three-stage trajectory: the end of stage 2 minus the end
+    of stage 1, when stage 2 was ended by its criterion (NaN otherwise)."""
+    ends = {e["stage"]: e for e in traj.stage_ends}
+    if 2 in ends and ends[2]["reason"] == "criterion":
+        return float(ends[2]["t"] - ends[1]["t"])
+    return math.nan

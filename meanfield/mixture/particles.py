@@ -89,6 +89,7 @@ from .data import SampleSet
 from .init import neuron_init
 from .model import embedding
 from . import run as _run
+from .system import criterion_args
 
 BLOCK = 1024  # rows per parallel task; sums over rows are added block by block, in order
 # LLVM may reassociate and fuse (vectorised dot products) but keeps NaN/inf semantics
@@ -609,12 +610,6 @@ def _threads(n: int):
         numba.set_num_threads(old)
 
 
-def _crit_args(criterion):
-    if criterion is None:
-        return 0, 1, 0.0
-    return kernels.CRITERIA[criterion[0]], (1 if criterion[1] == ">=" else -1), float(criterion[2])
-
-
 # ----------------------------------------------------------------- systems
 
 
@@ -664,7 +659,7 @@ class ParticleSystem:
 
     def _advance(self, WK, WQ, w, KE, QE, fresh, nsteps, eta, mode, criterion):
         s = self.samples
-        kind, op, thr = _crit_args(criterion)
+        kind, op, thr = criterion_args(criterion)
         with _threads(self.threads):
             done, code, _ = gd_advance_particles(WK, WQ, w, self.E, KE, QE, fresh, int(nsteps), float(eta),
                                                  s.idx, s.sgn, s.y, s.weight, s.consistent,

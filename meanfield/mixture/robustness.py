@@ -54,8 +54,9 @@ from ..report import Claim
 from ..report import jfloat as _f
 from ..report import status as _status
 from .config import make_config
-from .run import recorded, samples_group, samples_of
+from .measure import as_run, simulate
 from .run import run as run_traj
+from .run import samples_of
 from .stagetimes import DEFAULTS as STAGE_DEFAULTS
 
 LEVEL = STAGE_DEFAULTS["margin"]  # a sample is solved when its margin ends >= this
@@ -77,11 +78,9 @@ SETTINGS = {
 
 
 def _as_run(cfg, traj) -> dict:
-    samples, arr, obs, st = recorded(cfg, traj)
-    out = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], **obs, "samples": samples_group(samples)}
-    out["attrs"] = {"K": cfg.K, "stage_ends": traj.stage_ends, "status": traj.status, "T1": st["T1"],
-                    "T2": st["T2"], "relu_prime_at_zero": cfg.relu_prime_at_zero}
-    return out
+    r = as_run(cfg, traj)
+    r["attrs"]["relu_prime_at_zero"] = cfg.relu_prime_at_zero
+    return r
 
 
 def symmetric_factors(K: int, omega: float) -> tuple[np.ndarray, np.ndarray]:
@@ -175,8 +174,6 @@ def perturbed_run(kind: str, eps: float, seed: int, schedule: str = "simultaneou
 
 
 def _dense(cfg) -> dict:
-    from .measure import simulate
-
     r = simulate(cfg)
     r["attrs"]["relu_prime_at_zero"] = cfg.relu_prime_at_zero
     return r

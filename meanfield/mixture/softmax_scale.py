@@ -47,6 +47,7 @@ def stage2_durations(widths=(16, 64, 256), seeds=(0, 1), base: dict | None = Non
     ended by inconsistent_margin >= ``margin``, exact to one step) per width
     and seed, with softmax_scale 1 and 1/sqrt(m), the tie-breaking neuron init."""
     from .config import make_config
+    from .measure import stage2_duration
     from .run import run as run_traj
 
     out = {"widths": list(widths), "seeds": list(seeds), "1": [], "1/sqrt(m)": []}
@@ -58,8 +59,7 @@ def stage2_durations(widths=(16, 64, 256), seeds=(0, 1), base: dict | None = Non
                                   schedule="three-stage", stage_steps=(1000, max_steps, 0),
                                   stage_criteria=("none", f"inconsistent_margin>={margin}", "none"),
                                   record_every=max_steps)
-                e = {x["stage"]: x for x in run_traj(cfg).stage_ends}
-                d.append(float(e[2]["t"] - e[1]["t"]) if e.get(2, {}).get("reason") == "criterion" else math.nan)
+                d.append(stage2_duration(run_traj(cfg)))
             out[sc].append(d)
     return out
 

@@ -85,6 +85,7 @@ from numba import njit
 
 from . import kernels
 from .data import SampleSet, feature_labels, sample_set
+from .system import criterion_args
 
 HEADS = ("+", "-")
 BLOCKS = ("S", "A", "B", "w")
@@ -996,11 +997,7 @@ class ReducedSystem:
     max_abs: float = math.inf
 
     def gd_advance(self, z, nsteps, eta, mode, criterion):
-        kind, op, thr = 0, 1, 0.0
-        if criterion is not None:
-            kind = kernels.CRITERIA[criterion[0]]
-            op = 1 if criterion[1] == ">=" else -1
-            thr = float(criterion[2])
+        kind, op, thr = criterion_args(criterion)
         red = self.reduction
         done, code, _ = red_gd_advance(z, int(nsteps), float(eta), red._args, red.samples.consistent,
                                        float(self.relu_prime_at_zero), bool(mode[0]), bool(mode[1]),

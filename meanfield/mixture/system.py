@@ -28,6 +28,14 @@ from .config import MixtureConfig
 from .data import SampleSet, sample_set
 from .init import initial_state
 
+def criterion_args(criterion) -> tuple[int, int, float]:
+    """(kind, op, threshold) of a parsed stage criterion for the kernels
+    (kind 0: none; op +1 for >=, -1 for <=)."""
+    if criterion is None:
+        return 0, 1, 0.0
+    return kernels.CRITERIA[criterion[0]], 1 if criterion[1] == ">=" else -1, float(criterion[2])
+
+
 @dataclass
 class MixtureSystem:
     """The reduced mixture dynamics as a system for ``meanfield.integrate``.
@@ -42,11 +50,7 @@ class MixtureSystem:
         return s.P, s.idx, s.sgn, s.y, s.weight
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
-        kind, op, thr = 0, 1, 0.0
-        if criterion is not None:
-            kind = kernels.CRITERIA[criterion[0]]
-            op = 1 if criterion[1] == ">=" else -1
-            thr = float(criterion[2])
+        kind, op, thr = criterion_args(criterion)
         s = self.samples
         done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), s.P, s.idx, s.sgn, s.y, s.weight,
                                            s.consistent, float(self.relu_prime_at_zero), bool(mode[0]),
@@ -126,11 +130,7 @@ class ScaledMixtureSystem(MixtureSystem):
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         s = self.samples
-        kind, op, thr = 0, 1, 0.0
-        if criterion is not None:
-            kind = kernels.CRITERIA[criterion[0]]
-            op = 1 if criterion[1] == ">=" else -1
-            thr = float(criterion[2])
+        kind, op, thr = criterion_args(criterion)
         r0 = float(self.relu_prime_at_zero)
         woff = 6 * s.P * s.P
         k = 0
