@@ -371,3 +371,11 @@ def test_stage2_constant_full_settings(tmp_path):
     assert c.status == "PASS", c.numbers
     assert len(c.numbers["slopes"]) == len(mesc.CONSTANT_SETTINGS["full"]["settings"])
     assert (tmp_path / c.figure).exists()
+
+
+def test_sweep_at_large_omega_is_not_tested():
+    """omega up to 1: the O(omega^2) feedback alone makes the tolerance >= 100%,
+    which no slope can fail; reported as not tested, never as PASS."""
+    r = mesc.stage2_constant({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5, "stage_steps": (300, 0, 0)}, [0.3, 1.0])
+    assert r["tolerance"] >= 1.0 and not r["testable"] and not r["pass"]
+    assert "NOT TESTED" in mesc.format_sweep(r)

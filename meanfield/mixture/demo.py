@@ -85,9 +85,11 @@ def outcome(run, cfg) -> list[str]:
         t_sep = f"t = {t[reach[0]]:g}" if reach.size else "never"
         three = cfg.schedule == "three-stage" and i1 is not None
         lines.append(
-            "Why: the start is exactly symmetric (infinite width: S = 0, A = B = omega^2 I; zero neurons), so at "
-            "t = 0 every pre-activation sits at the ReLU kink u = 0, where ReLU'(0) = 1 counts it active, and "
-            "the two heads stay mirror images of each other. "
+            ("Why: the start is exactly symmetric (infinite width: S = 0, A = B = omega^2 I; zero neurons), so at "
+             "t = 0 every pre-activation sits at the ReLU kink u = 0, where ReLU'(0) = 1 counts it active, and "
+             "the two heads stay mirror images of each other. " if cfg.neuron_init == "zero" else
+             f"Why: the attention starts exactly symmetric (infinite width: S = 0, A = B = omega^2 I; neuron init "
+             f"{cfg.neuron_init}). ")
             + (f"With attention frozen in stage 1, u+ = u- on every inconsistent sample, so its margin is exactly "
                f"0 at the end of the neuron stage (largest |margin| {np.abs(m[i1][~c]).max():.2g} at T1 = "
                f"{float(t[i1]):g}); " if three else
@@ -97,6 +99,7 @@ def outcome(run, cfg) -> list[str]:
             f"{t_sep}).")
     else:
         u0 = mech["stuck"][0] if mech["stuck"] else None
+        w_stuck = float(np.asarray(run["samples"]["weight"], float)[[s["sample"] for s in mech["stuck"]]].sum())
         lines.append(
             f"Why: at width m = {cfg.width} the sampled attention init (W_K, W_Q entries N(0, omega^2/m)) is "
             f"the symmetric start moved by about omega^2/sqrt(m) = {cfg.omega ** 2 / np.sqrt(cfg.width):.1g}. "
@@ -105,7 +108,8 @@ def outcome(run, cfg) -> list[str]:
                f"sample(s) {', '.join(s['description'] for s in mech['stuck'])} end with u < 0 on BOTH heads "
                f"(e.g. u+ = {u0['u_plus_end']:.2g}, u- = {u0['u_minus_end']:.2g}): ReLU' = 0 there, so they send "
                "no gradient to the neurons or the attention and stay at margin 0 for good; the loss stops at "
-               f"{mech['loss_end']:.4g} (2 of 8 samples at log 2 / 8 each is 0.173). Any perturbation of the "
+               f"{mech['loss_end']:.4g} ({mech['n_stuck']} of {m.shape[1]} samples at margin 0, total weight "
+               f"{w_stuck:.3g}, contribute {w_stuck:.3g} log 2 = {w_stuck * np.log(2):.3g}). Any perturbation of the "
                "symmetric start does this (`meanfield mixture study robustness`: neuron init, attention init, "
                "a random orthonormal embedding, eps from 1e-12 to 1e-2); a positive neuron init (e.g. "
                "`--neuron-init const:0.01,0.01,0,0`: every pre-activation starts on the active side) restores the "
