@@ -291,6 +291,7 @@ def plot_exponent_profile(results: dict, out: Path, name: str = "chi2_exponent_p
         ax.axhline(r["F"], color="k", ls=":", lw=1)
     ax.axvline(2.0, color="gray", ls="--", lw=1, label="the paper's exponent 2")
     ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_ylim(bottom=0.0)
     ax.set_xlabel("exponent k of mu(z) in I~_k")
     ax.set_ylabel("(chi2(k) - min) / overdispersion")
     ax.set_title("exponent of mu(z): profile fit of the phase-1 velocities, pooled over parent sets", fontsize=9)
