@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ConfigError, as_choice, as_float, as_int, as_list, check_keys, parse_criterion
-from .kernels import CRITERIA
+from .criteria import CRITERIA
 
 SCHEDULES = ("three-phase", "joint")
 METHODS = ("gd", "flow", "rk4")

@@ -47,7 +47,7 @@ PATTERN_MAX = 512
 #: (bounded between log d - 1 and log d + 1, never clipped).
 LOSSES = {"nll": 0, "official-ce": 1}
 
-CRITERIA = {"loss": 1, "grad_norm": 2, "a": 3, "c_top": 4, "rpe_top": 5, "grad_c": 6, "grad_w": 7, "grad_a": 8}
+from .criteria import CRITERIA  # noqa: F401  (re-exported: kernels.CRITERIA)
 
 
 def n_patterns(d: int, M: int) -> int:
