@@ -66,7 +66,7 @@ def test_particles_of_a_general_description():
 @pytest.mark.parametrize("args, field", [
     ((), "width"),
     (("--width", "4", "--d", "3"), "d"),
-    (("--width", "4", "--method", "flow"), "method"),
+    (("--width", "4", "--eta", "-1"), "eta"),
     (("--width", "0"), "width"),
 ])
 def test_particles_cli_refuses_bad_input(tmp_path, args, field):
@@ -162,3 +162,23 @@ def test_particles_checkpoint_is_a_valid_interrupted_file(tmp_path):
     from meanfield.io import read_run
 
     assert read_run(path).attrs["status"] == "complete"
+
+
+def test_particles_flow_equals_the_engines_flow():
+    """method flow: the explicit weights' gradient flow (the shared adaptive solver on
+    the weights) against the engine's flow on the Gram state, both at tight tolerances."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_engine_oracle import random_raw
+
+    from meanfield.engine.description import description_from_dict
+
+    raw = random_raw(1, m=3, staged=False)
+    raw["parameters"].update(method="flow", t_end=2.0, rtol=1e-11, atol=1e-13, record_dt=0.5)
+    del raw["parameters"]["steps"], raw["parameters"]["record_every"]
+    desc = description_from_dict(raw)
+    r = me.particles(desc)
+    red = me.run(desc)
+    assert r.status == red.status == "complete"
+    assert np.allclose(r.t, red.t, rtol=0, atol=1e-12) and r.t[-1] == pytest.approx(2.0)
+    assert np.abs(r.y - red.y).max() <= 1e-7 * max(1.0, np.abs(red.y).max())
+    assert np.abs(red.y[-1] - red.y[0]).max() > 1e-2

@@ -27,7 +27,10 @@ finite width (a closure cross-check, ~1e-14). Writes F.h5, F.json, F.png.
 API: :func:`particles` (an engine :class:`~meanfield.engine.runs.Run` of the
 projected states), :func:`particles_to_file`, :func:`width_sweep`,
 :class:`ParticleSystem` (the ``meanfield.integrate`` system holding the weights).
-GD only (a description with method flow or rk4 is refused with one line).
+Methods flow and rk4 integrate the gradient flow of the explicit weights
+themselves (:class:`FlowParticleSystem`, records projected afterwards; every
+record holds the weights while the run lasts, so a very wide flow run is
+refused with the memory estimate).
 """
 
 from __future__ import annotations
@@ -56,12 +59,12 @@ def default_d(desc: Description) -> int:
 def _check(desc: Description, d: int | None) -> int:
     if desc.init.width is None:
         raise ConfigError("width: the explicit network needs a finite width m (--width M)")
-    if desc.training.method != "gd":
-        raise ConfigError(f"method: the particle system runs gradient descent only (gd); got {desc.training.method}")
     d = default_d(desc) if d is None else as_int("d", d, lo=1)
     if d <= desc.P:
         raise ConfigError(f"d: the ambient dimension must be > P = {desc.P} (the number of features); got {d}")
     mem = 8.0 * desc.init.width * d * 3 * len(desc.model.heads)
+    if desc.training.method != "gd":
+        mem *= 1 + 2 * 1000  # the flow keeps the weights of every record (about 1000 by default) until the end
     if mem > 8e9:
         raise ConfigError(f"width: {desc.init.width} x d = {d} needs about {mem / 1e9:.1f} GB of weights; "
                           "choose a smaller --width or --d")
@@ -72,7 +75,7 @@ class ParticleSystem:
     """The explicit network as a ``meanfield.integrate`` system: ``y`` is the
     projection of the weights it holds (the engine's flat layout), :meth:`gd_advance`
     steps the weights and writes their projection into ``y``; criteria are
-    evaluated on the weights by the network itself. GD only."""
+    evaluated on the weights by the network itself. GD (flow and rk4: :class:`FlowParticleSystem`)."""
 
     def __init__(self, desc: Description, E: np.ndarray, params: list[dict], max_abs: float = math.inf):
         from .reduce import layout
@@ -123,6 +126,47 @@ class ParticleSystem:
         return self.net.criterion_value(self.params, name)
 
 
+class FlowParticleSystem:
+    """The explicit network's gradient flow (method flow or rk4): ``y`` is the flat
+    vector of the weights themselves (each moves at -lr dLoss/dweight, lr = n for
+    neurons); records are projected afterwards. ``max_abs`` applies to the weights."""
+
+    def __init__(self, desc: Description, E: np.ndarray, params: list[dict], max_abs: float = math.inf):
+        self.desc = desc
+        self.E = np.asarray(E, float)
+        self.net = orc.Oracle(desc, self.E)
+        self.keys = [sorted(p) for p in params]
+        self.shapes = [[np.shape(p[k]) for k in ks] for p, ks in zip(params, self.keys)]
+        self.y0 = self.flat(params)
+        self.max_abs = max_abs
+
+    def flat(self, params) -> np.ndarray:
+        return np.concatenate([np.ravel(p[k]) for p, ks in zip(params, self.keys) for k in ks]).astype(float)
+
+    def unflat(self, v) -> list[dict]:
+        out, i = [], 0
+        for ks, shs in zip(self.keys, self.shapes):
+            q = {}
+            for k, sh in zip(ks, shs):
+                n = int(np.prod(sh))
+                q[k] = np.asarray(v[i:i + n]).reshape(sh)
+                i += n
+            out.append(q)
+        return out
+
+    def rhs(self, y, mode):
+        groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
+        ps = self.unflat(y)
+        _, g, _ = self.net.loss_grads(ps)
+        return self.flat(self.net.step(ps, 1.0, groups, grads=g)) - y
+
+    def gd_advance(self, y, nsteps, eta, mode, criterion):
+        raise NotImplementedError("FlowParticleSystem integrates the flow (method flow or rk4)")
+
+    def criterion_value(self, y, name):
+        return self.net.criterion_value(self.unflat(y), name)
+
+
 def make_particles(desc: Description, d: int | None = None, embed_seed=None) -> ParticleSystem:
     """The initialised particle system of a finite-width GD description: embedding
     E (d x P) from ``default_rng(embed_seed)`` (default: the init seed), weights from
@@ -131,6 +175,8 @@ def make_particles(desc: Description, d: int | None = None, embed_seed=None) -> 
     seed = desc.init.seed if embed_seed is None else embed_seed
     E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
     params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])
+    if desc.training.method != "gd":
+        return FlowParticleSystem(desc, E, params, desc.training.max_abs)
     return ParticleSystem(desc, E, params, desc.training.max_abs)
 
 
@@ -141,8 +187,11 @@ def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=
     from .system import save_at, solver, stages, system_of
 
     psys = make_particles(desc, d, embed_seed)
-    y0 = psys.projection()
-    traj = solver(desc).solve(psys, y0, stages(desc), save_at(desc), monitor)
+    if isinstance(psys, FlowParticleSystem):
+        traj = solver(desc).solve(psys, psys.y0, stages(desc), save_at(desc), monitor)
+        traj.y = [orc.pack(desc, psys.E, psys.unflat(v)) for v in traj.y]  # records: projected weights
+    else:
+        traj = solver(desc).solve(psys, psys.projection(), stages(desc), save_at(desc), monitor)
     r = Run(desc, system_of(desc), traj)
     r.particles = psys
     return r
@@ -169,8 +218,10 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
              message=f"checkpoint at step {traj.step[-1]}: the run was still going when this was written; "
                      "if you read this, it ended early", extra_attrs=attrs)
 
-    mon = integrate.Monitor(total=desc.training.horizon, unit="step", quiet_s=2.0 if progress else math.inf,
-                            checkpoint=ckpt, checkpoint_s=checkpoint_s)
+    gd = desc.training.method == "gd"
+    mon = integrate.Monitor(total=desc.training.horizon, unit="step" if gd else "t",
+                            quiet_s=2.0 if progress else math.inf, checkpoint=ckpt if gd else None,
+                            checkpoint_s=checkpoint_s)
     with mon:
         r = particles(desc, dd, embed_seed, mon)
     return r, save(out, desc, r, extra_attrs=attrs)
@@ -237,8 +288,6 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     if not widths:
         raise ConfigError("widths: give positive integers, e.g. --widths 16,64,256")
     seeds = as_int("seeds", seeds, lo=1)
-    if desc.training.method != "gd":
-        raise ConfigError(f"method: the particle system runs gradient descent only (gd); got {desc.training.method}")
     inf_desc = replace(desc, init=replace(desc.init, width=None))
     for m in widths:
         _check(replace(desc, init=replace(desc.init, width=m)), d)
