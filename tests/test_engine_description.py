@@ -359,3 +359,17 @@ def test_bound_on_a_described_model_run(tmp_path):
     ref = subprocess.run([sys.executable, "-m", "meanfield", "model", "bound", str(path), "S+[a,b] <= 1"],
                          capture_output=True, text=True, cwd=ROOT)
     assert ref.returncode == 2 and len(ref.stderr.strip().splitlines()) == 1, ref.stderr
+
+
+def test_every_description_shares_one_compiled_kernel():
+    """Compile once: the mixture family (read-only sample arrays), table data
+    and every head/value/loss choice hand the kernels the same array types, so
+    numba keeps one specialisation (one cache entry) for all of them."""
+    from meanfield.engine import kernels as K_
+    from meanfield.engine.runs import run
+
+    run(load_description(MIXTURE, {"steps": 2, "record_every": 1}))
+    for name in CASES:
+        run(_desc(name, steps=2))
+    assert len(K_.gd_advance.signatures) == 1, K_.gd_advance.signatures
+    assert len(K_.loss_and_grads.signatures) == 1

@@ -44,16 +44,27 @@ class Packed:
     C: int
 
 
+def _own(a, dtype) -> np.ndarray:
+    """A C-contiguous, writeable copy: numba compiles a separate specialisation
+    for read-only arrays (the mixture's sample arrays are read-only), so every
+    description must hand the kernels the same array types to share one cache."""
+    return np.array(a, dtype=dtype, order="C", copy=True)
+
+
+def _state(y) -> np.ndarray:
+    return np.require(y, np.float64, ["C", "W"])
+
+
 def pack(desc: Description) -> Packed:
     lay = layout(desc)
     d = desc.data
-    X = np.ascontiguousarray(d.tokens, dtype=np.float64)
-    cnt = np.ascontiguousarray(d.count_array, dtype=np.float64)
+    X = _own(d.tokens, np.float64)
+    cnt = _own(d.count_array, np.float64)
     last = np.array([int(np.flatnonzero(c > 0)[-1]) for c in cnt], dtype=np.int64)
     leff = cnt.sum(axis=1)
     C = desc.model.heads[0].outputs
     t = np.asarray(d.target, dtype=np.float64)
-    target = np.ascontiguousarray(t.reshape(t.shape[0], -1))
+    target = _own(t.reshape(t.shape[0], -1), np.float64)
     R = max(h.outputs * h.n_neurons for h in desc.model.heads)
     nz = X != 0.0
     nzn = nz.sum(axis=2).astype(np.int64)
@@ -64,10 +75,10 @@ def pack(desc: Description) -> Packed:
         idx = np.flatnonzero(nz[s_, i_])
         nzi[s_, i_, :idx.size] = idx
         nzc[s_, i_, :idx.size] = X[s_, i_, idx]
-    return Packed(lay=lay, Gam=np.ascontiguousarray(desc.dictionary.Gamma), X=X, nzi=nzi, nzc=nzc, nzn=nzn,
+    return Packed(lay=lay, Gam=_own(desc.dictionary.Gamma, np.float64), X=X, nzi=nzi, nzc=nzc, nzn=nzn,
                   cnt=cnt, last=last, leff=leff,
-                  target=target, weight=np.ascontiguousarray(d.weight, dtype=np.float64),
-                  consistent=np.ascontiguousarray(d.flag("consistent")), kind=LOSS[desc.model.loss],
+                  target=target, weight=_own(d.weight, np.float64),
+                  consistent=_own(d.flag("consistent"), np.bool_), kind=LOSS[desc.model.loss],
                   r0=float(desc.model.relu_prime_at_zero), R=R, C=C)
 
 
@@ -104,18 +115,18 @@ class EngineSystem:
     def rhs(self, y, mode):
         pk, lay = self.pk, self.pk.lay
         out = np.empty_like(y)
-        kernels.flow_rhs(np.ascontiguousarray(y), out, int(mode), lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam,
+        kernels.flow_rhs(_state(y), out, int(mode), lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam,
                          *self._data(), pk.R, pk.C, lay.Nmax)
         return out
 
     def criterion_value(self, y, name):
         pk, lay = self.pk, self.pk.lay
-        return float(kernels.criterion_value(np.ascontiguousarray(y), kernels.CRITERIA[name], lay.hi, lay.hf, lay.qv,
+        return float(kernels.criterion_value(_state(y), kernels.CRITERIA[name], lay.hi, lay.hf, lay.qv,
                                              pk.Gam, *self._data(), pk.consistent, pk.R, pk.C, lay.Nmax))
 
     def loss_and_grads(self, y):
         pk, lay = self.pk, self.pk.lay
-        return kernels.loss_and_grads(np.ascontiguousarray(y), lay.hi, lay.hf, lay.qv, *self._data(), pk.R, pk.C,
+        return kernels.loss_and_grads(_state(y), lay.hi, lay.hf, lay.qv, *self._data(), pk.R, pk.C,
                                       lay.Nmax)
 
 
