@@ -157,12 +157,17 @@ def test_cli_refusals_exit_2_one_line(tmp_path):
     for args, start in (([str(bad), "--out", str(tmp_path / "x.h5")], "heads[0].hidden_activation"),
                         (["mixture", "--K", "1", "--out", str(tmp_path / "y.h5")], "K: must be an integer >= 2"),
                         ([str(bad.with_name("nope.toml"))], "model: no such file"),
-                        (["mixture", "--omega-v", "2", "--out", str(tmp_path / "z.h5")], "--omega-v: not a parameter")):
+                        (["mixture", "--omega-v", "2", "--out", str(tmp_path / "z.h5")], "--omega-v: not a parameter"),
+                        (["mixture", "--out", str(tmp_path / "z.txt")], "out: must be a path ending in .h5")):
         p = _cli("run", *args)
         assert p.returncode == 2, p.stderr
         lines = p.stderr.strip().splitlines()
         assert len(lines) == 1 and start in lines[0], p.stderr
-    assert not list(tmp_path.glob("*.h5"))
+    assert not list(tmp_path.glob("*.h5")) and not list(tmp_path.glob("*.txt"))
+    p = _cli("plot", str(tmp_path / "missing.h5"))
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    p = _cli("sweep", "mixture", "--param", "omega=1,x", "--out", str(tmp_path / "sw"))
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
 def test_cli_run_mixture_flags_like_mixture_run(tmp_path):
