@@ -564,7 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_induction(systems)
     from .engine.cli import add_parser as add_model
 
-    add_model(systems)
+    add_model(systems, RUN_FLAGS.values())
     return top
 
 

@@ -252,7 +252,9 @@ def test_model_flags_cover_every_parameter_without_numba_at_parser_build():
     assert {f.name for f in dataclasses.fields(MixtureConfig)} <= names
     assert {f.name for f in dataclasses.fields(RunParams)} <= names
     code = ("import sys; from meanfield.engine.cli import add_parser; import argparse; "
-            "p = argparse.ArgumentParser(); add_parser(p.add_subparsers()); print('numba' in sys.modules)")
+            "from meanfield.cli import RUN_FLAGS; "
+            "p = argparse.ArgumentParser(); add_parser(p.add_subparsers(), RUN_FLAGS.values()); "
+            "print('numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
 

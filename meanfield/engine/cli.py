@@ -22,12 +22,20 @@ from ..config import ConfigError
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 
 
+#: the mixture family's parameter names (MixtureConfig's fields), handed over by the top-level CLI so that
+#: building the parser imports no numba (meanfield.mixture.config imports the mixture's kernels)
+_MIXTURE_FIELDS: list[str] | None = None
+
+
 def _param_fields() -> list[str]:
-    # the mixture's flags (= MixtureConfig's fields) from the CLI table, so building the parser imports no numba
-    from ..cli import RUN_FLAGS
     from .description import RunParams
 
-    names = list(dict.fromkeys(RUN_FLAGS.values()))
+    if _MIXTURE_FIELDS is not None:
+        names = list(dict.fromkeys(_MIXTURE_FIELDS))
+    else:
+        from ..mixture.config import MixtureConfig
+
+        names = [f.name for f in dataclasses.fields(MixtureConfig)]
     names += [f.name for f in dataclasses.fields(RunParams) if f.name not in names]
     return names
 
@@ -148,9 +156,15 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_bound(args) -> int:
-    from ..cli import _cmd_bound as mixture_bound
+    from ..bounds import run_bounds_cli
+    from ..config import as_float
 
-    return mixture_bound(args)
+    tmin = as_float("tmin", args.tmin) if args.tmin is not None else None
+    tmax = as_float("tmax", args.tmax) if args.tmax is not None else None
+    exprs = [args.expr] if args.expr else []
+    if not exprs and not args.file:
+        raise ConfigError("bound: give an expression or --file BOUNDS.toml")
+    return run_bounds_cli(args.run, exprs, args.during, tmin, tmax, file=args.file)
 
 
 def _cmd_check(args) -> int:
@@ -185,12 +199,15 @@ def _cmd_width_sweep(args) -> int:
     return 0 if s["infinite_width_status"] == "complete" else 1
 
 
-def add_parser(systems) -> None:
-    from ..cli import _Parser
-
+def add_parser(systems, mixture_fields=None) -> None:
+    """Add the ``model`` system; ``mixture_fields``: the mixture family's
+    parameter names (default: read from MixtureConfig, which imports numba)."""
+    global _MIXTURE_FIELDS
+    if mixture_fields is not None:
+        _MIXTURE_FIELDS = list(mixture_fields)
     mp = systems.add_parser("model", help="any model described in a TOML file (the engine): derive, run, plot, bound; "
                                           "shipped: meanfield/models/*.toml (e.g. mixture)")
-    verbs = mp.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    verbs = mp.add_subparsers(dest="verb", required=True, parser_class=type(mp))
     d = verbs.add_parser("derive", help="names and counts of the reduced variables (JSON) and the derivation (LaTeX)")
     d.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
     d.add_argument("--format", choices=["json", "latex", "all"], default="json")
