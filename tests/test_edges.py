@@ -428,7 +428,8 @@ def test_checkpoint_names_the_step_reached_not_the_last_record(tmp_path, monkeyp
         return real(*a, **k)
 
     monkeypatch.setattr(irun, "save", spy)
-    cfg = make_config({"n_train": 60, "n_test": 10, "L": 16, "phase_steps": (200, 200, 200), "record_log": 4})
+    # ~2 s of work, so the monitor sees several 0.25 s chunks between the 4 log-spaced records
+    cfg = make_config({"n_train": 2000, "n_test": 10, "L": 50, "phase_steps": (300, 300, 300), "record_log": 4})
     irun.run_to_file(cfg, tmp_path / "x.h5", progress=False, checkpoint_s=0.0)
     pairs = [tuple(map(float, re.match(r"checkpoint at step (\S+) \(last record at step (\S+)\)", m).groups()))
              for m in msgs]
