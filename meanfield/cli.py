@@ -398,6 +398,11 @@ def _cmd_escape(args) -> int:
     from .config import as_float
     from .mixture.escape import cli as escape_cli
 
+    if args.run_file:  # the config is the run file's: a run flag next to --from would be silently ignored
+        given = (["config"] if getattr(args, "config", None) else []) + [
+            f for f in RUN_FLAGS.values() if getattr(args, f) is not None]
+        if given:
+            raise ConfigError(f"{given[0]}: not used with --from (the run file's config is used); drop it or --from")
     if args.stage in ("2", "3") and args.schedule is None and not args.run_file:
         # stages 2 and 3 are stages of the three-stage schedule: its flags (--stage-steps, --stage3) apply
         data = load_toml(args.config) if getattr(args, "config", None) else {}

@@ -379,3 +379,18 @@ def test_sweep_at_large_omega_is_not_tested():
     r = mesc.stage2_constant({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5, "stage_steps": (300, 0, 0)}, [0.3, 1.0])
     assert r["tolerance"] >= 1.0 and not r["testable"] and not r["pass"]
     assert "NOT TESTED" in mesc.format_sweep(r)
+
+
+def test_escape_cli_from_run_file_refuses_run_flags(tmp_path, capsys):
+    """--from takes the config from the run file: a run flag next to it would be
+    silently ignored, so it is an error naming it (exit 2, one line)."""
+    from meanfield.cli import main
+
+    f = tmp_path / "a.h5"
+    assert main(["mixture", "run", "--schedule", "three-stage", "--stage-steps", "300,0,0", "--out", str(f)]) == 0
+    capsys.readouterr()
+    assert main(["mixture", "escape", "--from", str(f), "--K", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "K" in err and "--from" in err
+    assert main(["mixture", "escape", "--from", str(f)]) == 0
+    assert "K=2" in capsys.readouterr().out
