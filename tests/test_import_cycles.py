@@ -30,7 +30,6 @@ ROOT = Path(__file__).resolve().parent.parent / "meanfield"
 #: fails. Never add a meanfield.mixture one.
 KNOWN = {
     frozenset({"meanfield.config", "meanfield.guard"}),
-    frozenset({"meanfield.engine.description", "meanfield.engine.families"}),
     frozenset({"meanfield.induction.claims", "meanfield.induction.plot"}),  # being redesigned (issue 11)
 }
 

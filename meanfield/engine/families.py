@@ -29,8 +29,8 @@ Training: ``simultaneous`` (one stage, everything trains, ``steps``/``t_end``,
 from __future__ import annotations
 
 from ..config import parse_criterion
-from .description import (CRITERIA, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
-                          make_data)
+from .objects import (CRITERIA, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
+                      make_data)
 
 
 def mixture_data(cfg):
