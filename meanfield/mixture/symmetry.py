@@ -85,7 +85,7 @@ from numba import njit
 
 from . import kernels
 from .data import SampleSet, feature_labels, sample_set
-from .system import criterion_args
+from .system import criterion_args, samples_of
 
 HEADS = ("+", "-")
 BLOCKS = ("S", "A", "B", "w")
@@ -544,10 +544,7 @@ def samples_of_config(cfg) -> SampleSet:
     if getattr(cfg, "dense", False):
         raise ValueError("symmetry: configs on the dense path (feature_gram, n_train / noise_sigma, "
                          "n_neurons > 1) are not supported; the reduction is for the exact sample set")
-    from . import run as _run
-
-    samples_of = getattr(_run, "samples_of", None)
-    return samples_of(cfg) if samples_of is not None else sample_set(cfg.K, cfg.L, cfg.p)
+    return samples_of(cfg)
 
 
 def group_of_config(cfg, **kw) -> SymmetryGroup:
@@ -1078,7 +1075,7 @@ def run_reduced(cfg, monitor=None, reduced: Reduced | None = None):
     trajectory in orbit variables, the :class:`Reduced`)."""
     import copy
 
-    from .run import save_at, solver, stages
+    from .system import save_at, solver, stages
 
     red = reduced or reduce(cfg)
     traj = solver(cfg).solve(red.system, red.z0, stages(cfg), save_at(cfg), monitor)
