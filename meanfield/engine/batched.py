@@ -1,0 +1,463 @@
+"""Batched engine runs: B trajectories of one description advanced together.
+
+Sweeps over initial states (omega, width, seed), step sizes and schedules are
+many independent trajectories of one reduced system. :func:`run_batch` takes
+one :class:`~meanfield.engine.description.Description` and B initial states
+(given, or built from per-trajectory ``seeds`` / ``widths``), with a step size
+``eta`` per trajectory, and advances them at once under the exact GD map:
+
+* ``cpu``: a ``numba.prange`` loop, one trajectory per thread
+  (``numba.set_num_threads`` chooses how many);
+* ``cuda``: one GPU thread per trajectory, its scratch in
+  ``cuda.local.array`` of compile-time size (one kernel per shape of the
+  description), compiled on first use with NVVM ``-fma=0`` (as the mixture's
+  batch, ``meanfield.mixture.batched``); ``NUMBA_ENABLE_CUDASIM=1`` runs it in
+  numba's CUDA simulator. Importing this module never imports CUDA.
+
+Both backends run the SAME code: the per-trajectory driver
+:func:`eng_gd_trajectory` below and the engine's per-step kernel
+(``meanfield.engine.kernels.eng_gd_advance_into``, the stage mask ``mode``,
+the stop criteria and the ``max_abs`` guard) are ``@portable`` plain-Python
+functions, compiled with ``numba.njit`` for the CPU and with
+``numba.cuda.jit(device=True)`` for the GPU
+(``meanfield.mixture.kernels.compile_portable``).
+
+Records follow ``meanfield.integrate.GDMap`` with ``SaveAt(every=N)``
+exactly: the initial state, every N-th step (``record_every``; None: none),
+every stage end and, for a trajectory that diverges, its last accepted state.
+With ``record_every=None`` a batch keeps only that summary. Every trajectory
+also returns its final state, the loss there, its stop step, stop stage and
+status. On the CPU a batch equals ``meanfield.engine.run`` of each
+trajectory bit for bit; on a GPU to rounding (libdevice ``exp``/``log``).
+
+Only method ``gd`` (the exact GD map) is batched; the flow solvers (rk4,
+flow) are refused with one line: run those unbatched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit, prange
+
+from .. import integrate
+from ..config import ConfigError
+from ..mixture.batched import record_into
+from ..mixture.kernels import compile_portable, portable
+from . import kernels
+from .description import Description
+from .kernels import eng_gd_advance_into
+from .reduce import initial_state
+from .system import mode_of, pack
+
+BACKENDS = ("cpu", "cuda", "auto")
+#: per-trajectory status codes (as ``meanfield.mixture.batched``): 0 complete,
+#: 2 non-finite state or loss, 3 an entry above max_abs, 4 record buffer full (a bug)
+COMPLETE, NONFINITE, MAXABS, OVERFLOW = 0, 2, 3, 4
+THREADS_PER_BLOCK = 64
+
+cuda = None  # numba.cuda, set on first use by _load_cuda (the CUDA kernel reads it as a global)
+
+
+# ----------------------------------------------------------- portable driver
+
+
+@portable
+def eng_gd_trajectory(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
+                      hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
+                      rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_reason, final_loss,
+                      u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka):
+    """Trajectory b under the exact GD map, as ``integrate.GDMap.solve`` with
+    ``SaveAt(every=every)``: stages s of stage_len[s] steps training the
+    groups stage_mode[s], ending early when criterion (crit_kind, crit_op,
+    crit_thr)[s] holds; step size eta[b], guard max_abs[b]; y is the working
+    state (initial state in, final state out)."""
+    et = eta[b]
+    mab = max_abs[b]
+    ev = every
+    n_rec[b] = 0
+    status[b] = 0
+    stop_stage[b] = 0
+    step = 0
+    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+        status[b] = 4
+        return
+    for s in range(stage_len.shape[0]):
+        sidx = s + 1
+        end = step + stage_len[s]
+        while True:
+            tgt = end
+            if ev > 0:
+                nxt = (step // ev + 1) * ev
+                if nxt < tgt:
+                    tgt = nxt
+            res = eng_gd_advance_into(y, tgt - step, et, stage_mode[s], hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt,
+                                      last, leff, target, weight, kind, r0, consistent, crit_kind[s], crit_op[s],
+                                      crit_thr[s], mab, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp,
+                                      new, pa, lka)
+            step += res[0]
+            code = res[1]
+            final_loss[b] = res[2]
+            t = step * et
+            if code == 2 or code == 3:
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+                status[b] = code
+                stop_stage[b] = sidx
+                return
+            if code == 1 or step >= end:
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+                end_step[b, s] = step
+                end_reason[b, s] = code
+                break
+            if ev > 0 and step % ev == 0:
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+        stop_stage[b] = sidx
+
+
+# ---------------------------------------------------------------- CPU driver
+
+
+@njit(parallel=True, cache=True)
+def _gd_batch_cpu(Y0, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
+                  hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
+                  R, C, Nmax, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_reason,
+                  final_loss, Yout):
+    B, ny = Y0.shape
+    n, L = nzn.shape
+    P = qv.shape[1]
+    H = hi.shape[0]
+    for b in prange(B):
+        y = Y0[b].copy()
+        u = np.empty((n, H, R))
+        margin = np.empty(n)
+        zb = np.empty((H, P))
+        f = np.empty(C)
+        df = np.empty(C)
+        G = np.zeros((H, Nmax, Nmax))
+        gflat = np.zeros(ny)
+        T = np.empty(P)
+        p = np.empty(L)
+        v = np.empty(L)
+        om = np.empty(P)
+        tk = np.empty(P)
+        Xm = np.empty((Nmax, Nmax))
+        Ym = np.empty((Nmax, Nmax))
+        tmp = np.empty((P, P))
+        new = np.empty(ny)
+        pa = np.zeros((H, L, L))
+        lka = np.zeros((H, L))
+        eng_gd_trajectory(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
+                          hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
+                          consistent, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step,
+                          end_reason, final_loss, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp,
+                          new, pa, lka)
+        for i in range(ny):
+            Yout[b, i] = y[i]
+
+
+# --------------------------------------------------------------- CUDA driver
+
+
+def _load_cuda():
+    global cuda
+    if cuda is None:
+        from ..mixture import batched as mb
+
+        cuda = mb._load_cuda()
+    return cuda
+
+
+def resolve_backend(name: str) -> str:
+    """``cpu`` | ``cuda`` | ``auto`` -> ``cpu`` or ``cuda`` (as the mixture's
+    batch: ``cuda`` needs a GPU or the simulator, ``auto`` picks CUDA only on a
+    real GPU); a one-line ConfigError otherwise."""
+    from ..mixture import batched as mb
+
+    return mb.resolve_backend(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_portable():
+    """Every portable function (the mixture's, the engine's, this driver)
+    compiled as CUDA device functions (compiled lazily, on first launch)."""
+    return compile_portable(_load_cuda().jit(device=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_kernel(n: int, L: int, P: int, H: int, R: int, C: int, Nmax: int, ny: int):
+    """The batch kernel for one shape of description: one thread per
+    trajectory, its scratch in local memory of compile-time size."""
+    cu = _load_cuda()
+    traj = _cuda_portable().eng_gd_trajectory
+    from numba import float64
+
+    def gd_kernel(Y0, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
+                  hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
+                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_reason,
+                  final_loss, Yout):
+        b = cuda.grid(1)
+        if b >= Y0.shape[0]:
+            return
+        y = cuda.local.array(ny, float64)
+        for i in range(ny):
+            y[i] = Y0[b, i]
+        u = cuda.local.array((n, H, R), float64)
+        margin = cuda.local.array(n, float64)
+        zb = cuda.local.array((H, P), float64)
+        f = cuda.local.array(C, float64)
+        df = cuda.local.array(C, float64)
+        G = cuda.local.array((H, Nmax, Nmax), float64)
+        gflat = cuda.local.array(ny, float64)
+        T = cuda.local.array(P, float64)
+        p = cuda.local.array(L, float64)
+        v = cuda.local.array(L, float64)
+        om = cuda.local.array(P, float64)
+        tk = cuda.local.array(P, float64)
+        Xm = cuda.local.array((Nmax, Nmax), float64)
+        Ym = cuda.local.array((Nmax, Nmax), float64)
+        tmp = cuda.local.array((P, P), float64)
+        new = cuda.local.array(ny, float64)
+        pa = cuda.local.array((H, L, L), float64)
+        lka = cuda.local.array((H, L), float64)
+        for k in range(H):
+            for j in range(L):
+                lka[k, j] = 0.0
+                for i in range(L):
+                    pa[k, j, i] = 0.0
+        traj(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
+             hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
+             rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_reason, final_loss,
+             u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka)
+        for i in range(ny):
+            Yout[b, i] = y[i]
+
+    return cu.jit(gd_kernel)
+
+
+def _launch_cuda(shape, scalars_at, args, outs, B):
+    from ..mixture.batched import _nvvm_no_fma
+
+    cu = _load_cuda()
+    kern = _cuda_kernel(*shape)
+    d_args = [a if i in scalars_at else cu.to_device(np.ascontiguousarray(a)) for i, a in enumerate(args)]
+    d_outs = [cu.to_device(o) for o in outs]
+    tpb = max(1, min(THREADS_PER_BLOCK, B))
+    with _nvvm_no_fma():
+        kern[(B + tpb - 1) // tpb, tpb](*d_args, *d_outs)
+    cu.synchronize()
+    for d, o in zip(d_outs, outs):
+        d.copy_to_host(o)
+
+
+# ------------------------------------------------------------------ host side
+
+
+@dataclass
+class BatchRun:
+    """B trajectories of one description. Summary per trajectory b:
+    ``y[b]`` final (or last accepted) state, ``loss[b]`` the loss there,
+    ``steps[b]`` stop step, ``stop_stage[b]``, ``status[b]`` ("complete" or
+    "diverged"), ``code[b]`` (0 complete, 2 non-finite, 3 above max_abs),
+    ``eta[b]``. Records: row b has ``n_records[b]`` valid entries
+    ``rec_t[b, :n]``, ``rec_step``, ``rec_stage``, ``rec_y`` (B, T, state);
+    ``end_step`` / ``end_reason`` (B, stages) for the stages it finished.
+    :meth:`trajectory` gives trajectory b as ``meanfield.integrate.Trajectory``,
+    :meth:`run` as a :class:`meanfield.engine.runs.Run` (named arrays)."""
+
+    desc: Description
+    backend: str
+    eta: np.ndarray
+    y: np.ndarray
+    loss: np.ndarray
+    steps: np.ndarray
+    stop_stage: np.ndarray
+    code: np.ndarray
+    status: list
+    rec_t: np.ndarray
+    rec_step: np.ndarray
+    rec_stage: np.ndarray
+    rec_y: np.ndarray
+    n_records: np.ndarray
+    end_step: np.ndarray
+    end_reason: np.ndarray
+
+    @property
+    def B(self) -> int:
+        return self.y.shape[0]
+
+    def trajectory(self, b: int) -> integrate.Trajectory:
+        n = int(self.n_records[b])
+        tr = integrate.Trajectory()
+        tr.t = [float(v) for v in self.rec_t[b, :n]]
+        tr.step = [int(v) for v in self.rec_step[b, :n]]
+        tr.stage = [int(v) for v in self.rec_stage[b, :n]]
+        tr.y = [self.rec_y[b, i].copy() for i in range(n)]
+        code, stop, eta = int(self.code[b]), int(self.stop_stage[b]), float(self.eta[b])
+        for s in range(stop if code == COMPLETE else stop - 1):
+            st = int(self.end_step[b, s])
+            tr.stage_ends.append({"stage": s + 1, "step": st, "t": st * eta,
+                                  "reason": "criterion" if self.end_reason[b, s] == 1 else "length"})
+        step = tr.step[-1]
+        if code == COMPLETE:
+            tr.status = "complete"
+            tr.message = f"{step} steps (t = {tr.t[-1]:.6g})"
+            return tr
+        tr.status = "diverged"
+        what = ("a non-finite state or loss" if code == NONFINITE else
+                f"a state entry above max_abs = {self.desc.training.max_abs:g} in absolute value")
+        tr.message = (f"step {step + 1} (t = {(step + 1) * eta:.6g}) in stage {stop} gave {what}; every record up "
+                      f"to the last accepted state (step {step}) is kept; try a smaller eta")
+        return tr
+
+    def run(self, b: int):
+        """Trajectory b as an in-memory engine Run (``r.S["+", "c1", "v1"]``, ``r.loss``, ...)."""
+        from .runs import Run
+        from .system import system_of
+
+        d = _with_eta(self.desc, float(self.eta[b]))
+        return Run(d, system_of(d), self.trajectory(b))
+
+
+def _with_eta(desc: Description, eta: float) -> Description:
+    if eta == desc.training.eta:
+        return desc
+    return dataclasses.replace(desc, training=dataclasses.replace(desc.training, eta=eta))
+
+
+def _per_trajectory(name, val, B, cast):
+    if val is None:
+        return None
+    if np.ndim(val) == 0:
+        return [cast(val)] * B
+    vals = list(val)
+    if len(vals) != B:
+        raise ConfigError(f"{name}: needs one value per trajectory ({B}); got {len(vals)}")
+    return [cast(x) if x is not None else None for x in vals]
+
+
+def initial_states(desc: Description, seeds=None, widths=None) -> np.ndarray:
+    """(B, state) initial states of ``desc`` with per-trajectory ``seeds`` and
+    ``widths`` (a width None: infinite width); lists, or a scalar repeated."""
+    B = max(len(x) if x is not None and np.ndim(x) > 0 else 1 for x in (seeds, widths))
+    seeds = _per_trajectory("seeds", seeds, B, int) or [desc.init.seed] * B
+    widths = _per_trajectory("widths", widths, B, int) if widths is not None else [desc.init.width] * B
+    for w in widths:
+        if w is not None and w < 1:
+            raise ConfigError(f"widths: must be positive integers (or None for infinite width); got {w}")
+    out = []
+    for s, w in zip(seeds, widths):
+        d = dataclasses.replace(desc, init=dataclasses.replace(desc.init, seed=s, width=w))
+        out.append(initial_state(d))
+    return np.array(out)
+
+
+def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, backend: str = "cpu",
+              record_every: int | None = None, max_bytes: float = 4 * 2**30) -> BatchRun:
+    """Advance B trajectories of ``desc`` together under its exact GD map.
+
+    ``y0s`` (B, state): the initial states (default: built from ``seeds`` /
+    ``widths`` by :func:`initial_states`, or the description's own initial
+    state, B = 1); ``eta``: a step size, or one per trajectory (default the
+    description's); ``record_every``: also record every N steps (default:
+    the summary only); ``backend``: ``cpu``, ``cuda`` or ``auto``. Stages,
+    their masks and criteria and ``max_abs`` come from the description. Bad
+    input raises a one-line ConfigError naming the field."""
+    be = resolve_backend(backend)
+    tr = desc.training
+    if tr.method != "gd":
+        raise ConfigError(f"training.method: the batch runs method gd (the exact GD map) only; got {tr.method!r} "
+                          f"(run it unbatched)")
+    pk = pack(desc)
+    lay = pk.lay
+    ny = lay.size
+    if y0s is None:
+        if seeds is None and widths is None:
+            Y0 = initial_state(desc, lay)[None, :]
+        else:
+            Y0 = initial_states(desc, seeds, widths)
+    else:
+        if seeds is not None or widths is not None:
+            raise ConfigError("y0s: give initial states or seeds/widths, not both")
+        try:
+            Y0 = np.array(y0s, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ConfigError(f"y0s: must be a (B, {ny}) array of numbers") from None
+        if Y0.ndim == 1:
+            Y0 = Y0[None, :]
+        if Y0.ndim != 2 or Y0.shape[1] != ny or Y0.shape[0] < 1:
+            raise ConfigError(f"y0s: must have shape (B, {ny}) with B >= 1 (the state size of {desc.name!r}); "
+                              f"got {np.shape(y0s)}")
+        if not np.all(np.isfinite(Y0)):
+            raise ConfigError("y0s: must be finite")
+    Y0 = np.ascontiguousarray(Y0)
+    B = Y0.shape[0]
+    if eta is None:
+        etas = np.full(B, float(tr.eta))
+    else:
+        try:
+            etas = np.array(_per_trajectory("eta", eta, B, float), dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ConfigError(f"eta: must be a positive number or {B} of them") from None
+    if not np.all(np.isfinite(etas) & (etas > 0)):
+        raise ConfigError(f"eta: must be positive and finite; got {etas[~(np.isfinite(etas) & (etas > 0))][0]:g}")
+    if record_every is not None and (isinstance(record_every, bool) or int(record_every) != record_every
+                                     or record_every < 1):
+        raise ConfigError(f"record_every: must be a positive integer or None; got {record_every!r}")
+    every = 0 if record_every is None else int(record_every)
+    nst = len(tr.stages)
+    stage_len = np.array([int(s.length) for s in tr.stages], np.int64)
+    stage_mode = np.array([mode_of(s.train) for s in tr.stages], np.int64)
+    crit_kind = np.zeros(nst, np.int64)
+    crit_op = np.ones(nst, np.int64)
+    crit_thr = np.zeros(nst)
+    for i, s in enumerate(tr.stages):
+        if s.criterion is not None:
+            crit_kind[i] = kernels.CRITERIA[s.criterion[0]]
+            crit_op[i] = 1 if s.criterion[1] == ">=" else -1
+            crit_thr[i] = float(s.criterion[2])
+    T = 2 + nst + (int(stage_len.sum()) // every if every else 0)
+    need = B * T * ny * 8
+    if need > max_bytes:
+        raise ConfigError(f"record_every: the records of {B} trajectories need {need / 2**30:.3g} GiB ({T} records "
+                          f"x {ny} numbers); record less often or run fewer at once")
+    max_abs = np.full(B, float(tr.max_abs))
+    rec_t = np.zeros((B, T))
+    rec_step = np.zeros((B, T), np.int64)
+    rec_stage = np.zeros((B, T), np.int64)
+    rec_y = np.zeros((B, T, ny))
+    n_rec = np.zeros(B, np.int64)
+    status = np.zeros(B, np.int64)
+    stop_stage = np.zeros(B, np.int64)
+    end_step = np.zeros((B, max(1, nst)), np.int64)
+    end_reason = np.zeros((B, max(1, nst)), np.int64)
+    final_loss = np.zeros(B)
+    Yout = np.zeros((B, ny))
+    outs = [rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_reason, final_loss, Yout]
+    lt = [lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam, pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff,
+          pk.target, pk.weight, int(pk.kind), float(pk.r0), pk.consistent]
+    head = [Y0, etas, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every]
+    if be == "cuda":
+        n, L = pk.nzn.shape
+        shape = (n, L, lay.P, lay.hi.shape[0], pk.R, pk.C, lay.Nmax, ny)
+        args = head + lt
+        scalars = {8, len(head) + 14, len(head) + 15}
+        _launch_cuda(shape, scalars, args, outs, B)
+    else:
+        _gd_batch_cpu(*head, *lt, pk.R, pk.C, lay.Nmax, *outs)
+    if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact
+        raise RuntimeError("engine batch: record buffer full (capacity bound too small): a bug")
+    steps = rec_step[np.arange(B), n_rec - 1].copy()
+    return BatchRun(desc=desc, backend=be, eta=etas, y=Yout, loss=final_loss, steps=steps, stop_stage=stop_stage,
+                    code=status, status=["complete" if c == COMPLETE else "diverged" for c in status],
+                    rec_t=rec_t, rec_step=rec_step, rec_stage=rec_stage, rec_y=rec_y, n_records=n_rec,
+                    end_step=end_step, end_reason=end_reason)
