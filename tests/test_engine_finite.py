@@ -113,6 +113,26 @@ def test_width_sweep_reports_kinks_instead_of_an_exponent(tmp_path):
     assert "kink" in s["message"]
 
 
+def test_width_sweep_without_wide_weights_reports_no_exponent(tmp_path):
+    """A model whose trained weights are all narrow (merged W, fixed linear value): the width
+    does not enter, the explicit networks equal the infinite-width run to rounding at every m,
+    and a fitted exponent would be a fit to rounding noise: none is reported."""
+    from meanfield.engine.description import _read, description_from_dict
+
+    raw = _read(ROOT / "meanfield" / "models" / "maxmargin.toml")
+    raw["training"]["stages"][0]["steps"] = 30
+    raw["parameters"].pop("record_log")
+    desc = description_from_dict(raw, {"record_every": 1})
+    s = me.width_sweep(desc, [2, 4, 8], 2, tmp_path / "n.h5", progress=False, log=lambda *a: None)
+    assert s["exponent"] is None and s["exponent_ci"] is None and "no wide weights" in s["message"]
+    assert all(e <= 1e-12 for q in s["quantities"] for e in s["errors"][q])
+    # the factorised version (wide W_K, W_Q) does get an exponent
+    raw["heads"][0]["kq"] = "separate"
+    s = me.width_sweep(description_from_dict(raw, {"record_every": 1}), [2, 8], 2, tmp_path / "s.h5",
+                       progress=False, log=lambda *a: None)
+    assert s["exponent"] is not None and "no wide weights" not in s["message"]
+
+
 def test_width_sweep_cli(tmp_path):
     out = tmp_path / "w.h5"
     p = _cli("width-sweep", MIXTURE, "--widths", "4,8", "--seeds", "2", "--steps", "30", "--neuron-init", TIE,

@@ -331,7 +331,9 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     quantities = [nm for nm in q_inf if all(nm in r["err_t"] for r in res)]
     sup = {nm: np.array([[float(np.max(r["err_t"][nm])) if len(r["err_t"][nm]) else math.nan
                           for r in res if r["width"] == m] for m in widths]) for nm in quantities}
-    fits = {nm: fit_exponent(widths, sup[nm]) for nm in quantities}
+    # wide weights (the only ones whose initial Gram depends on m): W_K, W_Q (kq = separate), M_V and r (value matrix)
+    wide = any(h.kq == "separate" or h.value == "matrix" for h in desc.model.heads)
+    fits = {nm: fit_exponent(widths, sup[nm]) for nm in quantities} if wide else {}
     lead = next((nm for nm in ("S", "W", "w") if nm in quantities), quantities[0])
     statuses = [r["status"] for r in res]
     summary = {
@@ -346,7 +348,13 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
                                  for m in widths},
         "finite_width_statuses": {s: statuses.count(s) for s in set(statuses)},
     }
-    if split_events:
+    if not wide:
+        worst = max((float(np.nanmax(sup[nm])) for nm in quantities), default=0.0)
+        summary["message"] = (f"model {desc.name} has no wide weights (merged W, neurons and linear values are "
+                              "narrow): the width m does not enter its dynamics, so there is no exponent; the "
+                              f"explicit networks equal the infinite-width run to {worst:.1e} at every m")
+        summary["exponents"] = {nm: None for nm in quantities}
+    elif split_events:
         names = "; ".join(f"sample {k['sample']} ({k['description']}) head {k['head']} t in "
                           f"[{k['t_start']:.6g}, {k['t_end']:.6g}]" for k in split_events[:6])
         summary["message"] = (f"finite-width runs land on the other side of {len(split_events)} ReLU kink(s) of the "
