@@ -29,6 +29,10 @@ def __getattr__(name):
         from . import api
 
         return getattr(api, name)
+    if name in ("run_batch", "BatchRun", "initial_states"):
+        from . import batched
+
+        return getattr(batched, name)
     if name in ("particles", "particles_to_file", "width_sweep"):
         from . import finite
 

@@ -1,0 +1,145 @@
+"""Batched engine runs (meanfield.engine.batched).
+
+* CPU batch == one ``meanfield.engine.run`` per trajectory, bit for bit
+  (np.array_equal: records, final state, loss, stage ends, status, message),
+  for the mixture description (infinite and finite width, per-trajectory eta,
+  three-stage schedule with a stop criterion, a diverging trajectory) and for
+  the shipped maxmargin description (merged W, last query, linear value);
+* the CUDA kernel, run in numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, in a
+  subprocess) on a tiny batch, equals the CPU backend to 1e-12;
+* bad input is refused with a one-line ConfigError naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import meanfield.engine as me
+from meanfield.config import ConfigError
+from meanfield.engine import batched, runs
+
+ROOT = Path(__file__).resolve().parents[1]
+MIXTURE = str(ROOT / "meanfield" / "models" / "mixture.toml")
+MAXMARGIN = str(ROOT / "meanfield" / "models" / "maxmargin.toml")
+
+
+def _single(desc, y0, eta, every):
+    """The reference: the unbatched engine run (integrate.GDMap over EngineSystem) on the batch's record grid."""
+    tr = dataclasses.replace(desc.training, eta=float(eta), record_every=every, record_log=None, record_dt=None)
+    return runs.run(dataclasses.replace(desc, training=tr), y0=y0)
+
+
+def _assert_equal_to_single(desc, br, Y0, every):
+    for b in range(br.B):
+        r = _single(desc, Y0[b], br.eta[b], every)
+        a, t = r.trajectory.arrays(), br.trajectory(b).arrays()
+        for k in ("t", "step", "stage", "y"):
+            assert np.array_equal(a[k], t[k]), (b, k)
+        assert np.array_equal(r.y[-1], br.y[b]), b
+        assert r.loss[-1] == br.loss[b] or (np.isnan(r.loss[-1]) and np.isnan(br.loss[b])), b
+        tb = br.trajectory(b)
+        assert (tb.status, tb.message, tb.stage_ends) == (r.status, r.message, r.stage_ends), b
+        assert br.status[b] == r.status and br.steps[b] == r.step[-1]
+
+
+def test_cpu_batch_equals_single_runs_mixture():
+    desc = me.load(MIXTURE, K=2, L=3, schedule="three-stage", stage_steps=(10, 15, 8),
+                   stage_criteria=("consistent_margin>=0.01", None, None), eta=0.5)
+    Y0 = batched.initial_states(desc, seeds=[0, 1, 2, 3], widths=[None, 5, 8, None])
+    br = me.run_batch(desc, y0s=Y0, eta=[0.5, 0.3, 0.5, 1e8], record_every=4)
+    _assert_equal_to_single(desc, br, Y0, 4)
+    assert br.status == ["complete", "complete", "complete", "diverged"]
+    assert br.end_reason[0, 0] == 1  # the stage-1 criterion stopped it (a run of the criterion path)
+    # summary only: initial state and stage ends; the same final state
+    bs = me.run_batch(desc, y0s=Y0[:2], eta=[0.5, 0.3])
+    assert np.array_equal(bs.y, br.y[:2]) and np.array_equal(bs.loss, br.loss[:2])
+    assert list(bs.n_records) == [4, 4]
+
+
+def test_cpu_batch_equals_single_runs_maxmargin():
+    d0 = me.load(MAXMARGIN)
+    tr = d0.training
+    desc = dataclasses.replace(d0, training=dataclasses.replace(
+        tr, stages=tuple(dataclasses.replace(s, length=30) for s in tr.stages)))
+    y = batched.initial_states(desc)[0]
+    rng = np.random.default_rng(0)
+    Y0 = np.stack([y, y + 0.1 * rng.standard_normal(y.size), y + 0.3 * rng.standard_normal(y.size)])
+    br = me.run_batch(desc, y0s=Y0, eta=[1.0, 0.5, 2.0], record_every=5)
+    _assert_equal_to_single(desc, br, Y0, 5)
+    r = br.run(1)  # named arrays of the batch trajectory
+    assert r.loss.shape == (br.n_records[1],)
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(y0s=np.zeros((2, 3))), "y0s"),
+    (dict(y0s=[[np.nan] * 136]), "y0s"),
+    (dict(eta=-1.0), "eta"),
+    (dict(eta=[0.5, 0.5]), "eta"),
+    (dict(record_every=0), "record_every"),
+    (dict(backend="gpu"), "backend"),
+    (dict(widths=[0]), "widths"),
+])
+def test_refuses_bad_input_with_one_line(kw, field):
+    desc = me.load(MIXTURE, K=2, L=3, steps=5)
+    with pytest.raises(ConfigError) as e:
+        me.run_batch(desc, **kw)
+    msg = str(e.value)
+    assert msg.startswith(field) and "\n" not in msg
+
+
+def test_refuses_flow_methods():
+    desc = me.load(MIXTURE, K=2, L=3, steps=5)
+    desc = dataclasses.replace(desc, training=dataclasses.replace(desc.training, method="rk4", dt=0.5))
+    with pytest.raises(ConfigError, match=r"^training\.method: .*gd"):
+        me.run_batch(desc)
+
+
+SIM_SCRIPT = textwrap.dedent("""
+    import sys, numpy as np
+    import meanfield.engine as me
+    from meanfield.engine import batched
+    desc = me.load(sys.argv[1], K=2, L=3, schedule="three-stage", stage_steps=(3, 3, 2),
+                   stage_criteria=("consistent_margin>=0.01", None, None), eta=0.5)
+    Y0 = batched.initial_states(desc, seeds=[0, 1, 2], widths=[None, 5, None])
+    br = me.run_batch(desc, y0s=Y0, eta=[0.5, 0.3, 1e8], record_every=2, backend="cuda")
+    assert br.backend == "cuda" and batched._cuda_kernel.cache_info().currsize == 1
+    np.savez(sys.argv[2], Y0=Y0, y=br.y, loss=br.loss, rec_y=br.rec_y, rec_t=br.rec_t, rec_step=br.rec_step,
+             n=br.n_records, code=br.code, end_step=br.end_step)
+""")
+
+
+def test_cuda_kernel_in_simulator_equals_cpu(tmp_path):
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    out = tmp_path / "sim.npz"
+    r = subprocess.run([sys.executable, "-c", SIM_SCRIPT, MIXTURE, str(out)], capture_output=True, text=True,
+                       cwd=ROOT, env=env, timeout=300)
+    if r.returncode != 0 and "simulator" in r.stderr.lower() and "import" in r.stderr.lower():
+        pytest.skip(f"CUDA simulator not importable: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    sim = np.load(out)
+    desc = me.load(MIXTURE, K=2, L=3, schedule="three-stage", stage_steps=(3, 3, 2),
+                   stage_criteria=("consistent_margin>=0.01", None, None), eta=0.5)
+    cpu = me.run_batch(desc, y0s=sim["Y0"], eta=[0.5, 0.3, 1e8], record_every=2)
+    for k, v in (("n", cpu.n_records), ("code", cpu.code), ("end_step", cpu.end_step), ("rec_step", cpu.rec_step)):
+        assert np.array_equal(sim[k], v), k
+    for k, v in (("y", cpu.y), ("loss", cpu.loss), ("rec_y", cpu.rec_y), ("rec_t", cpu.rec_t)):
+        np.testing.assert_allclose(sim[k], v, rtol=0, atol=1e-12, err_msg=k)
+    assert list(cpu.code) == [0, 0, 3]
+
+
+def test_import_does_not_touch_cuda():
+    code = ("import sys, meanfield, meanfield.engine.batched; "
+            "print(sorted(m for m in sys.modules if m.startswith('numba.cuda')))")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
