@@ -309,6 +309,22 @@ def test_multiclass_claims_pass_and_fail_on_constructed_runs():
     assert st(good_sim, bad2, [bad2])[2:] == ["FAIL", "FAIL"]
 
 
+# ------------------------------------------------------------------ bad data arguments
+
+@pytest.mark.parametrize("fn, kwargs, field", [
+    (lambda **k: mm.dataset([f"e{i}" for i in range(4)], **k), {"T": 1}, "T"),      # was an IndexError
+    (lambda **k: mm.dataset([f"e{i}" for i in range(4)], **k), {"n": 0}, "n"),      # was a ZeroDivisionError
+    (lambda **k: mm.dataset([f"e{i}" for i in range(4)], **k), {"seed": -1}, "seed"),
+    (lambda **k: mm.dataset([f"e{i}" for i in range(4)], **k), {"margin": 100.0}, "margin"),  # was a hang
+    (lambda **k: ic.prompts(["v1", "v2", "v3", "v4"], **k), {"N": 1000}, "N"),      # 6.7e8 sequences
+    (lambda **k: mc.samples(mc.feature_names(3, 3), **k), {"L": 12}, "L"),         # 5.4e8 sequences
+])
+def test_data_builders_refuse_bad_arguments_naming_the_field(fn, kwargs, field):
+    with pytest.raises(ValueError) as e:
+        fn(**kwargs)
+    assert str(e.value).split(":")[0].endswith(field), str(e.value)
+
+
 # ------------------------------------------------------------------ the check verb
 
 def _cli(*args, cwd=None):

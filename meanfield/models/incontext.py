@@ -254,6 +254,10 @@ def first_below(t, series, eps):
 
 # ---------------------------------------------------------------- the engine's data
 
+#: the largest exact population prompts() builds (every engine step costs O(sequences x K^2))
+MAX_SEQUENCES = 1_000_000
+
+
 def prompts(features, N: int = 20, p1: float | None = None, p=None) -> dict:
     """Data builder for the engine (``[data] function = "meanfield.models.incontext:prompts"``).
 
@@ -269,6 +273,10 @@ def prompts(features, N: int = 20, p1: float | None = None, p=None) -> dict:
     N = int(N)
     if N < 1:
         raise ValueError(f"incontext.prompts: N must be >= 1; got {N}")
+    n_seq = math.comb(N + K - 1, K - 1) * K
+    if n_seq > MAX_SEQUENCES:
+        raise ValueError(f"N: the exact population of N = {N} tokens over K = {K} features has {n_seq} sequences "
+                         f"(C(N + K - 1, K - 1) x K), more than {MAX_SEQUENCES}; choose a smaller N")
     pr = feature_probs(K, p, p1=p1)
     pop = enumerate_prompts(K, N, pr)
     C = pop["counts"]

@@ -26,6 +26,11 @@ import numpy as np
 
 # ---------------------------------------------------------------- data
 
+#: rejection-sampling draws per sequence before a margin is called unreachable (a draw of T = 3
+#: tokens is accepted with probability 0.58 at the default margin 0.5, 5e-4 at margin 4)
+MAX_DRAWS = 100_000
+
+
 def dataset(features, n: int = 4, T: int = 3, seed: int = 0, margin: float = 0.5) -> dict:
     """Data builder (``[data] function = "meanfield.models.maxmargin:dataset"``):
     n sequences of T Gaussian tokens in R^d (d = number of features), labels
@@ -33,19 +38,26 @@ def dataset(features, n: int = 4, T: int = 3, seed: int = 0, margin: float = 0.5
     neuron_init const:1,0,...).  Each sequence's optimal token (largest score
     Y_i v^T x_{it}) beats the others by at least ``margin`` (tokens redrawn until
     so), the paper's well-separated regime.  Returns tokens (n, T, d), target."""
+    from ..config import as_float, as_int
+
+    n, T, seed = as_int("n", n, lo=1), as_int("T", T, lo=2), as_int("seed", seed, lo=0)
+    margin = as_float("margin", margin, nonneg=True)
     d = len(features)
-    rng = np.random.default_rng(int(seed))
+    rng = np.random.default_rng(seed)
     v = np.zeros(d)
     v[0] = 1.0
     X = np.zeros((n, T, d))
     Y = np.array([1.0 if i % 2 == 0 else -1.0 for i in range(n)])
     for i in range(n):
-        while True:
+        for _ in range(MAX_DRAWS):
             x = rng.standard_normal((T, d))
             s = np.sort(Y[i] * x @ v)
             if s[-1] - s[-2] >= margin and s[-1] > 0:
                 X[i] = x
                 break
+        else:
+            raise ValueError(f"margin: no draw of {T} Gaussian tokens in {MAX_DRAWS} reached a gap {margin} between "
+                             "the best and the second score; choose a smaller margin")
     return {"tokens": X, "target": Y, "weight": np.full(n, 1.0 / n),
             "names": [f"X{i + 1}" for i in range(n)]}
 

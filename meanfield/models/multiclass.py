@@ -46,11 +46,19 @@ def feature_names(K: int, C: int) -> list[str]:
     return [f"c{k + 1}" for k in range(K)] + [f"v{k + 1}_{j + 1}" for k in range(K) for j in range(C - 1)]
 
 
+#: the largest data set samples() builds (every engine step costs O(sequences x L x P^2))
+MAX_SEQUENCES = 1_000_000
+
+
 def samples(features, K: int = 3, C: int = 3, L: int = 3) -> dict:
     """Data builder (``[data] function = "meanfield.models.multiclass:samples"``)."""
     K, C, L = int(K), int(C), int(L)
     if K < 2 or C < 2 or L < 2:
         raise ValueError("multiclass.samples: need K >= 2, C >= 2, L >= 2")
+    n_seq = K * C * ((K - 1) * C) ** (L - 2)
+    if n_seq > MAX_SEQUENCES:
+        raise ValueError(f"L: K = {K} groups, C = {C} classes and L = {L} tokens give {n_seq} sequences "
+                         f"(K C ((K - 1) C)^(L - 2)), more than {MAX_SEQUENCES}; choose a smaller L")
     names = feature_names(K, C)
     if list(features) != names:
         raise ValueError(f"multiclass.samples: the dictionary's features must be {names} for K = {K}, C = {C}")
