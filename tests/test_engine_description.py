@@ -117,7 +117,7 @@ def test_general_flow_against_scipy_dop853(name):
     ({"data": {"function": "os:system"}}, "data.function"),
     ({"data": {"function": "__import__('os')"}}, "data.function: must be \"package.module:function\""),
     ({"parameters": {"eta": -1}}, "eta: must be > 0"),
-    ({"parameters": {"K": 3}}, "parameters: unknown key 'K'"),
+    ({"parameters": {"K": 3}}, "parameters.K: not a run knob and never referenced as \"$K\""),  # a typo is not a silent knob
     ({"training": {"stages": [{"train": ["attention", "everything"], "steps": 3}]}},
      "training.stages[0].train: must be one of"),
 ])

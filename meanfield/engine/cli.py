@@ -41,7 +41,8 @@ def _param_fields() -> list[str]:
 
 
 def _add_param_flags(p) -> None:
-    g = p.add_argument_group("model parameters (override the description's [parameters]; each model declares its own)")
+    g = p.add_argument_group("model parameters (override the description's [parameters]; each model declares its own: "
+                             "a general description's declared parameters, e.g. N = 20, are flags too: --N 30)")
     for name in _param_fields():
         g.add_argument("--" + name.replace("_", "-"), dest="param_" + name, default=None, metavar="V")
 
@@ -58,23 +59,60 @@ def model_path(text: str) -> Path:
                       f"{', '.join(names)}")
 
 
-def description_from_args(args):
-    """Load MODEL with the flags given as overrides (one-line errors)."""
-    from .description import _read, description_from_dict, parameter_class
+def _declared_parser(base):
+    """A verb parser that also takes the flags a description declares
+    (``--name V`` or ``--name=V`` for a name that is no option of the verb):
+    they land in ``args.declared`` and are checked against the model's
+    parameters when it is loaded (an undeclared one: one line, exit 2)."""
 
-    path = model_path(args.model)
-    raw = _read(path)
-    allowed = {f.name for f in dataclasses.fields(parameter_class(raw))}
-    over = {}
-    for name in _param_fields():
-        v = getattr(args, "param_" + name, None)
-        if v is None:
-            continue
+    class _ModelVerbParser(base):
+        def parse_known_args(self, args=None, namespace=None):
+            words = list(sys.argv[1:] if args is None else args)
+            declared, rest, i = {}, [], 0
+            while i < len(words):
+                a = words[i]
+                name, eq, val = a[2:].partition("=") if a.startswith("--") and len(a) > 2 else ("", "", "")
+                if name and name not in ("help",) and "--" + name not in self._option_string_actions:
+                    if not eq:
+                        if i + 1 >= len(words) or (words[i + 1].startswith("--") and len(words[i + 1]) > 2):
+                            self.error(f"argument --{name}: expected one argument")
+                        val = words[i + 1]
+                        i += 1
+                    declared[name.replace("-", "_")] = val
+                else:
+                    rest.append(a)
+                i += 1
+            ns, extras = super().parse_known_args(rest, namespace)
+            ns.declared = declared
+            return ns, extras
+
+    return _ModelVerbParser
+
+
+def _overrides(args, raw, path) -> dict:
+    """The flags given (the fixed ones and the declared ones), checked
+    against the model's parameters: its config's fields and, for a general
+    description, its declared parameters."""
+    from .description import declared_parameters, parameter_class
+
+    allowed = {f.name for f in dataclasses.fields(parameter_class(raw))} | set(declared_parameters(raw))
+    given = {name: getattr(args, "param_" + name) for name in _param_fields()
+             if getattr(args, "param_" + name, None) is not None}
+    given.update(getattr(args, "declared", None) or {})
+    for name in given:
         if name not in allowed:
             raise ConfigError(f"--{name.replace('_', '-')}: not a parameter of model {path.name}; its parameters: "
                               + ", ".join("--" + a.replace("_", "-") for a in sorted(allowed)))
-        over[name] = v
-    return description_from_dict(raw, over, source=str(path))
+    return given
+
+
+def description_from_args(args):
+    """Load MODEL with the flags given as overrides (one-line errors)."""
+    from .description import description_from_dict, read_raw
+
+    path = model_path(args.model)
+    raw = read_raw(path)
+    return description_from_dict(raw, _overrides(args, raw, path), source=str(path))
 
 
 def _cmd_derive(args) -> int:
@@ -137,14 +175,14 @@ def _cmd_plot(args) -> int:
 def _cmd_sweep(args) -> int:
     from ..config import as_int
     from ..sweep import parse_params
-    from .description import _read, parameter_class
+    from .description import declared_parameters, parameter_class, read_raw
     from .sweep import model_sweep
 
     path = model_path(args.model)
     desc = description_from_args(args)  # the base must be valid on its own
-    allowed = [f.name for f in dataclasses.fields(parameter_class(_read(path)))]
-    base = {name: getattr(args, "param_" + name) for name in _param_fields()
-            if getattr(args, "param_" + name, None) is not None}
+    raw = read_raw(path)
+    allowed = [f.name for f in dataclasses.fields(parameter_class(raw))] + list(declared_parameters(raw))
+    base = _overrides(args, raw, path)
     params = parse_params(args.param or [], allowed)
     workers = as_int("workers", args.workers, lo=1) if args.workers is not None else None
     del desc
@@ -208,10 +246,12 @@ def add_parser(systems, mixture_fields=None) -> None:
     mp = systems.add_parser("model", help="any model described in a TOML file (the engine): derive, run, plot, bound; "
                                           "shipped: meanfield/models/*.toml (e.g. mixture)")
     verbs = mp.add_subparsers(dest="verb", required=True, parser_class=type(mp))
+    with_declared = _declared_parser(type(mp))
     d = verbs.add_parser("derive", help="names and counts of the reduced variables (JSON) and the derivation (LaTeX)")
     d.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
     d.add_argument("--format", choices=["json", "latex", "all"], default="json")
     _add_param_flags(d)
+    d.__class__ = with_declared  # also takes the flags the description declares
     d.set_defaults(func=_cmd_derive)
     r = verbs.add_parser("run", help="integrate the exact reduced dynamics and write an HDF5 run file")
     r.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
@@ -219,6 +259,7 @@ def add_parser(systems, mixture_fields=None) -> None:
     r.add_argument("--plot", metavar="DIR", help="also write figures to DIR")
     r.add_argument("--quiet", action="store_true", help="no progress line")
     _add_param_flags(r)
+    r.__class__ = with_declared  # also takes the flags the description declares
     r.set_defaults(func=_cmd_run)
     sw = verbs.add_parser("sweep", help="a grid over the model's parameters, in parallel, resumable")
     sw.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
@@ -228,6 +269,7 @@ def add_parser(systems, mixture_fields=None) -> None:
     sw.add_argument("--workers", default=None, help="local processes (default: all cores)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_param_flags(sw)
+    sw.__class__ = with_declared  # also takes the flags the description declares
     sw.set_defaults(func=_cmd_sweep)
     p = verbs.add_parser("plot", help="figures of a run file")
     p.add_argument("run", help="run file (.h5)")
@@ -246,6 +288,7 @@ def add_parser(systems, mixture_fields=None) -> None:
     pa.add_argument("--d", default=None, help="ambient dimension d > P (default P + 2)")
     pa.add_argument("--quiet", action="store_true", help="no progress line")
     _add_param_flags(pa)
+    pa.__class__ = with_declared  # also takes the flags the description declares
     pa.set_defaults(func=_cmd_particles)
     ws = verbs.add_parser("width-sweep", help="infinite-width engine run against the explicit network at several "
                                               "widths and seeds: sup errors, exponent with CI, kinks, figure")
@@ -257,6 +300,7 @@ def add_parser(systems, mixture_fields=None) -> None:
     ws.add_argument("--workers", default=None, help="local processes (default 1)")
     ws.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_param_flags(ws)
+    ws.__class__ = with_declared  # also takes the flags the description declares
     ws.set_defaults(func=_cmd_width_sweep)
     b = verbs.add_parser("bound", help="check an inequality over a run file (as meanfield mixture bound; a general "
                                        "model's run has loss, margin[i], min_margin, t, eta, m, T_loss, ...)")

@@ -293,6 +293,42 @@ def _data_from_table(raw: dict, features: tuple[str, ...]) -> Data:
     return make_data(X, y, w / w.sum(), counts if np.any(counts != 1) else None, names, flags, P)
 
 
+def _import_function(field: str, ref):
+    s = str(ref)
+    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", s):
+        raise ConfigError(f"{field}: must be \"package.module:function\"; got {ref!r}")
+    mod, _, fn = s.partition(":")
+    try:
+        f = getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"{field}: cannot import {s} ({e})") from None
+    if not inspect.isfunction(f):
+        raise ConfigError(f"{field}: {s} must be a Python function (def); got {type(f).__name__}")
+    return f
+
+
+def _feature_names(v):
+    """``features``: a list of names, or a table that makes them from
+    parameters: ``{prefix = "v", count = "$K"}`` (v1..vK) or ``{function =
+    "pkg.mod:fn", args = {...}}`` (imported by name, returns the list)."""
+    if not isinstance(v, dict):
+        return v
+    if set(v) == {"prefix", "count"}:
+        return [f"{v['prefix']}{i + 1}" for i in range(as_int("dictionary.features.count", v["count"], lo=1))]
+    if set(v) in ({"function"}, {"function", "args"}):
+        f = _import_function("dictionary.features.function", v["function"])
+        args = v.get("args", {})
+        if not isinstance(args, dict):
+            raise ConfigError("dictionary.features.args: must be a table of keyword arguments")
+        try:
+            names = f(**args)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"dictionary.features.function: {v['function']}(**args) failed: {e}") from None
+        return list(names) if isinstance(names, (list, tuple)) else names
+    raise ConfigError("dictionary.features: a list of names, {prefix = \"v\", count = N} or "
+                      "{function = \"package.module:function\", args = {...}}")
+
+
 def data_from_function(ref, args, features: tuple[str, ...]) -> Data:
     """Import ``package.module:function`` by name (never evaluated) and call it
     with ``features`` and the ``args`` table as keywords; it returns a dict with
@@ -426,7 +462,147 @@ def parameter_class(raw: dict):
     return RunParams
 
 
-def _read(path) -> dict:
+#: a reference to a parameter: a whole TOML string value "$name" (never an expression)
+_REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: the tables whose values may be "$name" references
+_REF_TABLES = ("dictionary", "data", "heads", "model", "training")
+
+
+def declared_parameters(raw: dict) -> dict:
+    """A general description's own parameters: the keys of ``[parameters]``
+    that are not run knobs (:class:`RunParams` fields), name -> default.
+    Empty for a family (its parameters are the family's config fields)."""
+    if not isinstance(raw, dict) or raw.get("family") is not None:
+        return {}
+    table = raw.get("parameters", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"parameters: must be a table; got {table!r}")
+    knobs = {f.name for f in dataclasses.fields(RunParams)}
+    out = {}
+    for k, v in table.items():
+        k = str(k).replace("-", "_")
+        if k in knobs:
+            continue
+        if not _NAME.match(k):
+            raise ConfigError(f"parameters.{k}: a parameter name must be letters, digits and _ (not starting with a digit)")
+        ok = isinstance(v, (bool, int, float, str)) or (
+            isinstance(v, list) and v and all(isinstance(x, (int, float, str)) and not isinstance(x, bool) for x in v))
+        if not ok:
+            raise ConfigError(f"parameters.{k}: a declared parameter's default must be a number, a string, true/false "
+                              f"or a non-empty list of numbers or strings; got {v!r}")
+        if isinstance(v, str) and v.startswith("$"):
+            raise ConfigError(f"parameters.{k}: a default must be a value, not a reference ({v!r})")
+        out[k] = v
+    return out
+
+
+def coerce_parameter(name: str, default, v):
+    """A declared parameter's value, typed from its default (a CLI flag's
+    string or a Python keyword): int, float, true/false, string, or a list
+    (comma-separated on the command line) of the default's element type."""
+    if isinstance(default, bool):
+        return _as_bool(name, v)
+    if isinstance(default, int):
+        return as_int(name, v)
+    if isinstance(default, float):
+        return as_float(name, v)
+    if isinstance(default, list):
+        items = as_list(name, v)
+        if not items:
+            raise ConfigError(f"{name}: must be a non-empty comma-separated list")
+        if all(isinstance(x, str) for x in default):
+            return [str(x) for x in items]
+        if all(isinstance(x, int) for x in default):
+            return [as_int(name, x) for x in items]
+        return [as_float(name, x) for x in items]
+    if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+        return str(v)
+    raise ConfigError(f"{name}: must be a string; got {v!r}")
+
+
+def resolve_parameters(raw: dict, overrides: dict | None = None) -> tuple[dict, dict]:
+    """Substitute a general description's parameters.
+
+    ``[parameters]`` holds run knobs (:class:`RunParams`) and the model's own
+    declared parameters (any other key, ``name = default``; its type is the
+    default's). Anywhere in the dictionary, data, heads, model and training
+    tables a whole string value ``"$name"`` is replaced by the parameter's
+    value (a declared parameter or a run knob, after ``overrides``); nothing
+    else is substituted or evaluated. Returns (the description with every
+    reference replaced and the declared parameters removed from
+    ``[parameters]``, the overrides that are run knobs). One-line errors: an
+    unknown override, a reference to an undeclared name, a declared parameter
+    never referenced, ``steps`` overridden while the stages have their own
+    lengths."""
+    import copy
+
+    if not isinstance(raw, dict) or raw.get("family") is not None:
+        return raw, dict(overrides or {})
+    declared = declared_parameters(raw)
+    knobs = [f.name for f in dataclasses.fields(RunParams)]
+    table = {str(k).replace("-", "_"): v for k, v in dict(raw.get("parameters", {})).items()}
+    values = dict(declared)
+    run_over = {}
+    for k, v in (overrides or {}).items():
+        if v is None:
+            continue
+        k = str(k).replace("-", "_")
+        if k in declared:
+            values[k] = coerce_parameter(k, declared[k], v)
+        elif k in knobs:
+            run_over[k] = v
+        else:
+            mine = ", ".join(sorted(declared)) or "none"
+            raise ConfigError(f"parameters: unknown key '{k}'; this model declares: {mine}; run knobs: {', '.join(knobs)}")
+    used = set()
+
+    def knob_value(name, where):
+        v = run_over.get(name, table.get(name, RunParams.__dataclass_fields__[name].default))
+        if v is None:
+            raise ConfigError(f"{where}: refers to \"${name}\", which has no value; give it in [parameters] or as a flag")
+        return v
+
+    def sub(v, where):
+        if isinstance(v, str) and v.startswith("$"):
+            m = _REF.match(v)
+            if not m:
+                raise ConfigError(f"{where}: {v!r} is not a parameter reference: only a whole value \"$name\" "
+                                  "is substituted (no expressions)")
+            name = m.group(1)
+            if name in values:
+                used.add(name)
+                return copy.deepcopy(values[name])
+            if name in knobs:
+                used.add(name)
+                return knob_value(name, where)
+            raise ConfigError(f"{where}: \"${name}\" is not a declared parameter; declare it in [parameters] "
+                              f"({name} = default); declared: {', '.join(sorted(declared)) or 'none'}")
+        if isinstance(v, dict):
+            return {k: sub(x, f"{where}.{k}") for k, x in v.items()}
+        if isinstance(v, list):
+            return [sub(x, f"{where}[{i}]") for i, x in enumerate(v)]
+        return v
+
+    out = {k: (sub(v, k) if k in _REF_TABLES else v) for k, v in raw.items()}
+    unused = sorted(set(declared) - used)
+    if unused:
+        raise ConfigError(f"parameters.{unused[0]}: not a run knob and never referenced as \"${unused[0]}\"; "
+                          f"run knobs: {', '.join(knobs)}")
+    stages = (raw.get("training") or {}).get("stages") if isinstance(raw.get("training"), dict) else None
+    if stages:
+        for knob in ("steps", "t_end"):
+            if knob in run_over and knob not in used:
+                raise ConfigError(f"{knob}: this description's [[training.stages]] have their own lengths and none is "
+                                  f"\"${knob}\"; write steps = \"${knob}\" (or a declared parameter) in a stage to "
+                                  "make it overridable")
+    if "parameters" in raw:
+        out["parameters"] = {k: v for k, v in table.items() if k not in declared}
+    return out, run_over
+
+
+def read_raw(path) -> dict:
+    """The TOML description as written (parameter references unresolved)."""
     p = Path(path)
     try:
         import tomllib
@@ -439,10 +615,16 @@ def _read(path) -> dict:
         raise ConfigError(f"model: malformed TOML in {p}: {e}") from None
 
 
+def _read(path) -> dict:
+    """The TOML description with its declared parameters at their defaults
+    (every ``"$name"`` replaced; the form the shipped checks edit)."""
+    return resolve_parameters(read_raw(path))[0]
+
+
 def load_description(path, overrides: dict | None = None) -> Description:
     """Read and validate a TOML description; ``overrides`` (CLI flags,
     None values ignored) replace entries of its ``[parameters]``."""
-    raw = _read(path)
+    raw = read_raw(path)
     return description_from_dict(raw, overrides, source=str(path))
 
 
@@ -452,6 +634,7 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     for k in raw:
         if k not in TOP_KEYS:
             raise ConfigError(f"model: unknown key '{k}'; allowed: {', '.join(TOP_KEYS)}")
+    raw, overrides = resolve_parameters(raw, overrides)
     params_raw = {k.replace("-", "_"): v for k, v in dict(raw.get("parameters", {})).items()}
     params_raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     name = str(raw.get("name", Path(source).stem if source else "model"))
@@ -471,7 +654,7 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     if dic is None:
         raise ConfigError("dictionary: required ([dictionary] with features = [...])")
     _check_table("dictionary", dic, ("features", "gram"))
-    feats = dic.get("features")
+    feats = _feature_names(dic.get("features"))
     if not isinstance(feats, list) or not feats or not all(isinstance(f, str) and f for f in feats):
         raise ConfigError("dictionary.features: must be a non-empty list of feature names")
     if len(set(feats)) != len(feats):

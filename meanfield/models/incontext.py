@@ -277,7 +277,7 @@ def prompts(features, N: int = 20, p1: float | None = None, p=None) -> dict:
     if n_seq > MAX_SEQUENCES:
         raise ValueError(f"N: the exact population of N = {N} tokens over K = {K} features has {n_seq} sequences "
                          f"(C(N + K - 1, K - 1) x K), more than {MAX_SEQUENCES}; choose a smaller N")
-    pr = feature_probs(K, p, p1=p1)
+    pr = feature_probs(K, p, p1=p1 if p1 else None)  # p1 = 0 (the description's default): balanced
     pop = enumerate_prompts(K, N, pr)
     C = pop["counts"]
     nC = len(C)
