@@ -227,10 +227,10 @@ def selected_tokens(desc, W):
     return logits.argmax(axis=1)
 
 
-def _tail(step, series, decade=10.0):
+def _tail(step, decade=10.0):
+    """The records of the last decade of steps."""
     step = np.asarray(step, float)
-    sel = step >= step[-1] / decade
-    return sel
+    return step >= step[-1] / decade
 
 
 def check(path, out, quick: bool = False, log=print):
@@ -248,8 +248,6 @@ def check(path, out, quick: bool = False, log=print):
         res[kq] = _run(raw, kq, S["steps"])
     desc = res["merged"][0]
     X, Y = np.asarray(desc.data.tokens), np.asarray(desc.data.target)
-    head = desc.model.heads[0]
-    del head
     v = np.asarray(desc.parameters.neuron_init.split(":")[1].split(","), float)[:desc.P]
     opt = scores(X, Y, v).argmax(axis=1)
     Wf, infof = svm_frobenius(X, opt)
@@ -302,7 +300,7 @@ def claims_from(curves: dict, opt, setting: dict, infof: dict, infon: dict, cos_
     for kq, target, other, norm_name, src in (("merged", "cosF", "cosN", "Frobenius", "proved"),
                                                ("separate", "cosN", "cosF", "nuclear", "proved")):
         c = curves[kq]
-        tail = _tail(c["step"], c[target])
+        tail = _tail(c["step"])
         gap_start, gap_end = 1 - c[target][tail][0], 1 - c[target][-1]
         ok = (gap_end <= TOL_COS and gap_end < gap_start and c["alpha"] == opt.tolist()
               and c[target][-1] > c[other][-1])
@@ -323,7 +321,7 @@ def claims_from(curves: dict, opt, setting: dict, infof: dict, infon: dict, cos_
             fig, src))
     for kq in ("merged", "separate"):
         c = curves[kq]
-        tail = _tail(c["step"], c["norm"])
+        tail = _tail(c["step"])
         fit = fit_line(np.log(c["step"][tail]), c["norm"][tail])
         ok = bool(np.all(np.diff(c["norm"][tail]) > 0) and fit["slope"] > 0)
         claims.append(Claim(
