@@ -143,3 +143,38 @@ def test_import_does_not_touch_cuda():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
+
+
+def _numeric(r):
+    return {k: v for k, v in r.items() if isinstance(v, np.ndarray) and v.dtype.kind in "fiub"}
+
+
+def test_model_sweep_batched_writes_the_unbatched_files(tmp_path):
+    from meanfield.engine.sweep import model_sweep
+    from meanfield.io import read_run
+
+    base = dict(K=2, L=3, steps=30, record_every=4)
+    params = {"omega": [0.1, 0.3], "eta": [0.5, 1e8]}
+    ib = model_sweep(MIXTURE, base, params, tmp_path / "b", progress=False, batched=True)
+    iu = model_sweep(MIXTURE, base, params, tmp_path / "u", workers=1, progress=False)
+    assert [e["result"]["status"] for e in ib["points"]] == ["complete", "diverged"] * 2
+    for eb, eu in zip(ib["points"], iu["points"]):
+        rb = eb["result"]
+        ru = eu["result"]
+        assert {k: v for k, v in rb.items() if k != "elapsed_s"} == {k: v for k, v in ru.items() if k != "elapsed_s"}
+        a, b = read_run(tmp_path / "b" / eb["path"]), read_run(tmp_path / "u" / eu["path"])
+        na, nb = _numeric(a), _numeric(b)
+        assert na.keys() == nb.keys() and len(na) >= 8
+        for k in na:
+            assert np.array_equal(na[k], nb[k], equal_nan=True), (eb["index"], k)
+        assert a.attrs["batched"] == "cpu" and "batched" not in b.attrs
+
+
+def test_model_sweep_batched_refuses_a_log_grid_with_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "sweep", MAXMARGIN, "--param", "eta=0.5,1",
+                        "--out", str(tmp_path / "s"), "--batched", "--quiet"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "batched" in lines[0] and "record" in lines[0], r.stderr
+    assert not (tmp_path / "s").exists()

@@ -186,7 +186,8 @@ def _cmd_sweep(args) -> int:
     params = parse_params(args.param or [], allowed)
     workers = as_int("workers", args.workers, lo=1) if args.workers is not None else None
     del desc
-    idx = model_sweep(path, base, params, Path(args.out), workers=workers, progress=not args.quiet)
+    idx = model_sweep(path, base, params, Path(args.out), workers=workers, progress=not args.quiet,
+                      batched=args.batched, backend=args.backend)
     n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
     print(f"{Path(args.out) / 'sweep.json' if Path(args.out).suffix != '.json' else args.out}: "
           f"{idx['status']}: {n_ok}/{idx['n_points']} points complete")
@@ -268,6 +269,9 @@ def add_parser(systems, mixture_fields=None) -> None:
     sw.add_argument("--out", default="runs/model_sweep", help="a folder (sweep.json + points/)")
     sw.add_argument("--workers", default=None, help="local processes (default: all cores)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.add_argument("--batched", action="store_true",
+                    help="run the points as batches of trajectories (method gd; same files): meanfield.engine.run_batch")
+    sw.add_argument("--backend", default="cpu", help="with --batched: cpu (default), cuda or auto")
     _add_param_flags(sw)
     sw.__class__ = with_declared  # also takes the flags the description declares
     sw.set_defaults(func=_cmd_sweep)

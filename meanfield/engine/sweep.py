@@ -78,20 +78,96 @@ def _finished(path: Path, over: dict) -> dict | None:
     return _summary(path)
 
 
+def _fingerprint(desc) -> bytes:
+    """What a batch shares (``meanfield.engine.batched``): the packed model and
+    data, the training except eta, the record grid. Points with equal
+    fingerprints differ only in their initial state and step size."""
+    import hashlib
+
+    from .system import pack, save_at
+
+    pk = pack(desc)
+    lay = pk.lay
+    h = hashlib.sha256()
+    for a in (lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam, pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff,
+              pk.target, pk.weight, pk.consistent):
+        a = np.ascontiguousarray(a)
+        h.update(repr((a.dtype.str, a.shape)).encode())
+        h.update(a.tobytes())
+    tr = desc.training
+    h.update(repr((pk.kind, pk.r0, lay.size, tr.method, tr.stages, tr.max_abs, save_at(desc))).encode())
+    return h.digest()
+
+
+def batch_problem(desc) -> str | None:
+    """Why a sweep point cannot run batched (one line), or None."""
+    from .system import save_at
+
+    if desc.training.method != "gd":
+        return f"method {desc.training.method} is not batched (the batch runs the exact GD map, method gd)"
+    sv = save_at(desc)
+    if sv.points is not None or not sv.every:
+        return "record_log / record_dt grids are not batched; give --record-every N"
+    return None
+
+
+def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
+    """Run the points ``todo`` batched: grouped by :func:`_fingerprint`, one
+    ``run_batch`` per group (or per ``chunk_size`` points), each point written
+    as the ordinary run file an unbatched sweep writes."""
+    from . import runs
+    from .batched import run_batch
+    from .description import load_description
+    from .reduce import initial_state
+    from .system import save_at, system_of
+
+    descs = {i: load_description(model, overs[i]) for i in todo}
+    groups: dict = {}
+    for i in todo:
+        groups.setdefault(_fingerprint(descs[i]), []).append(i)
+    for members in groups.values():
+        for lo in range(0, len(members), chunk_size):
+            part = members[lo:lo + chunk_size]
+            d0 = descs[part[0]]
+            t0 = time.perf_counter()
+            br = run_batch(d0, y0s=[initial_state(descs[i]) for i in part],
+                           eta=[descs[i].training.eta for i in part], backend=backend,
+                           record_every=int(save_at(d0).every))
+            per = (time.perf_counter() - t0) / len(part)
+            for k, i in enumerate(part):
+                t1 = time.perf_counter()
+                d = descs[i]
+                r = runs.Run(d, system_of(d), br.trajectory(k))
+                runs.save(paths[i], d, r, extra_attrs={"sweep_point": json.dumps(overs[i], sort_keys=True),
+                                                       "batched": backend})
+                s = _summary(Path(paths[i]))
+                s["elapsed_s"] = per + time.perf_counter() - t1
+                on_result(i, s)
+
+
 def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, workers: int | None = None,
-                progress: bool = True, stream=None) -> dict:
-    """Run (or continue) a sweep of ``model``; returns the index written to ``sweep.json``."""
+                progress: bool = True, stream=None, batched: bool = False, backend: str = "cpu") -> dict:
+    """Run (or continue) a sweep of ``model``; returns the index written to ``sweep.json``.
+    ``batched``: the points run as batches of trajectories (``meanfield.engine.batched``
+    on ``backend``), grouped by structure (points that differ only in initial
+    state and eta share one batch); the files are the same."""
     from .description import load_description
 
     model = str(model)
     points = grid(params)
     overs = []
+    if batched:
+        from .batched import resolve_backend
+
+        backend = resolve_backend(backend)
     for p in points:  # validate every point before running anything
         over = {**base, **p}
         try:
-            load_description(model, over)
+            d = load_description(model, over)
         except ConfigError as e:
             raise ConfigError(f"sweep point {p}: {e}") from None
+        if batched and (why := batch_problem(d)) is not None:
+            raise ConfigError(f"batched: sweep point {p}: {why}")
         overs.append(_jsonable(over))
     index_path, folder = sweep_paths(Path(out))
     if index_path.exists():
@@ -134,8 +210,15 @@ def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, wo
 
     status = "complete"
     try:
-        map_points(_run_point, [(model, overs[i], str(paths[i])) for i in todo], workers=workers, progress=bar,
-                   on_result=done)
+        if batched:
+            def done_batched(i, s):
+                bar.update()
+                done(todo.index(i), s)
+
+            _run_batched(model, overs, paths, todo, backend, done_batched)
+        else:
+            map_points(_run_point, [(model, overs[i], str(paths[i])) for i in todo], workers=workers,
+                       progress=bar, on_result=done)
     except KeyboardInterrupt:
         status = "interrupted"
     index["status"] = status
