@@ -101,8 +101,10 @@ def _cmd_run(args) -> int:
         check_output_dir(args.plot, "plot")
     elif args.fig_format is not None:  # an option the command would ignore is an error
         raise ConfigError("format: only with --plot DIR (the figure format)")
-    check_mixture_size(cfg, args.force)
-    from .guard import first_use_notice
+    est = check_mixture_size(cfg, args.force)
+    from .guard import check_disk, first_use_notice
+
+    check_disk(out, est["bytes"] / 3.0, "out", args.force)  # the file holds one copy of the records
     from .mixture import kernels
 
     first_use_notice(kernels.gd_advance if cfg.method == "gd" else kernels.flow_rhs, kernels.loss_and_grads)

@@ -153,6 +153,25 @@ def check_output_dir(path, field: str = "out") -> Path:
     return p
 
 
+def check_disk(path, need_bytes: float, field: str = "out", force: bool = False) -> None:
+    """Refuse, before the work, an output whose estimated size is more than the
+    free space where it goes (a full disk during the final write loses the run;
+    HDF5 has even crashed on it)."""
+    import shutil
+
+    if force:
+        return
+    q = _nearest_existing(Path(path).parent if str(Path(path).parent) else Path("."))
+    try:
+        free = shutil.disk_usage(q if q.is_dir() else q.parent).free
+    except OSError:
+        return
+    if need_bytes > free:
+        raise ConfigError(f"{field}: the run file needs about {_fmt_bytes(need_bytes)}, only {_fmt_bytes(free)} free "
+                          f"in {excerpt(str(q))}; free space or record less (--record-every, --record-log); "
+                          "--force runs it anyway")
+
+
 # ------------------------------------------------------------------ config files
 
 

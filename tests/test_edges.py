@@ -435,3 +435,17 @@ def test_checkpoint_names_the_step_reached_not_the_last_record(tmp_path, monkeyp
              for m in msgs]
     assert pairs and all(reached >= last for reached, last in pairs)
     assert any(reached > last for reached, last in pairs)  # the old message would have said the last record
+
+
+def test_disk_space_checked_before_the_work(tmp_path):
+    import shutil
+
+    from meanfield.config import ConfigError
+    from meanfield.guard import check_disk
+
+    free = shutil.disk_usage(tmp_path).free
+    check_disk(tmp_path / "x.h5", free / 10)  # fits
+    with pytest.raises(ConfigError, match="out: the run file needs about"):
+        check_disk(tmp_path / "x.h5", free * 10)
+    check_disk(tmp_path / "x.h5", free * 10, force=True)
+    assert not list(tmp_path.iterdir())
