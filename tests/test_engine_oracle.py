@@ -278,6 +278,31 @@ def test_stage_criterion_ends_at_the_same_step():
     assert _rel_err(Z, arr["y"]) <= RTOL
 
 
+@pytest.mark.parametrize("seed, name", [(0, "grad_w"), (0, "min_margin"), (4, "grad_w"), (4, "min_margin"),
+                                        (12, "min_margin")])
+def test_grad_w_and_margin_criteria_stop_at_the_same_step(seed, name):
+    """The engine's grad_w and margin criteria (kernels) against the explicit network's
+    own (Oracle.criterion_value): a threshold halfway between the network's values at
+    steps 60 and 61 (monotone there) stops both at the network's first crossing."""
+    raw = random_raw(seed, m=3, staged=False)
+    d = _desc(raw)
+    E = orc.embedding(d.dictionary.Gamma, d.P + 2, seed)
+    on = orc.Oracle(d, E)
+    p = orc.weights_from_engine_init(d, E, seed_orth=seed + 100)
+    v = []
+    for _ in range(80):
+        v.append(on.criterion_value(p, name))
+        p = on.step(p, d.training.eta, d.training.stages[0].train)
+    v = np.array(v)
+    op = "<=" if v[61] < v[60] else ">="
+    thr = float(0.5 * (v[60] + v[61]))
+    hits = np.flatnonzero(v <= thr if op == "<=" else v >= thr)
+    assert abs(v[61] - v[60]) > 1e-6 and hits.size and hits[0] > 0
+    raw["parameters"]["criterion"] = f"{name}{op}{thr!r}"
+    _, traj = _engine_run(_desc(raw))
+    assert traj.stage_ends[-1]["reason"] == "criterion" and traj.stage_ends[-1]["step"] == hits[0]
+
+
 def test_a_wrong_engine_is_caught():
     """The comparison can fail: the engine's GD map without its eta^2 term (an Euler
     step of its own flow, y + eta rhs(y)) leaves the explicit network."""
