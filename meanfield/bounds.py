@@ -38,6 +38,20 @@ indices ``i`` are 0-based, in the order of the run's ``samples/description``)::
                        if the run has no such stage end)
     inf, pi            constants; numbers: 1, 0.5, 1e-3
 
+A described model's run (``meanfield model run MODEL.toml``, system
+``engine``) names its heads and features itself; its variables are written
+with the head's name first inside the brackets, then each index as a feature
+name or a 0-based number::
+
+    S[h,a,b]  A[h,a,b]  B[h,a,b]  W[h,a,b]   Gram block / merged W of head h (key a, query b)
+    w[h,a]  w[h,c,a]  w[h,c,j,a]             value vector (output c, neuron j: 0 when there is one)
+    u[h,i]  u[h,i,c]                          pre-activation of head h on sample i (output c)
+    var[h,NAME,i,...]                         any variable of the run (variables/<h>/<NAME>), e.g.
+                                              var[h,V.r1,plus] or var[h,a] (a trainable sign)
+
+(a head named ``+`` or ``-`` may also be written ``S+[a,b]``); margin[i],
+g[i], loss, t, eta, m, T_loss ... as above.
+
 The head sign is written directly after the letter, without spaces (``S+[``;
 ``S_+[`` is accepted too). The bracketed forms are tokenised into single atoms
 BEFORE Python's parser sees the text, so ``w+[c1]*2`` is ``(w+[c1])*2`` and
@@ -125,11 +139,17 @@ VARIABLES = {
 FUNCTIONS = {"abs": (1, 1), "exp": (1, 1), "log": (1, 1), "sqrt": (1, 1), "min": (2, None), "max": (2, None)}
 _UNARY = {"abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt}
 
-_ATOM_FORMS = "S+[a,b], S-[a,b], A+[a,b], A-[a,b], B+[a,b], B-[a,b], w+[a], w-[a], u+[i], u-[i], margin[i], g[i]"
+_ATOM_FORMS = ("S+[a,b], S-[a,b], A+[a,b], A-[a,b], B+[a,b], B-[a,b], w+[a], w-[a], u+[i], u-[i], margin[i], g[i]; "
+               "a described model's run (meanfield model run): S[h,a,b], A[h,a,b], B[h,a,b], W[h,a,b], w[h,a], "
+               "w[h,c,a], u[h,i], u[h,i,c], var[h,NAME,i,...]")
 _REF_RE = re.compile(
-    r"(?<![A-Za-z0-9_.])(?:(?P<kind>[SABwu])_?(?P<head>[+-])|(?P<skind>margin|g)[ \t]*)\[(?P<arg>[^\[\]]*)\]",
+    r"(?<![A-Za-z0-9_.])(?:(?P<kind>[SABwu])_?(?P<head>[+-])|(?P<skind>margin|g)[ \t]*|(?P<gkind>var|[SABWwu]))"
+    r"\[(?P<arg>[^\[\]]*)\]",
     re.ASCII,
 )
+#: the head-named forms of a described model's run: kind -> (least, most) number of bracket entries
+_GENERAL_ARGS = {"S": (3, 3), "A": (3, 3), "B": (3, 3), "W": (3, 3), "w": (2, 4), "u": (2, 3), "var": (2, 8)}
+_GENERAL_ITEM_RE = re.compile(r"[A-Za-z0-9_.+-]+\Z", re.ASCII)
 _FEATURE_RE = re.compile(r"[cv][1-9][0-9]*\Z", re.ASCII)
 _INDEX_RE = re.compile(r"[0-9]+\Z", re.ASCII)
 
@@ -220,6 +240,14 @@ class _Parser:
         raw = mt.group(0)
         arg = mt.group("arg")
         parts = [p.strip() for p in arg.split(",")]
+        if mt.group("gkind"):  # a described model's run: the head by name, then indices by name or number
+            kind = mt.group("gkind")
+            lo, hi = _GENERAL_ARGS[kind]
+            if not lo <= len(parts) <= hi or not all(_GENERAL_ITEM_RE.match(p) for p in parts):
+                n = f"{lo}" if lo == hi else f"{lo} to {hi}"
+                self.fail(f"{raw!s}: expected {n} names or indices inside the brackets (the head's name first), "
+                          f"e.g. {dict(S='S[h,a,b]', A='A[h,a,b]', B='B[h,a,b]', W='W[h,a,b]', w='w[h,a]', u='u[h,i]', var='var[h,V.r1,a]')[kind]}")
+            return Ref("@" + kind, parts[0], tuple(parts[1:]), f"{kind}[{','.join(parts)}]")
         if mt.group("kind"):
             kind, head = mt.group("kind"), 0 if mt.group("head") == "+" else 1
             sign = mt.group("head")
@@ -514,10 +542,74 @@ class _Env:
             self.fail(f"{ref.text}: unknown feature '{label}'; this run (K = {len(feats) // 2}) has {', '.join(feats)}")
         return feats.index(label)
 
+    def _engine_index(self, ref: Ref, label: str, size: int, what: str) -> int:
+        """An index along one axis: a 0-based integer, or a feature name on a feature axis."""
+        if _INDEX_RE.match(label):
+            i = int(label)
+            if i >= size:
+                self.fail(f"{ref.text}: {what} index {i} out of range 0..{size - 1}")
+            return i
+        feats = self.features or []
+        if label not in feats:
+            self.fail(f"{ref.text}: unknown feature '{label}'; this run has {', '.join(feats)}")
+        if size != len(feats):
+            self.fail(f"{ref.text}: '{label}' is a feature, but this axis ({what}) has {size} entries, not one per "
+                      f"feature; give a 0-based index")
+        return feats.index(label)
+
+    def _engine_ref(self, ref: Ref):
+        """A variable of a described model's run (``variables/<head>/<name>``)."""
+        variables = self.run.get("variables")
+        if not isinstance(variables, dict) or not variables:
+            self.fail(f"{ref.text}: the run file has no variables group")
+        kind = ref.kind.lstrip("@")
+        head = ref.head
+        if head in (0, 1):  # the mixture form S+[a,b]: a head named + or -
+            head = "+" if head == 0 else "-"
+        if head not in variables:
+            self.fail(f"{ref.text}: unknown head '{head}'; this run's heads: {', '.join(variables)} "
+                      f"(write {kind if kind != 'var' else 'var'}[head,...] with one of them)")
+        args = list(ref.args)
+        if kind == "u":
+            u = self._data("u")  # (T, n, H, rows)
+            names = list(variables)
+            h = names.index(head)
+            if len(args) == 1 and u.shape[3] != 1:
+                self.fail(f"{ref.text}: this head has {u.shape[3]} outputs: write u[{head},i,c] (c = 0..{u.shape[3] - 1})")
+            i = self._engine_index(ref, args[0], u.shape[1], "sample")
+            c = self._engine_index(ref, args[1], u.shape[3], "output") if len(args) > 1 else 0
+            return u[:, i, h, c]
+        if kind == "var":
+            name, args = args[0], args[1:]
+        else:
+            name = kind
+        if name not in variables[head]:
+            self.fail(f"{ref.text}: head '{head}' has no variable '{name}'; its variables: {', '.join(variables[head])}")
+        x = np.asarray(variables[head][name], dtype=np.float64)
+        if kind == "w" and x.ndim == 4 and len(args) < 3:  # w (T, C, n, P): w[h,a] = w[h,0,0,a], w[h,c,a] = w[h,c,0,a]
+            if len(args) == 1 and x.shape[1] * x.shape[2] != 1:
+                self.fail(f"{ref.text}: head '{head}' has {x.shape[1]} outputs x {x.shape[2]} neurons: write "
+                          f"w[{head},c,a] or w[{head},c,j,a]")
+            if len(args) == 2 and x.shape[2] != 1:
+                self.fail(f"{ref.text}: head '{head}' has {x.shape[2]} neurons: write w[{head},c,j,a]")
+            args = (["0", "0"] if len(args) == 1 else [args[0], "0"]) + [args[-1]]
+        if len(args) != x.ndim - 1:
+            self.fail(f"{ref.text}: variable '{name}' of head '{head}' has {x.ndim - 1} axes "
+                      f"{tuple(x.shape[1:])}; give {x.ndim - 1} indices")
+        whats = {"w": ("output", "neuron", "feature")}.get(kind, ("key feature", "query feature")
+                                                            if kind in ("S", "A", "B", "W") else ())
+        idx = tuple(self._engine_index(ref, a, x.shape[k + 1], whats[k] if k < len(whats) else f"axis {k + 1} of {name}")
+                    for k, a in enumerate(args))
+        return x[(slice(None),) + idx]
+
     def ref(self, ref: Ref):
-        if self.attrs.get("system") == "engine" and ref.kind in ("S", "A", "B", "w", "u"):
-            self.fail(f"{ref.text}: head-indexed variables are for mixture runs; in a described model's run use "
-                      f"loss, margin[i], min_margin, t, eta, m, T_loss, ...")
+        if self.attrs.get("system") == "engine" and (ref.kind.startswith("@") or ref.kind in ("S", "A", "B", "w")):
+            return self._engine_ref(ref)
+        if self.attrs.get("system") == "engine" and ref.kind == "u":
+            self.fail(f"{ref.text}: in a described model's run write u[head,i] (the head by name)")
+        if ref.kind.startswith("@"):
+            self.fail(f"{ref.text}: the head-named form is for described models' runs (meanfield model run); in a "
+                      f"mixture run write {ref.kind[1:]}+[...] or {ref.kind[1:]}-[...]")
         if ref.kind in ("S", "A", "B"):
             a, b = (self._feature(ref, x) for x in ref.args)
             return self._data(ref.kind)[:, ref.head, a, b]

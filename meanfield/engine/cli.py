@@ -307,7 +307,8 @@ def add_parser(systems, mixture_fields=None) -> None:
     ws.__class__ = with_declared  # also takes the flags the description declares
     ws.set_defaults(func=_cmd_width_sweep)
     b = verbs.add_parser("bound", help="check an inequality over a run file (as meanfield mixture bound; a general "
-                                       "model's run has loss, margin[i], min_margin, t, eta, m, T_loss, ...)")
+                                       "model's run has loss, margin[i], min_margin, t, eta, m, T_loss, ... and its "
+                                       "variables by head name: S[h,a,b], w[h,a], u[h,i], var[h,NAME,i,...])")
     b.add_argument("run", help="run file (.h5)")
     b.add_argument("expr", nargs="?", help='the inequality, e.g. "loss <= log(2)"')
     b.add_argument("--file", help="a TOML file of [[bound]] tables (name, expr, during, tmin, tmax)")

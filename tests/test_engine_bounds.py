@@ -1,0 +1,98 @@
+"""``bound`` on a described model's run (system engine): head-named atoms
+S[h,a,b], w[h,a], u[h,i], var[h,NAME,...] read the run's variables; the expected
+values are read from the HDF5 file with h5py directly (an independent reader),
+and bad names are one line, exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import meanfield.engine as me
+from meanfield.bounds import BoundError, values
+from meanfield.io import read_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("eb")
+    maj = d / "maj.h5"
+    me.run_to_file(me.load(ROOT / "docs" / "examples" / "majority.toml", steps=6, record_every=1), maj, progress=False)
+    mc = d / "mc.h5"
+    me.run_to_file(me.load(ROOT / "meanfield" / "models" / "mixture_multiclass.toml", K=2, C=3, L=2, steps=4,
+                           record_every=1), mc, progress=False)
+    return maj, mc
+
+
+def test_head_named_atoms_read_the_variables(runs):
+    maj, mc = runs
+    r = read_run(maj)
+    with h5py.File(maj, "r") as f:  # features plus, minus, blank; one head "h"
+        S = f["variables/h/S"][...]
+        w = f["variables/h/w"][...]
+        A = f["variables/h/A"][...]
+        u = f["u"][...]
+    assert np.array_equal(values("S[h,plus,blank]", r), S[:, 0, 2])
+    assert np.array_equal(values("w[h,minus]", r), w[:, 0, 0, 1])
+    assert np.array_equal(values("var[h,A,blank,1]", r), A[:, 2, 1])
+    assert np.array_equal(values("u[h,3]", r), u[:, 3, 0, 0])
+    assert not np.allclose(w[-1], w[0])  # the run moved: the atoms are not trivially equal
+    r = read_run(mc)
+    with h5py.File(mc, "r") as f:  # heads + and -, 3 outputs
+        Sm = f["variables/-/S"][...]
+        wp = f["variables/+/w"][...]
+        feats = [x.decode() if isinstance(x, bytes) else str(x) for x in f["features"][...]]
+    a, b = feats.index("c2"), feats.index("v1_2")
+    assert np.array_equal(values("S[-,c2,v1_2]", r), Sm[:, a, b])
+    assert np.array_equal(values("S-[c2,c1]", r), Sm[:, 1, 0])  # a head named - in the mixture's signed form
+    assert np.array_equal(values("w[+,2,v2_1]", r), wp[:, 2, 0, feats.index("v2_1")])
+
+
+@pytest.mark.parametrize("expr, msg", [
+    ("S[g,plus,minus]", "unknown head 'g'"),
+    ("S[h,plus,zz]", "unknown feature 'zz'"),
+    ("S[h,plus]", "expected 3 names or indices"),
+    ("w[h,2,plus]", "output index 2 out of range"),
+    ("var[h,Q,plus]", "head 'h' has no variable 'Q'"),
+    ("var[h,S,plus]", "give 2 indices"),
+    ("S+[c1,v1]", "unknown head '+'"),
+    ("u+[0]", "write u[head,i]"),
+    ("S[h,__import__('os'),b]", "expected 3 names or indices"),
+])
+def test_bad_names_are_one_line_exit_2(runs, expr, msg):
+    maj, _ = runs
+    with pytest.raises(BoundError) as e:
+        values(expr, read_run(maj))
+    assert msg in str(e.value) and "\n" not in str(e.value), str(e.value)
+    p = subprocess.run([sys.executable, "-m", "meanfield", "model", "bound", str(maj), expr + " < 1"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, p.stderr
+
+
+def test_cli_bound_holds_and_fails(runs):
+    maj, _ = runs
+    with h5py.File(maj, "r") as f:
+        s_max = float(np.max(f["variables/h/w"][:, 0, 0, 0]))  # w moves (checked above)
+    ok = subprocess.run([sys.executable, "-m", "meanfield", "model", "bound", str(maj), f"w[h,plus] <= {s_max!r}"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and ok.stdout.startswith("HOLDS"), ok.stdout + ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "meanfield", "model", "bound", str(maj),
+                          f"w[h,plus] < {s_max!r}"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and bad.stdout.startswith("VIOLATED"), bad.stdout + bad.stderr
+
+
+def test_head_named_form_refused_on_a_mixture_run(tmp_path):
+    out = tmp_path / "m.h5"
+    p = subprocess.run([sys.executable, "-m", "meanfield", "mixture", "run", "--steps", "3", "--record-every", "1",
+                        "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    with pytest.raises(BoundError, match="head-named form is for described models"):
+        values("S[+,c1,v1]", read_run(out))
+    assert values("S+[c1,v1]", read_run(out)).shape == (4,)
