@@ -341,6 +341,10 @@ def test_check_verb_failure_paths(tmp_path):
     bad.write_text((MODELS / "maxmargin.toml").read_text().replace('kq = "merged"', 'kq = "diagonal"'))
     p = _cli("model", "check", str(bad), "--out", str(out))
     assert p.returncode == 2 and "kq" in p.stderr and "Traceback" not in p.stderr and not out.exists()
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    p = _cli("model", "check", "maxmargin", "--out", str(afile))  # was "error: 'afile': File exists"
+    assert p.returncode == 2 and p.stderr.startswith("meanfield: error: out:") and afile.read_text() == "x"
 
 
 def test_check_writes_the_report_schema(tmp_path, monkeypatch):

@@ -78,6 +78,8 @@ def run_check(path, out, quick: bool = False, log=print):
     mod, _, fn = CHECKS[name].partition(":")
     checker = getattr(importlib.import_module(mod), fn)
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out: {str(out)!r} is a file; give a directory for report.json, report.md and the figures")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     claims, meta = checker(Path(path), out, quick=quick, log=log)
