@@ -345,6 +345,8 @@ def test_check_verb_failure_paths(tmp_path):
     afile.write_text("x")
     p = _cli("model", "check", "maxmargin", "--out", str(afile))  # was "error: 'afile': File exists"
     assert p.returncode == 2 and p.stderr.startswith("meanfield: error: out:") and afile.read_text() == "x"
+    p = _cli("model", "check", "maxmargin", "--out", str(afile / "sub"))  # a parent that is a file
+    assert p.returncode == 2 and p.stderr.startswith("meanfield: error: out:") and afile.read_text() == "x"
 
 
 def test_check_writes_the_report_schema(tmp_path, monkeypatch):

@@ -77,9 +77,9 @@ def run_check(path, out, quick: bool = False, log=print):
     description_from_dict(raw, source=str(path))  # the description as given must be valid (one-line error, exit 2)
     mod, _, fn = CHECKS[name].partition(":")
     checker = getattr(importlib.import_module(mod), fn)
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"out: {str(out)!r} is a file; give a directory for report.json, report.md and the figures")
+    from ..guard import check_output_dir
+
+    out = check_output_dir(out, "out")  # a file there, a parent that is a file, no write access: one line, exit 2
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     claims, meta = checker(Path(path), out, quick=quick, log=log)
