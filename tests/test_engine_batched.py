@@ -32,9 +32,11 @@ MIXTURE = str(ROOT / "meanfield" / "models" / "mixture.toml")
 MAXMARGIN = str(ROOT / "meanfield" / "models" / "maxmargin.toml")
 
 
-def _single(desc, y0, eta, every):
-    """The reference: the unbatched engine run (integrate.GDMap over EngineSystem) on the batch's record grid."""
-    tr = dataclasses.replace(desc.training, eta=float(eta), record_every=every, record_log=None, record_dt=None)
+def _single(desc, y0, h, every):
+    """The reference: the unbatched engine run (integrate.GDMap / RK4 over EngineSystem) with step size h
+    (gd: eta; rk4: dt) on the batch's record grid."""
+    step = {"eta": float(h)} if desc.training.method == "gd" else {"dt": float(h)}
+    tr = dataclasses.replace(desc.training, record_every=every, record_log=None, record_dt=None, **step)
     return runs.run(dataclasses.replace(desc, training=tr), y0=y0)
 
 
@@ -96,11 +98,26 @@ def test_refuses_bad_input_with_one_line(kw, field):
     assert msg.startswith(field) and "\n" not in msg
 
 
-def test_refuses_flow_methods():
+def test_cpu_batch_equals_single_runs_rk4():
+    desc = me.load(MIXTURE, K=2, L=3, schedule="three-stage", stage_steps=(2, 3, 2), eta=0.5)
+    desc = dataclasses.replace(desc, training=dataclasses.replace(desc.training, method="rk4", dt=0.3,
+                                                                  max_abs=0.17))
+    Y0 = batched.initial_states(desc, seeds=[0, 1, 0], widths=[None, 5, None])
+    br = me.run_batch(desc, y0s=Y0, eta=[0.3, 0.25, 2.0], record_every=2)  # the last one passes |y| = 0.17
+    _assert_equal_to_single(desc, br, Y0, 2)
+    assert br.status[0] == "complete" and br.status[2] == "diverged"  # both paths exercised
+
+
+def test_refuses_unbatched_methods():
     desc = me.load(MIXTURE, K=2, L=3, steps=5)
-    desc = dataclasses.replace(desc, training=dataclasses.replace(desc.training, method="rk4", dt=0.5))
-    with pytest.raises(ConfigError, match=r"^training\.method: .*gd"):
-        me.run_batch(desc)
+    flow = dataclasses.replace(desc, training=dataclasses.replace(desc.training, method="flow"))
+    with pytest.raises(ConfigError, match=r"^training\.method: .*rk4"):
+        me.run_batch(flow)
+    desc = me.load(MIXTURE, K=2, L=3, schedule="three-stage", stage_steps=(2, 3, 2),
+                   stage_criteria=("consistent_margin>=0.01", None, None))
+    rk4 = dataclasses.replace(desc, training=dataclasses.replace(desc.training, method="rk4", dt=0.3))
+    with pytest.raises(ConfigError, match=r"^training\.stages: stop criteria"):
+        me.run_batch(rk4)
 
 
 SIM_SCRIPT = textwrap.dedent("""

@@ -14,8 +14,8 @@ one :class:`~meanfield.engine.description.Description` and B initial states
   batch, ``meanfield.mixture.batched``); ``NUMBA_ENABLE_CUDASIM=1`` runs it in
   numba's CUDA simulator. Importing this module never imports CUDA.
 
-Both backends run the SAME code: the per-trajectory driver
-:func:`eng_gd_trajectory` below and the engine's per-step kernel
+Both backends run the SAME code: the per-trajectory drivers
+:func:`eng_gd_trajectory` and :func:`eng_rk4_trajectory` below and the engine's per-step kernel
 (``meanfield.engine.kernels.eng_gd_advance_into``, the stage mask ``mode``,
 the stop criteria and the ``max_abs`` guard) are ``@portable`` plain-Python
 functions, compiled with ``numba.njit`` for the CPU and with
@@ -30,8 +30,11 @@ also returns its final state, the loss there, its stop step, stop stage and
 status. On the CPU a batch equals ``meanfield.engine.run`` of each
 trajectory bit for bit; on a GPU to rounding (libdevice ``exp``/``log``).
 
-Only method ``gd`` (the exact GD map) is batched; the flow solvers (rk4,
-flow) are refused with one line: run those unbatched.
+Methods: ``gd`` (the exact GD map, with stop criteria) and ``rk4`` (classical
+fixed-step RK4 of the flow, step ``dt`` per trajectory, without stop criteria:
+their event location needs dense output), both with the operation order of
+``meanfield.integrate``. Method ``flow`` (adaptive Dormand-Prince) and rk4
+with criteria are refused with one line: run those unbatched.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from ..mixture.batched import record_into
 from ..mixture.kernels import compile_portable, portable
 from . import kernels
 from .description import Description
-from .kernels import eng_gd_advance_into
+from .kernels import eng_gd_advance_into, eng_loss_grads, eng_update
 from .reduce import initial_state
 from .system import mode_of, pack
 
@@ -69,8 +72,8 @@ cuda = None  # numba.cuda, set on first use by _load_cuda (the CUDA kernel reads
 @portable
 def eng_gd_trajectory(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
                       hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-                      rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_reason, final_loss,
-                      u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka):
+                      rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                      final_loss, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka):
     """Trajectory b under the exact GD map, as ``integrate.GDMap.solve`` with
     ``SaveAt(every=every)``: stages s of stage_len[s] steps training the
     groups stage_mode[s], ending early when criterion (crit_kind, crit_op,
@@ -115,6 +118,7 @@ def eng_gd_trajectory(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit
                     status[b] = 4
                     return
                 end_step[b, s] = step
+                end_t[b, s] = t
                 end_reason[b, s] = code
                 break
             if ev > 0 and step % ev == 0:
@@ -124,14 +128,111 @@ def eng_gd_trajectory(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit
         stop_stage[b] = sidx
 
 
+@portable
+def eng_rhs_into(y, out, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
+                 u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka):
+    """out = the flow's right-hand side at y (as ``kernels.flow_rhs``); returns the loss at y."""
+    loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin,
+                          zb, f, df, G, gflat, T, p, v, om, tk, pa, lka)
+    eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, 1.0, mode, False, Xm, Ym, tmp)
+    return loss
+
+
+@portable
+def eng_rk4_trajectory(b, y, dt, max_abs, stage_len, stage_mode, every,
+                       hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
+                       rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                       final_loss, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka,
+                       f0, f1, k2, k3, k4, ys, y1):
+    """Trajectory b under classical RK4 of the flow with step dt[b], as
+    ``integrate.RK4.solve`` with ``SaveAt(every=every)`` (stages of time
+    stage_len[s], the last step of a stage shortened to land on its end; no
+    stop criteria). Same operation order as the numpy solver."""
+    h_max = dt[b]
+    mab = max_abs[b]
+    ny = y.shape[0]
+    n_rec[b] = 0
+    status[b] = 0
+    stop_stage[b] = 0
+    t = 0.0
+    nstep = 0
+    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+        status[b] = 4
+        return
+    for s in range(stage_len.shape[0]):
+        sidx = s + 1
+        t_end = t + stage_len[s]
+        mode = stage_mode[s]
+        final_loss[b] = eng_rhs_into(y, f0, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target,
+                                     weight, kind, r0, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp,
+                                     pa, lka)
+        while t < t_end * (1.0 - 1e-15) and t_end - t > 1e-14 * max(1.0, abs(t_end)):
+            h = min(h_max, t_end - t)
+            hh = 0.5 * h
+            for i in range(ny):
+                ys[i] = y[i] + hh * f0[i]
+            eng_rhs_into(ys, k2, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind,
+                         r0, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka)
+            for i in range(ny):
+                ys[i] = y[i] + hh * k2[i]
+            eng_rhs_into(ys, k3, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind,
+                         r0, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka)
+            for i in range(ny):
+                ys[i] = y[i] + h * k3[i]
+            eng_rhs_into(ys, k4, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind,
+                         r0, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka)
+            h6 = h / 6.0
+            code = 0
+            for i in range(ny):
+                y1[i] = y[i] + h6 * (f0[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])
+                if not math.isfinite(y1[i]):
+                    code = 2
+            loss1 = 0.0
+            if code == 0:
+                loss1 = eng_rhs_into(y1, f1, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target,
+                                     weight, kind, r0, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp,
+                                     pa, lka)
+                for i in range(ny):
+                    if not math.isfinite(f1[i]):
+                        code = 2
+            if code == 0:
+                for i in range(ny):
+                    if abs(y1[i]) > mab:
+                        code = 3
+            if code != 0:
+                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+                status[b] = code
+                stop_stage[b] = sidx
+                return
+            t = t + h
+            nstep += 1
+            for i in range(ny):
+                y[i] = y1[i]
+                f0[i] = f1[i]
+            final_loss[b] = loss1
+            if every > 0 and nstep % every == 0:
+                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+        if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+            status[b] = 4
+            return
+        end_step[b, s] = nstep
+        end_t[b, s] = t
+        end_reason[b, s] = 0
+        stop_stage[b] = sidx
+
+
 # ---------------------------------------------------------------- CPU driver
 
 
 @njit(parallel=True, cache=True)
 def _gd_batch_cpu(Y0, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
                   hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-                  R, C, Nmax, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_reason,
-                  final_loss, Yout):
+                  R, C, Nmax, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+                  end_reason, final_loss, Yout):
     B, ny = Y0.shape
     n, L = nzn.shape
     P = qv.shape[1]
@@ -159,8 +260,53 @@ def _gd_batch_cpu(Y0, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, c
         eng_gd_trajectory(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
                           hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
                           consistent, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step,
-                          end_reason, final_loss, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp,
+                          end_t, end_reason, final_loss, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp,
                           new, pa, lka)
+        for i in range(ny):
+            Yout[b, i] = y[i]
+
+
+@njit(parallel=True, cache=True)
+def _rk4_batch_cpu(Y0, dt, max_abs, stage_len, stage_mode, every,
+                   hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
+                   R, C, Nmax, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+                   end_reason,
+                   final_loss, Yout):
+    B, ny = Y0.shape
+    n, L = nzn.shape
+    P = qv.shape[1]
+    H = hi.shape[0]
+    for b in prange(B):
+        y = Y0[b].copy()
+        u = np.empty((n, H, R))
+        margin = np.empty(n)
+        zb = np.empty((H, P))
+        f = np.empty(C)
+        df = np.empty(C)
+        G = np.zeros((H, Nmax, Nmax))
+        gflat = np.zeros(ny)
+        T = np.empty(P)
+        p = np.empty(L)
+        v = np.empty(L)
+        om = np.empty(P)
+        tk = np.empty(P)
+        Xm = np.empty((Nmax, Nmax))
+        Ym = np.empty((Nmax, Nmax))
+        tmp = np.empty((P, P))
+        pa = np.zeros((H, L, L))
+        lka = np.zeros((H, L))
+        f0 = np.empty(ny)
+        f1 = np.empty(ny)
+        k2 = np.empty(ny)
+        k3 = np.empty(ny)
+        k4 = np.empty(ny)
+        ys = np.empty(ny)
+        y1 = np.empty(ny)
+        eng_rk4_trajectory(b, y, dt, max_abs, stage_len, stage_mode, every,
+                           hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
+                           rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                           final_loss, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka,
+                           f0, f1, k2, k3, k4, ys, y1)
         for i in range(ny):
             Yout[b, i] = y[i]
 
@@ -194,16 +340,67 @@ def _cuda_portable():
 
 
 @functools.lru_cache(maxsize=None)
-def _cuda_kernel(n: int, L: int, P: int, H: int, R: int, C: int, Nmax: int, ny: int):
-    """The batch kernel for one shape of description: one thread per
-    trajectory, its scratch in local memory of compile-time size."""
+def _cuda_kernel(method: str, n: int, L: int, P: int, H: int, R: int, C: int, Nmax: int, ny: int):
+    """The batch kernel for one method and shape of description: one thread
+    per trajectory, its scratch in local memory of compile-time size."""
     cu = _load_cuda()
-    traj = _cuda_portable().eng_gd_trajectory
     from numba import float64
+
+    if method == "rk4":
+        rk4 = _cuda_portable().eng_rk4_trajectory
+
+        def rk4_kernel(Y0, dt, max_abs, stage_len, stage_mode, every,
+                       hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
+                       rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                       final_loss, Yout):
+            b = cuda.grid(1)
+            if b >= Y0.shape[0]:
+                return
+            y = cuda.local.array(ny, float64)
+            for i in range(ny):
+                y[i] = Y0[b, i]
+            u = cuda.local.array((n, H, R), float64)
+            margin = cuda.local.array(n, float64)
+            zb = cuda.local.array((H, P), float64)
+            f = cuda.local.array(C, float64)
+            df = cuda.local.array(C, float64)
+            G = cuda.local.array((H, Nmax, Nmax), float64)
+            gflat = cuda.local.array(ny, float64)
+            T = cuda.local.array(P, float64)
+            p = cuda.local.array(L, float64)
+            v = cuda.local.array(L, float64)
+            om = cuda.local.array(P, float64)
+            tk = cuda.local.array(P, float64)
+            Xm = cuda.local.array((Nmax, Nmax), float64)
+            Ym = cuda.local.array((Nmax, Nmax), float64)
+            tmp = cuda.local.array((P, P), float64)
+            pa = cuda.local.array((H, L, L), float64)
+            lka = cuda.local.array((H, L), float64)
+            for k in range(H):
+                for j in range(L):
+                    lka[k, j] = 0.0
+                    for i in range(L):
+                        pa[k, j, i] = 0.0
+            f0 = cuda.local.array(ny, float64)
+            f1 = cuda.local.array(ny, float64)
+            k2 = cuda.local.array(ny, float64)
+            k3 = cuda.local.array(ny, float64)
+            k4 = cuda.local.array(ny, float64)
+            ys = cuda.local.array(ny, float64)
+            y1 = cuda.local.array(ny, float64)
+            rk4(b, y, dt, max_abs, stage_len, stage_mode, every,
+                hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
+                rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss,
+                u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka, f0, f1, k2, k3, k4, ys, y1)
+            for i in range(ny):
+                Yout[b, i] = y[i]
+
+        return cu.jit(rk4_kernel)
+    traj = _cuda_portable().eng_gd_trajectory
 
     def gd_kernel(Y0, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
                   hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_reason,
+                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
                   final_loss, Yout):
         b = cuda.grid(1)
         if b >= Y0.shape[0]:
@@ -236,7 +433,7 @@ def _cuda_kernel(n: int, L: int, P: int, H: int, R: int, C: int, Nmax: int, ny: 
                     pa[k, j, i] = 0.0
         traj(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
              hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-             rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_reason, final_loss,
+             rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss,
              u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka)
         for i in range(ny):
             Yout[b, i] = y[i]
@@ -270,7 +467,7 @@ class BatchRun:
     "diverged"), ``code[b]`` (0 complete, 2 non-finite, 3 above max_abs),
     ``eta[b]``. Records: row b has ``n_records[b]`` valid entries
     ``rec_t[b, :n]``, ``rec_step``, ``rec_stage``, ``rec_y`` (B, T, state);
-    ``end_step`` / ``end_reason`` (B, stages) for the stages it finished.
+    ``end_step`` / ``end_t`` / ``end_reason`` (B, stages) for the stages it finished.
     :meth:`trajectory` gives trajectory b as ``meanfield.integrate.Trajectory``,
     :meth:`run` as a :class:`meanfield.engine.runs.Run` (named arrays)."""
 
@@ -289,6 +486,7 @@ class BatchRun:
     rec_y: np.ndarray
     n_records: np.ndarray
     end_step: np.ndarray
+    end_t: np.ndarray
     end_reason: np.ndarray
 
     @property
@@ -302,21 +500,26 @@ class BatchRun:
         tr.step = [int(v) for v in self.rec_step[b, :n]]
         tr.stage = [int(v) for v in self.rec_stage[b, :n]]
         tr.y = [self.rec_y[b, i].copy() for i in range(n)]
-        code, stop, eta = int(self.code[b]), int(self.stop_stage[b]), float(self.eta[b])
+        code, stop = int(self.code[b]), int(self.stop_stage[b])
         for s in range(stop if code == COMPLETE else stop - 1):
-            st = int(self.end_step[b, s])
-            tr.stage_ends.append({"stage": s + 1, "step": st, "t": st * eta,
+            tr.stage_ends.append({"stage": s + 1, "step": int(self.end_step[b, s]), "t": float(self.end_t[b, s]),
                                   "reason": "criterion" if self.end_reason[b, s] == 1 else "length"})
-        step = tr.step[-1]
+        step, t = tr.step[-1], tr.t[-1]
+        gd = self.desc.training.method == "gd"
         if code == COMPLETE:
             tr.status = "complete"
-            tr.message = f"{step} steps (t = {tr.t[-1]:.6g})"
+            tr.message = f"{step} steps (t = {t:.6g})" if gd else f"t = {t:.6g} ({step} solver steps)"
             return tr
         tr.status = "diverged"
-        what = ("a non-finite state or loss" if code == NONFINITE else
-                f"a state entry above max_abs = {self.desc.training.max_abs:g} in absolute value")
-        tr.message = (f"step {step + 1} (t = {(step + 1) * eta:.6g}) in stage {stop} gave {what}; every record up "
-                      f"to the last accepted state (step {step}) is kept; try a smaller eta")
+        bound = f"a state entry above max_abs = {self.desc.training.max_abs:g} in absolute value"
+        if gd:
+            what = "a non-finite state or loss" if code == NONFINITE else bound
+            tr.message = (f"step {step + 1} (t = {(step + 1) * float(self.eta[b]):.6g}) in stage {stop} gave {what}; "
+                          f"every record up to the last accepted state (step {step}) is kept; try a smaller eta")
+        else:
+            what = "a non-finite state (or the step size underflowed)" if code == NONFINITE else bound
+            tr.message = (f"the solver step from t = {t:.6g} (solver step {step + 1}) in stage {stop} gave {what}; "
+                          f"every record up to t = {t:.6g} is kept")
         return tr
 
     def run(self, b: int):
@@ -324,14 +527,24 @@ class BatchRun:
         from .runs import Run
         from .system import system_of
 
-        d = _with_eta(self.desc, float(self.eta[b]))
+        d = _with_step(self.desc, float(self.eta[b]))
         return Run(d, system_of(d), self.trajectory(b))
 
 
-def _with_eta(desc: Description, eta: float) -> Description:
-    if eta == desc.training.eta:
+def _step_of(desc: Description) -> float:
+    """The step size of a description: eta (method gd), dt or else eta (rk4)."""
+    tr = desc.training
+    return float(tr.dt) if tr.method == "rk4" and tr.dt is not None else float(tr.eta)
+
+
+def _with_step(desc: Description, h: float) -> Description:
+    """``desc`` with step size h (eta for gd; dt, or eta when dt is unset, for rk4)."""
+    if h == _step_of(desc):
         return desc
-    return dataclasses.replace(desc, training=dataclasses.replace(desc.training, eta=eta))
+    tr = desc.training
+    if tr.method == "rk4" and tr.dt is not None:
+        return dataclasses.replace(desc, training=dataclasses.replace(tr, dt=h))
+    return dataclasses.replace(desc, training=dataclasses.replace(tr, eta=h))
 
 
 def _per_trajectory(name, val, B, cast):
@@ -363,20 +576,25 @@ def initial_states(desc: Description, seeds=None, widths=None) -> np.ndarray:
 
 def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, backend: str = "cpu",
               record_every: int | None = None, max_bytes: float = 4 * 2**30) -> BatchRun:
-    """Advance B trajectories of ``desc`` together under its exact GD map.
+    """Advance B trajectories of ``desc`` together under its exact GD map
+    (method gd) or fixed-step RK4 of its flow (method rk4, without stop criteria).
 
     ``y0s`` (B, state): the initial states (default: built from ``seeds`` /
     ``widths`` by :func:`initial_states`, or the description's own initial
-    state, B = 1); ``eta``: a step size, or one per trajectory (default the
-    description's); ``record_every``: also record every N steps (default:
-    the summary only); ``backend``: ``cpu``, ``cuda`` or ``auto``. Stages,
-    their masks and criteria and ``max_abs`` come from the description. Bad
-    input raises a one-line ConfigError naming the field."""
+    state, B = 1); ``eta``: the step size (gd: eta; rk4: dt), one or one per
+    trajectory (default the description's); ``record_every``: also record
+    every N steps (default: the summary only); ``backend``: ``cpu``, ``cuda``
+    or ``auto``. Stages, their masks and criteria and ``max_abs`` come from
+    the description. Bad input raises a one-line ConfigError naming the field."""
     be = resolve_backend(backend)
     tr = desc.training
-    if tr.method != "gd":
-        raise ConfigError(f"training.method: the batch runs method gd (the exact GD map) only; got {tr.method!r} "
-                          f"(run it unbatched)")
+    if tr.method not in ("gd", "rk4"):
+        raise ConfigError(f"training.method: the batch runs method gd (the exact GD map) or rk4 (fixed step); got "
+                          f"{tr.method!r} (adaptive steps: run it unbatched)")
+    gd = tr.method == "gd"
+    if not gd and any(s.criterion is not None for s in tr.stages):
+        raise ConfigError("training.stages: stop criteria with method rk4 are not batched (their event location "
+                          "needs dense output); use method gd, drop the criteria, or run it unbatched")
     pk = pack(desc)
     lay = pk.lay
     ny = lay.size
@@ -402,7 +620,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     Y0 = np.ascontiguousarray(Y0)
     B = Y0.shape[0]
     if eta is None:
-        etas = np.full(B, float(tr.eta))
+        etas = np.full(B, _step_of(desc))
     else:
         try:
             etas = np.array(_per_trajectory("eta", eta, B, float), dtype=np.float64)
@@ -415,7 +633,8 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         raise ConfigError(f"record_every: must be a positive integer or None; got {record_every!r}")
     every = 0 if record_every is None else int(record_every)
     nst = len(tr.stages)
-    stage_len = np.array([int(s.length) for s in tr.stages], np.int64)
+    stage_len = np.array([int(s.length) if gd else float(s.length) for s in tr.stages],
+                         np.int64 if gd else np.float64)
     stage_mode = np.array([mode_of(s.train) for s in tr.stages], np.int64)
     crit_kind = np.zeros(nst, np.int64)
     crit_op = np.ones(nst, np.int64)
@@ -425,7 +644,11 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
             crit_kind[i] = kernels.CRITERIA[s.criterion[0]]
             crit_op[i] = 1 if s.criterion[1] == ">=" else -1
             crit_thr[i] = float(s.criterion[2])
-    T = 2 + nst + (int(stage_len.sum()) // every if every else 0)
+    if gd:
+        nsteps = int(stage_len.sum())
+    else:
+        nsteps = sum(int(math.ceil(x / etas.min() * (1 + 1e-12))) + 1 for x in stage_len)
+    T = 2 + nst + (nsteps // every if every else 0)
     need = B * T * ny * 8
     if need > max_bytes:
         raise ConfigError(f"record_every: the records of {B} trajectories need {need / 2**30:.3g} GiB ({T} records "
@@ -439,25 +662,32 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     status = np.zeros(B, np.int64)
     stop_stage = np.zeros(B, np.int64)
     end_step = np.zeros((B, max(1, nst)), np.int64)
+    end_t = np.zeros((B, max(1, nst)))
     end_reason = np.zeros((B, max(1, nst)), np.int64)
     final_loss = np.zeros(B)
     Yout = np.zeros((B, ny))
-    outs = [rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_reason, final_loss, Yout]
+    outs = [rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss,
+            Yout]
     lt = [lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam, pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff,
-          pk.target, pk.weight, int(pk.kind), float(pk.r0), pk.consistent]
-    head = [Y0, etas, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every]
+          pk.target, pk.weight, int(pk.kind), float(pk.r0)]
+    if gd:
+        head = [Y0, etas, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every]
+        lt.append(pk.consistent)
+    else:
+        head = [Y0, etas, max_abs, stage_len, stage_mode, every]
     if be == "cuda":
         n, L = pk.nzn.shape
-        shape = (n, L, lay.P, lay.hi.shape[0], pk.R, pk.C, lay.Nmax, ny)
-        args = head + lt
-        scalars = {8, len(head) + 14, len(head) + 15}
-        _launch_cuda(shape, scalars, args, outs, B)
-    else:
+        shape = (tr.method, n, L, lay.P, lay.hi.shape[0], pk.R, pk.C, lay.Nmax, ny)
+        scalars = {len(head) - 1, len(head) + 14, len(head) + 15}  # every, kind, r0
+        _launch_cuda(shape, scalars, head + lt, outs, B)
+    elif gd:
         _gd_batch_cpu(*head, *lt, pk.R, pk.C, lay.Nmax, *outs)
+    else:
+        _rk4_batch_cpu(*head, *lt, pk.R, pk.C, lay.Nmax, *outs)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact
         raise RuntimeError("engine batch: record buffer full (capacity bound too small): a bug")
     steps = rec_step[np.arange(B), n_rec - 1].copy()
     return BatchRun(desc=desc, backend=be, eta=etas, y=Yout, loss=final_loss, steps=steps, stop_stage=stop_stage,
                     code=status, status=["complete" if c == COMPLETE else "diverged" for c in status],
                     rec_t=rec_t, rec_step=rec_step, rec_stage=rec_stage, rec_y=rec_y, n_records=n_rec,
-                    end_step=end_step, end_reason=end_reason)
+                    end_step=end_step, end_t=end_t, end_reason=end_reason)
