@@ -104,6 +104,7 @@ BASE = {"name": "b", "dictionary": {"features": ["a", "b"]},
     ({"parameters": {"v": "linear"}}, "parameters.v: not a run knob and never referenced"),
     ({"parameters": {"v": {"x": 1}}}, "parameters.v: a declared parameter's default"),
     ({"parameters": {"v": "$steps"}}, "parameters.v: a default must be a value"),
+    ({"parameters": {"out": "x.h5"}, "heads": [{"value": "$out"}]}, "parameters.out: reserved"),
     ({"training": {"stages": [{"steps": 3}]}, "parameters": {"steps": 5}}, None),  # the table's own steps: allowed
 ])
 def test_references_refused(patch, field):
@@ -170,3 +171,20 @@ def test_cli_flags_override_and_refuse(tmp_path):
     r = _cli("model", "derive", "incontext", "--K", "3", "--N", "2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert '"v3"' in r.stdout and '"v4"' not in r.stdout
+
+
+def test_sweep_over_a_declared_parameter(tmp_path):
+    import json
+
+    r = _cli("model", "sweep", "maxmargin", "--param", "n=4,6", "--steps", "2", "--workers", "1", "--quiet", "--out",
+             tmp_path / "sw", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    idx = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    files = sorted(Path(e["file"]) if Path(e["file"]).is_absolute() else tmp_path / "sw" / e["file"]
+                   for e in idx["points"]) if all("file" in e for e in idx["points"]) else None
+    import h5py
+
+    shapes = sorted(h5py.File(f, "r")["margin"].shape[1] for f in (files or sorted((tmp_path / "sw").rglob("*.h5"))))
+    assert shapes == [4, 6]
+    r = _cli("model", "sweep", "maxmargin", "--param", "q=1,2", "--out", tmp_path / "sw2", cwd=tmp_path)
+    assert r.returncode == 2 and "q" in r.stderr and len(r.stderr.strip().splitlines()) == 1

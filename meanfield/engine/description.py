@@ -55,6 +55,8 @@ example)::
     [parameters]                # run knobs; CLI flags override them (--width 5 --seed 1 ...)
     eta = 0.5
     steps = 1000
+    # any other key is a declared parameter (name = default), referenced as a whole value "$name"
+    # in the tables above (e.g. weight = "$w2", steps = "$steps" in a stage); a flag --name overrides it
 
 A built-in family replaces dictionary/data/heads/model by a generator: with
 ``family = "mixture"`` the ``[parameters]`` table holds the fields of
@@ -467,6 +469,9 @@ _REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: the tables whose values may be "$name" references
 _REF_TABLES = ("dictionary", "data", "heads", "model", "training")
+#: options of the ``meanfield model`` verbs themselves: not available as parameter names
+RESERVED = ("out", "plot", "quiet", "d", "widths", "seeds", "workers", "format", "param", "help", "model", "run",
+            "expr", "file", "during", "tmin", "tmax", "verb", "func", "declared")
 
 
 def declared_parameters(raw: dict) -> dict:
@@ -486,6 +491,8 @@ def declared_parameters(raw: dict) -> dict:
             continue
         if not _NAME.match(k):
             raise ConfigError(f"parameters.{k}: a parameter name must be letters, digits and _ (not starting with a digit)")
+        if k in RESERVED:
+            raise ConfigError(f"parameters.{k}: reserved (an option of the model verbs); reserved: {', '.join(RESERVED)}")
         ok = isinstance(v, (bool, int, float, str)) or (
             isinstance(v, list) and v and all(isinstance(x, (int, float, str)) and not isinstance(x, bool) for x in v))
         if not ok:
