@@ -121,7 +121,7 @@ def test_refuses_unbatched_methods():
 
 
 SIM_SCRIPT = textwrap.dedent("""
-    import sys, numpy as np
+    import dataclasses, sys, numpy as np
     import meanfield.engine as me
     from meanfield.engine import batched
     desc = me.load(sys.argv[1], K=2, L=3, schedule="three-stage", stage_steps=(3, 3, 2),
@@ -131,13 +131,20 @@ SIM_SCRIPT = textwrap.dedent("""
     assert br.backend == "cuda" and batched._cuda_kernel.cache_info().currsize == 1
     np.savez(sys.argv[2], Y0=Y0, y=br.y, loss=br.loss, rec_y=br.rec_y, rec_t=br.rec_t, rec_step=br.rec_step,
              n=br.n_records, code=br.code, end_step=br.end_step)
+    rk4 = dataclasses.replace(desc, training=dataclasses.replace(desc.training, method="rk4", dt=0.3,
+                                                                 max_abs=0.205, stages=tuple(
+        dataclasses.replace(s, criterion=None) for s in desc.training.stages)))
+    br = me.run_batch(rk4, y0s=Y0, eta=[0.3, 0.25, 2.0], record_every=1, backend="cuda")
+    np.savez(sys.argv[3], y=br.y, loss=br.loss, rec_y=br.rec_y, rec_t=br.rec_t, rec_step=br.rec_step,
+             n=br.n_records, code=br.code, end_step=br.end_step, end_t=br.end_t)
 """)
 
 
 def test_cuda_kernel_in_simulator_equals_cpu(tmp_path):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
     out = tmp_path / "sim.npz"
-    r = subprocess.run([sys.executable, "-c", SIM_SCRIPT, MIXTURE, str(out)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", SIM_SCRIPT, MIXTURE, str(out), str(tmp_path / "rk4.npz")],
+                       capture_output=True, text=True,
                        cwd=ROOT, env=env, timeout=300)
     if r.returncode != 0 and "simulator" in r.stderr.lower() and "import" in r.stderr.lower():
         pytest.skip(f"CUDA simulator not importable: {r.stderr.strip().splitlines()[-1]}")
@@ -151,6 +158,16 @@ def test_cuda_kernel_in_simulator_equals_cpu(tmp_path):
     for k, v in (("y", cpu.y), ("loss", cpu.loss), ("rec_y", cpu.rec_y), ("rec_t", cpu.rec_t)):
         np.testing.assert_allclose(sim[k], v, rtol=0, atol=1e-12, err_msg=k)
     assert list(cpu.code) == [0, 0, 3]
+    sim = np.load(tmp_path / "rk4.npz")
+    rk4 = dataclasses.replace(desc, training=dataclasses.replace(desc.training, method="rk4", dt=0.3, max_abs=0.205,
+                                                                 stages=tuple(dataclasses.replace(s, criterion=None)
+                                                                              for s in desc.training.stages)))
+    cpu = me.run_batch(rk4, y0s=np.load(out)["Y0"], eta=[0.3, 0.25, 2.0], record_every=1)
+    for k, v in (("n", cpu.n_records), ("code", cpu.code), ("end_step", cpu.end_step), ("rec_step", cpu.rec_step)):
+        assert np.array_equal(sim[k], v), ("rk4", k)
+    for k, v in (("y", cpu.y), ("loss", cpu.loss), ("rec_y", cpu.rec_y), ("rec_t", cpu.rec_t), ("end_t", cpu.end_t)):
+        np.testing.assert_allclose(sim[k], v, rtol=0, atol=1e-12, err_msg=f"rk4 {k}")
+    assert list(cpu.code) == [0, 3, 3], list(cpu.code)  # finite width (1) and the large step (2) pass |y| = 0.205
 
 
 def test_import_does_not_touch_cuda():

@@ -103,8 +103,11 @@ def batch_problem(desc) -> str | None:
     """Why a sweep point cannot run batched (one line), or None."""
     from .system import save_at
 
-    if desc.training.method != "gd":
-        return f"method {desc.training.method} is not batched (the batch runs the exact GD map, method gd)"
+    tr = desc.training
+    if tr.method not in ("gd", "rk4"):
+        return f"method {tr.method} is not batched (the batch runs methods gd and rk4)"
+    if tr.method == "rk4" and any(s.criterion is not None for s in tr.stages):
+        return "stop criteria with method rk4 are not batched (their event location needs dense output)"
     sv = save_at(desc)
     if sv.points is not None or not sv.every:
         return "record_log / record_dt grids are not batched; give --record-every N"
@@ -116,7 +119,7 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
     ``run_batch`` per group (or per ``chunk_size`` points), each point written
     as the ordinary run file an unbatched sweep writes."""
     from . import runs
-    from .batched import run_batch
+    from .batched import _step_of, run_batch
     from .description import load_description
     from .reduce import initial_state
     from .system import save_at, system_of
@@ -131,7 +134,7 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
             d0 = descs[part[0]]
             t0 = time.perf_counter()
             br = run_batch(d0, y0s=[initial_state(descs[i]) for i in part],
-                           eta=[descs[i].training.eta for i in part], backend=backend,
+                           eta=[_step_of(descs[i]) for i in part], backend=backend,
                            record_every=int(save_at(d0).every))
             per = (time.perf_counter() - t0) / len(part)
             for k, i in enumerate(part):
