@@ -355,7 +355,6 @@ def run_chunk(task: dict) -> dict:
     bad point (status -3); other errors propagate to the caller."""
     import numba
 
-    from .mixture import kernels
     from .mixture.batched import COMPLETE, _group_key, advance, batchable, samples_of, trajectory
     from .mixture.config import make_config
 
@@ -443,7 +442,7 @@ def run_chunk(task: dict) -> dict:
     elapsed = time.perf_counter() - t0
     return {"key": task["key"], "lo": task["lo"], "hi": task["lo"] + n, "arrays": out, "invalid": invalid,
             "records": records, "elapsed_s": elapsed, "pid": os.getpid(), "host": os.uname().nodename,
-            "threads": numba.get_num_threads(), "state_size": kernels.state_size(4)}
+            "threads": numba.get_num_threads()}
 
 
 # ------------------------------------------------------------------ planning
