@@ -528,7 +528,7 @@ def coerce_parameter(name: str, default, v):
     raise ConfigError(f"{name}: must be a string; got {v!r}")
 
 
-def resolve_parameters(raw: dict, overrides: dict | None = None) -> tuple[dict, dict]:
+def resolve_parameters(raw: dict, overrides: dict | None = None) -> tuple[dict, dict, dict]:
     """Substitute a general description's parameters.
 
     ``[parameters]`` holds run knobs (:class:`RunParams`) and the model's own
@@ -538,14 +538,15 @@ def resolve_parameters(raw: dict, overrides: dict | None = None) -> tuple[dict, 
     value (a declared parameter or a run knob, after ``overrides``); nothing
     else is substituted or evaluated. Returns (the description with every
     reference replaced and the declared parameters removed from
-    ``[parameters]``, the overrides that are run knobs). One-line errors: an
+    ``[parameters]``, the overrides that are run knobs, the declared
+    parameters' values). One-line errors: an
     unknown override, a reference to an undeclared name, a declared parameter
     never referenced, ``steps`` overridden while the stages have their own
     lengths."""
     import copy
 
     if not isinstance(raw, dict) or raw.get("family") is not None:
-        return raw, dict(overrides or {})
+        return raw, dict(overrides or {}), {}
     declared = declared_parameters(raw)
     knobs = [f.name for f in dataclasses.fields(RunParams)]
     table = {str(k).replace("-", "_"): v for k, v in dict(raw.get("parameters", {})).items()}
@@ -605,7 +606,7 @@ def resolve_parameters(raw: dict, overrides: dict | None = None) -> tuple[dict, 
                                   "make it overridable")
     if "parameters" in raw:
         out["parameters"] = {k: v for k, v in table.items() if k not in declared}
-    return out, run_over
+    return out, run_over, values
 
 
 def read_raw(path) -> dict:
@@ -641,7 +642,7 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     for k in raw:
         if k not in TOP_KEYS:
             raise ConfigError(f"model: unknown key '{k}'; allowed: {', '.join(TOP_KEYS)}")
-    raw, overrides = resolve_parameters(raw, overrides)
+    raw, overrides, declared = resolve_parameters(raw, overrides)
     params_raw = {k.replace("-", "_"): v for k, v in dict(raw.get("parameters", {})).items()}
     params_raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     name = str(raw.get("name", Path(source).stem if source else "model"))
@@ -688,13 +689,15 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
                 sigma_r=params.sigma_r, neuron_init=params.neuron_init)
     return Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
-                       family=None, parameters=params, source=source)
+                       family=None, parameters=params, source=source,
+                       declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
 
 
 def describe(desc: Description) -> dict:
     """A JSON-able summary of a description (names, sizes, choices)."""
     return {
         "name": desc.name, "family": desc.family, "features": list(desc.dictionary.features),
+        "declared": {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared},
         "gram": None if desc.dictionary.gram is None else np.asarray(desc.dictionary.gram).tolist(),
         "n_sequences": desc.data.n, "L": desc.data.L,
         "heads": [dataclasses.asdict(h) for h in desc.model.heads], "loss": desc.model.loss,

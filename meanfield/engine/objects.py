@@ -187,6 +187,7 @@ class Description:
     family: str | None = None
     parameters: Any = None  # the validated parameters (a MixtureConfig for the mixture family, else RunParams)
     source: str | None = None
+    declared: tuple = ()  # the description's own declared parameters as (name, value) pairs, after overrides
 
     @property
     def P(self) -> int:

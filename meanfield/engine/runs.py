@@ -207,6 +207,7 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
     attrs["family"] = desc.family or ""
     attrs.update(extra_attrs or {})
     config = {"parameters": desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {},
+              "declared": {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared},
               "source": desc.source}
     return write_run(path, system="engine", config=config, status=status or r.status,
                      message=message or r.message, data=data, attrs=attrs)
