@@ -212,3 +212,15 @@ def test_model_sweep_batched_refuses_a_log_grid_with_one_line(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "batched" in lines[0] and "record" in lines[0], r.stderr
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("extra, field", [(["--backend", "cuda"], "backend: only with --batched"),
+                                          (["--batched", "--backend", "gpu"], "backend: must be one of")])
+def test_model_sweep_backend_flag_refusals(tmp_path, extra, field):
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "sweep", MIXTURE, "--steps", "5",
+                        "--param", "eta=0.5,1", "--out", str(tmp_path / "s"), "--quiet", *extra],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0], r.stderr
+    assert not (tmp_path / "s").exists()

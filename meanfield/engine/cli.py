@@ -271,7 +271,7 @@ def add_parser(systems, mixture_fields=None) -> None:
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     sw.add_argument("--batched", action="store_true",
                     help="run the points as batches of trajectories (method gd; same files): meanfield.engine.run_batch")
-    sw.add_argument("--backend", default="cpu", help="with --batched: cpu (default), cuda or auto")
+    sw.add_argument("--backend", default=None, help="with --batched: cpu (default), cuda or auto")
     _add_param_flags(sw)
     sw.__class__ = with_declared  # also takes the flags the description declares
     sw.set_defaults(func=_cmd_sweep)

@@ -149,7 +149,7 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
 
 
 def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, workers: int | None = None,
-                progress: bool = True, stream=None, batched: bool = False, backend: str = "cpu") -> dict:
+                progress: bool = True, stream=None, batched: bool = False, backend: str | None = None) -> dict:
     """Run (or continue) a sweep of ``model``; returns the index written to ``sweep.json``.
     ``batched``: the points run as batches of trajectories (``meanfield.engine.batched``
     on ``backend``), grouped by structure (points that differ only in initial
@@ -162,7 +162,9 @@ def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, wo
     if batched:
         from .batched import resolve_backend
 
-        backend = resolve_backend(backend)
+        backend = resolve_backend(backend or "cpu")
+    elif backend is not None:
+        raise ConfigError("backend: only with --batched (the backend of the batched sweep: cpu, cuda or auto)")
     for p in points:  # validate every point before running anything
         over = {**base, **p}
         try:
