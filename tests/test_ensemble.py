@@ -166,9 +166,8 @@ class _KillLocalWorker(_KillOnce):
                 self.killed = True
 
 
-@pytest.mark.slow
 def test_killed_local_worker_is_replaced_and_its_chunks_rerun(tmp_path):
-    """(slow: two pools of spawned worker processes, 15-40 s on 2 busy cores)"""
+    """(two pools of spawned worker processes: 3 s on a quiet machine, up to 40 s on 2 busy cores)"""
     prob = _grid_problem()
     ref = solve(prob, tmp_path / "ref", workers=1, chunk_size=2, progress=False)
     stream = _KillLocalWorker()
