@@ -124,6 +124,17 @@ def test_steps_override_refused_where_the_stages_do_not_take_it():
         description_from_dict(raw, {"steps": 10})
     raw = {**BASE, "training": {"stages": [{"steps": "$steps"}]}}
     assert description_from_dict(raw, {"steps": 10}).training.stages[0].length == 10
+    raw = {**BASE, "training": {"stages": [{"steps": 3, "train": ["attention"]}, {"steps": 4}]}}
+    assert [s.length for s in description_from_dict(raw, {"stage_steps": "5,0"}).training.stages] == [5, 0]
+    for over, field in [({"stage_steps": "5"}, "stage_steps: 2 lengths needed"),
+                        ({"stage_steps": "5,x"}, "stage_steps: must be an integer"),
+                        ({"stage_steps": "5,-1"}, "stage_steps: must be an integer >= 0"),
+                        ({"stage_times": "1,2"}, "stage_times: only for method flow or rk4")]:
+        with pytest.raises(ConfigError) as e:
+            description_from_dict(raw, over)
+        assert str(e.value).startswith(field), str(e.value)
+    with pytest.raises(ConfigError, match="^stage_steps: this description has no"):
+        description_from_dict(BASE, {"stage_steps": "5"})
 
 
 def test_shipped_descriptions_declare_their_parameters():

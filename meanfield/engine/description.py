@@ -124,6 +124,8 @@ class RunParams:
     record_every: int | None = None
     record_log: int | None = None
     record_dt: float | None = None
+    stage_steps: tuple | None = None  # gd: every [[training.stages]]'s length, in order (--stage-steps 100,2000)
+    stage_times: tuple | None = None  # flow / rk4: every stage's time, in order
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -177,6 +179,14 @@ def make_params(raw: dict) -> RunParams:
         raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
     if out["record_dt"] is not None and out["method"] == "gd":
         raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
+    out["stage_steps"] = tuple(as_int("stage_steps", v, lo=0) for v in as_list("stage_steps", d["stage_steps"])) \
+        if d["stage_steps"] is not None else None
+    out["stage_times"] = tuple(as_float("stage_times", v, nonneg=True) for v in as_list("stage_times", d["stage_times"])) \
+        if d["stage_times"] is not None else None
+    if out["stage_steps"] is not None and out["method"] != "gd":
+        raise ConfigError(f"stage_steps: only for method gd; with {out['method']} give stage_times")
+    if out["stage_times"] is not None and out["method"] == "gd":
+        raise ConfigError("stage_times: only for method flow or rk4; with gd give stage_steps")
     return RunParams(**out)
 
 
@@ -442,6 +452,16 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
     else:
         stages.append(StageSpec("simultaneous", GROUPS, params.steps if gd else params.t_end,
                                 parse_criterion("criterion", params.criterion, CRITERIA)))
+    given = params.stage_steps if gd else params.stage_times
+    if given is not None:
+        key = "stage_steps" if gd else "stage_times"
+        if not stages_raw:
+            raise ConfigError(f"{key}: this description has no [[training.stages]]; give "
+                              f"{'steps' if gd else 't_end'} for its one stage")
+        if len(given) != len(stages):
+            raise ConfigError(f"{key}: {len(stages)} lengths needed (one per [[training.stages]]: "
+                              f"{', '.join(s.name for s in stages)}); got {len(given)}")
+        stages = [dataclasses.replace(s, length=v) for s, v in zip(stages, given)]
     H = sum(s.length for s in stages)
     h_min = params.h_min if params.h_min is not None else (1e-4 * H if params.method == "flow" else None)
     return Training(method=params.method, eta=params.eta, stages=tuple(stages),
@@ -602,8 +622,8 @@ def resolve_parameters(raw: dict, overrides: dict | None = None) -> tuple[dict, 
         for knob in ("steps", "t_end"):
             if knob in run_over and knob not in used:
                 raise ConfigError(f"{knob}: this description's [[training.stages]] have their own lengths and none is "
-                                  f"\"${knob}\"; write steps = \"${knob}\" (or a declared parameter) in a stage to "
-                                  "make it overridable")
+                                  f"\"${knob}\"; give {'stage_steps' if knob == 'steps' else 'stage_times'} "
+                                  f"(one length per stage) or write steps = \"${knob}\" in a stage")
     if "parameters" in raw:
         out["parameters"] = {k: v for k, v in table.items() if k not in declared}
     return out, run_over, values
