@@ -140,6 +140,7 @@ class Monitor:
 
     def __enter__(self):
         self.t0 = self._last = self._last_ckpt = time.perf_counter()
+        self._first = None
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 self._old[sig] = signal.signal(sig, self._handle)
@@ -165,6 +166,8 @@ class Monitor:
     def update(self, done: float, stage: int, info: str, traj: Trajectory | None = None) -> None:
         self.done = done  # where the run really is (a checkpoint's last record may be far behind)
         now = time.perf_counter()
+        if getattr(self, "_first", None) is None:  # the rate is measured from the first chunk on: the time
+            self._first = (now, done)  # before it is kernel compilation (first use) and set-up, not stepping
         if self.checkpoint is not None and traj is not None and now - self._last_ckpt >= self.checkpoint_s:
             self.checkpoint(traj)
             self._last_ckpt = now
@@ -173,7 +176,8 @@ class Monitor:
         self._last = now
         el = now - self.t0
         frac = done / self.total if self.total else 0.0
-        rate = done / el if el > 0 else 0.0
+        t1, d1 = self._first
+        rate = (done - d1) / (now - t1) if now > t1 and done > d1 else (done / el if el > 0 else 0.0)
         line = (f"{self.label}{self.unit} {done:.6g}/{self.total:.6g} ({100 * frac:5.1f}%) stage {stage} "
                 f"{info} [{el:6.1f} s, {rate:.3g} {self.unit}/s]")
         if self._tty:
