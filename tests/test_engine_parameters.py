@@ -185,6 +185,9 @@ def test_cli_flags_override_and_refuse(tmp_path):
     r = _cli("model", "derive", "incontext", "--K", "3", "--N", "2", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert '"v3"' in r.stdout and '"v4"' not in r.stdout
+    import json
+
+    assert json.loads(r.stdout)["parameters"] == {"K": 3, "N": 2, "p1": 0.0}
 
 
 def test_sweep_over_a_declared_parameter(tmp_path):

@@ -23,6 +23,7 @@ def derive(desc: Description, latex: bool = True) -> dict:
     and (``latex``) the derivation in LaTeX from the symbolic module when it
     provides one for a description (``latex`` is None otherwise)."""
     out = derive_summary(desc)
+    out["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared}  # the declared ones
     out["latex"] = None
     if latex:
         try:
