@@ -569,7 +569,7 @@ class _Env:
         if head not in variables:
             self.fail(f"{ref.text}: unknown head '{head}'; this run's heads: {', '.join(variables)} "
                       f"(write {kind if kind != 'var' else 'var'}[head,...] with one of them)")
-        args = list(ref.args)
+        args = [str(a) for a in ref.args]
         if kind == "u":
             u = self._data("u")  # (T, n, H, rows)
             names = list(variables)
@@ -603,10 +603,8 @@ class _Env:
         return x[(slice(None),) + idx]
 
     def ref(self, ref: Ref):
-        if self.attrs.get("system") == "engine" and (ref.kind.startswith("@") or ref.kind in ("S", "A", "B", "w")):
+        if self.attrs.get("system") == "engine" and (ref.kind.startswith("@") or ref.kind in ("S", "A", "B", "w", "u")):
             return self._engine_ref(ref)
-        if self.attrs.get("system") == "engine" and ref.kind == "u":
-            self.fail(f"{ref.text}: in a described model's run write u[head,i] (the head by name)")
         if ref.kind.startswith("@"):
             self.fail(f"{ref.text}: the head-named form is for described models' runs (meanfield model run); in a "
                       f"mixture run write {ref.kind[1:]}+[...] or {ref.kind[1:]}-[...]")

@@ -53,6 +53,11 @@ def test_head_named_atoms_read_the_variables(runs):
     assert np.array_equal(values("S[-,c2,v1_2]", r), Sm[:, a, b])
     assert np.array_equal(values("S-[c2,c1]", r), Sm[:, 1, 0])  # a head named - in the mixture's signed form
     assert np.array_equal(values("w[+,2,v2_1]", r), wp[:, 2, 0, feats.index("v2_1")])
+    with h5py.File(mc, "r") as f:
+        u = f["u"][...]  # (T, n, H, outputs)
+    assert np.array_equal(values("u[-,5,1]", r), u[:, 5, 1, 1])
+    with pytest.raises(BoundError, match="this head has 3 outputs"):
+        values("u+[5]", r)  # the mixture's signed form: head "+", but 3 outputs need u[+,i,c]
 
 
 @pytest.mark.parametrize("expr, msg", [
@@ -63,7 +68,7 @@ def test_head_named_atoms_read_the_variables(runs):
     ("var[h,Q,plus]", "head 'h' has no variable 'Q'"),
     ("var[h,S,plus]", "give 2 indices"),
     ("S+[c1,v1]", "unknown head '+'"),
-    ("u+[0]", "write u[head,i]"),
+    ("u+[0]", "unknown head '+'"),
     ("S[h,__import__('os'),b]", "expected 3 names or indices"),
 ])
 def test_bad_names_are_one_line_exit_2(runs, expr, msg):
