@@ -994,9 +994,12 @@ def run_notes(run) -> list[str]:
     if status != "complete":
         notes.append(f"this run's status is {status} ({_one_line(attrs.get('message', ''), 120)}): the bounds "
                      "cover its records up to where it stopped, not the run it was meant to be")
+    if "t" not in run:
+        return notes
     t = np.asarray(run["t"], dtype=np.float64)
     step = np.asarray(run["step"]) if "step" in run else None
-    method = (getattr(run, "config", {}) or {}).get("method", attrs.get("method", "gd"))
+    cfg = getattr(run, "config", {})
+    method = (cfg if isinstance(cfg, dict) else {}).get("method", attrs.get("method", "gd"))
     if method == "gd" and step is not None and step.size > 1 and np.all(np.diff(step) <= 1):
         return notes  # every GD step is recorded: nothing between records
     notes.append(f"checked at the {t.size} recorded times only (between records a bound is not checked; "
