@@ -4,7 +4,8 @@ Sweeps over initial states (omega, width, seed), step sizes and schedules are
 many independent trajectories of one reduced system. :func:`run_batch` takes
 one :class:`~meanfield.engine.description.Description` and B initial states
 (given, or built from per-trajectory ``seeds`` / ``widths``), with a step size
-``eta`` per trajectory, and advances them at once under the exact GD map:
+per trajectory (eta; dt for rk4), and advances them at once under the exact
+GD map or fixed-step RK4 (below):
 
 * ``cpu``: a ``numba.prange`` loop, one trajectory per thread
   (``numba.set_num_threads`` chooses how many);
@@ -15,14 +16,16 @@ one :class:`~meanfield.engine.description.Description` and B initial states
   numba's CUDA simulator. Importing this module never imports CUDA.
 
 Both backends run the SAME code: the per-trajectory drivers
-:func:`eng_gd_trajectory` and :func:`eng_rk4_trajectory` below and the engine's per-step kernel
-(``meanfield.engine.kernels.eng_gd_advance_into``, the stage mask ``mode``,
-the stop criteria and the ``max_abs`` guard) are ``@portable`` plain-Python
+:func:`eng_gd_trajectory` and :func:`eng_rk4_trajectory` below and the
+engine's kernels they call (``meanfield.engine.kernels``:
+``eng_gd_advance_into`` with the stage mask ``mode``, the stop criteria and
+the ``max_abs`` guard; ``eng_loss_grads`` and ``eng_update`` for the flow's
+right-hand side) are ``@portable`` plain-Python
 functions, compiled with ``numba.njit`` for the CPU and with
 ``numba.cuda.jit(device=True)`` for the GPU
 (``meanfield.mixture.kernels.compile_portable``).
 
-Records follow ``meanfield.integrate.GDMap`` with ``SaveAt(every=N)``
+Records follow ``meanfield.integrate`` (GDMap / RK4 with ``SaveAt(every=N)``)
 exactly: the initial state, every N-th step (``record_every``; None: none),
 every stage end and, for a trajectory that diverges, its last accepted state.
 With ``record_every=None`` a batch keeps only that summary. Every trajectory
