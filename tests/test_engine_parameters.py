@@ -105,6 +105,7 @@ BASE = {"name": "b", "dictionary": {"features": ["a", "b"]},
     ({"parameters": {"v": {"x": 1}}}, "parameters.v: a declared parameter's default"),
     ({"parameters": {"v": "$steps"}}, "parameters.v: a default must be a value"),
     ({"parameters": {"out": "x.h5"}, "heads": [{"value": "$out"}]}, "parameters.out: reserved"),
+    ({"parameters": {"fn": "os:getcwd"}, "data": {"function": "$fn"}}, "data.function: the function to import is named in the file"),
     ({"training": {"stages": [{"steps": 3}]}, "parameters": {"steps": 5}}, None),  # the table's own steps: allowed
 ])
 def test_references_refused(patch, field):

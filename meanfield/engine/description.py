@@ -598,6 +598,8 @@ def resolve_parameters(raw: dict, overrides: dict | None = None) -> tuple[dict, 
                 raise ConfigError(f"{where}: {v!r} is not a parameter reference: only a whole value \"$name\" "
                                   "is substituted (no expressions)")
             name = m.group(1)
+            if where.endswith(".function"):
+                raise ConfigError(f"{where}: the function to import is named in the file, not a parameter ({v!r})")
             if name in values:
                 used.add(name)
                 return copy.deepcopy(values[name])
