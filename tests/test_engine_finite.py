@@ -133,6 +133,22 @@ def test_width_sweep_without_wide_weights_reports_no_exponent(tmp_path):
     assert s["exponent"] is not None and "no wide weights" not in s["message"]
 
 
+def test_width_sweep_names_a_quantity_that_does_not_converge(tmp_path):
+    """The multi-class mixture's neuron stage (attention frozen, zero neurons): S keeps
+    its m^-1/2 init error, but the neurons' error grows from O(m^-1/2) exponentially
+    along the unstable symmetric infinite-width trajectory and is O(1) at every m by
+    step 300; the lead's exponent alone would hide it, the message names w."""
+    from meanfield.engine.description import _read, description_from_dict
+
+    raw = _read(ROOT / "meanfield" / "models" / "mixture_multiclass.toml")
+    raw["training"] = {"stages": [{"name": "neurons", "train": ["values"], "steps": 300}]}
+    desc = description_from_dict(raw, {"record_every": 10})
+    s = me.width_sweep(desc, [16, 256], 2, tmp_path / "mc.h5", progress=False, log=lambda *a: None)
+    assert s["lead"] == "S" and s["exponents"]["S"]["ci"][1] < 0     # S: the frozen init error decreases
+    assert "w" in s["not_decreasing"] and "NOT decreasing" in s["message"] and "w (m^" in s["message"]
+    assert "S" not in s["not_decreasing"]
+
+
 def test_width_sweep_cli(tmp_path):
     out = tmp_path / "w.h5"
     p = _cli("width-sweep", MIXTURE, "--widths", "4,8", "--seeds", "2", "--steps", "30", "--neuron-init", TIE,

@@ -371,6 +371,15 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
             "no kink is crossed; sup-norm error of {} ~ m^{:.3f} (95% CI [{:.3f}, {:.3f}])".format(
                 lead, fits[lead]["exponent"], *fits[lead]["exponent_ci"]) if fits[lead]["exponent"] is not None
             else "no kink is crossed; too few widths to fit an exponent")
+        # a quantity whose mean error is no smaller at the largest width than at the smallest is named, whatever
+        # the lead says (e.g. attention frozen: S keeps its m^-1/2 init error while the neurons leave by O(1))
+        err = summary["errors"]
+        flat = [nm for nm in quantities if len(widths) > 1 and err[nm][-1] >= err[nm][0] > 0]
+        summary["not_decreasing"] = flat
+        if flat:
+            summary["message"] += "; NOT decreasing with m: " + ", ".join(
+                f"{nm} (m^{fits[nm]['exponent']:.3f}; sup error {summary['errors'][nm][0]:.3g} at m = {widths[0]}, "
+                f"{summary['errors'][nm][-1]:.3g} at m = {widths[-1]})" for nm in flat)
     summary["elapsed_s"] = time.perf_counter() - t0
     data = {"widths": np.array(widths), "seeds": np.arange(seeds), "t": r_inf.t,
             "sup_error": {nm: sup[nm] for nm in quantities},
