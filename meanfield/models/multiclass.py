@@ -204,10 +204,10 @@ def width_errors(raw, S, log=print) -> dict:
     Sinf, winf = np.asarray(rinf.S), np.concatenate([np.asarray(rinf.var(h, "w")).reshape(len(rinf.t), -1)
                                                      for h in rinf.heads], axis=1)
     out = {"stage1_end_t": float(rinf.t[i1]), "window_end_t": float(rinf.t[-1]), "per_width": {},
-           "note": "with the zero neuron init the pre-activations start at the ReLU kink (ReLU'(0) = 1) and a "
-                   "finite width leaves the infinite-width trajectory by O(1) in the neuron stage for every m, "
-                   "as in the binary mixture (README, finite against infinite width): no m^-1/2 rate is "
-                   "expected here"}
+           "note": "with the zero neuron init every width starts at the same point (all pre-activations 0) and "
+                   "the neurons' error after one step is O(m^-1/2), but it grows exponentially along the "
+                   "unstable symmetric infinite-width trajectory and is O(1) for every m within the neuron "
+                   "stage (README, the multi-class mixture): no m^-1/2 rate of the sup over the stage"}
     for m in ERR_WIDTHS:
         e1, e2 = [], []
         for seed in S["seeds"]:
