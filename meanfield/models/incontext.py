@@ -219,7 +219,7 @@ def phase_boundaries(A, B, k, *, tie_rel=1e-9, persist=None) -> list[dict]:
                 j = i
                 while j < len(states) and states[j] == states[i]:
                     j += 1
-                if j - i >= persist or j == len(states) and j - i >= persist:
+                if j - i >= persist:
                     events.append({"t": int(i + offset), "kind": kind,
                                    "from": str(cur), "to": str(states[i])})
                     cur = states[i]
