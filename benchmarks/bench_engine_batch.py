@@ -4,7 +4,7 @@
 
 Runs B trajectories of the mixture description (infinite width, seeds do not
 matter there, so the step sizes eta vary from 0.3 to 0.7) once with
-``run_batch`` on the CPU (numba prange over trajectories, all threads) and
+``run_batch`` on the CPU (trajectories split over numba.get_num_threads() threads) and
 once as B unbatched ``meanfield.engine.run`` calls, checks that the final
 states agree bit for bit, and prints both wall times. Compile time is
 excluded (one warm-up call each).
