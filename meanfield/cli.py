@@ -20,20 +20,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-# flag name -> config field; every flag is a string validated by make_config
-RUN_FLAGS = {
-    "--K": "K", "--L": "L", "--p": "p", "--omega": "omega", "--eta": "eta", "--method": "method",
-    "--steps": "steps", "--t-end": "t_end", "--dt": "dt", "--rtol": "rtol", "--atol": "atol",
-    "--h-min": "h_min", "--max-abs": "max_abs",
-    "--schedule": "schedule", "--stage-steps": "stage_steps", "--stage-times": "stage_times",
-    "--stage-criteria": "stage_criteria", "--stage3": "stage3", "--criterion": "criterion",
-    "--width": "width", "--seed": "seed", "--neuron-init": "neuron_init",
-    "--relu-prime-at-zero": "relu_prime_at_zero", "--record-every": "record_every",
-    "--record-log": "record_log", "--record-dt": "record_dt",
-    "--label-prob": "label_prob", "--label-noise": "label_noise", "--feature-gram": "feature_gram",
-    "--noise-sigma": "noise_sigma", "--n-train": "n_train", "--ambient-d": "ambient_d", "--data-seed": "data_seed",
-    "--n-neurons": "n_neurons", "--softmax-scale": "softmax_scale",
-}
+# flag name -> config field, derived from the MixtureConfig dataclass (as the induction CLI does):
+# every field ``name`` is the flag ``--name-with-dashes`` (``--K``, ``--L``, ``--p`` keep their case);
+# every flag is a string validated by make_config
+def _mixture_run_flags() -> dict:
+    import dataclasses
+
+    from .mixture.config import MixtureConfig  # numpy only (the kernels load when a config is made)
+
+    return {"--" + f.name.replace("_", "-"): f.name for f in dataclasses.fields(MixtureConfig)}
+
+
+RUN_FLAGS = _mixture_run_flags()
 
 RUN_HELP = {
     "--K": "number of groups (>= 2)", "--L": "tokens per sample (>= 2)",

@@ -387,9 +387,9 @@ def induction_estimate(cfg) -> dict:
     seqs = 8.0 * (n * (L + 1) + float(cfg.n_test) * (Lt + 1) + float(cfg.batch) * (L + 1))
     mem = 6.0 * seqs * heads
     if cfg.method == "gd":
-        steps = float(sum(cfg.phase_steps) if cfg.schedule == "three-phase" else cfg.steps)
+        steps = float(sum(cfg.stage_steps) if cfg.schedule != "simultaneous" else cfg.steps)
     elif cfg.method == "rk4" and cfg.dt:
-        H = sum(cfg.phase_times) if cfg.schedule == "three-phase" and cfg.phase_times else (cfg.t_end or 0.0)
+        H = sum(cfg.stage_times) if cfg.schedule != "simultaneous" and cfg.stage_times else (cfg.t_end or 0.0)
         steps = 4.0 * float(H) / cfg.dt
     else:
         steps = 0.0

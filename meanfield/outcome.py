@@ -99,14 +99,16 @@ def mixture_lines(run) -> list[str]:
 
 def induction_lines(run) -> list[str]:
     cfg = run.config or {}
-    if cfg.get("schedule", "three-phase") == "three-phase":
-        crits = list(cfg.get("phase_criteria") or [None] * 3)
+    sched = {"three-phase": "three-stage", "joint": "simultaneous"}.get(cfg.get("schedule"), cfg.get("schedule"))
+    stage_crits = cfg.get("stage_criteria", cfg.get("phase_criteria"))  # files before the one vocabulary: phase_*
+    if sched in (None, "three-stage"):
+        crits = list(stage_crits or [None] * 3)
         names = ["c (selector)", "w (RPE)", "a (classifier)"]
-    elif cfg.get("schedule") == "joint":
-        crits, names = [cfg.get("criterion")], ["joint"]
+    elif sched == "simultaneous":
+        crits, names = [cfg.get("criterion")], ["simultaneous"]
     else:  # a schedule string such as w,c,a or cw,a: one phase per group
         groups = str(cfg["schedule"]).split(",")
-        crits = list(cfg.get("phase_criteria") or [None] * len(groups))
+        crits = list(stage_crits or [None] * len(groups))
         names = [f"trains {g}" for g in groups]
     lines = _stage_lines(run, crits, names, _induction_value)
     if not len(run["t"]):

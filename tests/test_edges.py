@@ -397,8 +397,8 @@ def test_induction_run_ends_with_parent_set_lags_and_a(tmp_path, capsys):
     from meanfield.cli import main
 
     out = tmp_path / "i.h5"
-    assert main(["induction", "run", "--n-train", "200", "--n-test", "50", "--L", "30", "--phase-steps", "30,30,30",
-                 "--phase-criteria", "c_top>=0.999999,none,none", "--quiet", "--out", str(out)]) == 0
+    assert main(["induction", "run", "--n-train", "200", "--n-test", "50", "--L", "30", "--stage-steps", "30,30,30",
+                 "--stage-criteria", "c_top>=0.999999,none,none", "--quiet", "--out", str(out)]) == 0
     so = capsys.readouterr().out
     assert "criterion c_top>=0.999999 NEVER fired (it reached" in so
     assert "selected subset {" in so and "parent set {" in so and "head 1 lag " in so and "a = " in so
@@ -434,7 +434,7 @@ def test_checkpoint_names_the_step_reached_not_the_last_record(tmp_path, monkeyp
 
     monkeypatch.setattr(irun, "save", spy)
     # ~2 s of work, so the monitor sees several 0.25 s chunks between the 4 log-spaced records
-    cfg = make_config({"n_train": 2000, "n_test": 10, "L": 50, "phase_steps": (300, 300, 300), "record_log": 4})
+    cfg = make_config({"n_train": 2000, "n_test": 10, "L": 50, "stage_steps": (300, 300, 300), "record_log": 4})
     irun.run_to_file(cfg, tmp_path / "x.h5", progress=False, checkpoint_s=0.0)
     pairs = [tuple(map(float, re.match(r"checkpoint at step (\S+) \(last record at step (\S+)\)", m).groups()))
              for m in msgs]

@@ -40,10 +40,10 @@ BAD = [
     ({"sampling": "streaming"}, "sampling"),
     ({"sampling": "fresh", "method": "flow"}, "sampling"),
     ({"eta": 0}, "eta"),
-    ({"phase_etas": "1,2"}, "phase_etas"),
-    ({"phase_etas": "1,-2,3"}, "phase_etas"),
-    ({"phase_steps": "1,2,x"}, "phase_steps"),
-    ({"phase_criteria": "loss<=1,foo>=2,none"}, "phase_criteria"),
+    ({"stage_etas": "1,2"}, "stage_etas"),
+    ({"stage_etas": "1,-2,3"}, "stage_etas"),
+    ({"stage_steps": "1,2,x"}, "stage_steps"),
+    ({"stage_criteria": "loss<=1,foo>=2,none"}, "stage_criteria"),
     ({"criterion": "loss<1"}, "criterion"),
     ({"record_every": 5, "record_log": 5}, "record"),
     ({"record_dt": 0.1}, "record_dt"),
@@ -67,15 +67,15 @@ def test_defaults_and_resolution():
     cfg = make_config()
     assert isinstance(cfg, InductionConfig)
     assert cfg.first_lags == (1, 1, 1) and cfg.start_lags == (1, 2, 3)
-    assert cfg.L_test == cfg.L and cfg.t_end is None and cfg.phase_times is None
-    assert cfg.horizon == sum(cfg.phase_steps)
+    assert cfg.L_test == cfg.L and cfg.t_end is None and cfg.stage_times is None
+    assert cfg.horizon == sum(cfg.stage_steps)
     assert cfg.warnings() == []
     f = make_config(method="flow")
-    assert f.phase_times == tuple(n * e for n, e in zip(f.phase_steps, f.phase_etas))
-    r = make_config(method="rk4", schedule="joint", eta=0.5, steps=10)
+    assert f.stage_times == tuple(n * e for n, e in zip(f.stage_steps, f.stage_etas))
+    r = make_config(method="rk4", schedule="simultaneous", eta=0.5, steps=10)
     assert r.dt == 0.5 and r.t_end == 5.0
-    c = make_config({"pa": [3, 1], "phase_criteria": "c_top >= 0.9, none, none"}, H=2, D=1)
-    assert c.pa == (1, 3) and c.phase_criteria == ("c_top>=0.9", None, None)
+    c = make_config({"pa": [3, 1], "stage_criteria": "c_top >= 0.9, none, none"}, H=2, D=1)
+    assert c.pa == (1, 3) and c.stage_criteria == ("c_top>=0.9", None, None)
     # overrides win, None overrides are ignored
     assert make_config({"d": 4}, d=5, alpha=None).d == 5
     with pytest.warns(UserWarning, match="parent lag 1"):

@@ -18,7 +18,7 @@ OFFICIAL = dict(d=3, pa=(1, 2), alpha=0.1, H=3, M=3, D=2, first_lags=(1, 2, 3), 
 
 
 def _cfg(schedule, lrs, steps, L=12, n=24, **kw):
-    return make_config(OFFICIAL, L=L, n_train=n, schedule=schedule, phase_etas=lrs, phase_steps=steps, **kw)
+    return make_config(OFFICIAL, L=L, n_train=n, schedule=schedule, stage_etas=lrs, stage_steps=steps, **kw)
 
 
 @pytest.mark.parametrize("schedule,lrs,steps", [

@@ -19,7 +19,7 @@ from meanfield.induction.config import make_config
 from meanfield.induction.model import Arch, loss_and_grad
 from meanfield.io import read_run
 
-SMALL = dict(n_train=300, n_test=100, L=30, phase_steps=(40, 40, 40), phase_etas=(2.0, 10.0, 1.0))
+SMALL = dict(n_train=300, n_test=100, L=30, stage_steps=(40, 40, 40), stage_etas=(2.0, 10.0, 1.0))
 
 
 def test_three_phase_gd_run_file(tmp_path):
@@ -29,7 +29,7 @@ def test_three_phase_gd_run_file(tmp_path):
     run = read_run(path)
     a = run.attrs
     assert a["format"] == "meanfield-run" and a["system"] == "induction" and a["status"] == "complete"
-    assert run.config["phase_steps"] == [40, 40, 40] and a["method"] == "gd"
+    assert run.config["stage_steps"] == [40, 40, 40] and a["method"] == "gd"
     T = len(run["t"])
     assert T == 13
     nS = 7
@@ -61,12 +61,12 @@ def test_three_phase_gd_run_file(tmp_path):
 
 
 def test_gd_state_equals_oracle_gd():
-    cfg = make_config(dict(SMALL, n_train=20, n_test=0, L=15, phase_steps=(2, 2, 2)))
+    cfg = make_config(dict(SMALL, n_train=20, n_test=0, L=15, stage_steps=(2, 2, 2)))
     traj = R.run(cfg)
     pb = R.Problem.build(cfg)
     arch = Arch(3, 3, 3, 2)
     theta = pb.theta0.copy()
-    for k, (n, eta) in enumerate(zip(cfg.phase_steps, cfg.phase_etas)):
+    for k, (n, eta) in enumerate(zip(cfg.stage_steps, cfg.stage_etas)):
         mask = np.zeros_like(theta)
         mask[[slice(0, 7), slice(7, 16), slice(16, 17)][k]] = 1.0
         for _ in range(n):
@@ -76,7 +76,7 @@ def test_gd_state_equals_oracle_gd():
 
 @pytest.mark.parametrize("method", ["flow", "rk4"])
 def test_flow_runs_and_agree_with_small_step_gd(method, tmp_path):
-    base = dict(SMALL, schedule="joint", n_train=200, n_test=0)
+    base = dict(SMALL, schedule="simultaneous", n_train=200, n_test=0)
     flow = make_config(base, method=method, t_end=20.0, dt=0.5, rtol=1e-8, atol=1e-10)
     gd = make_config(base, method="gd", eta=0.01, steps=2000, record_every=2000)
     tf = R.run(flow)
@@ -90,7 +90,7 @@ def test_flow_runs_and_agree_with_small_step_gd(method, tmp_path):
 
 
 def test_fresh_batches_reproducible_and_chunk_independent():
-    cfg = make_config(dict(SMALL, sampling="fresh", batch=50, n_train=50, n_test=0, phase_steps=(5, 5, 5)))
+    cfg = make_config(dict(SMALL, sampling="fresh", batch=50, n_train=50, n_test=0, stage_steps=(5, 5, 5)))
     t1 = R.run(cfg)
     t2 = R.run(cfg)
     np.testing.assert_array_equal(t1.y[-1], t2.y[-1])
@@ -103,12 +103,12 @@ def test_fresh_batches_reproducible_and_chunk_independent():
             assert sysm.gd_advance(y, 1, st.eta, st.mode, None) == (1, 0)
     np.testing.assert_allclose(y, t1.y[-1], atol=0)
     # and differs from fixed-data training
-    fixed = R.run(make_config(dict(SMALL, batch=50, n_train=50, n_test=0, phase_steps=(5, 5, 5))))
+    fixed = R.run(make_config(dict(SMALL, batch=50, n_train=50, n_test=0, stage_steps=(5, 5, 5))))
     assert not np.array_equal(fixed.y[-1], t1.y[-1])
 
 
 def test_diverged_keeps_records(tmp_path):
-    cfg = make_config(dict(SMALL, phase_etas=(2.0, 10.0, 1e9), max_abs=1e4, record_every=5))
+    cfg = make_config(dict(SMALL, stage_etas=(2.0, 10.0, 1e9), max_abs=1e4, record_every=5))
     traj, path = R.run_to_file(cfg, tmp_path / "div.h5", progress=False)
     assert traj.status == "diverged"
     run = read_run(path)
@@ -119,7 +119,7 @@ def test_diverged_keeps_records(tmp_path):
 
 
 def test_criteria_end_phases_early():
-    cfg = make_config(dict(SMALL, phase_criteria="c_top>=0.3,none,grad_a<=1e-3"))
+    cfg = make_config(dict(SMALL, stage_criteria="c_top>=0.3,none,grad_a<=1e-3"))
     traj = R.run(cfg)
     ends = traj.stage_ends
     assert ends[0]["reason"] == "criterion" and ends[0]["step"] < 40
@@ -130,7 +130,7 @@ def test_criteria_end_phases_early():
 
 
 def test_interrupted_by_monitor_signal(tmp_path):
-    cfg = make_config(dict(SMALL, phase_steps=(400, 40, 40)))
+    cfg = make_config(dict(SMALL, stage_steps=(400, 40, 40)))
     mon = integrate.Monitor(total=cfg.horizon, quiet_s=math.inf)
     mon.signal = 2  # as if SIGINT arrived
     traj = R.run(cfg, monitor=mon)
@@ -156,7 +156,7 @@ def test_gd_times_with_criterion_stops():
                     return k, 0
                 y[0] += 1
 
-    cfg = make_config(dict(SMALL, phase_etas=(1.0, 2.0, 3.0)))
+    cfg = make_config(dict(SMALL, stage_etas=(1.0, 2.0, 3.0)))
     st = R.stages(cfg)
     st = [integrate.Stage(1, st[0].mode, 100, ("steps", ">=", 10), eta=st[0].eta),
           integrate.Stage(2, st[1].mode, 5, eta=st[1].eta), integrate.Stage(3, st[2].mode, 5, eta=st[2].eta)]
@@ -190,7 +190,7 @@ def _cli():
 def test_cli_run_and_data(tmp_path, capsys):
     main = _cli()
     out = tmp_path / "c.h5"
-    rc = main(["induction", "run", "--n-train", "100", "--n-test", "50", "--L", "20", "--phase-steps", "5,5,5",
+    rc = main(["induction", "run", "--n-train", "100", "--n-test", "50", "--L", "20", "--stage-steps", "5,5,5",
                "--out", str(out), "--quiet"])
     assert rc == 0 and read_run(out).attrs["status"] == "complete"
     assert main(["induction", "run", "--D", "4", "--out", str(out)]) == 2
@@ -204,12 +204,12 @@ def test_cli_run_and_data(tmp_path, capsys):
     assert "warning: pa: parent lag 5" in err
     run = read_run(out)
     assert run.config["L"] == 25 and run.config["n_train"] == 80
-    rc = main(["induction", "run", "--phase-etas", "2,10,1e9", "--max-abs", "1e3", "--n-train", "50",
-               "--n-test", "0", "--L", "20", "--phase-steps", "3,3,3", "--out", str(out), "--quiet"])
+    rc = main(["induction", "run", "--stage-etas", "2,10,1e9", "--max-abs", "1e3", "--n-train", "50",
+               "--n-test", "0", "--L", "20", "--stage-steps", "3,3,3", "--out", str(out), "--quiet"])
     assert rc == 3
     data = tmp_path / "d.h5"
     assert main(["induction", "data", "--n", "20", "--L", "20", "--kernels", "--out", str(data)]) == 0
-    rc = main(["induction", "run", "--train-file", str(data), "--L", "20", "--n-test", "0", "--phase-steps", "2,2,2",
+    rc = main(["induction", "run", "--train-file", str(data), "--L", "20", "--n-test", "0", "--stage-steps", "2,2,2",
                "--out", str(out), "--quiet"])
     assert rc == 0 and read_run(out).attrs["n_train"] == 20
     assert main(["induction", "data", "--n", "0", "--out", str(data)]) == 2
@@ -228,7 +228,7 @@ def test_cli_run_and_data(tmp_path, capsys):
 def test_checkpoint_files_are_valid(tmp_path, monkeypatch):
     import shutil
 
-    cfg = make_config(dict(SMALL, n_train=100, n_test=20, phase_steps=(10, 10, 10)))
+    cfg = make_config(dict(SMALL, n_train=100, n_test=20, stage_steps=(10, 10, 10)))
     out = tmp_path / "ck.h5"
     copies = []
     orig = R.save
@@ -249,7 +249,7 @@ def test_checkpoint_files_are_valid(tmp_path, monkeypatch):
 
 
 def test_held_out_at_another_length():
-    cfg = make_config(dict(SMALL, L_test=60, phase_steps=(5, 5, 5), record_every=5))
+    cfg = make_config(dict(SMALL, L_test=60, stage_steps=(5, 5, 5), record_every=5))
     pb = R.Problem.build(cfg)
     assert pb.test.tokens.shape == (100, 61)
     traj = R.run(cfg, pb)

@@ -30,10 +30,10 @@ def test_bad_schedules_name_the_field(bad):
 
 def test_phase_lists_follow_the_number_of_phases():
     cfg = make_config(schedule="cw,a")
-    assert cfg.phase_etas == (2.0, 1.0) and cfg.phase_steps == (300, 300) and cfg.phase_criteria == (None, None)
-    assert make_config(schedule="w,c,a").phase_etas == (10.0, 2.0, 1.0)
-    with pytest.raises(ConfigError, match="^phase_etas: needs 2"):
-        make_config(schedule="cw,a", phase_etas=(1.0, 2.0, 3.0))
+    assert cfg.stage_etas == (2.0, 1.0) and cfg.stage_steps == (300, 300) and cfg.stage_criteria == (None, None)
+    assert make_config(schedule="w,c,a").stage_etas == (10.0, 2.0, 1.0)
+    with pytest.raises(ConfigError, match="^stage_etas: needs 2"):
+        make_config(schedule="cw,a", stage_etas=(1.0, 2.0, 3.0))
 
 
 def _oracle_gd(cfg, pb, subset_of_step=None):
@@ -43,7 +43,7 @@ def _oracle_gd(cfg, pb, subset_of_step=None):
     out = [th.copy()]
     sl = {"c": slice(0, arch.nS), "w": slice(arch.nS, arch.nS + arch.H * arch.M), "a": slice(arch.n_params - 1, None)}
     step = 0
-    for group, eta, n in zip(cfg.phases, cfg.phase_etas, cfg.phase_steps):
+    for group, eta, n in zip(cfg.phases, cfg.stage_etas, cfg.stage_steps):
         for _ in range(n):
             tok = pb.train.tokens if subset_of_step is None else pb.train.tokens[subset_of_step(step)]
             _, g = Mo.loss_and_grad(th, tok, arch, cfg.yhat_floor, cfg.loss)
@@ -59,7 +59,7 @@ def _oracle_gd(cfg, pb, subset_of_step=None):
 @pytest.mark.parametrize("schedule,etas,steps", [("w,c,a", (8.0, 2.0, 1.0), (2, 2, 2)), ("cw,a", (3.0, 1.0), (3, 2)),
                                                  ("cwa", (2.0,), (4,))])
 def test_any_schedule_is_gd_with_per_phase_masks_and_step_sizes(schedule, etas, steps):
-    cfg = make_config(SMALL, schedule=schedule, phase_etas=etas, phase_steps=steps)
+    cfg = make_config(SMALL, schedule=schedule, stage_etas=etas, stage_steps=steps)
     pb = R.Problem.build(cfg)
     traj = R.run(cfg, pb)
     arr = traj.arrays()
@@ -84,21 +84,21 @@ def test_minibatch_epochs_cover_the_training_set_once_and_are_seeded():
 
 
 def test_minibatch_run_is_sgd_on_the_scheduled_batches():
-    cfg = make_config(SMALL, sampling="minibatch", batch=16, schedule="cw,a", phase_etas=(3.0, 1.0),
-                      phase_steps=(4, 3), loss="official-ce")
+    cfg = make_config(SMALL, sampling="minibatch", batch=16, schedule="cw,a", stage_etas=(3.0, 1.0),
+                      stage_steps=(4, 3), loss="official-ce")
     pb = R.Problem.build(cfg)
     arr = R.run(cfg, pb).arrays()
     ref = _oracle_gd(cfg, pb, lambda k: R.minibatch_indices(cfg, pb.train.N, k))
     np.testing.assert_allclose(arr["y"], ref, rtol=1e-11, atol=1e-13)
     # chunking does not matter: records every 3 steps end at the same state
-    cfg3 = make_config(SMALL, sampling="minibatch", batch=16, schedule="cw,a", phase_etas=(3.0, 1.0),
-                       phase_steps=(4, 3), loss="official-ce", record_every=3)
+    cfg3 = make_config(SMALL, sampling="minibatch", batch=16, schedule="cw,a", stage_etas=(3.0, 1.0),
+                       stage_steps=(4, 3), loss="official-ce", record_every=3)
     np.testing.assert_array_equal(R.run(cfg3, pb).arrays()["y"][-1], arr["y"][-1])
 
 
 def test_minibatch_with_one_batch_is_full_batch_gd():
-    full = make_config(SMALL, phase_steps=(3, 3, 3))
-    mb = make_config(SMALL, phase_steps=(3, 3, 3), sampling="minibatch", batch=1000)
+    full = make_config(SMALL, stage_steps=(3, 3, 3))
+    mb = make_config(SMALL, stage_steps=(3, 3, 3), sampling="minibatch", batch=1000)
     pb = R.Problem.build(full)
     np.testing.assert_allclose(R.run(mb, pb).arrays()["y"], R.run(full, pb).arrays()["y"], rtol=1e-13, atol=1e-15)
 
@@ -113,7 +113,7 @@ def test_held_out_losses_all_and_seen(tmp_path):
     -log(yhat_floor); loss_test_seen averages the other sequences only."""
     from meanfield.io import read_run
 
-    cfg = make_config(SMALL, d=6, L=8, n_test=200, phase_steps=(1, 1, 1))
+    cfg = make_config(SMALL, d=6, L=8, n_test=200, stage_steps=(1, 1, 1))
     pb = R.Problem.build(cfg)
     seen = seen_mask(pb.test.tokens)
     assert 0 < seen.sum() < len(seen)  # short contexts, 6 tokens: some targets are unseen

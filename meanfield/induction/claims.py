@@ -794,8 +794,8 @@ def check_suite(out: Path, quick: bool = False, log=print, base: dict | None = N
     def tick(msg):
         log(f"[check {time.perf_counter() - t0:6.1f} s] {msg}")
 
-    cfg = make_config(B, n_train=S["n_train"], n_test=S["n_test"], phase_steps=S["phase_steps"],
-                      phase_etas=S["phase_etas"])
+    cfg = make_config(B, n_train=S["n_train"], n_test=S["n_test"], stage_steps=S["phase_steps"],
+                      stage_etas=S["phase_etas"])
     arch = cfg.arch()
     setting = {k: (list(v) if isinstance(v, tuple) else v) for k, v in B.items()}
     setting.update(n_train=cfg.n_train, n_test=cfg.n_test, phase_steps=list(cfg.phase_steps),
@@ -862,7 +862,7 @@ def check_suite(out: Path, quick: bool = False, log=print, base: dict | None = N
     c_clean = _exp_claim(S["clean_w_plus"], "chi2_exponent", "proved")
     c_dflt = _exp_claim(cfg.w_plus, "chi2_exponent_default_init", "expected")
     ccfg = make_config(B, n_train=S["n_train"], n_test=0, w_plus=S["clean_w_plus"],
-                       phase_steps=(cfg.phase_steps[0], 0, 0), phase_etas=cfg.phase_etas)
+                       stage_steps=(cfg.stage_steps[0], 0, 0), stage_etas=cfg.stage_etas)
     crun = run_like(R.run(ccfg), ccfg)
     end_w = lag_weights(crun, len(crun["t"]) - 1)
     theory_map = {k: {Sx: chi.values[k][:, i] for i, Sx in enumerate(chi.subsets)} for k in chi.exponents}

@@ -46,13 +46,15 @@ HELP = {
     "c_init": "init of every c_S (nonzero)", "a_init": "init of the classifier scalar a",
     "yhat_floor": "log(0) guard: loss = -log(max(y_hat, yhat_floor)), in [1e-300, 1)",
     "method": "gd | flow (adaptive Dormand-Prince) | rk4 (fixed step --dt)",
-    "schedule": "three-phase (= c,w,a) | joint | any grouping and order of the phases, e.g. w,c,a or cw,a or cwa "
-                "(one step size, length and criterion per phase)",
-    "eta": "GD step size (joint)", "steps": "GD steps (joint)", "t_end": "flow time (joint; default steps*eta)",
-    "phase_etas": "E1,E2,...: GD step size per phase", "phase_steps": "N1,N2,...: GD steps per phase (caps)",
-    "phase_times": "T1,T2,T3: flow time per phase (default phase_steps*phase_etas)",
-    "phase_criteria": "C1,C2,C3 ending each phase early, e.g. 'c_top>=0.99,rpe_top>=0.95,grad_a<=1e-6' (or none)",
-    "criterion": "stop criterion of the joint schedule (loss, grad_norm, grad_c, grad_w, grad_a, a, c_top, rpe_top)",
+    "schedule": "three-stage (= c,w,a) | simultaneous | any grouping and order of the stages, e.g. w,c,a or cw,a or "
+                "cwa (one step size, length and criterion per stage); old names three-phase, joint",
+    "eta": "GD step size (simultaneous)", "steps": "GD steps (simultaneous)",
+    "t_end": "flow time (simultaneous; default steps*eta)",
+    "stage_etas": "E1,E2,...: GD step size per stage", "stage_steps": "N1,N2,...: GD steps per stage (caps)",
+    "stage_times": "T1,T2,T3: flow time per stage (default stage_steps*stage_etas)",
+    "stage_criteria": "C1,C2,C3 ending each stage early, e.g. 'c_top>=0.99,rpe_top>=0.95,grad_a<=1e-6' (or none)",
+    "criterion": "stop criterion of the simultaneous schedule (loss, grad_norm, grad_c, grad_w, grad_a, a, c_top, "
+                 "rpe_top)",
     "dt": "rk4 step (default the smallest step size)", "rtol": "flow relative tolerance",
     "atol": "flow absolute tolerance", "max_abs": "stop as diverged when a parameter exceeds this in absolute value",
     "record_every": "record every N (solver) steps", "record_log": "record N log-spaced steps/times",
@@ -70,10 +72,19 @@ def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+def _aliases() -> dict:
+    from .config import FIELD_ALIASES
+
+    return FIELD_ALIASES
+
+
 def add_run_flags(p) -> None:
     p.add_argument("--config", help="TOML file of config fields (flags override it)")
     for f in _fields():
         p.add_argument(_flag(f), dest=f, default=None, metavar=f.upper() if len(f) > 1 else f, help=HELP.get(f))
+    for old, new in _aliases().items():  # the old names, one release
+        p.add_argument(_flag(old), dest=old, default=None, metavar=old.upper(),
+                       help=f"old name of {_flag(new)} (accepted for one release)")
 
 
 def config_from_args(args):
@@ -83,7 +94,7 @@ def config_from_args(args):
     data = load_toml(args.config) if getattr(args, "config", None) else {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cfg = make_config(data, **{f: getattr(args, f) for f in _fields()})
+        cfg = make_config(data, **{f: getattr(args, f, None) for f in (*_fields(), *_aliases())})
     for w in caught:
         print(f"meanfield: warning: {w.message}", file=sys.stderr)
     return cfg
@@ -260,7 +271,7 @@ def add_parser(systems):
     ind = systems.add_parser("induction", help="induction heads on in-context n-gram Markov chains (seed 002)")
     verbs = ind.add_subparsers(dest="verb", required=True, parser_class=type(ind))
 
-    r = verbs.add_parser("run", help="train TF(M,H,d,D) (three-phase or joint; GD or flow) and write an HDF5 run file")
+    r = verbs.add_parser("run", help="train TF(M,H,d,D) (three-stage or simultaneous; GD or flow) and write an HDF5 run file")
     add_run_flags(r)
     r.add_argument("--out", default="runs/induction.h5", help="output run file (.h5), written atomically")
     r.add_argument("--quiet", action="store_true", help="no progress line")
@@ -314,7 +325,7 @@ def add_parser(systems):
                                       "and copier heads? report.md, report.json, figure")
     f.add_argument("--out", default="runs/induction_full", help="report folder")
     f.add_argument("--quick", action="store_true", help="L = 20, 300 sequences, 300 steps (about a minute)")
-    f.add_argument("--steps", default=None, help="joint GD steps (default 300 quick; 2000 with L = 20 and 1000 sequences)")
+    f.add_argument("--steps", default=None, help="simultaneous GD steps (default 300 quick; 2000 with L = 20 and 1000 sequences)")
     f.add_argument("--loss", default=None, help="official-ce (default, the official code's) | nll")
     f.add_argument("--quiet", action="store_true", help="no progress lines")
     f.set_defaults(func=cmd_full)

@@ -18,7 +18,11 @@ from pathlib import Path
 from ..config import ConfigError, as_choice, as_float, as_int, as_list, check_keys, parse_criterion
 from .criteria import CRITERIA
 
-SCHEDULES = ("three-phase", "joint")
+SCHEDULES = ("three-stage", "simultaneous")
+#: old names, accepted for one release (a DeprecationWarning): schedule values and config keys
+SCHEDULE_ALIASES = {"three-phase": "three-stage", "joint": "simultaneous"}
+FIELD_ALIASES = {"phase_etas": "stage_etas", "phase_steps": "stage_steps", "phase_times": "stage_times",
+                 "phase_criteria": "stage_criteria"}
 METHODS = ("gd", "flow", "rk4")
 DATA_MODES = ("fixed", "fresh", "minibatch")
 PHASE_NAMES = ("c", "w", "a")
@@ -30,22 +34,23 @@ GROUP_STEPS = {"c": 300, "w": 300, "a": 300}
 
 
 def parse_schedule(v) -> tuple[str, ...]:
-    """The phases of a schedule string: ``three-phase`` = ``c,w,a``; any
+    """The stages of a schedule string: ``three-stage`` (old name ``three-phase``) = ``c,w,a``; any
     comma-separated groups of the letters c (the FFN's c_S), w (the RPE), a
     (the classifier), each letter in at most one phase, e.g. ``w,c,a``,
-    ``cw,a``, ``cwa`` (one phase training everything). ``joint`` is not a
+    ``cw,a``, ``cwa`` (one phase training everything). ``simultaneous`` (old name ``joint``) is not a
     phase string (it has its own eta / steps / criterion) and returns ("cwa",).
     Raises ConfigError naming the field."""
     s = str(v).strip().lower().replace(" ", "")
-    if s == "three-phase":
+    s = SCHEDULE_ALIASES.get(s, s)
+    if s == "three-stage":
         return PHASE_NAMES
-    if s == "joint":
+    if s == "simultaneous":
         return ("cwa",)
     groups = tuple(s.split(","))
     seen: set = set()
     for g in groups:
         if not g or any(ch not in "cwa" for ch in g) or len(set(g)) != len(g) or seen & set(g):
-            raise ConfigError(f"schedule: three-phase | joint | comma-separated phases of the letters c, w, a "
+            raise ConfigError(f"schedule: three-stage | simultaneous | comma-separated phases of the letters c, w, a "
                               f"(each letter in at most one phase, e.g. c,w,a or w,c,a or cw,a or cwa); got {v!r}")
         seen |= set(g)
     return tuple("".join(ch for ch in "cwa" if ch in g) for g in groups)
@@ -80,8 +85,8 @@ class InductionConfig:
     c_S = ``c_init``; a = ``a_init``. Defaults w_plus = 2, w_minus = 0 (with
     M = 3 each head starts with softmax weight 0.79 on its lag), c_init = 1
     (uniform c_S^2 weights), a_init = 1 (a = 0 would make phase 1's gradient
-    vanish: d loss/d c is proportional to a). Default schedule: phase_etas
-    (2, 10, 1), phase_steps (300, 300, 300): on the default trigram data the
+    vanish: d loss/d c is proportional to a). Default schedule: stage_etas
+    (2, 10, 1), stage_steps (300, 300, 300): on the default trigram data the
     c_S^2 weights concentrate on {1,2} in phase 1, heads 1 and 2 sharpen on
     lags 1 and 2 in phase 2, and a saturates in phase 3. ``yhat_floor``: the log(0) guard,
     loss = -log(max(y_hat[x_{L+1}], yhat_floor)) (see ``model``). ``loss``:
@@ -92,15 +97,17 @@ class InductionConfig:
     Training: ``method`` gd (gradient descent), flow (gradient flow,
     adaptive Dormand-Prince 5(4) with ``rtol``/``atol``) or rk4 (flow, fixed
     step ``dt``, default the smallest phase step size). ``schedule``
-    three-phase: phase 1 trains c only, phase 2 w only, phase 3 a only, with
-    step sizes ``phase_etas`` and lengths ``phase_steps`` (gd) or
-    ``phase_times`` (flow; default phase_steps * phase_etas); each phase can
-    end early by its ``phase_criteria``. Any other grouping and order of the
+    three-stage: stage (phase) 1 trains c only, 2 w only, 3 a only, with
+    step sizes ``stage_etas`` and lengths ``stage_steps`` (gd) or
+    ``stage_times`` (flow; default stage_steps * stage_etas); each stage can
+    end early by its ``stage_criteria`` (old names: ``three-phase``,
+    ``phase_etas``, ``phase_steps``, ``phase_times``, ``phase_criteria``,
+    accepted for one release). Any other grouping and order of the
     phases is a schedule string (:func:`parse_schedule`): ``w,c,a`` (RPE
     first), ``cw,a`` (c and w together, then a; the official scripts),
-    ``cwa`` (one phase); the phase_* lists then have one entry per phase
+    ``cwa`` (one phase); the stage_* lists then have one entry per phase
     (defaults per phase: the smallest of c 2, w 10, a 1 as step size, 300
-    steps). ``schedule`` joint: everything with
+    steps). ``schedule`` simultaneous (old name joint): everything with
     step ``eta`` for ``steps`` (gd) or time ``t_end`` (flow; default
     steps * eta), optional ``criterion``. Time t of a GD run is the sum of
     the step sizes taken (gradient-flow time). ``max_abs``: a parameter above
@@ -134,14 +141,14 @@ class InductionConfig:
     a_init: float = 1.0
     yhat_floor: float = 1e-300
     method: str = "gd"
-    schedule: str = "three-phase"
+    schedule: str = "three-stage"
     eta: float = 1.0
     steps: int = 1000
     t_end: float | None = None
-    phase_etas: tuple[float, ...] = (2.0, 10.0, 1.0)
-    phase_steps: tuple[int, ...] = (300, 300, 300)
-    phase_times: tuple[float, ...] | None = None
-    phase_criteria: tuple[str | None, ...] = (None, None, None)
+    stage_etas: tuple[float, ...] = (2.0, 10.0, 1.0)
+    stage_steps: tuple[int, ...] = (300, 300, 300)
+    stage_times: tuple[float, ...] | None = None
+    stage_criteria: tuple[str | None, ...] = (None, None, None)
     criterion: str | None = None
     dt: float | None = None
     rtol: float = 1e-6
@@ -154,17 +161,23 @@ class InductionConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    # the old attribute names, kept for one release (readers of phase_*)
+    phase_etas = property(lambda self: self.stage_etas)
+    phase_steps = property(lambda self: self.stage_steps)
+    phase_times = property(lambda self: self.stage_times)
+    phase_criteria = property(lambda self: self.stage_criteria)
+
     @property
     def phases(self) -> tuple[str, ...]:
-        """What each phase trains, e.g. ("c", "w", "a") or ("cw", "a"); ("cwa",) for joint."""
+        """What each stage trains, e.g. ("c", "w", "a") or ("cw", "a"); ("cwa",) for simultaneous."""
         return parse_schedule(self.schedule)
 
     @property
     def horizon(self) -> float:
         """Total steps (gd) or time (flow, rk4) if every phase runs to its cap."""
         if self.method == "gd":
-            return self.steps if self.schedule == "joint" else sum(self.phase_steps)
-        return self.t_end if self.schedule == "joint" else sum(self.phase_times)
+            return self.steps if self.schedule == "simultaneous" else sum(self.stage_steps)
+        return self.t_end if self.schedule == "simultaneous" else sum(self.stage_times)
 
     def arch(self):
         from .model import Arch
@@ -186,12 +199,39 @@ def _int_tuple(name, v, n=None, lo=None):
     return tuple(as_int(name, x, lo=lo) for x in as_list(name, v, n))
 
 
+def _resolve_aliases(raw: dict) -> dict:
+    """The old names (``phase_*`` keys, schedules ``joint`` / ``three-phase``)
+    mapped to the new ones, each with a DeprecationWarning; an old key given
+    together with its new name is a one-line ConfigError."""
+    out = dict(raw)
+    for old, new in FIELD_ALIASES.items():
+        if old in out:
+            if new in out:
+                raise ConfigError(f"{old}: an old name of {new}; give only {new}")
+            _warnings.warn(f"{old} is an old name of {new} (accepted for one release)", DeprecationWarning,
+                           stacklevel=3)
+            out[new] = out.pop(old)
+    if "schedule" in out:
+        s = str(out["schedule"]).strip().lower().replace(" ", "")
+        if s in SCHEDULE_ALIASES:
+            _warnings.warn(f"schedule {s} is an old name of {SCHEDULE_ALIASES[s]} (accepted for one release)",
+                           DeprecationWarning, stacklevel=3)
+            out["schedule"] = SCHEDULE_ALIASES[s]
+    return out
+
+
 def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
     """Validate and freeze. ``data`` (from TOML) is overridden by ``overrides``
     (CLI flags; None values are ignored). Warnings (see
-    :meth:`InductionConfig.warnings`) are issued with ``warnings.warn``."""
-    raw = dict(data or {})
-    raw.update({k: v for k, v in overrides.items() if v is not None})
+    :meth:`InductionConfig.warnings`) are issued with ``warnings.warn``.
+    The old names ``phase_etas``, ``phase_steps``, ``phase_times``,
+    ``phase_criteria`` and schedules ``three-phase`` / ``joint`` are accepted
+    (DeprecationWarning) for ``stage_*``, ``three-stage`` / ``simultaneous``;
+    an old key in ``overrides`` replaces the new key of ``data``."""
+    data = _resolve_aliases(dict(data or {}))
+    over = _resolve_aliases({k: v for k, v in overrides.items() if v is not None})
+    raw = dict(data)
+    raw.update(over)
     check_keys(InductionConfig, raw, "config")
     d = {f.name: f.default for f in dataclasses.fields(InductionConfig)}
     d.update(raw)
@@ -256,19 +296,19 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
         raise ConfigError("train_file: only with sampling fixed or minibatch (fresh batches are generated)")
     out["eta"] = as_float("eta", d["eta"], positive=True)
     out["steps"] = as_int("steps", d["steps"], lo=0)
-    n_ph = 3 if out["schedule"] == "joint" else len(phases)
-    if out["schedule"] != "joint":  # defaults follow what each phase trains
-        if "phase_etas" not in raw:
-            d["phase_etas"] = tuple(min(GROUP_ETA[ch] for ch in g) for g in phases)
-        if "phase_steps" not in raw:
-            d["phase_steps"] = tuple(max(GROUP_STEPS[ch] for ch in g) for g in phases)
-    out["phase_etas"] = tuple(as_float("phase_etas", v, positive=True)
-                              for v in as_list("phase_etas", d["phase_etas"], n_ph))
-    out["phase_steps"] = _int_tuple("phase_steps", d["phase_steps"], n_ph, lo=0)
-    crits = as_list("phase_criteria", d["phase_criteria"] if d["phase_criteria"] is not None
-                    and "phase_criteria" in raw else ",".join(["none"] * n_ph), n_ph)
-    out["phase_criteria"] = tuple(
-        None if parse_criterion("phase_criteria", c, CRITERIA) is None else str(c).replace(" ", "") for c in crits)
+    n_ph = 3 if out["schedule"] == "simultaneous" else len(phases)
+    if out["schedule"] != "simultaneous":  # defaults follow what each stage trains
+        if "stage_etas" not in raw:
+            d["stage_etas"] = tuple(min(GROUP_ETA[ch] for ch in g) for g in phases)
+        if "stage_steps" not in raw:
+            d["stage_steps"] = tuple(max(GROUP_STEPS[ch] for ch in g) for g in phases)
+    out["stage_etas"] = tuple(as_float("stage_etas", v, positive=True)
+                              for v in as_list("stage_etas", d["stage_etas"], n_ph))
+    out["stage_steps"] = _int_tuple("stage_steps", d["stage_steps"], n_ph, lo=0)
+    crits = as_list("stage_criteria", d["stage_criteria"] if d["stage_criteria"] is not None
+                    and "stage_criteria" in raw else ",".join(["none"] * n_ph), n_ph)
+    out["stage_criteria"] = tuple(
+        None if parse_criterion("stage_criteria", c, CRITERIA) is None else str(c).replace(" ", "") for c in crits)
     crit = d["criterion"]
     out["criterion"] = None if parse_criterion("criterion", crit, CRITERIA) is None else str(crit).replace(" ", "")
     flow = out["method"] != "gd"
@@ -276,15 +316,15 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
         out["t_end"] = as_float("t_end", d["t_end"], positive=True)
     else:
         out["t_end"] = out["steps"] * out["eta"] if flow else None
-    if d["phase_times"] is not None:
-        out["phase_times"] = tuple(as_float("phase_times", v, nonneg=True)
-                                   for v in as_list("phase_times", d["phase_times"], n_ph))
+    if d["stage_times"] is not None:
+        out["stage_times"] = tuple(as_float("stage_times", v, nonneg=True)
+                                   for v in as_list("stage_times", d["stage_times"], n_ph))
     else:
-        out["phase_times"] = tuple(n * e for n, e in zip(out["phase_steps"], out["phase_etas"])) if flow else None
+        out["stage_times"] = tuple(n * e for n, e in zip(out["stage_steps"], out["stage_etas"])) if flow else None
     if d["dt"] is not None:
         out["dt"] = as_float("dt", d["dt"], positive=True)
     else:
-        out["dt"] = (out["eta"] if out["schedule"] == "joint" else min(out["phase_etas"])) \
+        out["dt"] = (out["eta"] if out["schedule"] == "simultaneous" else min(out["stage_etas"])) \
             if out["method"] == "rk4" else None
     out["rtol"] = as_float("rtol", d["rtol"], positive=True)
     out["atol"] = as_float("atol", d["atol"], positive=True)
@@ -297,7 +337,7 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
         raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
     if out["record_dt"] is not None and out["method"] == "gd":
         raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
-    if flow and out["schedule"] == "joint" and out["t_end"] <= 0:
+    if flow and out["schedule"] == "simultaneous" and out["t_end"] <= 0:
         raise ConfigError(f"t_end: must be > 0, got {out['t_end']}")
     if out["train_file"] is not None:
         _check_train_file(out, explicit_n="n_train" in raw)

@@ -427,8 +427,8 @@ def full_study(out, quick: bool = False, log=print, settings: dict | None = None
     arch = FullArch(d=d, H=H, M=M, D=2)
     cfg = make_config(d=d, L=S["L"], pa=S["pa"], alpha=S["alpha"], H=H, M=M, D=2, first_lags=arch.first,
                       w_plus=S["w_plus"], w_minus=S["w_minus"], c_init=S["c_init"], a_init=S["a_init"],
-                      loss=S["loss"], n_train=S["n_train"], n_test=0, schedule="cwa", phase_etas=(S["eta"],),
-                      phase_steps=(S["steps"],), record_every=S["record_every"], seed=S["seed"])
+                      loss=S["loss"], n_train=S["n_train"], n_test=0, schedule="cwa", stage_etas=(S["eta"],),
+                      stage_steps=(S["steps"],), record_every=S["record_every"], seed=S["seed"])
     tok = generate(S["n_train"], d, S["L"], cfg.pa, cfg.alpha, R.train_seed(cfg)).tokens
     probe = tok[: S["probe"]]
     max_lag = max(arch.first) + M

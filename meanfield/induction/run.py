@@ -209,16 +209,16 @@ class InductionSystem:
 def stages(cfg: InductionConfig) -> list[integrate.Stage]:
     """Stages of the schedule; lengths are steps (gd) or times (flow, rk4)."""
     gd = cfg.method == "gd"
-    if cfg.schedule == "joint":
+    if cfg.schedule == "simultaneous":
         crit = parse_criterion("criterion", cfg.criterion, kernels.CRITERIA)
-        return [integrate.Stage(1, (1.0, 1.0, 1.0), cfg.steps if gd else cfg.t_end, crit, "joint",
+        return [integrate.Stage(1, (1.0, 1.0, 1.0), cfg.steps if gd else cfg.t_end, crit, "simultaneous",
                                 eta=cfg.eta if gd else None)]
     out = []
     for k, group in enumerate(cfg.phases):
         mode = tuple(1.0 if ch in group else 0.0 for ch in PHASE_NAMES)
-        out.append(integrate.Stage(k + 1, mode, cfg.phase_steps[k] if gd else cfg.phase_times[k],
-                                   parse_criterion("phase_criteria", cfg.phase_criteria[k], kernels.CRITERIA),
-                                   group, eta=cfg.phase_etas[k] if gd else None))
+        out.append(integrate.Stage(k + 1, mode, cfg.stage_steps[k] if gd else cfg.stage_times[k],
+                                   parse_criterion("stage_criteria", cfg.stage_criteria[k], kernels.CRITERIA),
+                                   group, eta=cfg.stage_etas[k] if gd else None))
     return out
 
 
@@ -251,8 +251,8 @@ def phase_log_grid(cfg: InductionConfig, every: int, n_log: int) -> integrate.Sa
     The points assume every phase runs its full length (a criterion that ends
     phase 1 or 2 early shifts phase 3 against the grid)."""
     if cfg.method != "gd" or cfg.phases != PHASE_NAMES:
-        raise ValueError("phase_log_grid: needs method gd and schedule three-phase (c,w,a)")
-    n1, n2, n3 = cfg.phase_steps
+        raise ValueError("phase_log_grid: needs method gd and schedule three-stage (c,w,a)")
+    n1, n2, n3 = cfg.stage_steps
     pts = [np.arange(every, n1 + n2, every, dtype=np.int64)]
     if n3 > 0:
         pts.append(n1 + n2 + np.unique(np.round(np.geomspace(1, n3, n_log)).astype(np.int64)))
@@ -320,7 +320,7 @@ def save(path: str | Path, cfg: InductionConfig, traj: integrate.Trajectory, pro
         "n_test_seen": 0 if pb.test_seen is None else pb.test_seen.N, "loss": cfg.loss,
         "train_seed": list(train_seed(cfg)), "test_seed": list(test_seed(cfg)),
         "train_file": cfg.train_file or "", "kernel_path": pb.train.path, "yhat_floor": cfg.yhat_floor,
-        "stage_names": ["joint"] if cfg.schedule == "joint" else list(cfg.phases),
+        "stage_names": ["simultaneous"] if cfg.schedule == "simultaneous" else list(cfg.phases),
         "stage_ends": traj.stage_ends,
         "stopped_at_step": int(arr["step"][-1]) if arr["step"].size else 0,
         "stopped_at_t": float(arr["t"][-1]) if arr["t"].size else 0.0,

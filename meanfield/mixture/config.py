@@ -21,7 +21,6 @@ from ..config import (
     check_keys,
     parse_criterion,
 )
-from .kernels import CRITERIA
 
 SCHEDULES = ("simultaneous", "three-stage")
 METHODS = ("gd", "flow", "rk4")
@@ -213,6 +212,8 @@ def gram_matrix(value, K: int) -> np.ndarray | None:
 def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
     """Validate and freeze. ``data`` (from TOML) is overridden by ``overrides``
     (CLI flags; None values are ignored)."""
+    from .kernels import CRITERIA  # here, not at import: the CLI reads the dataclass without numba
+
     raw = dict(data or {})
     raw.update({k: v for k, v in overrides.items() if v is not None})
     check_keys(MixtureConfig, raw, "config")

@@ -1,0 +1,145 @@
+"""One vocabulary for both systems (docs/conventions.md, "One vocabulary").
+
+The induction system speaks the mixture's names (``stage_*``, schedules
+``simultaneous`` / ``three-stage``); the old names (``phase_*``, ``joint``,
+``three-phase``) are aliases for one release: they give the same config as
+the new names, with a DeprecationWarning (Python) or a one-line note (CLI);
+an alias together with its new name is a one-line error, exit 2. The mixture
+CLI's run flags are derived from the MixtureConfig dataclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import h5py
+import pytest
+
+from meanfield.cli import build_parser, main
+from meanfield.config import ConfigError
+from meanfield.induction.config import make_config
+from meanfield.mixture.config import MixtureConfig
+
+SMALL = {"n_train": 40, "n_test": 0, "L": 12}
+
+# old key -> (new key, a value); phase_times needs a flow method
+ALIASES = [
+    ("phase_etas", "stage_etas", "1.5,4,0.5", {}),
+    ("phase_steps", "stage_steps", "3,4,5", {}),
+    ("phase_times", "stage_times", "0.5,1,2", {"method": "flow"}),
+    ("phase_criteria", "stage_criteria", "c_top>=0.9,none,grad_a<=1e-6", {}),
+]
+
+
+@pytest.mark.parametrize("old,new,value,extra", ALIASES, ids=[a[0] for a in ALIASES])
+def test_old_key_gives_the_same_config(old, new, value, extra):
+    want = make_config(dict(SMALL, **extra, **{new: value}))
+    with pytest.warns(DeprecationWarning, match=f"{old} is an old name of {new}"):
+        got_toml = make_config(dict(SMALL, **extra, **{old: value}))
+    with pytest.warns(DeprecationWarning):
+        got_kw = make_config(dict(SMALL, **extra), **{old: value})
+    assert got_toml == want and got_kw == want
+    assert getattr(want, old) == getattr(want, new)  # the old attribute name, kept for one release
+    assert want != make_config(dict(SMALL, **extra))  # the value was not ignored
+
+
+@pytest.mark.parametrize("old,new", [("joint", "simultaneous"), ("three-phase", "three-stage")])
+def test_old_schedule_names(old, new):
+    want = make_config(dict(SMALL, schedule=new))
+    with pytest.warns(DeprecationWarning, match=f"schedule {old} is an old name of {new}"):
+        got = make_config(dict(SMALL, schedule=old))
+    assert got == want and got.schedule == new
+
+
+def test_new_names_give_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_config(dict(SMALL, schedule="simultaneous", stage_steps="1,2,3"))
+
+
+@pytest.mark.parametrize("old,new,value,extra", ALIASES, ids=[a[0] for a in ALIASES])
+def test_alias_and_new_name_together_is_an_error(old, new, value, extra):
+    with pytest.raises(ConfigError, match=f"^{old}: an old name of {new}; give only {new}$"):
+        make_config(dict(SMALL, **extra, **{old: value, new: value}))
+
+
+def _induction_cfg(argv):
+    from meanfield.induction.cli import config_from_args
+
+    return config_from_args(build_parser().parse_args(["induction", "run", *argv, "--out", "x.h5"]))
+
+
+def test_cli_alias_flags_and_toml_keys(tmp_path, capsys):
+    base = ["--n-train", "40", "--n-test", "0", "--L", "12"]
+    want = _induction_cfg(base + ["--schedule", "simultaneous", "--stage-etas", "1,2,3"])
+    got = _induction_cfg(base + ["--schedule", "joint", "--phase-etas", "1,2,3"])
+    assert got == want
+    notes = capsys.readouterr().err.strip().splitlines()
+    assert len(notes) == 2 and all(n.startswith("meanfield: warning:") for n in notes), notes
+    toml = tmp_path / "old.toml"
+    toml.write_text('[run]\nschedule = "three-phase"\nphase_steps = [2, 3, 4]\n')
+    old = _induction_cfg(base + ["--config", str(toml)])
+    assert old == _induction_cfg(base + ["--schedule", "three-stage", "--stage-steps", "2,3,4"])
+
+
+def test_cli_alias_and_new_flag_exit_2_one_line(tmp_path, capsys):
+    out = tmp_path / "r.h5"
+    rc = main(["induction", "run", "--n-train", "40", "--n-test", "0", "--L", "12", "--phase-steps", "1,1,1",
+               "--stage-steps", "1,1,1", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and not out.exists()
+    assert len(err) == 1 and "phase_steps: an old name of stage_steps" in err[0], err
+
+
+def test_old_run_file_reads(tmp_path):
+    """A run file written before the rename (config keys phase_*, schedule
+    three-phase) summarises like the same file with the new names."""
+    import json
+
+    from meanfield.outcome import outcome_lines
+
+    out = tmp_path / "r.h5"
+    assert main(["induction", "run", "--n-train", "40", "--n-test", "0", "--L", "12", "--stage-steps", "2,2,2",
+                 "--stage-criteria", "loss<=1e-9,none,none", "--quiet", "--out", str(out)]) == 0
+    new_lines = outcome_lines(out)
+    assert any("loss<=1e-9" in s or "loss <= 1e-09" in s for s in new_lines), new_lines
+    with h5py.File(out, "r+") as f:
+        cfg = json.loads(f.attrs["config"])
+        assert cfg["schedule"] == "three-stage" and "stage_steps" in cfg and "phase_steps" not in cfg
+        for a in ("etas", "steps", "times", "criteria"):
+            cfg[f"phase_{a}"] = cfg.pop(f"stage_{a}")
+        cfg["schedule"] = "three-phase"
+        f.attrs["config"] = json.dumps(cfg)
+    assert outcome_lines(out) == new_lines
+
+
+def _mixture_run_parser():
+    p = build_parser()
+    sub = next(a for a in p._actions if a.__class__.__name__ == "_SubParsersAction")
+    mix = sub.choices["mixture"]
+    sub2 = next(a for a in mix._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub2.choices["run"]
+
+
+def test_mixture_run_has_a_flag_for_every_config_field_and_nothing_else():
+    from meanfield.cli import RUN_FLAGS
+
+    fields = [f.name for f in dataclasses.fields(MixtureConfig)]
+    want = {("--" + f if f in ("K", "L", "p") else "--" + f.replace("_", "-")): f for f in fields}
+    assert RUN_FLAGS == want
+    run = _mixture_run_parser()
+    by_dest = {a.dest: a.option_strings for a in run._actions}
+    for f in fields:
+        assert by_dest.get(f) == [want_flag for want_flag, g in want.items() if g == f], f
+    # options that are not config fields: the command's own (file names, plotting, size guard, backend)
+    others = {d for d in by_dest if d not in fields}
+    assert others <= {"help", "config", "force", "out", "plot", "fig_format", "quiet", "backend", "batch",
+                      "progress", "json"}, others
+
+
+def test_mixture_flags_parse_into_fields():
+    run = _mixture_run_parser()
+    a = run.parse_args(["--K", "3", "--L", "4", "--p", "0.2,0.3,0.5", "--stage-steps", "1,2,3",
+                        "--relu-prime-at-zero", "0.5", "--softmax-scale", "1", "--out", "x.h5"])
+    assert (a.K, a.L, a.p, a.stage_steps, a.relu_prime_at_zero) == ("3", "4", "0.2,0.3,0.5", "1,2,3", "0.5")
