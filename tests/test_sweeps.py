@@ -67,9 +67,11 @@ def test_sweep_runs_resumes_and_matches_single_runs(tmp_path):
     for e in idx2["points"]:
         changed = os.path.getmtime(tmp_path / "sw" / e["path"]) != mt[e["path"]]
         assert changed == (e["index"] == 2)
-    # a changed base config reruns everything
-    idx3 = run_sweep(SweepSpec({"steps": 100, "record_every": 50}, spec.params, spec.out), workers=1, progress=False)
-    assert not any(e.get("skipped") for e in idx3["points"])
+    # a changed base config in the same folder is refused (never mixed with the stale points), nothing rewritten
+    mt2 = {e["path"]: os.path.getmtime(tmp_path / "sw" / e["path"]) for e in idx2["points"]}
+    with pytest.raises(ConfigError, match="another grid or base config"):
+        run_sweep(SweepSpec({"steps": 100, "record_every": 50}, spec.params, spec.out), workers=1, progress=False)
+    assert mt2 == {e["path"]: os.path.getmtime(tmp_path / "sw" / e["path"]) for e in idx2["points"]}
 
 
 def test_sweep_cli_errors_write_nothing(tmp_path, capsys):
