@@ -75,8 +75,8 @@ def _small(words: list[str]) -> list[str]:
         if w in SMALL and SMALL[w] is not None and out[i + 1][:1] != "-":
             v = SMALL[w]
             n = out[i + 1].count(",") + 1
-            if w in ("--phase-steps", "--phase-times"):
-                v = ",".join([v] * n)
+            if w in ("--phase-steps", "--phase-times") or (verb[0] == "induction" and "--stage-" in w):
+                v = ",".join([SMALL[w.replace("stage", "phase")]] * n)  # induction stages: 10 steps each
             elif w in ("--stage-steps", "--stage-times"):  # a stage of length 0 stays 0 (it means: skip it)
                 v = ",".join("0" if old.strip() in ("0", "0.0") else new
                              for old, new in zip(out[i + 1].split(","), v.split(",")))

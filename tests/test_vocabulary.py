@@ -143,3 +143,18 @@ def test_mixture_flags_parse_into_fields():
     a = run.parse_args(["--K", "3", "--L", "4", "--p", "0.2,0.3,0.5", "--stage-steps", "1,2,3",
                         "--relu-prime-at-zero", "0.5", "--softmax-scale", "1", "--out", "x.h5"])
     assert (a.K, a.L, a.p, a.stage_steps, a.relu_prime_at_zero) == ("3", "4", "0.2,0.3,0.5", "1,2,3", "0.5")
+
+
+def test_record_log_grid_starts_like_the_mixture():
+    """Flow with record_log: both systems put the first record at 1/100 of the
+    (smallest) step size and the last at the horizon (docs/conventions.md)."""
+    import numpy as np
+
+    from meanfield.induction.run import save_at as ind_save_at
+    from meanfield.mixture.config import make_config as mix_config
+    from meanfield.mixture.system import save_at as mix_save_at
+
+    ind = make_config(dict(SMALL, method="flow", record_log=7, stage_etas="2,10,1", stage_times="5,6,7"))
+    np.testing.assert_allclose(ind_save_at(ind).points, np.geomspace(1.0 / 100, 18.0, 7), rtol=1e-12)
+    mix = mix_config(method="flow", record_log=7, eta=1.0, t_end=18.0)
+    np.testing.assert_allclose(mix_save_at(mix).points, np.geomspace(1.0 / 100, 18.0, 7), rtol=1e-12)

@@ -231,13 +231,19 @@ def solver(cfg: InductionConfig):
 
 
 def save_at(cfg: InductionConfig) -> integrate.SaveAt:
-    """The recording grid; default about 200 records over the horizon."""
+    """The recording grid, by the mixture system's rules (``docs/conventions.md``,
+    "One vocabulary"): every ``record_every`` steps, ``record_log`` log-spaced
+    points (flow: from 1/100 of the smallest step size, as in the mixture),
+    every ``record_dt``; the default is about 200 records over the horizon
+    (the mixture's 1000: each induction record evaluates the loss on every
+    train and test sequence, a mixture record copies a small state)."""
     gd = cfg.method == "gd"
     Hz = cfg.horizon
     if cfg.record_every is not None:
         return integrate.SaveAt(every=cfg.record_every)
     if cfg.record_log is not None:
-        return integrate.SaveAt.log(cfg.record_log, Hz, integer=gd)
+        eta = cfg.eta if cfg.schedule == "simultaneous" else min(cfg.stage_etas)
+        return integrate.SaveAt.log(cfg.record_log, Hz, integer=gd, t_min=None if gd else min(eta, Hz) * 1e-2)
     if cfg.record_dt is not None:
         return integrate.SaveAt.uniform(cfg.record_dt, Hz)
     if gd:
