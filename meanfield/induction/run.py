@@ -8,14 +8,14 @@
 Stage modes are ``(train_c, train_w, train_a)`` masks (1 / 0): GD takes
 ``theta[group] -= eta * mask_group * grad[group]`` with the shared
 :class:`~meanfield.integrate.GDMap`, each phase with its own step size
-(``Stage.eta``: eta_1, eta_2, eta_3; joint: eta), so the time ``t`` of a GD
+(``Stage.eta``: eta_1, eta_2, eta_3; simultaneous: eta), so the time ``t`` of a GD
 run is the gradient-flow time, the sum of the step sizes taken; the flow is
 ``d theta/dt = -mask * grad``.
 
 Run file (``meanfield.io`` common attributes plus):
 
-* datasets, T records: ``t`` (T,), ``step`` (T,), ``stage`` (T,) (phase 1..3,
-  or 1 for joint), ``theta`` (T, n_params) (layout of
+* datasets, T records: ``t`` (T,), ``step`` (T,), ``stage`` (T,) (stage (phase) 1..3,
+  or 1 for simultaneous), ``theta`` (T, n_params) (layout of
   ``meanfield.induction.model``), ``c`` (T, nS), ``c_weight`` (T, nS) =
   c_S^2 / sum c^2, ``w`` (T, H, M), ``rpe`` (T, H, M) = full-window RPE
   softmax per head, ``a`` (T,), ``loss_train`` (T,) (the training loss, all
@@ -252,7 +252,7 @@ def save_at(cfg: InductionConfig) -> integrate.SaveAt:
 
 
 def phase_log_grid(cfg: InductionConfig, every: int, n_log: int) -> integrate.SaveAt:
-    """GD record grid of a three-phase run: every ``every`` steps in phases 1
+    """GD record grid of a three-stage run: every ``every`` steps in phases 1
     and 2, and ``n_log`` log-spaced steps counted from the start of phase 3.
     The points assume every phase runs its full length (a criterion that ends
     phase 1 or 2 early shifts phase 3 against the grid)."""
