@@ -505,3 +505,43 @@ class Dopri5(_FlowDriver):
             traj.warnings.append(w)
             traj.message += "; warning: " + w
         return traj
+
+
+# -- the run harness: a training description (a mixture config or an engine
+# description's ``training``: method, eta, dt, rtol, atol, h_min, horizon,
+# record_every, record_log, record_dt) -> solver, record grid, kernel criterion.
+
+def solver_of(tr):
+    """The solver of a training description: :class:`GDMap` (gd), :class:`RK4`
+    (rk4, step ``dt``, or ``eta`` when no dt is given) or :class:`Dopri5` (flow)."""
+    if tr.method == "gd":
+        return GDMap(tr.eta)
+    if tr.method == "rk4":
+        return RK4(tr.dt if tr.dt is not None else tr.eta)
+    return Dopri5(rtol=tr.rtol, atol=tr.atol, h_min=tr.h_min or 0.0)
+
+
+def save_at_of(tr) -> SaveAt:
+    """The record grid of a training description: every N steps, N log-spaced
+    points (flow: from 1/100 of the smallest of eta and the horizon), every DT,
+    or by default about 1000 records over the horizon."""
+    gd = tr.method == "gd"
+    H = tr.horizon
+    if tr.record_every is not None:
+        return SaveAt(every=tr.record_every)
+    if tr.record_log is not None:
+        return SaveAt.log(tr.record_log, H, integer=gd, t_min=None if gd else min(tr.eta, H) * 1e-2)
+    if tr.record_dt is not None:
+        return SaveAt.uniform(tr.record_dt, H)
+    if gd:
+        return SaveAt(every=max(1, int(H) // 1000))
+    return SaveAt.uniform(H / 1000, H)
+
+
+def criterion_args(criterion, criteria) -> tuple[int, int, float]:
+    """(kind, op, threshold) of a parsed stage criterion ``(name, op, value)``
+    for numba kernels whose criterion codes are ``criteria`` (name -> code);
+    kind 0: none; op +1 for >=, -1 for <=."""
+    if criterion is None:
+        return 0, 1, 0.0
+    return criteria[criterion[0]], 1 if criterion[1] == ">=" else -1, float(criterion[2])

@@ -102,11 +102,7 @@ class EngineSystem:
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         pk, lay = self.pk, self.pk.lay
-        kind, op, thr = 0, 1, 0.0
-        if criterion is not None:
-            kind = kernels.CRITERIA[criterion[0]]
-            op = 1 if criterion[1] == ">=" else -1
-            thr = float(criterion[2])
+        kind, op, thr = integrate.criterion_args(criterion, kernels.CRITERIA)
         done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), int(mode), lay.hi, lay.hf, lay.qv, lay.Gr,
                                            lay.grp, pk.Gam, *self._data(), pk.consistent, kind, op, thr,
                                            float(self.max_abs), pk.R, pk.C, lay.Nmax)
@@ -140,29 +136,15 @@ def stages(desc: Description) -> list[integrate.Stage]:
 
 
 def solver(desc: Description):
-    tr = desc.training
-    if tr.method == "gd":
-        return integrate.GDMap(tr.eta)
-    if tr.method == "rk4":
-        return integrate.RK4(tr.dt if tr.dt is not None else tr.eta)
-    return integrate.Dopri5(rtol=tr.rtol, atol=tr.atol, h_min=tr.h_min or 0.0)
+    """The solver of the training's method (``integrate.solver_of``)."""
+    return integrate.solver_of(desc.training)
 
 
 def save_at(desc: Description) -> integrate.SaveAt:
-    """The record grid (the mixture system's rules): every N steps, N
-    log-spaced points, every DT, or by default about 1000 records."""
-    tr = desc.training
-    gd = tr.method == "gd"
-    H = tr.horizon
-    if tr.record_every is not None:
-        return integrate.SaveAt(every=tr.record_every)
-    if tr.record_log is not None:
-        return integrate.SaveAt.log(tr.record_log, H, integer=gd, t_min=None if gd else min(tr.eta, H) * 1e-2)
-    if tr.record_dt is not None:
-        return integrate.SaveAt.uniform(tr.record_dt, H)
-    if gd:
-        return integrate.SaveAt(every=max(1, int(H) // 1000))
-    return integrate.SaveAt.uniform(H / 1000, H)
+    """The record grid (``integrate.save_at_of``, the mixture system's rules):
+    every N steps, N log-spaced points, every DT, or by default about 1000
+    records."""
+    return integrate.save_at_of(desc.training)
 
 
 def integrate_description(desc: Description, y0=None, monitor=None, system: EngineSystem | None = None):

@@ -31,9 +31,7 @@ from .init import initial_state
 def criterion_args(criterion) -> tuple[int, int, float]:
     """(kind, op, threshold) of a parsed stage criterion for the kernels
     (kind 0: none; op +1 for >=, -1 for <=)."""
-    if criterion is None:
-        return 0, 1, 0.0
-    return kernels.CRITERIA[criterion[0]], 1 if criterion[1] == ">=" else -1, float(criterion[2])
+    return integrate.criterion_args(criterion, kernels.CRITERIA)
 
 
 @dataclass
@@ -86,26 +84,14 @@ def stages(cfg: MixtureConfig) -> list[integrate.Stage]:
 
 
 def solver(cfg: MixtureConfig):
-    if cfg.method == "gd":
-        return integrate.GDMap(cfg.eta)
-    if cfg.method == "rk4":
-        return integrate.RK4(cfg.dt)
-    return integrate.Dopri5(rtol=cfg.rtol, atol=cfg.atol, h_min=cfg.h_min or 0.0)
+    """The solver of the config's method (``integrate.solver_of``)."""
+    return integrate.solver_of(cfg)
 
 
 def save_at(cfg: MixtureConfig) -> integrate.SaveAt:
-    """The recording grid; default: about 1000 records over the horizon."""
-    gd = cfg.method == "gd"
-    H = cfg.horizon
-    if cfg.record_every is not None:
-        return integrate.SaveAt(every=cfg.record_every)
-    if cfg.record_log is not None:
-        return integrate.SaveAt.log(cfg.record_log, H, integer=gd, t_min=None if gd else min(cfg.eta, H) * 1e-2)
-    if cfg.record_dt is not None:
-        return integrate.SaveAt.uniform(cfg.record_dt, H)
-    if gd:
-        return integrate.SaveAt(every=max(1, int(H) // 1000))
-    return integrate.SaveAt.uniform(H / 1000, H)
+    """The recording grid (``integrate.save_at_of``); default: about 1000
+    records over the horizon."""
+    return integrate.save_at_of(cfg)
 
 
 def samples_of(cfg: MixtureConfig) -> SampleSet:
