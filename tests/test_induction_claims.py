@@ -284,7 +284,7 @@ def test_fit_log_growth_window():
 # ----------------------------------------------------------------- the suite, plots and verbs
 
 TINY_BASE = {"L": 30}
-TINY = {"n_train": 300, "n_test": 200, "stage_steps": (60, 40, 300), "stage_etas": (2.0, 10.0, 0.5),
+TINY = {"n_train": 300, "n_test": 200, "phase_steps": (60, 40, 300), "phase_etas": (2.0, 10.0, 0.5),
         "record_every": 10, "record_log3": 40, "n_kernels": 200, "L_sat": (20, 30), "L_mult": (2,),
         "alphas": (1.0,), "clean_w_plus": 8.0, "grad_batches": 3, "grad_batch": 300, "exponents": (1.0, 2.0),
         "exponent_pas": ((1, 2), (1,)), "k_grid": (0.5, 3.5, 0.5), "exp_batches": 3, "exp_batch": 200, "exponent_a": 0.01,
