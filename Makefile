@@ -11,6 +11,7 @@ $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/meanfield warm  # compile the common numba kernels into the cache once (README, "First use")
 	touch $(STAMP)
 
 install: $(STAMP)

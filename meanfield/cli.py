@@ -564,6 +564,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "(default 1e-4,1e-3,1e-2,1e-1)")
     es.add_argument("--theta", default="0.1", help="--stage simultaneous: the scores have moved when max |S| >= THETA")
     es.set_defaults(func=_cmd_escape)
+    from .warm import _cmd_warm
+
+    wa = systems.add_parser("warm", help="compile the common numba kernels (mixture run, particles) into "
+                            "numba's cache, so that the first real run does not wait for them")
+    wa.set_defaults(func=_cmd_warm)
     from .induction.cli import add_parser as add_induction
 
     add_induction(systems)

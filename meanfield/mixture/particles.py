@@ -350,6 +350,24 @@ def _check(S, dA, dB, wt, max_abs):
 
 
 @njit(cache=True)
+def _copy2(dst, src):
+    # dst[:] = src for 2-d arrays of equal shape, as a loop: the slice assignment
+    # would compile numba's shape-mismatch message machinery (~5 s on first use)
+    for i in range(dst.shape[0]):
+        for j in range(dst.shape[1]):
+            dst[i, j] = src[i, j]
+
+
+@njit(cache=True)
+def _copy3(dst, src):
+    # dst[:] = src for 3-d arrays of equal shape (see _copy2)
+    for i in range(dst.shape[0]):
+        for j in range(dst.shape[1]):
+            for k in range(dst.shape[2]):
+                dst[i, j, k] = src[i, j, k]
+
+
+@njit(cache=True)
 def gd_advance_particles(WK, WQ, w, E, KE, QE, fresh, nsteps, eta, idx, sgn, lab, weight, consistent, r0,
                          train_w, train_att, crit_kind, crit_op, crit_thresh, max_abs, logit_scale=1.0):
     """Up to ``nsteps`` full-batch GD steps of the explicit network, in place.
@@ -406,14 +424,16 @@ def gd_advance_particles(WK, WQ, w, E, KE, QE, fresh, nsteps, eta, idx, sgn, lab
     Sc = np.empty((H, P, P))
     k = 0
     while True:
-        if logit_scale == 1.0:
-            loss = network(S, wt, idx, sgn, lab, weight, r0, u, margin, G, dwt)
-        else:
+        # one call site of network (each call site is compiled into this kernel again)
+        Sg = S
+        if logit_scale != 1.0:
             for h in range(H):
                 for a in range(P):
                     for b in range(P):
                         Sc[h, a, b] = logit_scale * S[h, a, b]
-            loss = network(Sc, wt, idx, sgn, lab, weight, r0, u, margin, G, dwt)
+            Sg = Sc
+        loss = network(Sg, wt, idx, sgn, lab, weight, r0, u, margin, G, dwt)
+        if logit_scale != 1.0:
             for h in range(H):
                 for a in range(P):
                     for b in range(P):
@@ -430,9 +450,9 @@ def gd_advance_particles(WK, WQ, w, E, KE, QE, fresh, nsteps, eta, idx, sgn, lab
             update_rows(WK, WQ, E, ET, KE, QE, G, eta, KEn, QEn, Sp, dAp, dBp, uK, uQ)
             _sum_blocks(Sp, dAp, dBp, nb, Sn, dAn, dBn)
         else:
-            Sn[:] = S
-            dAn[:] = dA
-            dBn[:] = dB
+            _copy3(Sn, S)
+            _copy2(dAn, dA)
+            _copy2(dBn, dB)
         if train_w:
             for h in range(H):
                 for x in range(d):
@@ -442,22 +462,22 @@ def gd_advance_particles(WK, WQ, w, E, KE, QE, fresh, nsteps, eta, idx, sgn, lab
                     wn[h, x] = w[h, x] - eta * gx
             project_vec(wn, E, wtn)
         else:
-            wn[:] = w
-            wtn[:] = wt
+            _copy2(wn, w)
+            _copy2(wtn, wt)
         code = _check(Sn, dAn, dBn, wtn, max_abs)
         if code != 0:
             if train_att:  # undo: U was computed from KE, QE, which still hold the old projections
                 update_rows(WK, WQ, E, ET, KE, QE, G, -eta, KEn, QEn, Sp, dAp, dBp, uK, uQ)
             return k, code, loss
         if train_att:
-            KE[:] = KEn
-            QE[:] = QEn
-            S[:] = Sn
-            dA[:] = dAn
-            dB[:] = dBn
+            _copy3(KE, KEn)
+            _copy3(QE, QEn)
+            _copy3(S, Sn)
+            _copy2(dA, dAn)
+            _copy2(dB, dBn)
         if train_w:
-            w[:] = wn
-            wt[:] = wtn
+            _copy2(w, wn)
+            _copy2(wt, wtn)
         k += 1
 
 

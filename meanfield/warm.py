@@ -1,0 +1,64 @@
+"""Compile the common numba kernels into numba's on-disk cache.
+
+``meanfield warm`` (or ``python -m meanfield.warm``) runs a two-step
+``mixture run`` (GD, the default) and a two-step ``mixture particles`` at
+width 4 in a temporary folder, so that numba compiles every kernel these
+commands use and caches it (``cache=True``). The kernels' types do not depend
+on the sizes, so a later run at any size loads them from the cache instead of
+compiling (see README, "First use"). ``make install``, ``make demo`` and
+``make test`` run it once after installing. Nothing is written outside the
+temporary folder and numba's cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("meanfield")
+
+#: (name, argv of ``meanfield``) of each warm-up command; tiny sizes, same kernel types as real runs
+COMMANDS = (
+    ("mixture run", ["mixture", "run", "--steps", "2", "--quiet"]),
+    ("mixture particles", ["mixture", "particles", "--width", "4", "--steps", "2", "--quiet"]),
+)
+
+
+def warm(names=None) -> float:
+    """Run the warm-up commands (all, or those in ``names``); returns the seconds taken.
+    Raises RuntimeError naming the command if one of them fails."""
+    from .cli import main
+
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="meanfield-warm-") as tmp:
+        for i, (name, argv) in enumerate(COMMANDS):
+            if names is not None and name not in names:
+                continue
+            t1 = time.perf_counter()
+            level = log.level
+            with contextlib.redirect_stdout(io.StringIO()):  # the tiny runs' outcome lines are not news
+                rc = main(["-q"] + argv + ["--out", str(Path(tmp) / f"warm{i}.h5")])
+            log.setLevel(level)
+            if rc not in (0, None):
+                raise RuntimeError(f"warm-up of '{name}' failed (exit {rc})")
+            log.info("warm: %s kernels ready in %.1f s", name, time.perf_counter() - t1)
+    return time.perf_counter() - t0
+
+
+def _cmd_warm(args) -> int:
+    dt = warm()
+    print(f"meanfield warm: kernels of {', '.join(n for n, _ in COMMANDS)} compiled into numba's cache "
+          f"({dt:.1f} s; later runs load them)")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    from .cli import main as _main
+
+    sys.exit(_main(["warm"] + sys.argv[1:]))
