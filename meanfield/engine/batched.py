@@ -52,7 +52,7 @@ from numba import get_num_threads, njit
 
 from .. import integrate
 from ..config import ConfigError
-from ..mixture.batched import record_into
+from ..mixture.batched import record_into, trajectory_of
 from ..mixture.kernels import compile_portable, portable
 from . import kernels
 from .description import Description
@@ -463,18 +463,10 @@ def _cuda_kernel(method: str, n: int, L: int, P: int, H: int, R: int, C: int, Nm
 
 
 def _launch_cuda(shape, scalars_at, args, outs, B):
-    from ..mixture.batched import _nvvm_no_fma
+    """The engine kernel of ``shape`` over B trajectories (the mixture's launcher)."""
+    from ..mixture.batched import launch_cuda
 
-    cu = _load_cuda()
-    kern = _cuda_kernel(*shape)
-    d_args = [a if i in scalars_at else cu.to_device(np.ascontiguousarray(a)) for i, a in enumerate(args)]
-    d_outs = [cu.to_device(o) for o in outs]
-    tpb = max(1, min(THREADS_PER_BLOCK, B))
-    with _nvvm_no_fma():
-        kern[(B + tpb - 1) // tpb, tpb](*d_args, *d_outs)
-    cu.synchronize()
-    for d, o in zip(d_outs, outs):
-        d.copy_to_host(o)
+    launch_cuda(_cuda_kernel(*shape), args, outs, B, scalars_at)
 
 
 # ------------------------------------------------------------------ host side
@@ -515,33 +507,10 @@ class BatchRun:
         return self.y.shape[0]
 
     def trajectory(self, b: int) -> integrate.Trajectory:
-        n = int(self.n_records[b])
-        tr = integrate.Trajectory()
-        tr.t = [float(v) for v in self.rec_t[b, :n]]
-        tr.step = [int(v) for v in self.rec_step[b, :n]]
-        tr.stage = [int(v) for v in self.rec_stage[b, :n]]
-        tr.y = [self.rec_y[b, i].copy() for i in range(n)]
-        code, stop = int(self.code[b]), int(self.stop_stage[b])
-        for s in range(stop if code == COMPLETE else stop - 1):
-            tr.stage_ends.append({"stage": s + 1, "step": int(self.end_step[b, s]), "t": float(self.end_t[b, s]),
-                                  "reason": "criterion" if self.end_reason[b, s] == 1 else "length"})
-        step, t = tr.step[-1], tr.t[-1]
-        gd = self.desc.training.method == "gd"
-        if code == COMPLETE:
-            tr.status = "complete"
-            tr.message = f"{step} steps (t = {t:.6g})" if gd else f"t = {t:.6g} ({step} solver steps)"
-            return tr
-        tr.status = "diverged"
-        bound = f"a state entry above max_abs = {self.desc.training.max_abs:g} in absolute value"
-        if gd:
-            what = "a non-finite state or loss" if code == NONFINITE else bound
-            tr.message = (f"step {step + 1} (t = {(step + 1) * float(self.eta[b]):.6g}) in stage {stop} gave {what}; "
-                          f"every record up to the last accepted state (step {step}) is kept; try a smaller eta")
-        else:
-            what = "a non-finite state (or the step size underflowed)" if code == NONFINITE else bound
-            tr.message = (f"the solver step from t = {t:.6g} (solver step {step + 1}) in stage {stop} gave {what}; "
-                          f"every record up to t = {t:.6g} is kept")
-        return tr
+        tr = self.desc.training
+        return trajectory_of(int(self.n_records[b]), self.rec_t[b], self.rec_step[b], self.rec_stage[b],
+                             self.rec_y[b], int(self.code[b]), int(self.stop_stage[b]), self.end_step[b],
+                             self.end_t[b], self.end_reason[b], tr.method == "gd", float(self.eta[b]), tr.max_abs)
 
     def run(self, b: int):
         """Trajectory b as an in-memory engine Run (``r.S["+", "c1", "v1"]``, ``r.loss``, ...)."""
@@ -661,10 +630,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     crit_op = np.ones(nst, np.int64)
     crit_thr = np.zeros(nst)
     for i, s in enumerate(tr.stages):
-        if s.criterion is not None:
-            crit_kind[i] = kernels.CRITERIA[s.criterion[0]]
-            crit_op[i] = 1 if s.criterion[1] == ">=" else -1
-            crit_thr[i] = float(s.criterion[2])
+        crit_kind[i], crit_op[i], crit_thr[i] = integrate.criterion_args(s.criterion, kernels.CRITERIA)
     if gd:
         nsteps = int(stage_len.sum())
     else:

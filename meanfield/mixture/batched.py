@@ -498,14 +498,13 @@ def _cuda_kernel(method: str, P: int, L: int, nS: int):
     return cu.jit(rk4_kernel)
 
 
-def _launch_cuda(method, P, idx, args, outs, B):
-    """Copy inputs to the device, run the kernel over B trajectories, copy the
-    outputs (in place) back."""
+def launch_cuda(kern, args, outs, B, scalars_at=()):
+    """Copy the inputs (but the scalars at the positions ``scalars_at``) to
+    the device, run the batch kernel ``kern`` over B trajectories (one thread
+    each), copy the outputs (in place) back. Shared by the mixture's and the
+    engine's batches (``meanfield.engine.batched``)."""
     cu = _load_cuda()
-    L = idx.shape[1]
-    nS = idx.shape[0]
-    kern = _cuda_kernel(method, P, L, nS)
-    d_args = [cu.to_device(np.ascontiguousarray(a)) for a in args]
+    d_args = [a if i in scalars_at else cu.to_device(np.ascontiguousarray(a)) for i, a in enumerate(args)]
     d_outs = [cu.to_device(o) for o in outs]
     tpb = max(1, min(THREADS_PER_BLOCK, B))
     blocks = (B + tpb - 1) // tpb
@@ -514,6 +513,11 @@ def _launch_cuda(method, P, idx, args, outs, B):
     cu.synchronize()
     for d, o in zip(d_outs, outs):
         d.copy_to_host(o)
+
+
+def _launch_cuda(method, P, idx, args, outs, B):
+    """The mixture kernel of (method, P, L, number of samples) over B trajectories."""
+    launch_cuda(_cuda_kernel(method, P, idx.shape[1], idx.shape[0]), args, outs, B)
 
 
 # ------------------------------------------------------------------ host side
@@ -612,9 +616,7 @@ def _pack(cfgs: list[MixtureConfig], y0s: list[np.ndarray]) -> dict:
             st = stages(c)
             sv = save_at(c)
             lens = [int(x.length) if gd else float(x.length) for x in st]
-            crit = [(0, 1, 0.0) if x.criterion is None else
-                    (kernels.CRITERIA[x.criterion[0]], 1 if x.criterion[1] == ">=" else -1, float(x.criterion[2]))
-                    for x in st]
+            crit = [integrate.criterion_args(x.criterion, kernels.CRITERIA) for x in st]
             ev = int(sv.every) if sv.every else 0
             pts = np.asarray(sv.points, np.int64) if (gd and sv.points is not None) else np.zeros(0, np.int64)
             if gd:
@@ -703,40 +705,47 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
                        end_t, end_reason, x["n_stages"])
 
 
-def trajectory(res: BatchResult, b: int, cfg: MixtureConfig) -> integrate.Trajectory:
-    """Trajectory b of a batch as ``meanfield.mixture.run.run`` returns it
-    (records, stage ends, status and message)."""
-    n = int(res.n_records[b])
+def trajectory_of(n, t, step, stage, y, code, stop, end_step, end_t, end_reason, gd, eta, max_abs):
+    """One trajectory's batch records (row arrays: its first ``n`` records,
+    status ``code``, stop stage ``stop``, stage ends) as the
+    ``integrate.Trajectory`` the unbatched run returns (records, stage ends,
+    status and message); ``gd``: the exact GD map with step size ``eta``
+    (else fixed-step RK4). Shared by the mixture's and the engine's batches."""
     tr = integrate.Trajectory()
-    tr.t = [float(v) for v in res.t[b, :n]]
-    tr.step = [int(v) for v in res.step[b, :n]]
-    tr.stage = [int(v) for v in res.stage[b, :n]]
-    tr.y = [res.y[b, i].copy() for i in range(n)]
-    code = int(res.code[b])
-    stop = int(res.stop_stage[b])
+    tr.t = [float(v) for v in t[:n]]
+    tr.step = [int(v) for v in step[:n]]
+    tr.stage = [int(v) for v in stage[:n]]
+    tr.y = [y[i].copy() for i in range(n)]
     n_done = stop if code == COMPLETE else stop - 1
-    gd = res.method == "gd"
     for s in range(n_done):
-        tr.stage_ends.append({"stage": s + 1, "step": int(res.end_step[b, s]), "t": float(res.end_t[b, s]),
-                              "reason": "criterion" if res.end_reason[b, s] == 1 else "length"})
+        tr.stage_ends.append({"stage": s + 1, "step": int(end_step[s]), "t": float(end_t[s]),
+                              "reason": "criterion" if end_reason[s] == 1 else "length"})
     step = tr.step[-1]
     t = tr.t[-1]
     if code == COMPLETE:
         tr.status = "complete"
-        tr.message = f"{step} steps (t = {step * cfg.eta:.6g})" if gd else f"t = {t:.6g} ({step} solver steps)"
+        tr.message = f"{step} steps (t = {step * eta:.6g})" if gd else f"t = {t:.6g} ({step} solver steps)"
         return tr
     tr.status = "diverged"
     if gd:
         what = ("a non-finite state or loss" if code == NONFINITE else
-                f"a state entry above max_abs = {cfg.max_abs:g} in absolute value")
-        tr.message = (f"step {step + 1} (t = {(step + 1) * cfg.eta:.6g}) in stage {stop} gave {what}; every "
+                f"a state entry above max_abs = {max_abs:g} in absolute value")
+        tr.message = (f"step {step + 1} (t = {(step + 1) * eta:.6g}) in stage {stop} gave {what}; every "
                       f"record up to the last accepted state (step {step}) is kept; try a smaller eta")
     else:
         what = ("a non-finite state (or the step size underflowed)" if code == NONFINITE else
-                f"a state entry above max_abs = {cfg.max_abs:g} in absolute value")
+                f"a state entry above max_abs = {max_abs:g} in absolute value")
         tr.message = (f"the solver step from t = {t:.6g} (solver step {step + 1}) in stage {stop} gave {what}; "
                       f"every record up to t = {t:.6g} is kept")
     return tr
+
+
+def trajectory(res: BatchResult, b: int, cfg: MixtureConfig) -> integrate.Trajectory:
+    """Trajectory b of a batch as ``meanfield.mixture.run.run`` returns it
+    (records, stage ends, status and message)."""
+    return trajectory_of(int(res.n_records[b]), res.t[b], res.step[b], res.stage[b], res.y[b], int(res.code[b]),
+                         int(res.stop_stage[b]), res.end_step[b], res.end_t[b], res.end_reason[b],
+                         res.method == "gd", cfg.eta, cfg.max_abs)
 
 
 def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndarray] | None = None,
