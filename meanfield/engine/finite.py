@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -276,8 +275,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
                 workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
     """Infinite-width engine run against the particle system at every (m, seed) (module
     docstring); writes ``out`` (.h5), ``out.json``, ``out.png``; returns the summary."""
-    from ..io import write_h5_atomic
-    from ..mixture.widths import fit_exponent, kink_events
+    from ..mixture.widths import fit_exponent, kink_events, write_outputs
     from ..sweep import Progress, map_points
     from .runs import run as engine_run
 
@@ -391,48 +389,12 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
              "message": summary["message"], "kinks": json.dumps(kinks), "kink_split": int(bool(split_events)),
              "exponent": summary["exponent"] if summary["exponent"] is not None else math.nan,
              "summary": json.dumps(summary)}
-    write_h5_atomic(out, attrs, data)
-    js = out.with_suffix(".json")
-    tmp = js.with_name(js.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(summary, indent=1))
-    os.replace(tmp, js)
-    fig = _figure(summary, out.with_suffix(".png"))
-    summary["files"] = [str(out), str(js), str(fig)]
-    return summary
+    return write_outputs(out, summary, attrs, data, **_figure_kw(summary))
 
 
-def _figure(summary: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    m = np.array(summary["widths"], float)
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    for nm in summary["quantities"]:
-        e = np.array(summary["errors"][nm])
-        lo = e - np.array(summary["errors_min"][nm])
-        hi = np.array(summary["errors_max"][nm]) - e
-        ax.errorbar(m, e, yerr=[lo, hi], marker="o", capsize=3, label=nm)
-    lead = summary["lead"]
-    if summary["exponent"] is not None:
-        e0 = summary["errors"][lead][0]
-        ax.plot(m, e0 * (m / m[0]) ** summary["exponent"], "k--", lw=1,
-                label=f"fit {lead}: m^{summary['exponent']:.3f}")
-        ax.plot(m, e0 * (m / m[0]) ** -0.5, ":", color="gray", lw=1, label="m^-1/2")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xticks(m)
-    ax.set_xticklabels([str(int(x)) for x in m])
-    ax.minorticks_off()
-    ax.set_xlabel("width m (explicit network)")
-    ax.set_ylabel("sup over t of |finite - infinite|")
-    n_split = sum(k["split"] for k in summary["kinks"])
-    ax.set_title(f"{summary['model']}: {n_split} kink(s) crossed: no exponent" if n_split else
-                 f"{summary['model']}: particles vs infinite width ({summary['seeds']} seeds)",
-                 color="C3" if n_split else "k", fontsize=10)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+def _figure_kw(summary: dict) -> dict:
+    """The engine's look of the shared width-sweep figure (``meanfield.mixture.widths.figure``)."""
+    return dict(quantities=summary["quantities"], lead=summary["lead"], xlabel="width m (explicit network)",
+                title_prefix=f"{summary['model']}: ",
+                title=f"{summary['model']}: particles vs infinite width ({summary['seeds']} seeds)",
+                title_fontsize=10, legend_fontsize=7, integer_ticks=True)

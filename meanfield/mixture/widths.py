@@ -237,17 +237,30 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
              "kink_split": int(bool(split_events)),
              "exponent": summary["exponent"] if summary["exponent"] is not None else math.nan,
              "summary": json.dumps(summary)}
+    return write_outputs(out, summary, attrs, data)
+
+
+def write_outputs(out: Path, summary: dict, attrs: dict, data: dict, **figure_kw) -> dict:
+    """Write a width sweep (the mixture's and the engine's,
+    ``meanfield.engine.finite``): the HDF5 file ``out`` (atomic), the summary
+    as JSON next to it (atomic) and the figure (:func:`figure` with
+    ``figure_kw``) as PNG; returns ``summary`` with ``files`` listing the three."""
     write_h5_atomic(out, attrs, data)
     js = out.with_suffix(".json")
     tmp = js.with_name(js.name + f".tmp-{os.getpid()}")
     tmp.write_text(json.dumps(summary, indent=1))
     os.replace(tmp, js)
-    fig = _figure(summary, out.with_suffix(".png"))
+    fig = figure(summary, out.with_suffix(".png"), **figure_kw)
     summary["files"] = [str(out), str(js), str(fig)]
     return summary
 
 
-def _figure(summary: dict, path: Path) -> Path:
+def figure(summary: dict, path: Path, quantities=QUANTITIES, lead: str = "S", xlabel: str = "attention width m",
+           title_prefix: str = "", title: str | None = None, title_fontsize=None, legend_fontsize=8,
+           integer_ticks: bool = False) -> Path:
+    """The width-sweep figure: mean sup-norm error of each of ``quantities``
+    against m (bars: min-max over seeds), the fitted m^exponent of ``lead``
+    and m^-1/2 for reference; the title says when kinks are crossed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -255,25 +268,30 @@ def _figure(summary: dict, path: Path) -> Path:
 
     m = np.array(summary["widths"], float)
     fig, ax = plt.subplots(figsize=(6, 4.2))
-    for q in QUANTITIES:
+    for q in quantities:
         e = np.array(summary["errors"][q])
         lo = e - np.array(summary["errors_min"][q])
         hi = np.array(summary["errors_max"][q]) - e
         ax.errorbar(m, e, yerr=[lo, hi], marker="o", capsize=3, label=f"{q}")
     if summary["exponent"] is not None:
-        e0 = summary["errors"]["S"][0]
-        ax.loglog(m, e0 * (m / m[0]) ** summary["exponent"], "k--", lw=1,
-                  label=f"fit S: m^{summary['exponent']:.3f}")
-        ax.loglog(m, e0 * (m / m[0]) ** -0.5, ":", color="gray", lw=1, label="m^-1/2")
+        e0 = summary["errors"][lead][0]
+        ax.plot(m, e0 * (m / m[0]) ** summary["exponent"], "k--", lw=1,
+                label=f"fit {lead}: m^{summary['exponent']:.3f}")
+        ax.plot(m, e0 * (m / m[0]) ** -0.5, ":", color="gray", lw=1, label="m^-1/2")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("attention width m")
+    if integer_ticks:
+        ax.set_xticks(m)
+        ax.set_xticklabels([str(int(x)) for x in m])
+        ax.minorticks_off()
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("sup over t of |finite - infinite|")
     n_split = sum(k["split"] for k in summary["kinks"])
-    ax.set_title(f"{n_split} kink(s) crossed: no exponent" if n_split else
-                 f"finite vs infinite width (mean; bars: min-max over {summary['seeds']} seeds)",
-                 color="C3" if n_split else "k")
-    ax.legend(fontsize=8)
+    if title is None:
+        title = f"finite vs infinite width (mean; bars: min-max over {summary['seeds']} seeds)"
+    ax.set_title(f"{title_prefix}{n_split} kink(s) crossed: no exponent" if n_split else title,
+                 color="C3" if n_split else "k", **({} if title_fontsize is None else {"fontsize": title_fontsize}))
+    ax.legend(fontsize=legend_fontsize)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
