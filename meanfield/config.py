@@ -113,6 +113,22 @@ def as_list(name: str, v, n: int | None = None) -> list:
     return items
 
 
+
+def record_options(d: dict, out: dict) -> None:
+    """The recording options of a training (the mixture config's and an
+    engine description's): ``record_every`` / ``record_log`` (positive
+    integers) and ``record_dt`` (positive; method flow or rk4 only) from the
+    raw ``d`` into ``out`` (None when not given; ``out["method"]`` already
+    set); at most one of them."""
+    for name in ("record_every", "record_log"):
+        out[name] = as_int(name, d[name], lo=1) if d[name] is not None else None
+    out["record_dt"] = as_float("record_dt", d["record_dt"], positive=True) if d["record_dt"] is not None else None
+    given = [n for n in ("record_every", "record_log", "record_dt") if out[n] is not None]
+    if len(given) > 1:
+        raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
+    if out["record_dt"] is not None and out["method"] == "gd":
+        raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
+
 _CRIT_RE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=)\s*([-+0-9.eE]+)\s*$")
 
 

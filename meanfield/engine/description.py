@@ -75,7 +75,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion
+from ..config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, QUERIES,  # noqa: F401
                       VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
                       make_data)
@@ -171,14 +171,7 @@ def make_params(raw: dict) -> RunParams:
     out["neuron_init"] = str(d["neuron_init"]).strip()
     out["relu_prime_at_zero"] = as_choice("relu_prime_at_zero", as_float("relu_prime_at_zero",
                                                                           d["relu_prime_at_zero"]), (0.0, 0.5, 1.0))
-    for name in ("record_every", "record_log"):
-        out[name] = as_int(name, d[name], lo=1) if d[name] is not None else None
-    out["record_dt"] = as_float("record_dt", d["record_dt"], positive=True) if d["record_dt"] is not None else None
-    given = [n for n in ("record_every", "record_log", "record_dt") if out[n] is not None]
-    if len(given) > 1:
-        raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
-    if out["record_dt"] is not None and out["method"] == "gd":
-        raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
+    record_options(d, out)
     out["stage_steps"] = tuple(as_int("stage_steps", v, lo=0) for v in as_list("stage_steps", d["stage_steps"])) \
         if d["stage_steps"] is not None else None
     out["stage_times"] = tuple(as_float("stage_times", v, nonneg=True) for v in as_list("stage_times", d["stage_times"])) \

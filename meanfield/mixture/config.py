@@ -20,6 +20,7 @@ from ..config import (
     as_list,
     check_keys,
     parse_criterion,
+    record_options,
 )
 
 SCHEDULES = ("simultaneous", "three-stage")
@@ -265,14 +266,7 @@ def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
     else:
         out["stage_times"] = tuple(n * out["eta"] for n in out["stage_steps"]) if out["method"] != "gd" else None
     out["dt"] = as_float("dt", d["dt"], positive=True) if d["dt"] is not None else (out["eta"] if out["method"] == "rk4" else None)
-    for name in ("record_every", "record_log"):
-        out[name] = as_int(name, d[name], lo=1) if d[name] is not None else None
-    out["record_dt"] = as_float("record_dt", d["record_dt"], positive=True) if d["record_dt"] is not None else None
-    given = [n for n in ("record_every", "record_log", "record_dt") if out[n] is not None]
-    if len(given) > 1:
-        raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
-    if out["record_dt"] is not None and out["method"] == "gd":
-        raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
+    record_options(d, out)
     if out["method"] != "gd" and out["schedule"] == "simultaneous" and out["t_end"] <= 0:
         raise ConfigError(f"t_end: must be > 0, got {out['t_end']}")
     if d["h_min"] is not None:
