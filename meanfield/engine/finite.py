@@ -275,7 +275,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
                 workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
     """Infinite-width engine run against the particle system at every (m, seed) (module
     docstring); writes ``out`` (.h5), ``out.json``, ``out.png``; returns the summary."""
-    from ..mixture.widths import fit_exponent, kink_events, write_outputs
+    from ..mixture.widths import fit_exponent, kink_events, kink_splits, write_outputs
     from ..sweep import Progress, map_points
     from .runs import run as engine_run
 
@@ -315,16 +315,8 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     bar = Progress(len(jobs), label="width-sweep", quiet=not progress)
     res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar)
 
-    r0 = desc.model.relu_prime_at_zero
-    kinks = []
-    for k, e in enumerate(events):
-        plus = sum(r["sides"][k][0] > 0 for r in res)
-        minus = sum(r["sides"][k][1] > 0 for r in res)
-        other = {1.0: minus, 0.0: plus}.get(r0, plus + minus)
-        split = bool(other > 0 or (plus > 0 and minus > 0))
-        kinks.append({"sample": e["sample"], "head": e["head"], "t_start": e["t_start"], "t_end": e["t_end"],
-                      "split": split, "runs_positive": int(plus), "runs_negative": int(minus),
-                      "description": (desc.data.names[e["sample"]] if desc.data.names else f"x{e['sample']}")})
+    kinks = kink_splits(events, res, desc.model.relu_prime_at_zero,
+                        lambda i: desc.data.names[i] if desc.data.names else f"x{i}")
     split_events = [k for k in kinks if k["split"]]
     quantities = [nm for nm in q_inf if all(nm in r["err_t"] for r in res)]
     sup = {nm: np.array([[float(np.max(r["err_t"][nm])) if len(r["err_t"][nm]) else math.nan

@@ -175,16 +175,7 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
     else:
         res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar)
 
-    r0 = cfg_inf.relu_prime_at_zero
-    kinks = []
-    for k, e in enumerate(events):
-        plus = sum(r["sides"][k][0] > 0 for r in res)
-        minus = sum(r["sides"][k][1] > 0 for r in res)
-        other = {1.0: minus, 0.0: plus}.get(r0, plus + minus)
-        split = bool(other > 0 or (plus > 0 and minus > 0))
-        kinks.append({"sample": e["sample"], "head": e["head"], "t_start": e["t_start"], "t_end": e["t_end"],
-                      "split": split, "runs_positive": int(plus), "runs_negative": int(minus),
-                      "description": samples_of(cfg_inf).describe(e["sample"])})
+    kinks = kink_splits(events, res, cfg_inf.relu_prime_at_zero, lambda i: samples_of(cfg_inf).describe(i))
     split_events = [k for k in kinks if k["split"]]
 
     sup = {q: np.array([[float(np.max(r["err_t"][q])) for r in res if r["width"] == m] for m in widths])
@@ -238,6 +229,26 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
              "exponent": summary["exponent"] if summary["exponent"] is not None else math.nan,
              "summary": json.dumps(summary)}
     return write_outputs(out, summary, attrs, data)
+
+
+def kink_splits(events, res, r0: float, describe) -> list[dict]:
+    """Per kink event of the infinite-width run (``events``): how many
+    finite-width runs (``res``, each with ``sides[k]`` = (entries > 0,
+    entries < 0) of event k) put the pre-activation on each side, and
+    ``split``: some run lands on the side ReLU'(0) = ``r0`` does not pick (r0
+    1: negative, 0: positive, else either), or runs land on both sides;
+    ``description`` of the sample from ``describe(sample index)``. Shared by
+    the mixture's and the engine's width sweeps."""
+    kinks = []
+    for k, e in enumerate(events):
+        plus = sum(r["sides"][k][0] > 0 for r in res)
+        minus = sum(r["sides"][k][1] > 0 for r in res)
+        other = {1.0: minus, 0.0: plus}.get(r0, plus + minus)
+        split = bool(other > 0 or (plus > 0 and minus > 0))
+        kinks.append({"sample": e["sample"], "head": e["head"], "t_start": e["t_start"], "t_end": e["t_end"],
+                      "split": split, "runs_positive": int(plus), "runs_negative": int(minus),
+                      "description": describe(e["sample"])})
+    return kinks
 
 
 def write_outputs(out: Path, summary: dict, attrs: dict, data: dict, **figure_kw) -> dict:
