@@ -232,6 +232,17 @@ def eng_rk4_trajectory(b, y, dt, max_abs, stage_len, stage_mode, every,
 
 
 @njit(cache=True, nogil=True)
+def _scratch(n, H, R, P, C, Nmax, L, ny):
+    """One CPU trajectory's scratch for the engine's kernels (the CUDA kernels
+    hold the same arrays in local memory): u, margin, zb, f, df, G, gflat, T,
+    p, v, om, tk, Xm, Ym, tmp, pa, lka."""
+    return (np.empty((n, H, R)), np.empty(n), np.empty((H, P)), np.empty(C), np.empty(C),
+            np.zeros((H, Nmax, Nmax)), np.zeros(ny), np.empty(P), np.empty(L), np.empty(L), np.empty(P),
+            np.empty(P), np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax)), np.empty((P, P)), np.zeros((H, L, L)),
+            np.zeros((H, L)))
+
+
+@njit(cache=True, nogil=True)
 def _gd_batch_cpu(b0, b1, Y0, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
                   hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
                   R, C, Nmax, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
@@ -242,24 +253,8 @@ def _gd_batch_cpu(b0, b1, Y0, eta, max_abs, stage_len, stage_mode, crit_kind, cr
     H = hi.shape[0]
     for b in range(b0, b1):
         y = Y0[b].copy()
-        u = np.empty((n, H, R))
-        margin = np.empty(n)
-        zb = np.empty((H, P))
-        f = np.empty(C)
-        df = np.empty(C)
-        G = np.zeros((H, Nmax, Nmax))
-        gflat = np.zeros(ny)
-        T = np.empty(P)
-        p = np.empty(L)
-        v = np.empty(L)
-        om = np.empty(P)
-        tk = np.empty(P)
-        Xm = np.empty((Nmax, Nmax))
-        Ym = np.empty((Nmax, Nmax))
-        tmp = np.empty((P, P))
+        u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka = _scratch(n, H, R, P, C, Nmax, L, ny)
         new = np.empty(ny)
-        pa = np.zeros((H, L, L))
-        lka = np.zeros((H, L))
         eng_gd_trajectory(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
                           hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
                           consistent, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step,
@@ -281,23 +276,7 @@ def _rk4_batch_cpu(b0, b1, Y0, dt, max_abs, stage_len, stage_mode, every,
     H = hi.shape[0]
     for b in range(b0, b1):
         y = Y0[b].copy()
-        u = np.empty((n, H, R))
-        margin = np.empty(n)
-        zb = np.empty((H, P))
-        f = np.empty(C)
-        df = np.empty(C)
-        G = np.zeros((H, Nmax, Nmax))
-        gflat = np.zeros(ny)
-        T = np.empty(P)
-        p = np.empty(L)
-        v = np.empty(L)
-        om = np.empty(P)
-        tk = np.empty(P)
-        Xm = np.empty((Nmax, Nmax))
-        Ym = np.empty((Nmax, Nmax))
-        tmp = np.empty((P, P))
-        pa = np.zeros((H, L, L))
-        lka = np.zeros((H, L))
+        u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka = _scratch(n, H, R, P, C, Nmax, L, ny)
         f0 = np.empty(ny)
         f1 = np.empty(ny)
         k2 = np.empty(ny)
