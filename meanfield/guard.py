@@ -434,14 +434,17 @@ _ONLY = {  # key -> (predicate on the resolved config, what it needs)
 }
 
 
-def check_applicable(given: dict, cfg) -> None:
+def check_applicable(given: dict, cfg, rules: dict | None = None) -> None:
     """A config key or flag the chosen method / schedule ignores is an error
     naming it (instead of being silently dropped). ``given``: the keys the user
-    set (TOML file and flags), ``cfg``: the resolved MixtureConfig."""
+    set (TOML file and flags), ``cfg``: the resolved MixtureConfig (or any
+    object with ``method`` and ``schedule`` that ``rules`` reads: the engine's
+    general descriptions pass ``meanfield.engine.edges.ENGINE_ONLY``)."""
+    rules = _ONLY if rules is None else rules
     for k, v in given.items():
-        if v is None or k not in _ONLY:
+        if v is None or k not in rules:
             continue
-        ok, needs = _ONLY[k]
+        ok, needs = rules[k]
         if not ok(cfg):
             raise ConfigError(f"{k}: not used here (method {cfg.method}, schedule {cfg.schedule}); "
                               f"it applies to {needs}")

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..config import ConfigError
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+FORCE_HELP = "run even when the estimated memory or time (from the description's sizes) is beyond this machine"
 
 
 #: the mixture family's parameter names (MixtureConfig's fields), handed over by the top-level CLI so that
@@ -106,13 +107,42 @@ def _overrides(args, raw, path) -> dict:
     return given
 
 
-def description_from_args(args):
-    """Load MODEL with the flags given as overrides (one-line errors)."""
+def description_from_args(args, size: dict | None = None):
+    """Load MODEL with the flags given as overrides (one-line errors). An
+    option the run would ignore is refused (``meanfield.engine.edges``);
+    with ``size`` (keywords ``particles_d`` (True: the default d), ``copies``,
+    ``width``) the run's estimated memory and time are checked too, before
+    the mixture family builds its samples (``--force`` goes past)."""
     from .description import description_from_dict, read_raw
+    from .edges import check_engine_size, check_options, mixture_size_first
 
     path = model_path(args.model)
     raw = read_raw(path)
-    return description_from_dict(raw, _overrides(args, raw, path), source=str(path))
+    flags = _overrides(args, raw, path)
+    force = bool(getattr(args, "force", False))
+    if raw.get("family") == "mixture":
+        check_options(raw, flags)
+        if size is not None:
+            mixture_size_first(raw, flags, force, **size)
+    desc = description_from_dict(raw, flags, source=str(path))
+    if raw.get("family") != "mixture":
+        check_options(raw, flags, desc)
+        if size is not None:
+            size = dict(size)
+            width = size.pop("width", None)
+            if width is not None:
+                desc = dataclasses.replace(desc, init=dataclasses.replace(desc.init, width=width))
+            d = size.get("particles_d")
+            if d is True:
+                size["particles_d"] = desc.dictionary.P + 2
+            check_engine_size(desc, force, **size)
+    return desc
+
+
+def _particles_d(args):
+    from ..config import as_int
+
+    return as_int("d", args.d, lo=1) if args.d is not None else True
 
 
 def _cmd_derive(args) -> int:
@@ -135,10 +165,12 @@ def _cmd_derive(args) -> int:
 def _cmd_run(args) -> int:
     from .runs import EXIT_CODES, run_to_file
 
-    desc = description_from_args(args)
-    out = Path(args.out)
-    if out.suffix not in (".h5", ".hdf5"):
-        raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {args.out!r}")
+    from ..guard import check_output_dir, check_output_file
+
+    out = check_output_file(args.out, "out", (".h5", ".hdf5"))  # before the work, not after it
+    if args.plot:
+        check_output_dir(args.plot, "plot")
+    desc = description_from_args(args, size={})
     r, path = run_to_file(desc, out, progress=not args.quiet)
     print(f"{path}: {r.status}: {r.message}")
     if r.status == "diverged":
@@ -166,7 +198,10 @@ def _plot(path: Path, out: Path) -> list:
 
 
 def _cmd_plot(args) -> int:
+    from ..guard import check_output_dir
+
     out = Path(args.out) if args.out else Path(str(Path(args.run).with_suffix("")) + "_figures")
+    check_output_dir(out, "out")
     for f in _plot(Path(args.run), out):
         print(f"figure: {f}")
     return 0
@@ -178,12 +213,21 @@ def _cmd_sweep(args) -> int:
     from .description import declared_parameters, parameter_class, read_raw
     from .sweep import model_sweep
 
+    from ..guard import check_output_dir, check_output_file
+
+    if Path(args.out).suffix == ".json":  # before the work, not after it
+        check_output_file(args.out, "out", (".json",))
+    else:
+        check_output_dir(args.out, "out")
     path = model_path(args.model)
-    desc = description_from_args(args)  # the base must be valid on its own
     raw = read_raw(path)
     allowed = [f.name for f in dataclasses.fields(parameter_class(raw))] + list(declared_parameters(raw))
-    base = _overrides(args, raw, path)
     params = parse_params(args.param or [], allowed)
+    n_points = 1
+    for v in params.values():
+        n_points *= len(v)
+    desc = description_from_args(args, size={"copies": n_points})  # the base must be valid on its own
+    base = _overrides(args, raw, path)
     workers = as_int("workers", args.workers, lo=1) if args.workers is not None else None
     del desc
     idx = model_sweep(path, base, params, Path(args.out), workers=workers, progress=not args.quiet,
@@ -208,8 +252,10 @@ def _cmd_bound(args) -> int:
 
 def _cmd_check(args) -> int:
     from ..models.checks import run_check
+    from ..guard import check_output_dir
     from ..report import gating
 
+    check_output_dir(args.out, "out")
     claims, report = run_check(model_path(args.model), Path(args.out), quick=args.quick)
     return 0 if all(c.passed for c in gating(claims)) else 1
 
@@ -218,8 +264,11 @@ def _cmd_particles(args) -> int:
     from .finite import particles_to_file
     from .runs import EXIT_CODES
 
-    desc = description_from_args(args)
-    r, path = particles_to_file(desc, Path(args.out), d=args.d, progress=not args.quiet)
+    from ..guard import check_output_file
+
+    out = check_output_file(args.out, "out", (".h5", ".hdf5"))
+    desc = description_from_args(args, size={"particles_d": _particles_d(args)})
+    r, path = particles_to_file(desc, out, d=args.d, progress=not args.quiet)
     print(f"{path}: {r.status}: {r.message} (explicit network, m = {desc.init.width})")
     return EXIT_CODES[r.status]
 
@@ -228,8 +277,20 @@ def _cmd_width_sweep(args) -> int:
     from ..config import as_int, as_list
     from .finite import width_sweep
 
-    desc = description_from_args(args)
+    from ..guard import check_output_file
+
+    out = check_output_file(args.out, "out", (".h5", ".hdf5"))
+    for suffix in (".json", ".png"):  # written beside it
+        check_output_file(out.with_suffix(suffix), "out")
     widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
+    n_seeds = as_int("seeds", args.seeds, lo=1)
+    from ..guard import check_size
+
+    n_jobs = float(len(widths)) * n_seeds  # each particle run holds a description and its errors: >= 10 KiB
+    check_size({"bytes": 10240.0 * n_jobs, "seconds": 0.0}, "size", bool(args.force),
+               f" (width-sweep: {n_jobs:.3g} particle runs, {len(widths)} widths x {n_seeds} seeds)")
+    desc = description_from_args(args, size={"particles_d": _particles_d(args), "width": max(widths),
+                                             "copies": len(widths) * n_seeds + 1})
     workers = as_int("workers", args.workers, lo=1) if args.workers is not None else 1
     s = width_sweep(desc, widths, args.seeds, Path(args.out), d=args.d, workers=workers, progress=not args.quiet)
     print(s["message"])
@@ -259,6 +320,7 @@ def add_parser(systems, mixture_fields=None) -> None:
     r.add_argument("--out", default="runs/model.h5", help="output run file (.h5), written atomically")
     r.add_argument("--plot", metavar="DIR", help="also write figures to DIR")
     r.add_argument("--quiet", action="store_true", help="no progress line")
+    r.add_argument("--force", action="store_true", help=FORCE_HELP)
     _add_param_flags(r)
     r.__class__ = with_declared  # also takes the flags the description declares
     r.set_defaults(func=_cmd_run)
@@ -269,6 +331,7 @@ def add_parser(systems, mixture_fields=None) -> None:
     sw.add_argument("--out", default="runs/model_sweep", help="a folder (sweep.json + points/)")
     sw.add_argument("--workers", default=None, help="local processes (default: all cores)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.add_argument("--force", action="store_true", help=FORCE_HELP)
     sw.add_argument("--batched", action="store_true",
                     help="run the points as batches of trajectories (method gd; same files): meanfield.engine.run_batch")
     sw.add_argument("--backend", default=None, help="with --batched: cpu (default), cuda or auto")
@@ -291,6 +354,7 @@ def add_parser(systems, mixture_fields=None) -> None:
     pa.add_argument("--out", default="runs/model_particles.h5", help="output run file (.h5)")
     pa.add_argument("--d", default=None, help="ambient dimension d > P (default P + 2)")
     pa.add_argument("--quiet", action="store_true", help="no progress line")
+    pa.add_argument("--force", action="store_true", help=FORCE_HELP)
     _add_param_flags(pa)
     pa.__class__ = with_declared  # also takes the flags the description declares
     pa.set_defaults(func=_cmd_particles)
@@ -303,6 +367,7 @@ def add_parser(systems, mixture_fields=None) -> None:
     ws.add_argument("--out", default="runs/model_widths.h5", help="output (.h5; also .json and .png beside it)")
     ws.add_argument("--workers", default=None, help="local processes (default 1)")
     ws.add_argument("--quiet", action="store_true", help="no progress bar")
+    ws.add_argument("--force", action="store_true", help=FORCE_HELP)
     _add_param_flags(ws)
     ws.__class__ = with_declared  # also takes the flags the description declares
     ws.set_defaults(func=_cmd_width_sweep)

@@ -484,7 +484,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _REF_TABLES = ("dictionary", "data", "heads", "model", "training")
 #: options of the ``meanfield model`` verbs themselves: not available as parameter names
 RESERVED = ("out", "plot", "quiet", "d", "widths", "seeds", "workers", "format", "param", "help", "model", "run",
-            "expr", "file", "during", "tmin", "tmax", "verb", "func", "declared")
+            "expr", "file", "during", "tmin", "tmax", "verb", "func", "declared", "force")
 
 
 def declared_parameters(raw: dict) -> dict:

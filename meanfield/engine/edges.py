@@ -1,0 +1,185 @@
+"""Guards of the ``meanfield model ...`` verbs (issue 14 applied to the engine).
+
+The same mechanisms as ``meanfield mixture ...`` (``meanfield.guard``):
+
+* inapplicable options: :data:`ENGINE_ONLY` is the general descriptions'
+  table for :func:`meanfield.guard.check_applicable` (same rule, same
+  wording as the mixture's); the mixture family is checked with the
+  mixture's own table. A flag is checked against the run it configures; a
+  key of the description's ``[parameters]`` against the description as
+  written (its own method), so a flag such as ``--method flow`` never turns
+  the file's defaults into errors.
+* sizes: :func:`engine_estimate` (memory and time of a general description's
+  run from its sizes: sequences n x L tokens x P features x records; the
+  explicit network's m x d weights) through :func:`meanfield.guard.check_size`;
+  the mixture family through :func:`meanfield.guard.check_mixture_size`
+  before its samples are built.
+
+Every refusal is a one-line :class:`meanfield.config.ConfigError` (exit 2).
+"""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+from ..guard import _T_CALL, _T_SAMPLE, check_applicable, check_size
+
+_STAGED = "staged runs give each [[training.stages]] its own length and criterion"
+
+#: key -> (predicate on (method, schedule, referenced), what it needs): meanfield.guard's rule, general descriptions
+ENGINE_ONLY = {
+    "t_end": (lambda c: c.method != "gd" and (c.schedule == "simultaneous" or "t_end" in c.referenced),
+              f"a flow or rk4 run of a description without [[training.stages]] (gd runs use steps; {_STAGED})"),
+    "steps": (lambda c: c.schedule == "simultaneous" or "steps" in c.referenced,
+              f"a description without [[training.stages]] ({_STAGED}, or stage_steps)"),
+    "criterion": (lambda c: c.schedule == "simultaneous" or "criterion" in c.referenced,
+                  f"a description without [[training.stages]] ({_STAGED})"),
+    "dt": (lambda c: c.method == "rk4", "method rk4"),
+    "rtol": (lambda c: c.method == "flow", "method flow"),
+    "atol": (lambda c: c.method == "flow", "method flow"),
+    "h_min": (lambda c: c.method == "flow", "method flow"),
+}
+
+_REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def referenced(raw) -> set[str]:
+    """Names referenced as a whole value ``"$name"`` anywhere in a description."""
+    out: set[str] = set()
+
+    def walk(v):
+        if isinstance(v, str):
+            m = _REF.match(v)
+            if m:
+                out.add(m.group(1))
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+
+    walk({k: v for k, v in raw.items() if k != "parameters"})
+    return out
+
+
+def _table(raw) -> dict:
+    return {str(k).replace("-", "_"): v for k, v in dict(raw.get("parameters") or {}).items()}
+
+
+def _pairs(given: dict, flags: dict) -> dict:
+    """A horizon given by flag replaces the file's step count (for flow / rk4
+    steps x eta is only the default t_end): the file's value is not 'given'."""
+    g = dict(given)
+    for steps_key, time_key in (("steps", "t_end"), ("stage_steps", "stage_times")):
+        if time_key in flags and steps_key not in flags:
+            g.pop(steps_key, None)
+    return g
+
+
+def check_options(raw: dict, flags: dict, desc=None) -> None:
+    """Refuse an option the run ignores (one rule, ``meanfield.guard``'s).
+    ``raw``: the description as read; ``flags``: the overrides given on the
+    command line (run knobs and declared parameters); ``desc``: the built
+    description (general descriptions: its parameters' method)."""
+    table = _table(raw)
+    if raw.get("family") == "mixture":
+        from ..mixture.config import make_config
+
+        file_keys = {k: v for k, v in table.items() if v is not None}
+        check_applicable(file_keys, make_config(file_keys))  # the file as written
+        cfg = make_config({**file_keys, **{k: v for k, v in flags.items() if v is not None}})
+        check_applicable(_pairs({k: v for k, v in flags.items() if v is not None}, flags), cfg)
+        return
+    from .description import declared_parameters
+
+    declared = set(declared_parameters(raw))
+    stages = (raw.get("training") or {}).get("stages") if isinstance(raw.get("training"), dict) else None
+    refs = referenced(raw)
+    sched = "staged" if stages else "simultaneous"
+    file_knobs = {k: v for k, v in table.items() if k not in declared and v is not None}
+    file_cfg = SimpleNamespace(method=str(file_knobs.get("method", "gd")), schedule=sched, referenced=refs)
+    check_applicable(file_knobs, file_cfg, rules=ENGINE_ONLY)
+    method = desc.parameters.method if desc is not None else str(flags.get("method") or file_cfg.method)
+    cfg = SimpleNamespace(method=method, schedule=sched, referenced=refs)
+    given = {k: v for k, v in flags.items() if k not in declared and v is not None}
+    check_applicable(_pairs(given, given), cfg, rules=ENGINE_ONLY)
+
+
+# ------------------------------------------------------------------ sizes
+
+
+def _records(tr) -> float:
+    H = float(tr.horizon)
+    if tr.record_log is not None:
+        return tr.record_log + 4.0 + len(tr.stages)
+    if tr.record_dt is not None:
+        return H / tr.record_dt + 4.0 + len(tr.stages)
+    if tr.record_every is not None:
+        return H / tr.record_every + 4.0 if tr.method == "gd" else 1e3  # flow: solver steps, unknown in advance
+    return 1004.0 + len(tr.stages)
+
+
+def engine_estimate(desc, particles_d: int | None = None, copies: float = 1.0) -> dict:
+    """Estimated peak memory (bytes) and compute time (s) of a general
+    description's run from its sizes, floats so that absurd sizes do not
+    overflow. Records: the state (per head 4 P^2 Gram blocks + C n_neurons P
+    value entries) and the observables (margins, n x heads x outputs of u),
+    three copies (trajectory, observables, file buffers). A step evaluates
+    every sequence's attention: n L^2 P per head (the mixture's cost model,
+    ``meanfield.guard._T_SAMPLE``). The explicit network (``particles``)
+    adds its m x d weights per head and the n L d embedded tokens."""
+    d = desc.data
+    n, L, P = float(d.n), float(d.L), float(desc.dictionary.P)
+    heads = desc.model.heads
+    H = float(len(heads))
+    rows = sum(float(h.outputs * h.n_neurons) for h in heads)
+    state = H * 4.0 * P * P + rows * P
+    per_record = state + n * (1.0 + rows)
+    T = _records(desc.training)
+    mem = 8.0 * (3.0 * T * per_record + 4.0 * n * L * P + 20.0 * state)
+    per_eval = _T_SAMPLE * n * L * L * P * H * max(1.0, rows / H) + _T_CALL
+    tr = desc.training
+    if tr.method == "gd":
+        steps = float(tr.horizon)
+    elif tr.method == "rk4":
+        steps = 4.0 * float(tr.horizon) / float(tr.dt if tr.dt is not None else tr.eta)
+    else:
+        steps = 0.0  # adaptive: not known in advance
+    if particles_d is not None:
+        m = float(desc.init.width or 0)
+        mem += 8.0 * (6.0 * m * particles_d * H + 4.0 * n * L * particles_d)
+        per_eval += 5e-9 * m * particles_d * n * L * H
+    return {"n_samples": n, "records": T, "bytes": mem, "steps": steps, "seconds": steps * per_eval * copies}
+
+
+def check_engine_size(desc, force: bool = False, particles_d: int | None = None, copies: float = 1.0) -> dict:
+    est = engine_estimate(desc, particles_d, copies)
+    what = (f" (model {desc.name}: {est['n_samples']:.3g} sequences of L = {desc.data.L}, P = {desc.dictionary.P}, "
+            f"{est['records']:.3g} records, {est['steps']:.3g} steps"
+            + (f", width {desc.init.width}, d = {particles_d}" if particles_d is not None else "")
+            + (f", {copies:.3g} runs" if copies != 1 else "") + ")")
+    check_size(est, "size", force, what)
+    return est
+
+
+def mixture_size_first(raw: dict, flags: dict, force: bool, particles_d=None, copies: float = 1.0,
+                       width=None) -> None:
+    """The mixture family: refuse an absurd size from the config alone, before
+    its samples are built (``--K 1000`` would otherwise allocate first)."""
+    from ..guard import check_mixture_size
+    from ..mixture.config import make_config
+
+    vals = {**{k: v for k, v in _table(raw).items() if v is not None},
+            **{k: v for k, v in flags.items() if v is not None}}
+    if width is not None:
+        vals["width"] = width
+    cfg = make_config(vals)
+    if particles_d is not None and particles_d is not True:
+        d = particles_d
+    elif particles_d is True:
+        d = 2 * cfg.K + 2
+    else:
+        d = None
+    check_mixture_size(cfg, force, particles_d=d, copies=copies)

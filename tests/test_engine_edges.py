@@ -1,0 +1,208 @@
+"""Every edge a clean error for the engine's ``meanfield model ...`` verbs
+(issue 14 applied to issue 11): an option the run ignores, an output path
+that cannot be written, an absurd size, SIGINT during ``model particles``.
+
+Each refused case goes through ``meanfield.cli.main`` (all of them in ONE
+subprocess, as tests/test_edges.py does, to keep the module fast) and must
+exit 2 with exactly one line ``meanfield: error: FIELD...``, no traceback,
+nothing written (the case folder's file list is unchanged, no tmp file),
+within seconds and without allocating the size it was asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "meanfield" / "models"
+CASE_SECONDS = 20.0  # validation only (the description's data are built): seconds on a loaded 2-core machine
+PEAK_RSS_MB = 1500  # the smallest refused size below is ~18 GiB (machine-dependent limit: 80% of RAM)
+
+CASES = [
+    # 1. options the run ignores: one rule (meanfield.guard.check_applicable), same wording as `mixture run`
+    ("criterion-with-stages", ["model", "run", "maxmargin", "--criterion", "loss <= 0.6", "--steps", "100",
+                               "--out", "x.h5"], "criterion"),
+    ("criterion-in-staged-toml", ["model", "run", "crit_staged.toml", "--steps", "100", "--out", "x.h5"],
+     "criterion"),
+    ("t-end-with-gd", ["model", "run", "incontext", "--t-end", "5", "--out", "x.h5"], "t_end"),
+    ("t-end-with-gd-mixture-family", ["model", "run", "mixture", "--t-end", "5", "--out", "x.h5"], "t_end"),
+    ("steps-with-three-stage-mixture-family", ["model", "run", "mixture", "--schedule", "three-stage", "--steps",
+                                              "9", "--out", "x.h5"], "steps"),
+    ("dt-with-flow", ["model", "run", "incontext", "--method", "flow", "--dt", "0.1", "--out", "x.h5"], "dt"),
+    ("rtol-with-gd", ["model", "run", "incontext", "--rtol", "1e-9", "--out", "x.h5"], "rtol"),
+    ("steps-and-t-end-with-flow", ["model", "run", "incontext", "--method", "flow", "--steps", "9", "--t-end", "1",
+                                   "--out", "x.h5"], "steps"),
+    ("particles-t-end-with-gd", ["model", "particles", "incontext", "--width", "4", "--t-end", "5",
+                                 "--out", "x.h5"], "t_end"),
+    ("sweep-base-criterion-with-stages", ["model", "sweep", "maxmargin", "--param", "omega=0.1,0.2", "--criterion",
+                                          "loss<=0.6", "--out", "sw"], "criterion"),
+    # 2, 3. output paths checked before the work, the field named
+    ("run-out-under-file", ["model", "run", "incontext", "--steps", "2", "--out", "afile/x.h5"], "out"),
+    ("run-out-existing-dir", ["model", "run", "incontext", "--steps", "2", "--out", "DIR.h5"], "out"),
+    ("run-out-bad-suffix", ["model", "run", "incontext", "--steps", "2", "--out", "x.txt"], "out"),
+    ("run-plot-is-file", ["model", "run", "incontext", "--steps", "2", "--out", "ok.h5", "--plot", "afile"], "plot"),
+    ("particles-out-dir", ["model", "particles", "incontext", "--width", "4", "--steps", "2", "--out", "DIR.h5"],
+     "out"),
+    ("width-sweep-out-under-file", ["model", "width-sweep", "incontext", "--widths", "4", "--seeds", "1",
+                                    "--steps", "2", "--out", "afile/w.h5"], "out"),
+    ("width-sweep-json-is-dir", ["model", "width-sweep", "incontext", "--widths", "4", "--seeds", "1",
+                                 "--steps", "2", "--out", "DIR.h5x/w.h5"], "out"),
+    ("sweep-out-file", ["model", "sweep", "mixture", "--param", "omega=0.1,0.2", "--steps", "2", "--out", "afile"],
+     "out"),
+    ("sweep-out-under-file", ["model", "sweep", "mixture", "--param", "omega=0.1,0.2", "--steps", "2",
+                              "--out", "afile/sw"], "out"),
+    ("check-out-file", ["model", "check", "incontext", "--quick", "--out", "afile"], "out"),
+    ("plot-out-file", ["model", "plot", "missing.h5", "--out", "afile"], "out"),
+    # 4. sizes estimated before allocating (--force goes past)
+    ("mixture-family-K-1000", ["model", "run", "mixture", "--K", "1000", "--out", "x.h5"], "size"),
+    ("steps-1e15", ["model", "run", "incontext", "--steps", "1e15", "--out", "x.h5"], "size"),
+    ("records-1e9", ["model", "run", "incontext", "--steps", "1000000000", "--record-every", "1",
+                     "--out", "x.h5"], "size"),
+    ("particles-width-1e9", ["model", "particles", "incontext", "--width", "1000000000", "--out", "x.h5"], "size"),
+    ("particles-mixture-width-1e9", ["model", "particles", "mixture", "--width", "1000000000", "--out", "x.h5"],
+     "size"),
+    ("width-sweep-seeds-1e9", ["model", "width-sweep", "incontext", "--widths", "4", "--seeds", "1000000000",
+                               "--steps", "2", "--out", "w.h5"], "size"),
+    ("sweep-1e8-points", ["model", "sweep", "incontext", "--param", "omega=0.01:1:log:10000", "--param",
+                          "eta=0.1:1:lin:10000", "--out", "sw"], "size"),
+]
+
+DRIVER = textwrap.dedent(r"""
+    import contextlib, io, json, resource, sys, time
+    from meanfield.cli import main
+
+    cases = json.loads(sys.argv[1])
+    out = []
+    for cid, argv in cases:
+        so, se = io.StringIO(), io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+            try:
+                rc = main(argv)
+            except SystemExit as e:
+                rc = e.code
+        out.append({"id": cid, "rc": rc, "stdout": so.getvalue(), "stderr": se.getvalue(),
+                    "seconds": time.perf_counter() - t0})
+    out.append({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    print("@@RESULTS@@" + json.dumps(out))
+""")
+
+
+def _files(d: Path) -> set[str]:
+    return {str(p.relative_to(d)) for p in d.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def edge_results(tmp_path_factory):
+    d = tmp_path_factory.mktemp("engine_edges")
+    (d / "DIR.h5").mkdir()
+    (d / "DIR.h5x").mkdir()
+    (d / "DIR.h5x" / "w.json").mkdir()  # width-sweep writes w.json beside w.h5: a folder there is refused first
+    (d / "afile").write_text("a regular file\n")
+    text = (MODELS / "maxmargin.toml").read_text()
+    assert "\n[parameters]\n" in text
+    (d / "crit_staged.toml").write_text(text.replace("\n[parameters]\n", '\n[parameters]\ncriterion = "loss<=0.6"\n'))
+    before = _files(d)
+    r = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([(c, a) for c, a, _ in CASES])], cwd=d,
+                       capture_output=True, text=True, timeout=600, env=dict(os.environ, MEANFIELD_DEBUG=""))
+    assert "@@RESULTS@@" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+    res = json.loads(r.stdout.split("@@RESULTS@@", 1)[1])
+    return {"results": {x["id"]: x for x in res[:-1]}, "peak_rss_mb": res[-1]["peak_rss_mb"],
+            "new": _files(d) - before, "dir": d}
+
+
+@pytest.mark.parametrize("cid,argv,field", CASES, ids=[c[0] for c in CASES])
+def test_engine_edge_is_one_clean_line(edge_results, cid, argv, field):
+    x = edge_results["results"][cid]
+    err = x["stderr"]
+    lines = err.strip().splitlines()
+    assert x["rc"] == 2, (x["rc"], err[-3000:])
+    assert "Traceback" not in err and "Traceback" not in x["stdout"]
+    assert len(lines) == 1, err[-3000:]
+    assert lines[0].startswith(f"meanfield: error: {field}"), (field, lines[0])
+    assert x["seconds"] < CASE_SECONDS, x["seconds"]
+
+
+def test_engine_edges_write_nothing_and_allocate_nothing(edge_results):
+    assert not edge_results["new"], sorted(edge_results["new"])  # e.g. run --plot FILE wrote ok.h5 first, before
+    assert not list(edge_results["dir"].rglob("*.tmp-*"))
+    assert edge_results["peak_rss_mb"] < PEAK_RSS_MB, edge_results["peak_rss_mb"]
+
+
+def test_inapplicable_message_is_the_mixture_rule(edge_results):
+    """The same rule and wording as ``meanfield mixture run`` (meanfield.guard.check_applicable)."""
+    msg = edge_results["results"]["t-end-with-gd"]["stderr"]
+    assert "t_end: not used here (method gd, schedule simultaneous); it applies to" in msg, msg
+    msg = edge_results["results"]["criterion-with-stages"]["stderr"]
+    assert "criterion: not used here (method gd, schedule staged)" in msg, msg
+
+
+def test_force_goes_past_the_size_refusal():
+    from meanfield.config import ConfigError
+    from meanfield.engine.description import load_description
+    from meanfield.engine.edges import check_engine_size, engine_estimate
+
+    desc = load_description(MODELS / "incontext.toml", {"steps": 10**15})
+    with pytest.raises(ConfigError, match="^size: .*--force"):
+        check_engine_size(desc)
+    est = check_engine_size(desc, force=True)
+    assert est["steps"] == 1e15
+    small = load_description(MODELS / "incontext.toml", {"steps": 30, "record_every": 1})
+    assert check_engine_size(small)["records"] == pytest.approx(34)
+    # the estimate grows with every size it names: records, width x d
+    assert engine_estimate(small, particles_d=6)["bytes"] > engine_estimate(small)["bytes"]
+
+
+def test_shipped_descriptions_pass_their_own_option_check():
+    """Every shipped description's [parameters] fit its own method and schedule (the
+    file is checked as written; a flag that switches the method is checked on its own)."""
+    from meanfield.engine.description import read_raw
+    from meanfield.engine.edges import check_options
+
+    for p in sorted(MODELS.glob("*.toml")):
+        check_options(read_raw(p), {})
+    check_options(read_raw(MODELS / "incontext.toml"), {"method": "flow", "t_end": 1.0})  # file's steps: a default
+
+
+def test_particles_sigint_leaves_an_interrupted_valid_file(tmp_path):
+    from meanfield.io import read_run
+
+    out = tmp_path / "long.h5"
+    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "model", "particles", "incontext", "--width", "4",
+                             "--steps", "100000000", "--record-every", "500", "--force", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # wait until the run's Monitor has installed its handlers (SigCgt in /proc), then let it step
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60 and proc.poll() is None:
+            try:
+                caught = [ln for ln in open(f"/proc/{proc.pid}/status") if ln.startswith("SigCgt")]
+                if caught and int(caught[0].split()[1], 16) & (1 << (signal.SIGTERM - 1)):
+                    break
+            except OSError:
+                if time.monotonic() - t0 > 8:
+                    break
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(6.0)  # the CLI's guard catches SIGTERM from the start, the Monitor once the run is set up
+        proc.send_signal(signal.SIGINT)
+        so, se = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (so, se)
+    f = read_run(out)
+    assert f.attrs["status"] == "interrupted" and f.attrs["particles"] == 1
+    assert len(f["t"]) >= 2 and f["step"][-1] > 0 and np.all(np.isfinite(f["loss"]))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.h5"]
