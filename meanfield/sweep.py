@@ -29,7 +29,8 @@ import re
 import signal
 import sys
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, as_completed, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -158,10 +159,18 @@ def _ignore_sigint():  # workers: the parent decides what an interrupt means
 
 
 def map_points(fn: Callable, items: list, executor: Executor | None = None, workers: int | None = None,
-               progress: Progress | None = None, on_result: Callable | None = None) -> list:
+               progress: Progress | None = None, on_result: Callable | None = None,
+               on_crash: Callable | None = None) -> list:
     """Apply ``fn`` to every item through an executor; results in item order.
     ``on_result(i, result)`` is called as each finishes (in the parent).
-    ``workers=1`` without an executor runs in this process."""
+    ``workers=1`` without an executor runs in this process.
+
+    ``on_crash(item, exc)``: with the local process pool (no ``executor``), a
+    worker killed by the OS (out of memory, SIGKILL) breaks the pool; the items
+    it left unfinished are then rerun each in a process of its own (``workers``
+    at a time), and an item whose own process dies gets ``on_crash(item, exc)``
+    as its result, so the others finish. Without ``on_crash`` the
+    BrokenProcessPool is raised."""
     results: list[Any] = [None] * len(items)
     if executor is None and (workers == 1 or len(items) <= 1):
         for i, it in enumerate(items):
@@ -173,16 +182,28 @@ def map_points(fn: Callable, items: list, executor: Executor | None = None, work
         return results
     own = executor is None
     ex = executor or ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, initializer=_ignore_sigint)
+    broken: list[int] = []
+
+    def finish(i, r):
+        results[i] = r
+        if on_result:
+            on_result(i, r)
+        if progress:
+            progress.update()
+
     try:
         futs = {ex.submit(fn, it): i for i, it in enumerate(items)}
         try:
             for f in as_completed(futs):
                 i = futs[f]
-                results[i] = f.result()
-                if on_result:
-                    on_result(i, results[i])
-                if progress:
-                    progress.update()
+                try:
+                    r = f.result()
+                except BrokenProcessPool:
+                    if on_crash is None or not own:
+                        raise
+                    broken.append(i)  # a worker died: this item is rerun in a process of its own
+                    continue
+                finish(i, r)
         except KeyboardInterrupt:
             for f in futs:
                 f.cancel()
@@ -192,7 +213,38 @@ def map_points(fn: Callable, items: list, executor: Executor | None = None, work
     finally:
         if own:
             ex.shutdown(wait=True, cancel_futures=True)
+    if broken:
+        _isolated(fn, items, sorted(broken), max(1, workers or os.cpu_count() or 1), finish, on_crash)
     return results
+
+
+def _isolated(fn: Callable, items: list, todo: list[int], workers: int, finish: Callable,
+              on_crash: Callable) -> None:
+    """Run ``items[i]`` for i in ``todo``, each in a one-process pool of its own,
+    ``workers`` at a time; a dead process makes ``on_crash(item, exc)`` that
+    item's result. ``finish(i, result)`` as each ends."""
+    queue = list(todo)
+    active: dict = {}
+    try:
+        while queue or active:
+            while queue and len(active) < workers:
+                i = queue.pop(0)
+                ex = ProcessPoolExecutor(max_workers=1, initializer=_ignore_sigint)
+                active[ex.submit(fn, items[i])] = (i, ex)
+            done, _ = wait(list(active), return_when=FIRST_COMPLETED)
+            for f in done:
+                i, ex = active.pop(f)
+                try:
+                    r = f.result()
+                except BrokenProcessPool as e:
+                    r = on_crash(items[i], e)
+                ex.shutdown(wait=True)
+                finish(i, r)
+    except KeyboardInterrupt:
+        for f, (i, ex) in active.items():
+            _stop_workers(ex, [f])
+            ex.shutdown(wait=True, cancel_futures=True)
+        raise
 
 
 def _stop_workers(ex: ProcessPoolExecutor, running: list, grace_s: float = 20.0) -> None:
@@ -258,6 +310,13 @@ def _run_point(job: tuple[dict, str]) -> dict:
         s = {"status": "failed", "message": one_line(f"{type(e).__name__}: {e}", 300)}
     s["elapsed_s"] = time.perf_counter() - t0
     return s
+
+
+def _crashed_point(job: tuple[dict, str], exc: BaseException) -> dict:
+    """The summary of a point whose worker process died (killed by the OS)."""
+    return {"status": "failed", "elapsed_s": None,
+            "message": "the worker process running this point died (killed by the OS, e.g. out of memory; "
+                       f"{type(exc).__name__}); the other points are not affected"}
 
 
 def _finished(path: Path, cfg_dict: dict) -> dict | None:
@@ -378,7 +437,7 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
             _run_batched(cfgs, paths, todo, be, done, bar)
         else:
             map_points(_run_point, [(cfgs[i], str(paths[i])) for i in todo], executor=executor, workers=workers,
-                       progress=bar, on_result=done)
+                       progress=bar, on_result=done, on_crash=_crashed_point)
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
