@@ -269,6 +269,14 @@ def rk4_trajectory(b, y, dt, r0, max_abs, n_stages, stage_len, stage_mode, every
 # ---------------------------------------------------------------- CPU drivers
 
 
+@njit(cache=True)
+def _scratch(nS, P, L):
+    """One CPU trajectory's scratch for the mixture's kernels (the CUDA
+    kernels hold the same arrays in local memory): u, margin, G, dw, logit, p, T."""
+    return (np.empty((nS, 2)), np.empty(nS), np.empty((2, P, P)), np.empty((2, P)), np.empty(L), np.empty(L),
+            np.empty((3, P, P)))
+
+
 @njit(parallel=True, cache=True)
 def _gd_batch_cpu(Y0, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
                   every, pts, n_pts, P, idx, sgn, lab, weight, consistent,
@@ -277,14 +285,8 @@ def _gd_batch_cpu(Y0, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_ki
     nS, L = idx.shape
     for b in prange(B):
         y = Y0[b].copy()
-        u = np.empty((nS, 2))
-        margin = np.empty(nS)
-        G = np.empty((2, P, P))
-        dw = np.empty((2, P))
+        u, margin, G, dw, logit, p, T = _scratch(nS, P, L)
         new = np.empty(ny)
-        logit = np.empty(L)
-        p = np.empty(L)
-        T = np.empty((3, P, P))
         gd_trajectory(b, y, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
                       every, pts, n_pts, P, idx, sgn, lab, weight, consistent,
                       rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
@@ -298,13 +300,7 @@ def _rk4_batch_cpu(Y0, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, 
     nS, L = idx.shape
     for b in prange(B):
         y = Y0[b].copy()
-        u = np.empty((nS, 2))
-        margin = np.empty(nS)
-        G = np.empty((2, P, P))
-        dw = np.empty((2, P))
-        logit = np.empty(L)
-        p = np.empty(L)
-        T = np.empty((3, P, P))
+        u, margin, G, dw, logit, p, T = _scratch(nS, P, L)
         f0 = np.empty(ny)
         f1 = np.empty(ny)
         k2 = np.empty(ny)
