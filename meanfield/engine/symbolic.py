@@ -96,14 +96,11 @@ def expected() -> dict:
 
 
 def _factors(term):
-    import sympy as sp
+    """(scalar coefficient, tuple of matrix factors) of one expanded product
+    (the mixture derivation's, ``meanfield.mixture.symbolic_gram``)."""
+    from ..mixture.symbolic_gram import _factors as factors
 
-    if isinstance(term, sp.MatMul):
-        coeff, mats = term.as_coeff_matrices()
-        return coeff, tuple(mats)
-    if isinstance(term, sp.MatrixExpr):
-        return sp.Integer(1), (term,)
-    raise TypeError(f"unexpected term {term!r}")
+    return factors(term)
 
 
 def _terms(expr):
