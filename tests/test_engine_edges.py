@@ -65,6 +65,7 @@ CASES = [
     ("plot-out-file", ["model", "plot", "missing.h5", "--out", "afile"], "out"),
     # 4. sizes estimated before allocating (--force goes past)
     ("mixture-family-K-1000", ["model", "run", "mixture", "--K", "1000", "--out", "x.h5"], "size"),
+    ("derive-mixture-K-1000", ["model", "derive", "mixture", "--K", "1000"], "size"),
     ("steps-1e15", ["model", "run", "incontext", "--steps", "1e15", "--out", "x.h5"], "size"),
     ("records-1e9", ["model", "run", "incontext", "--steps", "1000000000", "--record-every", "1",
                      "--out", "x.h5"], "size"),

@@ -148,7 +148,7 @@ def _particles_d(args):
 def _cmd_derive(args) -> int:
     from .api import derive
 
-    desc = description_from_args(args)
+    desc = description_from_args(args, size={"copies": 0})  # memory of the samples (--K 1000), no steps
     out = derive(desc, latex=args.format in ("latex", "all"))
     if args.format == "json":
         out.pop("latex", None)
@@ -312,6 +312,7 @@ def add_parser(systems, mixture_fields=None) -> None:
     d = verbs.add_parser("derive", help="names and counts of the reduced variables (JSON) and the derivation (LaTeX)")
     d.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
     d.add_argument("--format", choices=["json", "latex", "all"], default="json")
+    d.add_argument("--force", action="store_true", help=FORCE_HELP)
     _add_param_flags(d)
     d.__class__ = with_declared  # also takes the flags the description declares
     d.set_defaults(func=_cmd_derive)

@@ -159,7 +159,9 @@ def check_engine_size(desc, force: bool = False, particles_d: int | None = None,
     what = (f" (model {desc.name}: {est['n_samples']:.3g} sequences of L = {desc.data.L}, P = {desc.dictionary.P}, "
             f"{est['records']:.3g} records, {est['steps']:.3g} steps"
             + (f", width {desc.init.width}, d = {particles_d}" if particles_d is not None else "")
-            + (f", {copies:.3g} runs" if copies != 1 else "") + ")")
+            + (f", {copies:.3g} runs" if copies not in (0, 1) else "") + ")")
+    if copies == 0:  # derive: the description's data only, no steps
+        what = f" (model {desc.name}: {est['n_samples']:.3g} sequences of L = {desc.data.L}, P = {desc.dictionary.P})"
     check_size(est, "size", force, what)
     return est
 
@@ -182,4 +184,10 @@ def mixture_size_first(raw: dict, flags: dict, force: bool, particles_d=None, co
         d = 2 * cfg.K + 2
     else:
         d = None
+    if copies == 0:  # derive: the samples' memory only, no steps
+        from ..guard import check_size, mixture_estimate
+
+        est = {**mixture_estimate(cfg), "seconds": 0.0}
+        check_size(est, "size", force, f" (derive K={cfg.K}, L={cfg.L}: {est['n_samples']:.3g} samples)")
+        return
     check_mixture_size(cfg, force, particles_d=d, copies=copies)
