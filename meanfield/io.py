@@ -76,30 +76,9 @@ def write_run(path: str | Path, *, system: str, config: dict, status: str, messa
     """Write a run file atomically. ``data``: name -> array, or name -> dict (a group)."""
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
-    from .guard import clean_stale_tmp, deferred_signals
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_tmp(path)  # left by a killed run at this path
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with deferred_signals():  # a signal now is handled once the file is whole
-        try:
-            with h5py.File(tmp, "w") as f:
-                f.attrs["format"] = FORMAT
-                f.attrs["format_version"] = FORMAT_VERSION
-                f.attrs["system"] = system
-                f.attrs["meanfield_version"] = __version__
-                f.attrs["config"] = json.dumps(config, sort_keys=True)
-                f.attrs["status"] = status
-                f.attrs["message"] = message
-                for k, v in (attrs or {}).items():
-                    f.attrs[k] = _attr(v)
-                _write_group(f, data)
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-    return path
+    base = {"format": FORMAT, "format_version": FORMAT_VERSION, "system": system, "meanfield_version": __version__,
+            "config": json.dumps(config, sort_keys=True), "status": status, "message": message}
+    return write_h5_atomic(path, {**base, **(attrs or {})}, data)
 
 
 def _read_group(g: h5py.Group) -> dict[str, Any]:
