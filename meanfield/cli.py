@@ -416,6 +416,15 @@ def _cmd_escape(args) -> int:
                       theta=theta)
 
 
+def _cmd_warm(args) -> int:
+    from .warm import COMMANDS, warm
+
+    dt = warm(main)
+    print(f"meanfield warm: kernels of {', '.join(n for n, _ in COMMANDS)} compiled into numba's cache "
+          f"({dt:.1f} s; later runs load them)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="meanfield", description="Exact reduced training dynamics of small transformers: "
                   "meanfield <system> <verb> [options]. Exit codes: 0 success, 1 a check or bound failed, "
@@ -564,8 +573,6 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "(default 1e-4,1e-3,1e-2,1e-1)")
     es.add_argument("--theta", default="0.1", help="--stage simultaneous: the scores have moved when max |S| >= THETA")
     es.set_defaults(func=_cmd_escape)
-    from .warm import _cmd_warm
-
     wa = systems.add_parser("warm", help="compile the common numba kernels (mixture run, particles) into "
                             "numba's cache, so that the first real run does not wait for them")
     wa.set_defaults(func=_cmd_warm)

@@ -1,6 +1,6 @@
 """Compile the common numba kernels into numba's on-disk cache.
 
-``meanfield warm`` (or ``python -m meanfield.warm``) runs a two-step
+``meanfield warm`` (or ``python -m meanfield warm``) runs a two-step
 ``mixture run`` (GD, the default) and a two-step ``mixture particles`` at
 width 4 in a temporary folder, so that numba compiles every kernel these
 commands use and caches it (``cache=True``). The kernels' types do not depend
@@ -28,11 +28,11 @@ COMMANDS = (
 )
 
 
-def warm(names=None) -> float:
-    """Run the warm-up commands (all, or those in ``names``); returns the seconds taken.
-    Raises RuntimeError naming the command if one of them fails."""
-    from .cli import main
-
+def warm(main, names=None) -> float:
+    """Run the warm-up commands (all, or those in ``names``) through ``main``
+    (``meanfield.cli.main``, passed in so that this module does not import the
+    CLI that dispatches to it); returns the seconds taken. Raises RuntimeError
+    naming the command if one of them fails."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="meanfield-warm-") as tmp:
         for i, (name, argv) in enumerate(COMMANDS):
@@ -47,18 +47,3 @@ def warm(names=None) -> float:
                 raise RuntimeError(f"warm-up of '{name}' failed (exit {rc})")
             log.info("warm: %s kernels ready in %.1f s", name, time.perf_counter() - t1)
     return time.perf_counter() - t0
-
-
-def _cmd_warm(args) -> int:
-    dt = warm()
-    print(f"meanfield warm: kernels of {', '.join(n for n, _ in COMMANDS)} compiled into numba's cache "
-          f"({dt:.1f} s; later runs load them)")
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    from .cli import main as _main
-
-    sys.exit(_main(["warm"] + sys.argv[1:]))

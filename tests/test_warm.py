@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import meanfield.cli
 from meanfield import warm
 
 NOTICE = "compiling kernels (first use only"
@@ -21,16 +22,13 @@ def test_warm_failing_command_is_named(monkeypatch, capsys):
     # a warm-up command that fails (here: bad input, exit 2) is reported by name, not skipped silently
     monkeypatch.setattr(warm, "COMMANDS", (("bad run", ["mixture", "run", "--steps", "-1", "--quiet"]),))
     with pytest.raises(RuntimeError, match="warm-up of 'bad run' failed \\(exit 2\\)"):
-        warm.warm()
+        warm.warm(meanfield.cli.main)
 
 
 def test_warm_names_selects_commands(monkeypatch):
     ran = []
     monkeypatch.setattr(warm, "COMMANDS", (("a", ["x"]), ("b", ["y"])))
-    import meanfield.cli
-
-    monkeypatch.setattr(meanfield.cli, "main", lambda argv: ran.append(argv[1]) or 0)
-    warm.warm(names={"b"})
+    warm.warm(lambda argv: ran.append(argv[1]) or 0, names={"b"})
     assert ran == ["y"]
 
 
