@@ -355,6 +355,38 @@ def sweep_paths(out: Path) -> tuple[Path, Path]:
     return out / "sweep.json", out / "points"
 
 
+def open_sweep(index_path: Path, folder: Path, points: list[dict], keys: list, finished, identity: dict):
+    """The point files of a sweep folder: refuse a folder that holds another
+    sweep (its index differs in any of ``identity``'s entries: grid, base
+    config, model), never mixing a new grid with old points; then
+    (paths, index entries, indices still to run), where a point whose file
+    ``finished(path, key)`` accepts is marked skipped with its summary."""
+    if index_path.exists():  # never mix a new grid with an old sweep's points
+        try:
+            old = json.loads(index_path.read_text())
+        except (OSError, ValueError):
+            old = None
+        if not isinstance(old, dict) or old.get("format") != "meanfield-sweep":
+            raise ConfigError(f"out: {index_path} exists and is not a meanfield sweep index; use another folder")
+        if any(old.get(k) != _jsonable(v) for k, v in identity.items()):
+            raise ConfigError(f"out: {index_path.parent} holds a sweep over another grid or base config "
+                              f"(params {excerpt(old.get('params'))}); use a new folder, or delete this one")
+    folder.mkdir(parents=True, exist_ok=True)
+    nd = max(4, len(str(len(points) - 1)))
+    paths = [folder / f"{i:0{nd}d}.h5" for i in range(len(points))]
+    entries = [{"index": i, "params": _jsonable(p), "path": os.path.relpath(paths[i], index_path.parent),
+                "result": None} for i, p in enumerate(points)]
+    todo = []
+    for i, (key, path) in enumerate(zip(keys, paths)):
+        s = finished(path, key)
+        if s is not None:
+            entries[i]["result"] = s
+            entries[i]["skipped"] = True
+        else:
+            todo.append(i)
+    return paths, entries, todo
+
+
 def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | None = None,
               progress: bool = True, stream=None, backend: str = "cpu", batched: bool = False) -> dict:
     """Run (or continue) a sweep; returns the index written to ``sweep.json``.
@@ -383,29 +415,8 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
                 check_batchable(make_config(c), be)
             except ConfigError as e:
                 raise ConfigError(f"sweep point {p}: {e}") from None
-    if index_path.exists():  # never mix a new grid with an old sweep's points
-        try:
-            old = json.loads(index_path.read_text())
-        except (OSError, ValueError):
-            old = None
-        if not isinstance(old, dict) or old.get("format") != "meanfield-sweep":
-            raise ConfigError(f"out: {index_path} exists and is not a meanfield sweep index; use another folder")
-        if old.get("params") != _jsonable(spec.params) or old.get("base") != _jsonable(spec.base):
-            raise ConfigError(f"out: {index_path.parent} holds a sweep over another grid or base config "
-                              f"(params {excerpt(old.get('params'))}); use a new folder, or delete this one")
-    folder.mkdir(parents=True, exist_ok=True)
-    nd = max(4, len(str(len(points) - 1)))
-    paths = [folder / f"{i:0{nd}d}.h5" for i in range(len(points))]
-    entries = [{"index": i, "params": _jsonable(p), "path": os.path.relpath(paths[i], index_path.parent),
-                "result": None} for i, p in enumerate(points)]
-    todo = []
-    for i, (cfg, path) in enumerate(zip(cfgs, paths)):
-        s = _finished(path, cfg)
-        if s is not None:
-            entries[i]["result"] = s
-            entries[i]["skipped"] = True
-        else:
-            todo.append(i)
+    paths, entries, todo = open_sweep(index_path, folder, points, cfgs, _finished,
+                                      {"params": spec.params, "base": spec.base})
     index = {"format": "meanfield-sweep", "format_version": 1, "system": "mixture",
              "base": _jsonable(spec.base), "params": _jsonable(spec.params),
              "fields": [f.name for f in fields(MixtureConfig)], "n_points": len(points), "points": entries}

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ..config import ConfigError
-from ..sweep import Progress, _jsonable, _write_index, grid, map_points, sweep_paths
+from ..sweep import Progress, _jsonable, _write_index, grid, map_points, open_sweep, sweep_paths
 
 
 def _summary(path: Path) -> dict:
@@ -175,29 +174,8 @@ def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, wo
             raise ConfigError(f"batched: sweep point {p}: {why}")
         overs.append(_jsonable(over))
     index_path, folder = sweep_paths(Path(out))
-    if index_path.exists():
-        try:
-            old = json.loads(index_path.read_text())
-        except (OSError, ValueError):
-            old = None
-        if not isinstance(old, dict) or old.get("format") != "meanfield-sweep":
-            raise ConfigError(f"out: {index_path} exists and is not a meanfield sweep index; use another folder")
-        if old.get("params") != _jsonable(params) or old.get("base") != _jsonable(base) or old.get("model") != model:
-            raise ConfigError(f"out: {index_path.parent} holds a sweep of another model, grid or base; use a new "
-                              f"folder, or delete this one")
-    folder.mkdir(parents=True, exist_ok=True)
-    nd = max(4, len(str(len(points) - 1)))
-    paths = [folder / f"{i:0{nd}d}.h5" for i in range(len(points))]
-    entries = [{"index": i, "params": _jsonable(p), "path": os.path.relpath(paths[i], index_path.parent),
-                "result": None} for i, p in enumerate(points)]
-    todo = []
-    for i, (over, path) in enumerate(zip(overs, paths)):
-        s = _finished(path, over)
-        if s is not None:
-            entries[i]["result"] = s
-            entries[i]["skipped"] = True
-        else:
-            todo.append(i)
+    paths, entries, todo = open_sweep(index_path, folder, points, overs, _finished,
+                                      {"params": params, "base": base, "model": model})
     index = {"format": "meanfield-sweep", "format_version": 1, "system": "model", "model": model,
              "base": _jsonable(base), "params": _jsonable(params), "n_points": len(points), "points": entries}
     _write_index(index_path, index)
