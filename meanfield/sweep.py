@@ -387,6 +387,28 @@ def open_sweep(index_path: Path, folder: Path, points: list[dict], keys: list, f
     return paths, entries, todo
 
 
+def track_sweep(index_path: Path, index: dict, todo: list[int], stream=None, progress: bool = True):
+    """Write the sweep's index and start its progress bar (finished points
+    counted as skipped); returns (bar, record) where ``record(k, summary)``
+    stores the summary of the k-th point still to run, counts a point that did
+    not complete as failed and rewrites the index."""
+    _write_index(index_path, index)
+    n = index["n_points"]
+    bar = Progress(n, stream=stream, quiet=not progress)
+    bar.skipped = n - len(todo)
+    bar.update(bar.skipped, force=True)
+
+    def record(k, s):
+        entry = index["points"][todo[k]]
+        entry["result"] = s
+        entry.pop("skipped", None)
+        if s["status"] != "complete":
+            bar.failed += 1
+        _write_index(index_path, index)
+
+    return bar, record
+
+
 def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | None = None,
               progress: bool = True, stream=None, backend: str = "cpu", batched: bool = False) -> dict:
     """Run (or continue) a sweep; returns the index written to ``sweep.json``.
@@ -420,18 +442,10 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
     index = {"format": "meanfield-sweep", "format_version": 1, "system": "mixture",
              "base": _jsonable(spec.base), "params": _jsonable(spec.params),
              "fields": [f.name for f in fields(MixtureConfig)], "n_points": len(points), "points": entries}
-    _write_index(index_path, index)
-    bar = Progress(len(points), stream=stream, quiet=not progress)
-    bar.skipped = len(points) - len(todo)
-    bar.update(bar.skipped, force=True)
+    bar, record = track_sweep(index_path, index, todo, stream, progress)
 
     def done(k, s):
-        i = todo[k]
-        entries[i]["result"] = s
-        entries[i].pop("skipped", None)
-        if s["status"] != "complete":
-            bar.failed += 1
-        _write_index(index_path, index)
+        record(k, s)
         if s["status"] == "interrupted":  # a point run in this process caught the signal
             raise KeyboardInterrupt
 

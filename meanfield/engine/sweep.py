@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError
-from ..sweep import Progress, _jsonable, _write_index, grid, map_points, open_sweep, sweep_paths
+from ..sweep import _jsonable, _write_index, grid, map_points, open_sweep, sweep_paths, track_sweep
 
 
 def _summary(path: Path) -> dict:
@@ -178,18 +178,7 @@ def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, wo
                                       {"params": params, "base": base, "model": model})
     index = {"format": "meanfield-sweep", "format_version": 1, "system": "model", "model": model,
              "base": _jsonable(base), "params": _jsonable(params), "n_points": len(points), "points": entries}
-    _write_index(index_path, index)
-    bar = Progress(len(points), stream=stream, quiet=not progress)
-    bar.skipped = len(points) - len(todo)
-    bar.update(bar.skipped, force=True)
-
-    def done(k, s):
-        i = todo[k]
-        entries[i]["result"] = s
-        entries[i].pop("skipped", None)
-        if s["status"] != "complete":
-            bar.failed += 1
-        _write_index(index_path, index)
+    bar, done = track_sweep(index_path, index, todo, stream, progress)
 
     status = "complete"
     try:
