@@ -1,14 +1,14 @@
-"""Chunked ensembles (``meanfield.ensemble``) against today's one-task-per-point sweep.
+"""Chunked ensembles (``meanfield.core.ensemble``) against today's one-task-per-point sweep.
 
 One grid of short K=2, L=3 trajectories (1000 exact GD steps, records every
 10 steps, width m = 64 sampled inits): omega (50 log-spaced values in
 [1e-3, 0.3]) x eta (20 values in [0.1, 2]) x seed (100) = 10^5 points,
 through
 
-  (a) ``meanfield.sweep.run_sweep``, one process task and one run file per
+  (a) ``meanfield.core.sweep.run_sweep``, one process task and one run file per
       point, every core: measured on a subset (``--subset`` points of the same
       grid) and its rate extrapolated to the whole grid (said so in the output);
-  (b) ``meanfield.ensemble.solve``, chunks of batched trajectories in local
+  (b) ``meanfield.core.ensemble.solve``, chunks of batched trajectories in local
       worker processes (default chunk size from the timed probe);
   (c) the same on a 2-worker dask ``LocalCluster`` (``scheduler="local:2"``).
 
@@ -49,7 +49,7 @@ ETA = [float(x) for x in np.linspace(0.1, 2.0, 20)]
 
 REDUCE_CHILD = """
 import json, resource, sys, tracemalloc
-from meanfield.ensemble import reduce
+from meanfield.core.ensemble import reduce
 import h5py, numpy
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 tracemalloc.start()
@@ -92,8 +92,8 @@ def main() -> int:
                     help="run (c) on this many points of the grid (fewer seeds; default: all); when it is a tenth "
                          "of --points its sweep is also the 10^4-point input of the reduce-memory measurement")
     a = ap.parse_args()
-    from meanfield.ensemble import EnsembleProblem, solve
-    from meanfield.sweep import SweepSpec, run_sweep
+    from meanfield.core.ensemble import EnsembleProblem, solve
+    from meanfield.core.sweep import SweepSpec, run_sweep
 
     ncpu = os.cpu_count() or 1
     work = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="bench_ensemble_"))

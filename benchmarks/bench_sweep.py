@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from meanfield.sweep import SweepSpec, run_sweep
+from meanfield.core.sweep import SweepSpec, run_sweep
 
 
 def main():

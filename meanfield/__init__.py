@@ -1,7 +1,7 @@
 """meanfield: exact reduced training dynamics of small transformers.
 
 Systems live in subpackages (``meanfield.mixture``, ``meanfield.induction``);
-shared machinery in ``meanfield.integrate`` (steppers), ``meanfield.io`` (HDF5
+shared machinery in ``meanfield.core.integrate`` (steppers), ``meanfield.core.io`` (HDF5
 run files) and ``meanfield.cli`` (the ``meanfield`` command).
 """
 

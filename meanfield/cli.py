@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import ConfigError, load_toml
+from .core.config import ConfigError, load_toml
 
 
 class _Parser(argparse.ArgumentParser):
@@ -78,7 +78,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
 def _config_from_args(args):
     from .mixture.config import make_config
 
-    from .guard import check_applicable
+    from .core.guard import check_applicable
 
     data = load_toml(args.config) if getattr(args, "config", None) else {}
     flags = {f: getattr(args, f) for f in RUN_FLAGS.values()}
@@ -91,7 +91,7 @@ def _cmd_run(args) -> int:
     from .mixture.batched import check_batchable, resolve_backend, run_batch
     from .mixture.run import EXIT_CODES, run_to_file, save
 
-    from .guard import check_mixture_size, check_output_dir, check_output_file
+    from .core.guard import check_mixture_size, check_output_dir, check_output_file
 
     cfg = _config_from_args(args)
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))  # before the work, not after it
@@ -100,7 +100,7 @@ def _cmd_run(args) -> int:
     elif args.fig_format is not None:  # an option the command would ignore is an error
         raise ConfigError("format: only with --plot DIR (the figure format)")
     est = check_mixture_size(cfg, args.force)
-    from .guard import check_disk, first_use_notice
+    from .core.guard import check_disk, first_use_notice
 
     check_disk(out, est["bytes"] / 3.0, "out", args.force)  # the file holds one copy of the records
     from .mixture import kernels
@@ -113,7 +113,7 @@ def _cmd_run(args) -> int:
     else:
         traj, path = run_to_file(cfg, out, progress=not args.quiet)
     print(f"{path}: {traj.status}: {traj.message}")
-    from .outcome import outcome_lines  # what happened: stage ends, criteria that never fired, final numbers
+    from .core.outcome import outcome_lines  # what happened: stage ends, criteria that never fired, final numbers
 
     print("\n".join(outcome_lines(path)))
     if traj.status == "diverged":
@@ -127,17 +127,17 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_particles(args) -> int:
-    from .config import as_int
+    from .core.config import as_int
     from .mixture.particles import particles_to_file
     from .mixture.run import EXIT_CODES
 
-    from .guard import check_mixture_size, check_output_file
+    from .core.guard import check_mixture_size, check_output_file
 
     cfg = _config_from_args(args)
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     d = as_int("d", args.d, lo=2) if args.d is not None else None
     check_mixture_size(cfg, args.force, particles_d=d or 2 * cfg.K + 1)
-    from .guard import first_use_notice
+    from .core.guard import first_use_notice
     from .mixture import particles as _pk
 
     first_use_notice(_pk.gd_advance_particles, _pk.update_rows, _pk.network)
@@ -145,7 +145,7 @@ def _cmd_particles(args) -> int:
     th = as_int("threads", args.threads, lo=1) if args.threads is not None else None
     traj, path = particles_to_file(cfg, out, d=d, progress=not args.quiet, embed_seed=es, threads=th)
     print(f"{path}: {traj.status}: {traj.message}")
-    from .outcome import outcome_lines
+    from .core.outcome import outcome_lines
 
     print("\n".join(outcome_lines(path)))
     return EXIT_CODES[traj.status]
@@ -157,7 +157,7 @@ def _cmd_derive(args) -> int:
     K = _int_arg("K", args.K, 2)
     L = _int_arg("L", args.L, 2)
     fmts = ["latex", "json", "python"] if args.format == "all" else [args.format]
-    from .guard import check_output_dir, derive_estimate
+    from .core.guard import check_output_dir, derive_estimate
 
     if args.out:
         check_output_dir(args.out, "out")
@@ -178,13 +178,13 @@ def _cmd_derive(args) -> int:
 
 
 def _int_arg(name, v, lo):
-    from .config import as_int
+    from .core.config import as_int
 
     return as_int(name, v, lo=lo)
 
 
 def _cmd_plot(args) -> int:
-    from .guard import check_output_dir
+    from .core.guard import check_output_dir
     from .mixture.plot import plot_run
 
     check_output_dir(args.out, "out")
@@ -200,9 +200,9 @@ def _cmd_plot(args) -> int:
 def _cmd_check(args) -> int:
     from .mixture.claims import check_suite
 
-    from .report import gating
+    from .core.report import gating
 
-    from .guard import check_output_dir
+    from .core.guard import check_output_dir
 
     check_output_dir(args.out, "out")
     claims, report = check_suite(Path(args.out), quick=args.quick)
@@ -218,7 +218,7 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_bound(args) -> int:
-    from .bounds import run_bounds_cli
+    from .core.bounds import run_bounds_cli
 
     tmin, tmax = args.tmin, args.tmax  # a number or a stage time (T1, T2, T2 + 100): checked by bounds
     exprs = [args.expr] if args.expr else []
@@ -235,7 +235,7 @@ def _base_from_args(args) -> dict:
 
 
 def _workers(args):
-    from .config import as_int
+    from .core.config import as_int
 
     return as_int("workers", args.workers, lo=1) if args.workers is not None else None
 
@@ -244,13 +244,13 @@ def _cmd_sweep(args) -> int:
     import dataclasses
 
     from .mixture.config import MixtureConfig, make_config
-    from .sweep import SweepSpec, parse_params, run_sweep, sweep_paths
+    from .core.sweep import SweepSpec, parse_params, run_sweep, sweep_paths
 
-    from .guard import check_mixture_size, check_output_dir, check_output_file
+    from .core.guard import check_mixture_size, check_output_dir, check_output_file
 
     base = _base_from_args(args)
     base_cfg = make_config(base)  # the base must be valid on its own
-    from .guard import check_applicable
+    from .core.guard import check_applicable
 
     check_applicable(base, base_cfg)
     params = parse_params(args.param or [], [f.name for f in dataclasses.fields(MixtureConfig)])
@@ -262,9 +262,9 @@ def _cmd_sweep(args) -> int:
     for v in params.values():
         n_points *= len(v)
     check_mixture_size(base_cfg, args.force, copies=n_points)
-    from .ensemble_cli import chunked_requested, cmd_sweep
+    from .core.ensemble_cli import chunked_requested, cmd_sweep
 
-    if chunked_requested(args):  # chunks of batched trajectories, one sweep.h5 (meanfield.ensemble)
+    if chunked_requested(args):  # chunks of batched trajectories, one sweep.h5 (meanfield.core.ensemble)
         return cmd_sweep(args, base, params)
     idx = run_sweep(SweepSpec(base, params, Path(args.out)), workers=_workers(args), progress=not args.quiet,
                     backend=args.backend, batched=args.batched)
@@ -276,7 +276,7 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_width_sweep(args) -> int:
-    from .config import as_float, as_int, as_list
+    from .core.config import as_float, as_int, as_list
     from .mixture.widths import width_sweep
 
     widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
@@ -286,7 +286,7 @@ def _cmd_width_sweep(args) -> int:
     if base.get("width") not in (None, "inf"):
         raise ConfigError("width: not with width-sweep (use --widths)")
     pm = as_int("particles_up_to", args.particles_up_to, lo=0)
-    from .guard import check_mixture_size, check_output_file
+    from .core.guard import check_mixture_size, check_output_file
     from .mixture.config import make_config
 
     check_output_file(args.out, "out", (".h5", ".hdf5"))
@@ -306,7 +306,7 @@ def _cmd_width_sweep(args) -> int:
 
 
 def _cmd_construct(args) -> int:
-    from .config import as_float, as_int
+    from .core.config import as_float, as_int
     from .mixture.construct import construct
 
     K = as_int("K", args.K, lo=2)
@@ -314,7 +314,7 @@ def _cmd_construct(args) -> int:
     beta = as_float("beta", args.beta, nonneg=True)
     b = as_float("b", args.b, positive=True)
     d = as_int("d", args.d, lo=2 * K) if args.d is not None else None
-    from .guard import check_output_file, construct_estimate
+    from .core.guard import check_output_file, construct_estimate
 
     if args.out:
         check_output_file(args.out, "out", (".h5", ".hdf5"))
@@ -327,7 +327,7 @@ def _cmd_construct(args) -> int:
     print(f"  beta -> infinity limit of the minimum margin: {r['limit_margin']:.6g}")
     print(f"  max |explicit - reduced| margin: {np.max(np.abs(r['margins'] - r['margins_reduced'])):.2e}")
     if args.out:
-        from .io import write_h5_atomic
+        from .core.io import write_h5_atomic
 
         write_h5_atomic(Path(args.out), {"format": "meanfield-construction", "system": "mixture", "K": K, "L": L,
                                          "beta": beta, "b": b, "min_margin": r["min_margin"]},
@@ -340,8 +340,8 @@ def _cmd_construct(args) -> int:
 
 
 def _cmd_study(args) -> int:
-    from .config import as_int, as_list
-    from .guard import check_output_dir
+    from .core.config import as_int, as_list
+    from .core.guard import check_output_dir
     from .mixture import studies
 
     # one rule for inapplicable options: a flag the chosen study ignores is an error naming it
@@ -387,7 +387,7 @@ def _cmd_study(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from .guard import check_output_dir
+    from .core.guard import check_output_dir
     from .mixture.demo import demo
 
     check_output_dir(args.out, "out")
@@ -395,7 +395,7 @@ def _cmd_demo(args) -> int:
 
 
 def _cmd_escape(args) -> int:
-    from .config import as_float
+    from .core.config import as_float
     from .mixture.escape import cli as escape_cli
 
     if args.run_file:  # the config is the run file's: a run flag next to --from would be silently ignored
@@ -494,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--backend", default="cpu", help=BACKEND_HELP)
     sw.add_argument("--batched", action="store_true",
                     help="cpu: run the points as one batch of trajectories with numba threads (GD/RK4 points)")
-    from .ensemble_cli import add_plot_parser, add_sweep_flags
+    from .core.ensemble_cli import add_plot_parser, add_sweep_flags
 
     add_sweep_flags(sw)
     sw.set_defaults(func=_cmd_sweep)
@@ -586,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    from .guard import barrier  # one line for every failure, exit 2 / 130 / 70, never a traceback
+    from .core.guard import barrier  # one line for every failure, exit 2 / 130 / 70, never a traceback
 
     def command():
         parser = build_parser()
@@ -597,7 +597,7 @@ def main(argv=None) -> int:
 
     words = sys.argv[1:] if argv is None else list(argv)
     verbose = bool(words) and words[0] in ("-v", "--verbose")
-    from .guard import setup_logging
+    from .core.guard import setup_logging
 
     setup_logging(1 if verbose else -1 if words and words[0] in ("-q", "--quiet") else 0)
     return barrier(command, verbose=verbose)

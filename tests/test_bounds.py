@@ -1,4 +1,4 @@
-"""User bounds over a run's trajectory (meanfield.bounds): values, slack, stages, safety, TOML files."""
+"""User bounds over a run's trajectory (meanfield.core.bounds): values, slack, stages, safety, TOML files."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meanfield import bounds as Bd
-from meanfield.bounds import BoundError, evaluate, load_bounds, parse_bound, run_bounds_cli, values
-from meanfield.config import ConfigError
-from meanfield.io import read_run
+from meanfield.core import bounds as Bd
+from meanfield.core.bounds import BoundError, evaluate, load_bounds, parse_bound, run_bounds_cli, values
+from meanfield.core.config import ConfigError
+from meanfield.core.io import read_run
 from meanfield.mixture import run as R
 from meanfield.mixture.config import make_config
 
@@ -224,7 +224,7 @@ def test_stage_restriction_and_stage_ends(run, srun):
 
 
 def _with_attrs(d, like):
-    from meanfield.io import Run
+    from meanfield.core.io import Run
 
     r = Run(d)
     r.attrs, r.config = like.attrs, like.config

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.config import load_toml
+from meanfield.core.config import load_toml
 from meanfield.mixture.config import make_config
 from meanfield.mixture.demo import story_checks
-from meanfield.io import read_run
+from meanfield.core.io import read_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -231,7 +231,7 @@ def test_hook_cases_as_processes(tmp_path, args):
 def test_internal_error_is_one_line_unless_debug(tmp_path, monkeypatch, capsys):
     """A bug (not bad input) is one line, exit 70; MEANFIELD_DEBUG=1 shows the traceback."""
     from meanfield import cli
-    from meanfield.guard import EXIT_INTERNAL, barrier
+    from meanfield.core.guard import EXIT_INTERNAL, barrier
 
     def boom():
         raise RuntimeError("x" * 100_000)
@@ -251,7 +251,7 @@ def test_internal_error_is_one_line_unless_debug(tmp_path, monkeypatch, capsys):
 
 
 def test_stale_tmp_of_a_dead_process_is_removed(tmp_path):
-    from meanfield.guard import check_output_file
+    from meanfield.core.guard import check_output_file
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     pid = int(dead.stdout)
@@ -322,7 +322,7 @@ def test_sigint_before_the_run_starts_is_one_line(tmp_path):
 
 def test_sweep_point_that_crashes_is_recorded_and_the_rest_finish(tmp_path, monkeypatch):
     from meanfield.mixture import run as mrun
-    from meanfield.sweep import SweepSpec, run_sweep
+    from meanfield.core.sweep import SweepSpec, run_sweep
 
     real = mrun.run_to_file
 
@@ -340,8 +340,8 @@ def test_sweep_point_that_crashes_is_recorded_and_the_rest_finish(tmp_path, monk
 
 
 def test_sweep_refuses_a_new_grid_in_an_old_folder(tmp_path):
-    from meanfield.config import ConfigError
-    from meanfield.sweep import SweepSpec, run_sweep
+    from meanfield.core.config import ConfigError
+    from meanfield.core.sweep import SweepSpec, run_sweep
 
     run_sweep(SweepSpec({"steps": 3}, {"omega": [0.1, 0.2]}, tmp_path / "sw"), workers=1, progress=False)
     before = _files(tmp_path)
@@ -455,8 +455,8 @@ def test_checkpoint_names_the_step_reached_not_the_last_record(tmp_path, monkeyp
 def test_disk_space_checked_before_the_work(tmp_path):
     import shutil
 
-    from meanfield.config import ConfigError
-    from meanfield.guard import check_disk
+    from meanfield.core.config import ConfigError
+    from meanfield.core.guard import check_disk
 
     free = shutil.disk_usage(tmp_path).free
     check_disk(tmp_path / "x.h5", free / 10)  # fits

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import meanfield.engine as me
-from meanfield.config import ConfigError
+from meanfield.core.config import ConfigError
 from meanfield.engine import batched, runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +185,7 @@ def _numeric(r):
 
 def test_model_sweep_batched_writes_the_unbatched_files(tmp_path):
     from meanfield.engine.sweep import model_sweep
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     base = dict(K=2, L=3, steps=30, record_every=4)
     params = {"omega": [0.1, 0.3], "eta": [0.5, 1e8]}

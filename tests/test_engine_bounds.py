@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import meanfield.engine as me
-from meanfield.bounds import BoundError, values
-from meanfield.io import read_run
+from meanfield.core.bounds import BoundError, values
+from meanfield.core.io import read_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meanfield.config import ConfigError
+from meanfield.core.config import ConfigError
 from meanfield.engine.description import description_from_dict, load_description
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,7 +173,7 @@ def test_cli_refusals_exit_2_one_line(tmp_path):
 def test_cli_run_mixture_flags_like_mixture_run(tmp_path):
     """``meanfield model run mixture.toml`` takes the flags of ``meanfield mixture
     run`` and writes the same datasets (equal to 1e-12)."""
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     flags = ["--K", "3", "--width", "5", "--seed", "1", "--steps", "60", "--record-every", "1", "--quiet"]
     a = _cli("run", str(MIXTURE), *flags, "--out", str(tmp_path / "e.h5"))
@@ -205,7 +205,7 @@ def test_cli_derive_json_names_and_counts():
 def test_general_run_file_and_api(tmp_path):
     import meanfield.engine as me
     from meanfield.engine.runs import run_to_file
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     d = _desc("cross_entropy_3_classes", steps=10)
     r, path = run_to_file(d, tmp_path / "g.h5", progress=False)
@@ -225,7 +225,7 @@ def test_general_run_file_and_api(tmp_path):
 
 def test_diverged_and_interrupted_keep_a_valid_file(tmp_path):
     from meanfield.engine.runs import run_to_file
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     d = load_description(MIXTURE, {"eta": 1e6, "steps": 50, "max_abs": 1e3, "neuron_init": "gaussian:1"})
     r, path = run_to_file(d, tmp_path / "div.h5", progress=False)
@@ -263,7 +263,7 @@ def test_cli_sigint_leaves_an_interrupted_valid_file(tmp_path):
     import signal
     import time
 
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     out = tmp_path / "long.h5"
     proc = subprocess.Popen([sys.executable, "-m", "meanfield", "model", "run", str(MIXTURE), "--steps", "100000000",
@@ -302,7 +302,7 @@ def test_model_sweep_runs_grid_and_resumes(tmp_path):
     import json
 
     from meanfield.engine.sweep import model_sweep
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     out = tmp_path / "sw"
     idx = model_sweep(MIXTURE, {"steps": 30, "record_every": 10}, {"omega": [0.1, 0.5], "width": ["inf", 3]}, out,

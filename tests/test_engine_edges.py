@@ -29,7 +29,7 @@ CASE_SECONDS = 20.0  # validation only (the description's data are built): secon
 PEAK_RSS_MB = 1500  # the smallest refused size below is ~18 GiB (machine-dependent limit: 80% of RAM)
 
 CASES = [
-    # 1. options the run ignores: one rule (meanfield.guard.check_applicable), same wording as `mixture run`
+    # 1. options the run ignores: one rule (meanfield.core.guard.check_applicable), same wording as `mixture run`
     ("criterion-with-stages", ["model", "run", "maxmargin", "--criterion", "loss <= 0.6", "--steps", "100",
                                "--out", "x.h5"], "criterion"),
     ("criterion-in-staged-toml", ["model", "run", "crit_staged.toml", "--steps", "100", "--out", "x.h5"],
@@ -141,7 +141,7 @@ def test_engine_edges_write_nothing_and_allocate_nothing(edge_results):
 
 
 def test_inapplicable_message_is_the_mixture_rule(edge_results):
-    """The same rule and wording as ``meanfield mixture run`` (meanfield.guard.check_applicable)."""
+    """The same rule and wording as ``meanfield mixture run`` (meanfield.core.guard.check_applicable)."""
     msg = edge_results["results"]["t-end-with-gd"]["stderr"]
     assert "t_end: not used here (method gd, schedule simultaneous); it applies to" in msg, msg
     msg = edge_results["results"]["criterion-with-stages"]["stderr"]
@@ -149,7 +149,7 @@ def test_inapplicable_message_is_the_mixture_rule(edge_results):
 
 
 def test_force_goes_past_the_size_refusal():
-    from meanfield.config import ConfigError
+    from meanfield.core.config import ConfigError
     from meanfield.engine.description import load_description
     from meanfield.engine.edges import check_engine_size, engine_estimate
 
@@ -176,7 +176,7 @@ def test_shipped_descriptions_pass_their_own_option_check():
 
 
 def test_particles_sigint_leaves_an_interrupted_valid_file(tmp_path):
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     out = tmp_path / "long.h5"
     proc = subprocess.Popen([sys.executable, "-m", "meanfield", "model", "particles", "incontext", "--width", "4",

@@ -40,7 +40,7 @@ def test_particles_equal_the_engine_at_the_same_width(tmp_path):
     assert np.abs(r.y - red.y).max() <= 1e-12 * max(1.0, np.abs(red.y).max())
     assert r.stage_ends == red.stage_ends
     # the run file: the mixture's datasets, marked as particles
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     _, path = me.particles_to_file(desc, tmp_path / "p.h5", progress=False)
     rr = read_run(path)
@@ -165,7 +165,7 @@ MAJORITY = str(ROOT / "docs" / "examples" / "majority.toml")
 def test_particles_divergence_keeps_a_valid_file(tmp_path):
     """A blow-up: status diverged (exit 3), the file keeps every record up to the last
     accepted step, at the same step as the engine's own run."""
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     out = tmp_path / "d.h5"
     p = _cli("particles", MAJORITY, "--width", "4", "--eta", "1000", "--max-abs", "1e4", "--steps", "50", "--quiet",
@@ -195,7 +195,7 @@ def test_particles_checkpoint_is_a_valid_interrupted_file(tmp_path):
     finally:
         runs.save = real_save
     assert "interrupted" in seen and seen[-1] is None  # checkpoints first, the final file last
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     assert read_run(path).attrs["status"] == "complete"
 

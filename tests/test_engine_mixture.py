@@ -30,7 +30,7 @@ import pytest
 
 from meanfield.engine.families import mixture_description
 from meanfield.engine.runs import run, save
-from meanfield.io import read_run
+from meanfield.core.io import read_run
 from meanfield.mixture.config import MixtureConfig, make_config
 
 GOLDEN = Path(__file__).parent / "golden"

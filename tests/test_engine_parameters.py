@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import meanfield.engine as me
-from meanfield.config import ConfigError
+from meanfield.core.config import ConfigError
 from meanfield.engine.description import description_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -171,7 +171,7 @@ def test_cli_flags_override_and_refuse(tmp_path):
 
     with h5py.File(out, "r") as f:
         assert f["margin"].shape[1] == 6 and int(f["step"][-1]) == 4
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     assert read_run(out).config["declared"] == {"n": 6, "T": 2, "data_seed": 3}  # the run file records them
     for args, field in [(["--n", "many"], "n: must be an integer"),

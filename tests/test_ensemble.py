@@ -1,4 +1,4 @@
-"""Chunked ensembles (meanfield.ensemble): outputs against independent single
+"""Chunked ensembles (meanfield.core.ensemble): outputs against independent single
 runs, a dask LocalCluster against the local run bit for bit, a killed worker
 and lost / stale chunks (nothing lost, nothing counted twice), interrupts,
 diverging points, the CLI and sweep-plot, bad input."""
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.ensemble import EnsembleProblem, _slabs, load, solve
+from meanfield.core.ensemble import EnsembleProblem, _slabs, load, solve
 from meanfield.mixture.config import make_config
 from meanfield.mixture.run import recorded, run
 
@@ -280,7 +280,7 @@ def test_cli_chunked_sweep_plot_and_bad_input(tmp_path, capsys):
 
 
 def test_nothing_imports_dask_unless_asked():
-    code = ("import sys, meanfield, meanfield.cli, meanfield.ensemble, meanfield.ensemble_cli; "
+    code = ("import sys, meanfield, meanfield.cli, meanfield.core.ensemble, meanfield.core.ensemble_cli; "
             "meanfield.cli.build_parser(); print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr
@@ -288,7 +288,7 @@ def test_nothing_imports_dask_unless_asked():
 
 SIM_ENSEMBLE = """
 import sys
-from meanfield.ensemble import EnsembleProblem, solve
+from meanfield.core.ensemble import EnsembleProblem, solve
 prob = EnsembleProblem({"steps": 12, "record_every": 2, "eta": 2.0},
                        axes={"omega": [0.05, 0.3], "width": ["inf", 4], "schedule": ["simultaneous"]})
 r = solve(prob, sys.argv[1], backend="cuda", progress=False)

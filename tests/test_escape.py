@@ -1,4 +1,4 @@
-"""Escape times from the linearisation at a saddle (meanfield.escape and the
+"""Escape times from the linearisation at a saddle (meanfield.core.escape and the
 mixture adapter meanfield.mixture.escape)."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from meanfield import escape
+from meanfield.core import escape
 from meanfield.mixture import escape as mesc
 from meanfield.mixture import kernels
 from meanfield.mixture.config import make_config
@@ -306,7 +306,7 @@ def test_stage2_run_grows_along_the_predicted_direction():
 
 
 def test_saddle_of_any_integrate_system_uses_finite_differences():
-    """A saddle from a meanfield.integrate system (real-only numba maps, as
+    """A saddle from a meanfield.core.integrate system (real-only numba maps, as
     the engine's systems are): Jacobians by finite differences, flagged, and
     the same spectrum as the exact complex-step one to ~1e-7."""
     cfg = make_config({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}, schedule="three-stage",

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent / "meanfield"
 #: An entry whose cycle is gone only warns; a cycle that grows or a new one
 #: fails. Never add a meanfield.mixture one.
 KNOWN = {
-    frozenset({"meanfield.config", "meanfield.guard"}),
+    frozenset({"meanfield.core.config", "meanfield.core.guard"}),
     frozenset({"meanfield.induction.claims", "meanfield.induction.plot"}),  # being redesigned (issue 11)
 }
 

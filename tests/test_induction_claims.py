@@ -319,7 +319,7 @@ def test_suite_writes_the_report_schema(tiny_check):
     assert rep["claims"][0]["numbers"]["S_star"] == [1, 2]
     assert "r2" in rep["claims"][4]["numbers"] and "slope_se" in rep["claims"][4]["numbers"]
     assert (out / "report.md").read_text().startswith("# meanfield induction check")
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     run = read_run(out / "run.h5")
     assert run.attrs["system"] == "induction"

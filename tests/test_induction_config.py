@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from meanfield.config import ConfigError
+from meanfield.core.config import ConfigError
 from meanfield.induction.config import InductionConfig, make_config
 
 BAD = [

@@ -5,7 +5,7 @@ training through the shared steppers."""
 import numpy as np
 import pytest
 
-from meanfield import integrate
+from meanfield.core import integrate
 from meanfield.induction import full as F
 from meanfield.induction.data import generate
 

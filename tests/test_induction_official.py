@@ -91,7 +91,7 @@ def test_official_ce_loss_value_bounds_and_no_clipping():
 
 
 def test_loss_field_rejects_unknown_values():
-    from meanfield.config import ConfigError
+    from meanfield.core.config import ConfigError
 
     with pytest.raises(ConfigError, match="^loss: "):
         make_config(loss="mse")

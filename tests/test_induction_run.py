@@ -11,13 +11,13 @@ import h5py
 import numpy as np
 import pytest
 
-from meanfield import integrate
-from meanfield.config import ConfigError
+from meanfield.core import integrate
+from meanfield.core.config import ConfigError
 from meanfield.induction import kernels as Kn
 from meanfield.induction import run as R
 from meanfield.induction.config import make_config
 from meanfield.induction.model import Arch, loss_and_grad
-from meanfield.io import read_run
+from meanfield.core.io import read_run
 
 SMALL = dict(n_train=300, n_test=100, L=30, stage_steps=(40, 40, 40), stage_etas=(2.0, 10.0, 1.0))
 
@@ -143,7 +143,7 @@ def test_interrupted_by_monitor_signal(tmp_path):
 def test_gd_times_with_criterion_stops():
     """GD time is the sum of the per-phase step sizes taken (Stage.eta), also
     when a criterion ends a phase before its length."""
-    from meanfield import integrate
+    from meanfield.core import integrate
 
     class Count:  # a toy system: y counts steps; the criterion stops phase 1 at 10 steps
         max_abs = np.inf

@@ -5,7 +5,7 @@ losses (all sequences; sequences whose target occurs in the context)."""
 import numpy as np
 import pytest
 
-from meanfield.config import ConfigError
+from meanfield.core.config import ConfigError
 from meanfield.induction import model as Mo
 from meanfield.induction import run as R
 from meanfield.induction.config import make_config, parse_schedule
@@ -111,7 +111,7 @@ def test_minibatch_needs_gd():
 def test_held_out_losses_all_and_seen(tmp_path):
     """loss_test_all counts a sequence whose target is absent from its context at
     -log(yhat_floor); loss_test_seen averages the other sequences only."""
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     cfg = make_config(SMALL, d=6, L=8, n_test=200, stage_steps=(1, 1, 1))
     pb = R.Problem.build(cfg)

@@ -1,6 +1,6 @@
-"""The shared steppers of ``meanfield.integrate`` against independent solutions.
+"""The shared steppers of ``meanfield.core.integrate`` against independent solutions.
 
-References used here never come from ``meanfield.integrate`` itself:
+References used here never come from ``meanfield.core.integrate`` itself:
 ``scipy.integrate.solve_ivp`` (DOP853, tight tolerances) on the same
 right-hand side, ``scipy.linalg.expm`` for linear ODEs, closed forms for toy
 systems, and ``scipy.optimize.brentq`` on scipy's dense output for events.
@@ -19,7 +19,7 @@ from scipy.integrate import solve_ivp
 from scipy.linalg import expm
 from scipy.optimize import brentq
 
-from meanfield.integrate import RK4, Dopri5, GDMap, Monitor, SaveAt, Stage
+from meanfield.core.integrate import RK4, Dopri5, GDMap, Monitor, SaveAt, Stage
 from meanfield.mixture import kernels
 from meanfield.mixture.config import make_config
 from meanfield.mixture.data import sample_set

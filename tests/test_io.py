@@ -1,6 +1,6 @@
 """HDF5 run files: roundtrip, atomic writes, status validation.
 
-Files written by ``meanfield.io.write_run`` are also opened directly with h5py
+Files written by ``meanfield.core.io.write_run`` are also opened directly with h5py
 (the public schema), not only through ``read_run``.
 """
 
@@ -12,7 +12,8 @@ import h5py
 import numpy as np
 import pytest
 
-from meanfield import __version__, io
+from meanfield import __version__
+from meanfield.core import io
 
 
 def _data():
@@ -141,7 +142,7 @@ def test_read_errors(tmp_path):
 
 
 def test_plain_string_attributes_stay_strings(tmp_path):
-    from meanfield.io import read_run, write_run
+    from meanfield.core.io import read_run, write_run
 
     p = write_run(tmp_path / "r.h5", system="mixture", config={}, status="complete", message="m",
                   data={"t": np.zeros(1)}, attrs={"a": "1", "b": "true", "c": [1, "x"], "d": None})

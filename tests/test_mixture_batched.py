@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meanfield.config import ConfigError
+from meanfield.core.config import ConfigError
 from meanfield.mixture import batched, kernels
 from meanfield.mixture.config import make_config
 from meanfield.mixture.run import run
@@ -154,7 +154,7 @@ def test_portable_functions_rebuild_for_another_target():
 
 
 def test_import_does_not_touch_cuda():
-    code = ("import sys, meanfield, meanfield.cli, meanfield.mixture.batched, meanfield.sweep, "
+    code = ("import sys, meanfield, meanfield.cli, meanfield.mixture.batched, meanfield.core.sweep, "
             "meanfield.mixture.widths; print(sorted(m for m in sys.modules if m.startswith('numba.cuda')))")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)

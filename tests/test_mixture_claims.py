@@ -201,7 +201,7 @@ def test_stage_times_attrs(tmp_path):
     out = tmp_path / "r.h5"
     assert main(["mixture", "run", "--schedule", "three-stage", "--out", str(out), "--quiet",
                  "--record-every", "1"]) == 0
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
 
     r = read_run(out)
     assert r.attrs["T1"] == 500.0

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meanfield.config import ConfigError
-from meanfield.io import read_run
+from meanfield.core.config import ConfigError
+from meanfield.core.io import read_run
 from meanfield.mixture import dense, kernels, model
 from meanfield.mixture import run as R
 from meanfield.mixture.config import gram_matrix, make_config

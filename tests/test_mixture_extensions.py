@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from meanfield.io import read_run
+from meanfield.core.io import read_run
 from meanfield.mixture import extensions as X
 from meanfield.mixture import run as R
 

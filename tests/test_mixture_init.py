@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from meanfield.config import ConfigError
+from meanfield.core.config import ConfigError
 from meanfield.mixture import kernels
 from meanfield.mixture.config import make_config, parse_neuron_init
 from meanfield.mixture.init import attention_init, initial_state, neuron_init

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from meanfield import integrate
-from meanfield.config import ConfigError
-from meanfield.io import read_run
+from meanfield.core import integrate
+from meanfield.core.config import ConfigError
+from meanfield.core.io import read_run
 from meanfield.mixture import init, kernels, model, particles, run
 from meanfield.mixture import observables as obs_mod
 from meanfield.mixture.config import make_config

@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from meanfield.io import read_run
+from meanfield.core.io import read_run
 from meanfield.mixture import run as R
 from meanfield.mixture.config import make_config
 from meanfield.mixture.plot import FIGURES, plot_run, summary_markdown
@@ -106,7 +106,7 @@ def test_non_run_file_raises(tmp_path):
 
 
 def test_other_system_raises(tmp_path):
-    from meanfield.io import write_run
+    from meanfield.core.io import write_run
 
     path = write_run(tmp_path / "ind.h5", system="induction", config={}, status="complete", message="ok",
                      data={"t": np.zeros(2)})

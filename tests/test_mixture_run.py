@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from meanfield import cli
-from meanfield.io import read_run
+from meanfield.core.io import read_run
 from meanfield.mixture import run as mrun
 from meanfield.mixture.config import make_config
 from meanfield.mixture.run import run_to_file

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from meanfield.config import ConfigError
+from meanfield.core.config import ConfigError
 from meanfield.mixture.config import make_config
 from meanfield.mixture.data import sample_set
 from meanfield.mixture.init import attention_init, initial_state

@@ -1,10 +1,10 @@
-"""fit_line (meanfield.report) against numpy's polyfit, an independent least-squares path."""
+"""fit_line (meanfield.core.report) against numpy's polyfit, an independent least-squares path."""
 
 import math
 
 import numpy as np
 
-from meanfield.report import fit_line
+from meanfield.core.report import fit_line
 
 
 def test_fit_line_equals_polyfit_and_reports_the_slope_error():

@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from meanfield import sweep
-from meanfield.sweep import SweepSpec, map_points, run_sweep
+from meanfield.core import sweep
+from meanfield.core.sweep import SweepSpec, map_points, run_sweep
 
 _real_run_point = sweep._run_point
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.config import ConfigError
+from meanfield.core.config import ConfigError
 from meanfield.mixture import claims as C
 from meanfield.mixture.config import make_config
 from meanfield.mixture.widths import fit_exponent, kink_events, width_sweep
-from meanfield.sweep import SweepSpec, grid, parse_params, parse_values, run_sweep
+from meanfield.core.sweep import SweepSpec, grid, parse_params, parse_values, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = ["omega", "eta", "steps", "K"]

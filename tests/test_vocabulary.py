@@ -17,7 +17,7 @@ import h5py
 import pytest
 
 from meanfield.cli import build_parser, main
-from meanfield.config import ConfigError
+from meanfield.core.config import ConfigError
 from meanfield.induction.config import make_config
 from meanfield.mixture.config import MixtureConfig
 
@@ -97,7 +97,7 @@ def test_old_run_file_reads(tmp_path):
     three-phase) summarises like the same file with the new names."""
     import json
 
-    from meanfield.outcome import outcome_lines
+    from meanfield.core.outcome import outcome_lines
 
     out = tmp_path / "r.h5"
     assert main(["induction", "run", "--n-train", "40", "--n-test", "0", "--L", "12", "--stage-steps", "2,2,2",

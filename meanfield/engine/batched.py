@@ -25,7 +25,7 @@ functions, compiled with ``numba.njit`` for the CPU and with
 ``numba.cuda.jit(device=True)`` for the GPU
 (``meanfield.mixture.kernels.compile_portable``).
 
-Records follow ``meanfield.integrate`` (GDMap / RK4 with ``SaveAt(every=N)``)
+Records follow ``meanfield.core.integrate`` (GDMap / RK4 with ``SaveAt(every=N)``)
 exactly: the initial state, every N-th step (``record_every``; None: none),
 every stage end and, for a trajectory that diverges, its last accepted state.
 With ``record_every=None`` a batch keeps only that summary. Every trajectory
@@ -36,7 +36,7 @@ trajectory bit for bit; on a GPU to rounding (libdevice ``exp``/``log``).
 Methods: ``gd`` (the exact GD map, with stop criteria) and ``rk4`` (classical
 fixed-step RK4 of the flow, step ``dt`` per trajectory, without stop criteria:
 their event location needs dense output), both with the operation order of
-``meanfield.integrate``. Method ``flow`` (adaptive Dormand-Prince) and rk4
+``meanfield.core.integrate``. Method ``flow`` (adaptive Dormand-Prince) and rk4
 with criteria are refused with one line: run those unbatched.
 """
 
@@ -50,8 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import get_num_threads, njit
 
-from .. import integrate
-from ..config import ConfigError
+from ..core import integrate
+from ..core.config import ConfigError
 from ..mixture.batched import record_into, trajectory_of
 from ..mixture.kernels import compile_portable, portable
 from . import kernels
@@ -460,7 +460,7 @@ class BatchRun:
     ``eta[b]``. Records: row b has ``n_records[b]`` valid entries
     ``rec_t[b, :n]``, ``rec_step``, ``rec_stage``, ``rec_y`` (B, T, state);
     ``end_step`` / ``end_t`` / ``end_reason`` (B, stages) for the stages it finished.
-    :meth:`trajectory` gives trajectory b as ``meanfield.integrate.Trajectory``,
+    :meth:`trajectory` gives trajectory b as ``meanfield.core.integrate.Trajectory``,
     :meth:`run` as a :class:`meanfield.engine.runs.Run` (named arrays)."""
 
     desc: Description

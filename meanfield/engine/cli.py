@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 FORCE_HELP = "run even when the estimated memory or time (from the description's sizes) is beyond this machine"
@@ -140,7 +140,7 @@ def description_from_args(args, size: dict | None = None):
 
 
 def _particles_d(args):
-    from ..config import as_int
+    from ..core.config import as_int
 
     return as_int("d", args.d, lo=1) if args.d is not None else True
 
@@ -165,7 +165,7 @@ def _cmd_derive(args) -> int:
 def _cmd_run(args) -> int:
     from .runs import EXIT_CODES, run_to_file
 
-    from ..guard import check_output_dir, check_output_file
+    from ..core.guard import check_output_dir, check_output_file
 
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))  # before the work, not after it
     if args.plot:
@@ -182,7 +182,7 @@ def _cmd_run(args) -> int:
 
 
 def _plot(path: Path, out: Path) -> list:
-    from ..io import read_run
+    from ..core.io import read_run
 
     try:
         r = read_run(path)
@@ -198,7 +198,7 @@ def _plot(path: Path, out: Path) -> list:
 
 
 def _cmd_plot(args) -> int:
-    from ..guard import check_output_dir
+    from ..core.guard import check_output_dir
 
     out = Path(args.out) if args.out else Path(str(Path(args.run).with_suffix("")) + "_figures")
     check_output_dir(out, "out")
@@ -208,12 +208,12 @@ def _cmd_plot(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
-    from ..config import as_int
-    from ..sweep import parse_params
+    from ..core.config import as_int
+    from ..core.sweep import parse_params
     from .description import declared_parameters, parameter_class, read_raw
     from .sweep import model_sweep
 
-    from ..guard import check_output_dir, check_output_file
+    from ..core.guard import check_output_dir, check_output_file
 
     if Path(args.out).suffix == ".json":  # before the work, not after it
         check_output_file(args.out, "out", (".json",))
@@ -239,8 +239,8 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_bound(args) -> int:
-    from ..bounds import run_bounds_cli
-    from ..config import as_float
+    from ..core.bounds import run_bounds_cli
+    from ..core.config import as_float
 
     tmin = as_float("tmin", args.tmin) if args.tmin is not None else None
     tmax = as_float("tmax", args.tmax) if args.tmax is not None else None
@@ -252,8 +252,8 @@ def _cmd_bound(args) -> int:
 
 def _cmd_check(args) -> int:
     from ..models.checks import run_check
-    from ..guard import check_output_dir
-    from ..report import gating
+    from ..core.guard import check_output_dir
+    from ..core.report import gating
 
     check_output_dir(args.out, "out")
     claims, report = run_check(model_path(args.model), Path(args.out), quick=args.quick)
@@ -264,7 +264,7 @@ def _cmd_particles(args) -> int:
     from .finite import particles_to_file
     from .runs import EXIT_CODES
 
-    from ..guard import check_output_file
+    from ..core.guard import check_output_file
 
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     desc = description_from_args(args, size={"particles_d": _particles_d(args)})
@@ -274,17 +274,17 @@ def _cmd_particles(args) -> int:
 
 
 def _cmd_width_sweep(args) -> int:
-    from ..config import as_int, as_list
+    from ..core.config import as_int, as_list
     from .finite import width_sweep
 
-    from ..guard import check_output_file
+    from ..core.guard import check_output_file
 
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     for suffix in (".json", ".png"):  # written beside it
         check_output_file(out.with_suffix(suffix), "out")
     widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
     n_seeds = as_int("seeds", args.seeds, lo=1)
-    from ..guard import check_size
+    from ..core.guard import check_size
 
     n_jobs = float(len(widths)) * n_seeds  # each particle run holds a description and its errors: >= 10 KiB
     check_size({"bytes": 10240.0 * n_jobs, "seconds": 0.0}, "size", bool(args.force),

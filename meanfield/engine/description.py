@@ -2,7 +2,7 @@
 
 Frozen dataclasses (build them in Python) and the same as a TOML file
 (:func:`load_description`). Every bad field is a one-line
-:class:`meanfield.config.ConfigError` naming the field and what is allowed
+:class:`meanfield.core.config.ConfigError` naming the field and what is allowed
 (the CLI prints it and exits 2); a description outside the Gram-closure class
 is refused with the reason closure fails (see ``docs/engine.md``).
 
@@ -75,7 +75,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
+from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, QUERIES,  # noqa: F401
                       VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
                       make_data)

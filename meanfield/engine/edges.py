@@ -1,9 +1,9 @@
 """Guards of the ``meanfield model ...`` verbs (issue 14 applied to the engine).
 
-The same mechanisms as ``meanfield mixture ...`` (``meanfield.guard``):
+The same mechanisms as ``meanfield mixture ...`` (``meanfield.core.guard``):
 
 * inapplicable options: :data:`ENGINE_ONLY` is the general descriptions'
-  table for :func:`meanfield.guard.check_applicable` (same rule, same
+  table for :func:`meanfield.core.guard.check_applicable` (same rule, same
   wording as the mixture's); the mixture family is checked with the
   mixture's own table. A flag is checked against the run it configures; a
   key of the description's ``[parameters]`` against the description as
@@ -11,11 +11,11 @@ The same mechanisms as ``meanfield mixture ...`` (``meanfield.guard``):
   the file's defaults into errors.
 * sizes: :func:`engine_estimate` (memory and time of a general description's
   run from its sizes: sequences n x L tokens x P features x records; the
-  explicit network's m x d weights) through :func:`meanfield.guard.check_size`;
-  the mixture family through :func:`meanfield.guard.check_mixture_size`
+  explicit network's m x d weights) through :func:`meanfield.core.guard.check_size`;
+  the mixture family through :func:`meanfield.core.guard.check_mixture_size`
   before its samples are built.
 
-Every refusal is a one-line :class:`meanfield.config.ConfigError` (exit 2).
+Every refusal is a one-line :class:`meanfield.core.config.ConfigError` (exit 2).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
-from ..guard import _T_CALL, _T_SAMPLE, check_applicable, check_size
+from ..core.guard import _T_CALL, _T_SAMPLE, check_applicable, check_size
 
 _STAGED = "staged runs give each [[training.stages]] its own length and criterion"
 
-#: key -> (predicate on (method, schedule, referenced), what it needs): meanfield.guard's rule, general descriptions
+#: key -> (predicate on (method, schedule, referenced), what it needs): meanfield.core.guard's rule, general descriptions
 ENGINE_ONLY = {
     "t_end": (lambda c: c.method != "gd" and (c.schedule == "simultaneous" or "t_end" in c.referenced),
               f"a flow or rk4 run of a description without [[training.stages]] (gd runs use steps; {_STAGED})"),
@@ -79,7 +79,7 @@ def _pairs(given: dict, flags: dict) -> dict:
 
 
 def check_options(raw: dict, flags: dict, desc=None) -> None:
-    """Refuse an option the run ignores (one rule, ``meanfield.guard``'s).
+    """Refuse an option the run ignores (one rule, ``meanfield.core.guard``'s).
     ``raw``: the description as read; ``flags``: the overrides given on the
     command line (run knobs and declared parameters); ``desc``: the built
     description (general descriptions: its parameters' method)."""
@@ -128,7 +128,7 @@ def engine_estimate(desc, particles_d: int | None = None, copies: float = 1.0) -
     value entries) and the observables (margins, n x heads x outputs of u),
     three copies (trajectory, observables, file buffers). A step evaluates
     every sequence's attention: n L^2 P per head (the mixture's cost model,
-    ``meanfield.guard._T_SAMPLE``). The explicit network (``particles``)
+    ``meanfield.core.guard._T_SAMPLE``). The explicit network (``particles``)
     adds its m x d weights per head and the n L d embedded tokens."""
     d = desc.data
     n, L, P = float(d.n), float(d.L), float(desc.dictionary.P)
@@ -170,7 +170,7 @@ def mixture_size_first(raw: dict, flags: dict, force: bool, particles_d=None, co
                        width=None) -> None:
     """The mixture family: refuse an absurd size from the config alone, before
     its samples are built (``--K 1000`` would otherwise allocate first)."""
-    from ..guard import check_mixture_size
+    from ..core.guard import check_mixture_size
     from ..mixture.config import make_config
 
     vals = {**{k: v for k, v in _table(raw).items() if v is not None},
@@ -185,7 +185,7 @@ def mixture_size_first(raw: dict, flags: dict, force: bool, particles_d=None, co
     else:
         d = None
     if copies == 0:  # derive: the samples' memory only, no steps
-        from ..guard import check_size, mixture_estimate
+        from ..core.guard import check_size, mixture_estimate
 
         est = {**mixture_estimate(cfg), "seconds": 0.0}
         check_size(est, "size", force, f" (derive K={cfg.K}, L={cfg.L}: {est['n_samples']:.3g} samples)")

@@ -28,7 +28,7 @@ Training: ``simultaneous`` (one stage, everything trains, ``steps``/``t_end``,
 
 from __future__ import annotations
 
-from ..config import parse_criterion
+from ..core.config import parse_criterion
 from .objects import (CRITERIA, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
                       make_data)
 

@@ -26,7 +26,7 @@ finite width (a closure cross-check, ~1e-14). Writes F.h5, F.json, F.png.
 
 API: :func:`particles` (an engine :class:`~meanfield.engine.runs.Run` of the
 projected states), :func:`particles_to_file`, :func:`width_sweep`,
-:class:`ParticleSystem` (the ``meanfield.integrate`` system holding the weights).
+:class:`ParticleSystem` (the ``meanfield.core.integrate`` system holding the weights).
 Methods flow and rk4 integrate the gradient flow of the explicit weights
 themselves (:class:`FlowParticleSystem`, records projected afterwards; every
 record holds the weights while the run lasts, so a very wide flow run is
@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError, as_int
+from ..core.config import ConfigError, as_int
 from . import oracle as orc
 from .description import Description
 
@@ -71,7 +71,7 @@ def _check(desc: Description, d: int | None) -> int:
 
 
 class ParticleSystem:
-    """The explicit network as a ``meanfield.integrate`` system: ``y`` is the
+    """The explicit network as a ``meanfield.core.integrate`` system: ``y`` is the
     projection of the weights it holds (the engine's flat layout), :meth:`gd_advance`
     steps the weights and writes their projection into ``y``; criteria are
     evaluated on the weights by the network itself. GD (flow and rk4: :class:`FlowParticleSystem`)."""
@@ -202,7 +202,7 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
     ``d``, ``embed_seed``): progress on stderr for long runs, a checkpoint (status
     interrupted) every ``checkpoint_s`` seconds, SIGINT/SIGTERM end the run with a valid
     file (status interrupted), a blow-up with status diverged."""
-    from .. import integrate
+    from ..core import integrate
     from .runs import Run, save
     from .system import system_of
 
@@ -276,7 +276,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     """Infinite-width engine run against the particle system at every (m, seed) (module
     docstring); writes ``out`` (.h5), ``out.json``, ``out.png``; returns the summary."""
     from ..mixture.widths import fit_exponent, kink_events, kink_splits, write_outputs
-    from ..sweep import Progress, map_points
+    from ..core.sweep import Progress, map_points
     from .runs import run as engine_run
 
     out = Path(out)

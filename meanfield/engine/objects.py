@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 
 
 ATTENTIONS = ("softmax", "linear")

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 from .description import Description
 
 ATT = {"softmax": 0, "linear": 1}

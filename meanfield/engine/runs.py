@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import integrate
-from ..io import write_run
+from ..core import integrate
+from ..core.io import write_run
 from .description import Description
 from .system import EngineSystem, integrate_description, observables, system_of
 

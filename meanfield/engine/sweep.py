@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError
-from ..sweep import _jsonable, _write_index, grid, map_points, open_sweep, sweep_paths, track_sweep
+from ..core.config import ConfigError
+from ..core.sweep import _jsonable, _write_index, grid, map_points, open_sweep, sweep_paths, track_sweep
 
 
 def _summary(path: Path) -> dict:
-    from ..io import read_run
+    from ..core.io import read_run
 
     r = read_run(path)
     m = r["margin"][-1] if len(r["t"]) else np.array([np.nan])
@@ -61,7 +61,7 @@ def _run_point(job: tuple[str, dict, str]) -> dict:
 
 
 def _finished(path: Path, over: dict) -> dict | None:
-    from ..io import read_run
+    from ..core.io import read_run
 
     if not path.exists():
         return None

@@ -1,4 +1,4 @@
-"""The engine as a system for ``meanfield.integrate``: stages, solver, record grid, observables.
+"""The engine as a system for ``meanfield.core.integrate``: stages, solver, record grid, observables.
 
 :class:`EngineSystem` adapts the generic kernels (``meanfield.engine.kernels``)
 to the shared steppers (exact GD map, RK4, adaptive Dormand-Prince); a stage's
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import integrate
+from ..core import integrate
 from . import kernels
 from .description import Description
 from .reduce import GROUP_BIT, LOSS, Layout, initial_state, layout
@@ -91,7 +91,7 @@ def mode_of(train) -> int:
 
 @dataclass
 class EngineSystem:
-    """A description's reduced dynamics for ``meanfield.integrate``."""
+    """A description's reduced dynamics for ``meanfield.core.integrate``."""
 
     pk: Packed
     max_abs: float = math.inf
@@ -148,7 +148,7 @@ def save_at(desc: Description) -> integrate.SaveAt:
 
 
 def integrate_description(desc: Description, y0=None, monitor=None, system: EngineSystem | None = None):
-    """Integrate a description; returns (system, meanfield.integrate.Trajectory)."""
+    """Integrate a description; returns (system, meanfield.core.integrate.Trajectory)."""
     system = system or system_of(desc)
     y = initial_state(desc, system.pk.lay) if y0 is None else np.asarray(y0, dtype=np.float64).copy()
     if y.shape != (system.pk.lay.size,):

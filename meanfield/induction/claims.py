@@ -1,7 +1,7 @@
 """The induction-head paper's claims (seed 002, ``docs/conventions.md``)
 as checkers, and the suite behind ``meanfield induction check``.
 
-Every checker is a pure function of a recorded run (``meanfield.io.Run`` or a
+Every checker is a pure function of a recorded run (``meanfield.core.io.Run`` or a
 dict with the same datasets and an ``"attrs"`` entry) and numbers, returning
 a :class:`Claim` with the measured numbers and PASS / FAIL; the report schema
 is the mixture system's (``report.json``: ``{"claims": [{"name", "status",
@@ -79,10 +79,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..report import Claim  # the shared schema
-from ..report import fit_line
-from ..report import jfloat as _f
-from ..report import status as _status
+from ..core.report import Claim  # the shared schema
+from ..core.report import fit_line
+from ..core.report import jfloat as _f
+from ..core.report import status as _status
 from .model import subset_label
 
 # ------------------------------------------------------------------ claims
@@ -777,7 +777,7 @@ def check_suite(out: Path, quick: bool = False, log=print, base: dict | None = N
     """Run every claim and write ``run.h5`` (the main run), ``report.md``,
     ``report.json`` and figures into ``out``. ``base`` / ``settings`` override
     :data:`BASE` / :data:`SETTINGS` entries (tests use small ones)."""
-    from ..io import read_run
+    from ..core.io import read_run
     from . import plot as P
     from . import run as R
     from . import theory as T
@@ -972,7 +972,7 @@ def check_suite(out: Path, quick: bool = False, log=print, base: dict | None = N
                "r2": logfit.get("r2"), "slope": logfit.get("slope"), "a_end": a_end, "a_star_train": a_star_train,
                "a_star_by_L": {str(k): v for k, v in a_star.items()},
                "test_loss_seen": {"model": m_end["loss_seen"], **base_l}}
-    from ..report import gating
+    from ..core.report import gating
 
     report = {"claims": [asdict(c) for c in claims], "quick": quick, "elapsed_s": elapsed,
               "all_pass": all(c.passed for c in claims), "gating_pass": all(c.passed for c in gating(claims)),

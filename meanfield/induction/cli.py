@@ -2,7 +2,7 @@
 
 :func:`add_parser` adds the ``induction`` system to the top-level parser's
 subparsers (``meanfield.cli``); each verb's handler returns the exit code
-(0 complete, 2 bad input via :class:`meanfield.config.ConfigError`, which the
+(0 complete, 2 bad input via :class:`meanfield.core.config.ConfigError`, which the
 main CLI prints as one line, 3 diverged, 130 interrupted).
 
 Every field of :class:`~meanfield.induction.config.InductionConfig` is a
@@ -24,7 +24,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from ..config import ConfigError, as_float, as_int, as_list, load_toml
+from ..core.config import ConfigError, as_float, as_int, as_list, load_toml
 
 HELP = {
     "d": "vocabulary size (>= 2)", "L": "context length; sequences have L+1 tokens (L > every lag)",
@@ -101,7 +101,7 @@ def config_from_args(args):
 
 
 def _check_out(out: str) -> Path:
-    from ..guard import check_output_file  # before the work: directory, parent a file, unwritable folder
+    from ..core.guard import check_output_file  # before the work: directory, parent a file, unwritable folder
 
     return check_output_file(out, "out", (".h5", ".hdf5"))
 
@@ -109,18 +109,18 @@ def _check_out(out: str) -> Path:
 def cmd_run(args) -> int:
     from .run import EXIT_CODES, run_to_file
 
-    from ..guard import check_induction_size
+    from ..core.guard import check_induction_size
 
     cfg = config_from_args(args)
     out = _check_out(args.out)
     check_induction_size(cfg, args.force)
-    from ..guard import first_use_notice
+    from ..core.guard import first_use_notice
     from . import kernels as _ik
 
     first_use_notice(_ik.gd_advance, _ik.loss_grad)
     traj, path = run_to_file(cfg, out, progress=not args.quiet)
     print(f"{path}: {traj.status}: {traj.message}")
-    from ..outcome import outcome_lines  # selected parent set, heads' top lags, a, criteria that never fired
+    from ..core.outcome import outcome_lines  # selected parent set, heads' top lags, a, criteria that never fired
 
     print("\n".join(outcome_lines(path)))
     if traj.status == "diverged":
@@ -144,7 +144,7 @@ def cmd_data(args) -> int:
     seed = tuple(as_int("seed", v, lo=0) for v in as_list("seed", args.seed))
     if not seed:
         raise ConfigError("seed: needs at least one non-negative integer")
-    from ..guard import induction_data_estimate
+    from ..core.guard import induction_data_estimate
 
     induction_data_estimate(N, d, L, len(pa), args.kernels, force=args.force)
     ds = generate(N, d, L, pa, alpha, seed, kernels=args.kernels)
@@ -164,7 +164,7 @@ def cmd_chi2(args) -> int:
     from .theory import candidate_lags, chi2_table
 
     if args.json:
-        from ..guard import check_output_file
+        from ..core.guard import check_output_file
 
         check_output_file(args.json, "json")  # before the work
     data = load_toml(args.config) if args.config else {}
@@ -200,7 +200,7 @@ def cmd_chi2(args) -> int:
             i = res.subsets.index(S)
             print(f"{r:>4}  {'{' + ','.join(map(str, S)) + '}':<12} {m[i]:>12.6g} {se[i]:>10.2g}")
     if args.json:
-        from ..guard import check_output_file
+        from ..core.guard import check_output_file
 
         p = check_output_file(args.json, "json")
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -212,13 +212,13 @@ def cmd_chi2(args) -> int:
 def cmd_check(args) -> int:
     from .claims import check_suite
 
-    from ..guard import check_output_dir
+    from ..core.guard import check_output_dir
 
     base = {"seed": as_int("seed", args.seed, lo=0)} if args.seed is not None else None
     check_output_dir(args.out, "out")
     claims, report = check_suite(Path(args.out), quick=args.quick, base=base,
                                  log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
-    from ..report import gating
+    from ..core.report import gating
 
     gate = gating(claims)
     print("the paper's claims (proved / shown; the exit code depends on these):")
@@ -233,7 +233,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_full(args) -> int:
-    from ..guard import check_output_dir
+    from ..core.guard import check_output_dir
     from .full import full_study
 
     check_output_dir(args.out, "out")
@@ -253,7 +253,7 @@ def cmd_full(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from ..guard import check_output_dir
+    from ..core.guard import check_output_dir
     from .plot import plot_run
 
     check_output_dir(args.out, "out")

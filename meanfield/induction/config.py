@@ -2,7 +2,7 @@
 
 Build it with :func:`make_config` from a dict (TOML file and CLI flags
 merged); every bad value raises a one-line
-:class:`meanfield.config.ConfigError` naming the field. Conditions that are
+:class:`meanfield.core.config.ConfigError` naming the field. Conditions that are
 allowed but suspicious (a parent lag that no head's window can see) are
 returned by :meth:`InductionConfig.warnings` and also issued with
 ``warnings.warn`` by :func:`make_config`.
@@ -15,7 +15,7 @@ import warnings as _warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import ConfigError, as_choice, as_float, as_int, as_list, check_keys, parse_criterion
+from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, check_keys, parse_criterion
 from .criteria import CRITERIA
 
 SCHEDULES = ("three-stage", "simultaneous")

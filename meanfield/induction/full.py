@@ -307,7 +307,7 @@ def c_weights(theta, arch: FullArch) -> np.ndarray:
 
 @dataclass
 class FullSystem:
-    """The full model as a system for :mod:`meanfield.integrate` (GD map only;
+    """The full model as a system for :mod:`meanfield.core.integrate` (GD map only;
     ``mode`` of a stage: a 0/1 mask over the parameters)."""
 
     tokens: np.ndarray
@@ -414,7 +414,7 @@ def full_study(out, quick: bool = False, log=print, settings: dict | None = None
     import time
     from pathlib import Path
 
-    from .. import integrate
+    from ..core import integrate
     from . import run as R
     from .config import make_config
     from .data import generate
@@ -507,7 +507,7 @@ def check_full_same_heads(rec: dict, parents, H: int, setting: dict | None = Non
     copier_mass): PASS if at the end both models select the same lag set, each
     selected head copies the same lag in both, and its attention mass on that
     lag grew during training in both ("builds")."""
-    from ..report import Claim, status
+    from ..core.report import Claim, status
 
     ends = {k: v[-1] for k, v in rec.items()}
     starts = {k: v[0] for k, v in rec.items()}

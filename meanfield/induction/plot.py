@@ -55,7 +55,7 @@ def _plt():
 
 def load(path):
     """Read and check an induction run file (FileNotFoundError / ValueError)."""
-    from ..io import read_run
+    from ..core.io import read_run
 
     path = Path(path)
     try:

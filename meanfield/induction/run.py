@@ -1,18 +1,18 @@
 """One induction-head run, from a validated config to an HDF5 run file.
 
 :class:`InductionSystem` adapts the numba kernels to the shared steppers of
-``meanfield.integrate``; :func:`stages` turns a schedule into stages;
+``meanfield.core.integrate``; :func:`stages` turns a schedule into stages;
 :func:`run` integrates and :func:`save` writes the public run format
-(:func:`meanfield.io.write_run`, ``system = "induction"``).
+(:func:`meanfield.core.io.write_run`, ``system = "induction"``).
 
 Stage modes are ``(train_c, train_w, train_a)`` masks (1 / 0): GD takes
 ``theta[group] -= eta * mask_group * grad[group]`` with the shared
-:class:`~meanfield.integrate.GDMap`, each phase with its own step size
+:class:`~meanfield.core.integrate.GDMap`, each phase with its own step size
 (``Stage.eta``: eta_1, eta_2, eta_3; simultaneous: eta), so the time ``t`` of a GD
 run is the gradient-flow time, the sum of the step sizes taken; the flow is
 ``d theta/dt = -mask * grad``.
 
-Run file (``meanfield.io`` common attributes plus):
+Run file (``meanfield.core.io`` common attributes plus):
 
 * datasets, T records: ``t`` (T,), ``step`` (T,), ``stage`` (T,) (stage (phase) 1..3,
   or 1 for simultaneous), ``theta`` (T, n_params) (layout of
@@ -44,9 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import integrate
-from ..config import parse_criterion
-from ..io import write_run
+from ..core import integrate
+from ..core.config import parse_criterion
+from ..core.io import write_run
 from . import kernels
 from .config import InductionConfig
 from .data import InductionData, generate, load_data
@@ -133,7 +133,7 @@ def _crit_args(criterion):
 
 @dataclass
 class InductionSystem:
-    """The induction-head model as a system for ``meanfield.integrate``.
+    """The induction-head model as a system for ``meanfield.core.integrate``.
 
     ``mode`` of a stage: (rate_c, rate_w, rate_a). With ``fresh`` (a config in
     sampling = fresh) every GD step draws its own batch (seed

@@ -33,7 +33,7 @@ n_neurons > 1), method ``flow`` (adaptive Dormand-Prince), rk4 with criteria
 (their event location needs dense output) and rk4 with ``record_dt`` /
 ``record_log`` (interpolated records). Run those unbatched.
 
-Records follow ``meanfield.integrate`` exactly (GDMap / RK4 with ``SaveAt``):
+Records follow ``meanfield.core.integrate`` exactly (GDMap / RK4 with ``SaveAt``):
 the initial state, every ``every``-th step (and the given points), every
 stage end and the final (or last accepted) state, a record at the same
 (step, t) as the previous one replacing it. CPU batched results equal
@@ -70,8 +70,8 @@ from typing import Callable
 import numpy as np
 from numba import njit, prange
 
-from .. import integrate
-from ..config import ConfigError
+from ..core import integrate
+from ..core.config import ConfigError
 from . import kernels
 from .config import MixtureConfig
 from .init import initial_state

@@ -1,7 +1,7 @@
 """The paper's claims (seed 000, from its rebuttal; see ``docs/conventions.md``)
 as checkers, and the suite behind ``meanfield mixture check``.
 
-Every checker is a pure function of recorded runs (``meanfield.io.Run`` or the
+Every checker is a pure function of recorded runs (``meanfield.core.io.Run`` or the
 dict that ``read_run`` returns) and numbers, returning a :class:`Claim` with
 the measured numbers and PASS / FAIL; :func:`check_suite` makes the runs,
 calls the checkers and writes ``report.md``, ``report.json`` and figures.
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import integrate
-from ..report import Claim  # the shared schema
-from ..report import gating
-from ..report import fit_line
-from ..report import jfloat as _f
-from ..report import status as _status
+from ..core import integrate
+from ..core.report import Claim  # the shared schema
+from ..core.report import gating
+from ..core.report import fit_line
+from ..core.report import jfloat as _f
+from ..core.report import status as _status
 from .config import MixtureConfig, make_config
 from .measure import omega_sweep, simulate  # noqa: F401 (re-exported)
 from .run import samples_of

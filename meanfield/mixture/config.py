@@ -1,7 +1,7 @@
 """The mixture run configuration: one frozen dataclass, validated once.
 
 Build it with :func:`make_config` from a dict (TOML file and CLI flags merged);
-every bad value raises a one-line :class:`meanfield.config.ConfigError`.
+every bad value raises a one-line :class:`meanfield.core.config.ConfigError`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import (
+from ..core.config import (
     ConfigError,
     as_choice,
     as_float,

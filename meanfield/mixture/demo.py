@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import read_run
+from ..core.io import read_run
 from .claims import _stage_end_index
 from .config import make_config
 from .plot import plot_run, summary_markdown

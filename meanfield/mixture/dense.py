@@ -78,7 +78,7 @@ For noisy tokens the feature coordinates are the projections on the clean
 features c_k, v_k.
 
 Numba kernels below are ``@njit(cache=True)`` pure functions over arrays;
-:class:`DenseSystem` adapts them to ``meanfield.integrate``; :func:`run`,
+:class:`DenseSystem` adapts them to ``meanfield.core.integrate``; :func:`run`,
 :func:`save` and :func:`simulate` mirror ``meanfield.mixture.run``.
 """
 
@@ -91,8 +91,8 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
-from .. import integrate
-from ..io import write_run
+from ..core import integrate
+from ..core.io import write_run
 from . import kernels
 from .config import MixtureConfig, gram_matrix, parse_neuron_init
 from .data import SampleSet, TrainingSet, feature_labels, sample_set, samples_group, training_set
@@ -468,7 +468,7 @@ def gd_advance(y, nsteps, eta, r, nn, X, lab, weight, consistent, r0, train_w, t
 
 @dataclass
 class DenseSystem:
-    """The dense reduced dynamics as a system for ``meanfield.integrate``;
+    """The dense reduced dynamics as a system for ``meanfield.core.integrate``;
     ``mode`` of a stage is ``(train_w, train_att)``."""
 
     data: DenseData

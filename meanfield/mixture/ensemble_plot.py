@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 
 AGGS = {"mean": np.nanmean, "median": np.nanmedian, "min": np.nanmin, "max": np.nanmax}
 
@@ -24,7 +24,7 @@ AGGS = {"mean": np.nanmean, "median": np.nanmedian, "min": np.nanmin, "max": np.
 def _read(path: Path):
     import h5py
 
-    from ..ensemble import SWEEP_FORMAT
+    from ..core.ensemble import SWEEP_FORMAT
 
     if not path.exists():
         raise ConfigError(f"sweep: no such file {str(path)!r}")

@@ -1,4 +1,4 @@
-"""The mixture system's plateaus as saddles for ``meanfield.escape``.
+"""The mixture system's plateaus as saddles for ``meanfield.core.escape``.
 
 Stage 2 of the three-stage schedule starts at S = 0, A = B = omega^2 I with
 the neurons w~ of the end of stage 1 (stage 1 keeps S = 0, so w~ does not
@@ -9,7 +9,7 @@ per unit omega^2 (power p = 2), or, at finite width, the sampled (S, A, B)
 divided by omega^2.
 
 The linearisation is exact: complex-step differentiation (see
-``meanfield.escape``) of a complex-safe numpy copy of the reduced dynamics
+``meanfield.core.escape``) of a complex-safe numpy copy of the reduced dynamics
 written here (forward pass, backward pass G = dLoss/dS and dLoss/dw~, the flow
 right-hand side and the exact GD map with its eta^2 terms, as in
 ``docs/conventions.md``). The copy is tested equal to the numba kernels at
@@ -31,8 +31,8 @@ import math
 
 import numpy as np
 
-from .. import escape, integrate
-from ..config import parse_criterion
+from ..core import escape, integrate
+from ..core.config import parse_criterion
 from . import kernels
 from .config import MixtureConfig, make_config
 from .data import SampleSet, feature_labels
@@ -281,7 +281,7 @@ def simultaneous(cfg: MixtureConfig, omegas, theta: float = 0.1, steps: int | No
     attention block sits at the frozen-neuron saddle (0, 0, 0, w~_k), which
     moves. The prediction propagates the initial self-scores (0, I, I) x
     omega^2 through the GD maps linearised at those moving saddles
-    (``meanfield.escape.tangent_log_growth``, exact JVPs) and says that the
+    (``meanfield.core.escape.tangent_log_growth``, exact JVPs) and says that the
     scores move (max |S| >= ``theta``) at the first step where omega^2 times
     the linear solution's max |S| reaches ``theta``. Measured: the first
     record of a simultaneous run with max |S| >= theta. The local slope
@@ -292,7 +292,7 @@ def simultaneous(cfg: MixtureConfig, omegas, theta: float = 0.1, steps: int | No
     from .run import run as run_traj
 
     if cfg.method != "gd":
-        from ..config import ConfigError
+        from ..core.config import ConfigError
 
         raise ConfigError("method: the simultaneous plateau report needs gd (the exact GD map)")
     omegas = sorted(float(o) for o in omegas)
@@ -474,8 +474,8 @@ def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6, 
     measurement from an omega sweep (stage 2 ended by inconsistent_margin >=
     ``margin``: exact to one step for GD, located by dense output for the
     flow), the tolerance from the neglected terms
-    (``meanfield.escape.slope_tolerance``)."""
-    from ..report import fit_line
+    (``meanfield.core.escape.slope_tolerance``)."""
+    from ..core.report import fit_line
 
     omegas = np.asarray(omegas, float)
     crit = ("none", f"inconsistent_margin>={margin}", "none")
@@ -618,7 +618,7 @@ def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json
     import json
     from pathlib import Path
 
-    from ..config import ConfigError
+    from ..core.config import ConfigError
 
     if stage not in ("2", "3", "simultaneous"):
         raise ConfigError(f"stage: must be one of 2, 3, simultaneous; got {stage!r}")
@@ -628,7 +628,7 @@ def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json
         raise ConfigError(f"json: must be a path ending in .json, got {json_path!r}")
     y_at = {}
     if run_path is not None:
-        from ..io import read_run
+        from ..core.io import read_run
 
         try:
             run = read_run(run_path)
@@ -708,7 +708,7 @@ def check_stage2_constant(results: list[dict]):
     mode, O(omega^2) feedback, one-step resolution). Source ``expected``: the
     paper proves only the order O(log 1/omega); the constant is this
     project's derivation, so it does not decide the check's exit code."""
-    from ..report import Claim, jfloat, status
+    from ..core.report import Claim, jfloat, status
 
     ok = bool(results) and all(r["pass"] for r in results)
     rows = {}

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import read_run
+from ..core.io import read_run
 from . import kernels
 from .config import make_config
 from .data import sample_set
@@ -92,7 +92,7 @@ def _first_at_or_after(mask, t, t0):
 
 
 def metrics(f, K: int) -> dict:
-    """Stage-wise numbers of one run file (``meanfield.io.Run``)."""
+    """Stage-wise numbers of one run file (``meanfield.core.io.Run``)."""
     t = np.asarray(f["t"], float)
     m = np.asarray(f["margin"], float)
     smp = f["samples"]

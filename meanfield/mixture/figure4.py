@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..report import Claim
-from ..report import jfloat as _f
-from ..report import status as _status
+from ..core.report import Claim
+from ..core.report import jfloat as _f
+from ..core.report import status as _status
 from . import kernels
 from .run import samples_of
 

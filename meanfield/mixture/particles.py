@@ -81,8 +81,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .. import integrate
-from ..config import ConfigError
+from ..core import integrate
+from ..core.config import ConfigError
 from . import kernels
 from .config import MixtureConfig
 from .data import SampleSet
@@ -634,7 +634,7 @@ def _threads(n: int):
 
 
 class ParticleSystem:
-    """The explicit network as a ``meanfield.integrate`` system on a FLAT
+    """The explicit network as a ``meanfield.core.integrate`` system on a FLAT
     particle state ``y = [W_K (2, m, d), W_Q (2, m, d), w (2, d)]`` (row-major;
     see :meth:`state` / :meth:`views`). ``mode`` is ``(train_w, train_att)``.
     Fine for small m (every record copies the whole state); for real runs
@@ -712,7 +712,7 @@ class ParticleSystem:
 
 
 class ProjectedParticles:
-    """The explicit network as a ``meanfield.integrate`` system whose ``y`` is the
+    """The explicit network as a ``meanfield.core.integrate`` system whose ``y`` is the
     PROJECTED reduced state: it holds the weights itself (``WK``, ``WQ``, ``w``,
     with their projections ``KE``, ``QE``) and :meth:`gd_advance` advances them
     and writes their projection into ``y``. So the shared :class:`GDMap` drives

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import read_run
+from ..core.io import read_run
 
 __all__ = ["plot_run", "summary_markdown", "FIGURES"]
 
@@ -54,7 +54,7 @@ def _load(path):
     missing = [k for k in _REQUIRED if k not in run]
     if missing:
         raise ValueError(f"{path}: mixture run file lacks dataset(s) {', '.join(missing)}")
-    from ..guard import validate_mixture_run
+    from ..core.guard import validate_mixture_run
 
     validate_mixture_run(run, path)  # shapes and the config attribute; names the wrong field
     return run

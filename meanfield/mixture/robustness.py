@@ -50,9 +50,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..report import Claim
-from ..report import jfloat as _f
-from ..report import status as _status
+from ..core.report import Claim
+from ..core.report import jfloat as _f
+from ..core.report import status as _status
 from .config import make_config
 from .measure import as_run, simulate
 from .run import run as run_traj
@@ -185,7 +185,7 @@ def _dense(cfg) -> dict:
 def mechanism(run, relu_prime_at_zero: float | None = None) -> dict:
     """Solved or not, and why: the stuck samples (margin < the level at the
     end), their pre-activations, the kink and dead-ReLU sets over time.
-    ``run``: an in-memory run (dict) or a run file (``meanfield.io.Run``)."""
+    ``run``: an in-memory run (dict) or a run file (``meanfield.core.io.Run``)."""
     m = np.asarray(run["margin"], float)
     t = np.asarray(run["t"], float)
     smp = run["samples"]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import integrate
-from ..io import write_run
+from ..core import integrate
+from ..core.io import write_run
 from . import kernels
 from .config import MixtureConfig
 from .data import feature_labels, samples_group

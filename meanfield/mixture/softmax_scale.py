@@ -73,9 +73,9 @@ def check_stage2_longer(dur: dict, omega_slope: float | None = None):
     slower, and the effective init omega m^(-1/4) adds (slope / 4) log m):
     sqrt(m) (mean duration without the factor + omega_slope / 4 log m), with
     ``omega_slope`` the stage-2 duration's slope in log(1/omega)."""
-    from ..report import Claim
-    from ..report import jfloat as _f
-    from ..report import status as _status
+    from ..core.report import Claim
+    from ..core.report import jfloat as _f
+    from ..core.report import status as _status
 
     ms = dur["widths"]
     d1 = [float(np.mean(v)) for v in dur["1"]]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..report import fit_line
+from ..core.report import fit_line
 from .measure import simulate
 from .config import make_config
 

@@ -987,7 +987,7 @@ def red_gd_advance(z, nsteps, eta, args, consistent, r0, train_w, train_att, cri
 
 @dataclass
 class ReducedSystem:
-    """The reduced dynamics in orbit variables as a system for ``meanfield.integrate``."""
+    """The reduced dynamics in orbit variables as a system for ``meanfield.core.integrate``."""
 
     reduction: Reduction
     relu_prime_at_zero: float = 1.0
@@ -1027,7 +1027,7 @@ class Reduced:
 
     ``embed(z) -> y``, ``project(y) -> z``, ``rhs(z, mode=(True, True))`` (flow),
     ``gd_map(z, eta, mode=(True, True))`` (one exact GD step), ``system`` (for
-    ``meanfield.integrate`` solvers), ``z0`` (the initial orbit variables).
+    ``meanfield.core.integrate`` solvers), ``z0`` (the initial orbit variables).
     """
 
     cfg: object

@@ -1,4 +1,4 @@
-"""The reduced mixture dynamics as systems for ``meanfield.integrate``, and how
+"""The reduced mixture dynamics as systems for ``meanfield.core.integrate``, and how
 a config maps to them.
 
 :class:`MixtureSystem` adapts the numba kernels (``meanfield.mixture.kernels``)
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import integrate
-from ..config import parse_criterion
+from ..core import integrate
+from ..core.config import parse_criterion
 from . import kernels
 from .config import MixtureConfig
 from .data import SampleSet, sample_set
@@ -36,7 +36,7 @@ def criterion_args(criterion) -> tuple[int, int, float]:
 
 @dataclass
 class MixtureSystem:
-    """The reduced mixture dynamics as a system for ``meanfield.integrate``.
+    """The reduced mixture dynamics as a system for ``meanfield.core.integrate``.
     ``mode`` of a stage is ``(train_w, train_att)``."""
 
     samples: SampleSet

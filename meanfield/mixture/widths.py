@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError
-from ..io import write_h5_atomic
-from ..sweep import Progress, map_points
+from ..core.config import ConfigError
+from ..core.io import write_h5_atomic
+from ..core.sweep import Progress, map_points
 from .config import MixtureConfig, make_config
 from .observables import observables
 from .run import run as run_traj

@@ -2,9 +2,9 @@
 paper model (issue 12), dispatched by the description's ``name``.
 
 Each model's checker lives beside its reference code (``meanfield.models.<name>``)
-and returns a list of :class:`meanfield.report.Claim` plus metadata; this module
+and returns a list of :class:`meanfield.core.report.Claim` plus metadata; this module
 writes ``report.json`` (``{"claims": [...], ...}``, the schema of
-``meanfield.report``) and ``report.md`` and says which claims gate the exit code
+``meanfield.core.report``) and ``report.md`` and says which claims gate the exit code
 (proved / shown: exit 0 iff they all pass).
 """
 
@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 
 #: description name -> "module:function" of its claims (called as fn(path, out, quick, log))
 CHECKS = {
@@ -66,7 +66,7 @@ def run_check(path, out, quick: bool = False, log=print):
     """Load the description's name, call its checker, write the reports.
     Returns (claims, report.md path)."""
     from ..engine.description import _read
-    from ..report import gating
+    from ..core.report import gating
 
     raw = _read(path)
     name = str(raw.get("name", Path(path).stem))
@@ -77,7 +77,7 @@ def run_check(path, out, quick: bool = False, log=print):
     description_from_dict(raw, source=str(path))  # the description as given must be valid (one-line error, exit 2)
     mod, _, fn = CHECKS[name].partition(":")
     checker = getattr(importlib.import_module(mod), fn)
-    from ..guard import check_output_dir
+    from ..core.guard import check_output_dir
 
     out = check_output_dir(out, "out")  # a file there, a parent that is a file, no write access: one line, exit 2
     out.mkdir(parents=True, exist_ok=True)

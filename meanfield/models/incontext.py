@@ -335,7 +335,7 @@ def check(path, out, quick: bool = False, log=print):
     raw = _read(path)
     args = dict(raw.get("data", {}).get("args", {}))
     if raw.get("data", {}).get("function") != "meanfield.models.incontext:prompts":
-        from ..config import ConfigError
+        from ..core.config import ConfigError
 
         raise ConfigError("data.function: the incontext check needs meanfield.models.incontext:prompts")
     args.pop("p1", None)
@@ -407,7 +407,7 @@ def claims_from(runs: dict, setting: dict, fig=None) -> list:
     ``runs["imbalanced"]`` each with ``p``, ``A`` (T, K), ``B`` (T, K, K),
     ``phases`` {k: phase_boundaries(A, B, k)}, ``Teps`` {k: step or None},
     ``err`` (T', K) and ``loss`` (T,)."""
-    from ..report import Claim, status
+    from ..core.report import Claim, status
 
     claims = []
     b = runs["balanced"]

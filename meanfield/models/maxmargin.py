@@ -38,7 +38,7 @@ def dataset(features, n: int = 4, T: int = 3, seed: int = 0, margin: float = 0.5
     neuron_init const:1,0,...).  Each sequence's optimal token (largest score
     Y_i v^T x_{it}) beats the others by at least ``margin`` (tokens redrawn until
     so), the paper's well-separated regime.  Returns tokens (n, T, d), target."""
-    from ..config import as_float, as_int
+    from ..core.config import as_float, as_int
 
     n, T, seed = as_int("n", n, lo=1), as_int("T", T, lo=2), as_int("seed", seed, lo=0)
     margin = as_float("margin", margin, nonneg=True)
@@ -239,7 +239,7 @@ def check(path, out, quick: bool = False, log=print):
     S = SETTINGS["quick" if quick else "full"]
     raw = _read(path)
     if raw.get("data", {}).get("function") != "meanfield.models.maxmargin:dataset":
-        from ..config import ConfigError
+        from ..core.config import ConfigError
 
         raise ConfigError("data.function: the maxmargin check needs meanfield.models.maxmargin:dataset")
     res = {}
@@ -293,7 +293,7 @@ def claims_from(curves: dict, opt, setting: dict, infof: dict, infon: dict, cos_
     ``curves["separate"]`` each with ``step``, ``norm``, ``cosF``, ``cosN`` (per
     record) and ``alpha`` (the selected tokens at the end); ``opt`` the optimal
     tokens."""
-    from ..report import Claim, fit_line, status
+    from ..core.report import Claim, fit_line, status
 
     opt = np.asarray(opt)
     claims = []
@@ -340,7 +340,7 @@ def finite_width_claim(fin: dict, opt, setting: dict, fig=None):
     random init): ``fin[(m, seed)]`` with cosN, cosF, alpha (selected tokens) and
     sup_err = max over records up to WIDTH_WINDOW steps of |S_m - S_inf| (the width error, with its fitted
     exponent in m)."""
-    from ..report import Claim, fit_line, status
+    from ..core.report import Claim, fit_line, status
 
     opt = list(np.asarray(opt).tolist())
     ok = all(v["cosN"] >= 1 - TOL_COS and v["cosN"] > v["cosF"] and v["alpha"] == opt for v in fin.values())

@@ -146,7 +146,7 @@ def check(path, out, quick: bool = False, log=print):
     S = SETTINGS["quick" if quick else "full"]
     raw = _read(path)
     if raw.get("data", {}).get("function") != "meanfield.models.multiclass:samples":
-        from ..config import ConfigError
+        from ..core.config import ConfigError
 
         raise ConfigError("data.function: the mixture_multiclass check needs meanfield.models.multiclass:samples")
     log(f"[check] mixture_multiclass: simultaneous GD, {S['sim_steps']} steps (infinite width) ...")
@@ -196,7 +196,7 @@ def width_errors(raw, S, log=print) -> dict:
     """Finite widths m in ERR_WIDTHS (seeds S["seeds"]) against infinite width on the
     three-stage schedule cut after WIDTH_STAGE2 attention steps: sup errors of the
     scores S and the neurons w in two windows and their fitted exponents in m."""
-    from ..report import fit_line
+    from ..core.report import fit_line
 
     stages = (S["stage_steps"][0], WIDTH_STAGE2, 0)
     _, rinf = _run(raw, {"record_every": 10}, stages)
@@ -231,7 +231,7 @@ def claims_from(sim_m: dict, sn: dict, fins: list, setting: dict, S: dict) -> li
     """The four claims from measurements: ``sim_m`` (simultaneous run: t_neurons,
     t_scores, loss_end, min_margin_end), ``sn`` / ``fins`` (stage_numbers of the
     infinite-width and finite-width three-stage runs), ``S`` the settings used."""
-    from ..report import Claim, status
+    from ..core.report import Claim, status
 
     tw, tS = sim_m["t_neurons"], sim_m["t_scores"]
     claims = []

@@ -49,7 +49,7 @@ def cases() -> dict[str, dict]:
 
 
 def compute(flags: dict) -> dict[str, np.ndarray]:
-    from meanfield.io import read_run
+    from meanfield.core.io import read_run
     from meanfield.mixture.config import make_config
     from meanfield.mixture.run import run, save
 

@@ -1,0 +1,15 @@
+"""The shared core of meanfield: what every system uses.
+
+* ``config``: config dataclass helpers, value parsers, TOML loading, criteria;
+* ``integrate``: GD map / RK4 / Dopri5 steppers, stages, record grids, Monitor;
+* ``io``: the HDF5 run file (atomic writes, the one schema);
+* ``report``: claims (PASS / FAIL with numbers and source);
+* ``bounds``: `bound` (a paper's inequality checked on a run file);
+* ``sweep`` / ``ensemble``: many runs (per-point sweeps, chunked ensembles);
+* ``escape``: escape times from saddles (Jacobian spectra);
+* ``guard`` / ``outcome``: input and output checks, console outcomes.
+
+Systems (``meanfield.mixture``, ``meanfield.induction``) and the engine
+(``meanfield.engine``) build on it; nothing here imports a system at module
+level.
+"""

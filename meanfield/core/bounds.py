@@ -1,0 +1,1007 @@
+"""Check user inequalities ("bounds") over a mixture run's trajectory, safely.
+
+A bound is an inequality in the run's variables, written with the paper's
+names, checked at every recorded time (or a selection of them)::
+
+    S+[c1,v1] >= 0 and S+[c2,v1] <= 0        (during stage 2)
+    min_margin_consistent > 0                 (during stage 2)
+    loss <= log(2) * exp(-(t - T2) / 1000)    (tmin = T2)
+    0 <= g[0] <= 1
+
+Grammar
+-------
+Atoms (P = 2K features ``c1..cK v1..vK``; heads ``+`` and ``-``; sample
+indices ``i`` are 0-based, in the order of the run's ``samples/description``)::
+
+    S+[a,b]  S-[a,b]   score of that head, key feature a, query feature b
+                       (= run["S"][:, head, a, b])
+    A+[a,b]  A-[a,b]   key self-score       B+[a,b]  B-[a,b]  query self-score
+    w+[a]    w-[a]     neuron alignment (= run["w"][:, head, a])
+    u+[i]    u-[i]     pre-activation of head +/- on sample i (= run["u"][:, i, head])
+    margin[i]          y f(X_i) (= run["margin"][:, i])
+    g[i]               -l'(y f(X_i)) = 1 / (1 + exp(margin[i]))
+    t, step, loss      time, solver step and population loss of each record
+    min_margin, max_margin                 min / max of margin[i] over all samples
+    min_margin_consistent, min_margin_inconsistent
+                       min of margin[i] over the consistent (every distractor
+                       sign equals y) / inconsistent samples; an error if the
+                       run has no such sample (e.g. L = 2 has no inconsistent one)
+    max_g              max of g[i] over all samples
+    omega, eta, K, L, n (number of samples), m (attention width; inf for
+                       infinite width)
+    T1, T2, T_loss     the run's detected stage times (attributes T1, T2, T_loss
+                       written by ``meanfield.mixture.stagetimes``: neuron
+                       stage done, attention stage done, loss level reached);
+                       an error if the run never reached it
+    T3                 end time of stage 3; Tend1, Tend2, Tend3: end times
+                       of stages 1..3 (the run's stage_ends attribute; an error
+                       if the run has no such stage end)
+    inf, pi            constants; numbers: 1, 0.5, 1e-3
+
+A described model's run (``meanfield model run MODEL.toml``, system
+``engine``) names its heads and features itself; its variables are written
+with the head's name first inside the brackets, then each index as a feature
+name or a 0-based number::
+
+    S[h,a,b]  A[h,a,b]  B[h,a,b]  W[h,a,b]   Gram block / merged W of head h (key a, query b)
+    w[h,a]  w[h,c,a]  w[h,c,j,a]             value vector (output c, neuron j: 0 when there is one)
+    u[h,i]  u[h,i,c]                          pre-activation of head h on sample i (output c)
+    var[h,NAME,i,...]                         any variable of the run (variables/<h>/<NAME>), e.g.
+                                              var[h,V.r1,plus] or var[h,a] (a trainable sign)
+
+(a head named ``+`` or ``-`` may also be written ``S+[a,b]``); margin[i],
+g[i], loss, t, eta, m, T_loss ... as above.
+
+The head sign is written directly after the letter, without spaces (``S+[``;
+``S_+[`` is accepted too). The bracketed forms are tokenised into single atoms
+BEFORE Python's parser sees the text, so ``w+[c1]*2`` is ``(w+[c1])*2`` and
+never ``w + ([c1]*2)``. A bare ``S``, ``w`` ... is an error that says how to
+write it.
+
+Operators: ``+ - * / **``, unary ``-`` and ``+``, parentheses; functions
+``abs exp log sqrt`` (one argument) and ``min max`` (two or more arguments,
+pointwise at each time: they are NOT minima over time). A bound is a
+comparison ``< <= > >= ==`` (chained allowed: ``a <= b < c`` means ``a <= b and
+b < c``), or comparisons combined with ``and`` / ``or`` (parentheses allowed).
+
+Slack: ``rhs - lhs`` for ``<`` and ``<=``, ``lhs - rhs`` for ``>`` and ``>=``,
+``-|lhs - rhs|`` for ``==`` (0 where both sides are equal, also for inf == inf);
+chains and ``and`` take the minimum, ``or`` the maximum. A bound holds at a
+time when its comparison is true there; a NaN (e.g. ``log`` of a negative
+number) never holds and makes the worst slack NaN.
+
+Times: ``during`` is ``all`` or ``stageK`` (K = 1, 2, 3); a stage is the closed
+interval from its start (the last record of stage K-1, or the first record) to
+its last record, so ``t >= T1 during stage2`` holds and ``t > T1`` does not.
+``tmin`` / ``tmax`` further keep ``tmin <= t <= tmax``.
+
+Safety
+------
+The text is never given to ``eval``, ``exec`` or ``compile`` (beyond
+``ast.parse``, which only builds a syntax tree). Only ASCII text is accepted;
+after the bracket rewrite the tree is checked against a whitelist of node
+types, every other node (attributes, subscripts, lambdas, comprehensions,
+strings, containers, keyword arguments, unknown names or functions ...) is a
+one-line :class:`BoundError` naming the offending part. The checked tree is
+then translated into a small private expression tree that is evaluated with
+numpy, vectorised over time, on float64 values only.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import ConfigError
+
+__all__ = [
+    "BoundError", "Bound", "BoundResult", "DURINGS", "VARIABLES", "FUNCTIONS",
+    "parse_bound", "evaluate", "values", "select", "load_bounds", "format_result", "run_bounds_cli",
+]
+
+MAX_CHARS = 4000
+MAX_DEPTH = 80
+DURINGS = ("all", "stage1", "stage2", "stage3")
+
+VARIABLES = {
+    "t": "time of each record",
+    "step": "solver step of each record",
+    "loss": "population loss",
+    "min_margin": "min over samples of margin[i]",
+    "max_margin": "max over samples of margin[i]",
+    "min_margin_consistent": "min of margin[i] over consistent samples",
+    "min_margin_inconsistent": "min of margin[i] over inconsistent samples",
+    "max_g": "max over samples of g[i] = 1/(1+exp(margin[i]))",
+    "omega": "attention init scale",
+    "eta": "GD step size",
+    "m": "attention width (inf for infinite width)",
+    "K": "number of groups",
+    "L": "tokens per sample",
+    "n": "number of samples",
+    "T1": "detected end of the neuron stage (run attribute T1)",
+    "T2": "detected end of the attention stage (run attribute T2)",
+    "T_loss": "first time the loss reached the detection level (run attribute T_loss)",
+    "T3": "end time of stage 3",
+    "Tend1": "end time of stage 1",
+    "Tend2": "end time of stage 2",
+    "Tend3": "end time of stage 3",
+    "inf": "infinity",
+    "pi": "3.14159...",
+}
+FUNCTIONS = {"abs": (1, 1), "exp": (1, 1), "log": (1, 1), "sqrt": (1, 1), "min": (2, None), "max": (2, None)}
+_UNARY = {"abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt}
+
+_ATOM_FORMS = ("S+[a,b], S-[a,b], A+[a,b], A-[a,b], B+[a,b], B-[a,b], w+[a], w-[a], u+[i], u-[i], margin[i], g[i]; "
+               "a described model's run (meanfield model run): S[h,a,b], A[h,a,b], B[h,a,b], W[h,a,b], w[h,a], "
+               "w[h,c,a], u[h,i], u[h,i,c], var[h,NAME,i,...]")
+_REF_RE = re.compile(
+    r"(?<![A-Za-z0-9_.])(?:(?P<kind>[SABwu])_?(?P<head>[+-])|(?P<skind>margin|g)[ \t]*|(?P<gkind>var|[SABWwu]))"
+    r"\[(?P<arg>[^\[\]]*)\]",
+    re.ASCII,
+)
+#: the head-named forms of a described model's run: kind -> (least, most) number of bracket entries
+_GENERAL_ARGS = {"S": (3, 3), "A": (3, 3), "B": (3, 3), "W": (3, 3), "w": (2, 4), "u": (2, 3), "var": (2, 8)}
+_GENERAL_ITEM_RE = re.compile(r"[A-Za-z0-9_.+-]+\Z", re.ASCII)
+_FEATURE_RE = re.compile(r"[cv][1-9][0-9]*\Z", re.ASCII)
+_INDEX_RE = re.compile(r"[0-9]+\Z", re.ASCII)
+
+_CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "=="}
+_BIN = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+_ALLOWED = (
+    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.Compare, ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd,
+    ast.Call, ast.Name, ast.Load, ast.Constant, *_CMP, *_BIN,
+)
+_DESCRIBE = {
+    "Attribute": "attribute access", "Subscript": "subscript", "Lambda": "lambda",
+    "ListComp": "comprehension", "SetComp": "comprehension", "DictComp": "comprehension",
+    "GeneratorExp": "comprehension", "comprehension": "comprehension", "Starred": "starred argument",
+    "keyword": "keyword argument", "List": "list", "Tuple": "tuple", "Set": "set", "Dict": "dict",
+    "IfExp": "conditional expression", "NamedExpr": "assignment expression", "JoinedStr": "f-string",
+    "FormattedValue": "f-string", "Await": "await", "Yield": "yield", "YieldFrom": "yield", "Slice": "slice",
+    "Not": "operator 'not'", "Invert": "operator '~'", "NotEq": "operator '!='", "Is": "operator 'is'",
+    "IsNot": "operator 'is not'", "In": "operator 'in'", "NotIn": "operator 'not in'", "Mod": "operator '%'",
+    "FloorDiv": "operator '//'", "MatMult": "operator '@'", "BitAnd": "operator '&'", "BitOr": "operator '|'",
+    "BitXor": "operator '^'", "LShift": "operator '<<'", "RShift": "operator '>>'",
+}
+
+
+class BoundError(ConfigError):
+    """A bound that cannot be parsed or evaluated: a one-line message naming the offending part."""
+
+
+def _one_line(s: str, limit: int = 120) -> str:
+    s = " ".join(str(s).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A bracketed atom: kind in S A B w u margin g; head 0 (+), 1 (-) or None;
+    args: feature labels (S A B w) or a sample index (u margin g)."""
+
+    kind: str
+    head: int | None
+    args: tuple
+    text: str
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A parsed bound: ``text`` as written, ``tree`` the private expression tree,
+    ``refs`` the bracketed atoms and ``names`` the variables it uses."""
+
+    text: str
+    tree: tuple
+    refs: tuple
+    names: frozenset
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.text = text
+        self.refs: dict[str, Ref] = {}
+        self.names: set[str] = set()
+
+    def fail(self, msg: str):
+        raise BoundError(f"bound {_one_line(self.text, 80)!r}: {msg}")
+
+    # -- the bracket rewrite
+    def rewrite(self) -> str:
+        prefix = "_ref"
+        while prefix in self.text:
+            prefix = "_" + prefix
+        out, pos = [], 0
+        for i, mt in enumerate(_REF_RE.finditer(self.text)):
+            ref = self._ref(mt)
+            ph = f"{prefix}{i}_"
+            self.refs[ph] = ref
+            out.append(self.text[pos: mt.start()])
+            out.append(f" {ph} ")
+            pos = mt.end()
+        out.append(self.text[pos:])
+        self.prefix = prefix
+        return "".join(out)
+
+    def _ref(self, mt: re.Match) -> Ref:
+        raw = mt.group(0)
+        arg = mt.group("arg")
+        parts = [p.strip() for p in arg.split(",")]
+        if mt.group("gkind"):  # a described model's run: the head by name, then indices by name or number
+            kind = mt.group("gkind")
+            lo, hi = _GENERAL_ARGS[kind]
+            if not lo <= len(parts) <= hi or not all(_GENERAL_ITEM_RE.match(p) for p in parts):
+                n = f"{lo}" if lo == hi else f"{lo} to {hi}"
+                self.fail(f"{raw!s}: expected {n} names or indices inside the brackets (the head's name first), "
+                          f"e.g. {dict(S='S[h,a,b]', A='A[h,a,b]', B='B[h,a,b]', W='W[h,a,b]', w='w[h,a]', u='u[h,i]', var='var[h,V.r1,a]')[kind]}")
+            return Ref("@" + kind, parts[0], tuple(parts[1:]), f"{kind}[{','.join(parts)}]")
+        if mt.group("kind"):
+            kind, head = mt.group("kind"), 0 if mt.group("head") == "+" else 1
+            sign = mt.group("head")
+        else:
+            kind, head, sign = mt.group("skind"), None, ""
+        if kind in ("S", "A", "B", "w"):
+            want = 2 if kind != "w" else 1
+            if len(parts) != want or not all(_FEATURE_RE.match(p) for p in parts):
+                what = "two feature names like c1,v2" if want == 2 else "one feature name like c1 or v2"
+                self.fail(f"{raw!s}: expected {what} inside the brackets")
+            return Ref(kind, head, tuple(parts), f"{kind}{sign}[{','.join(parts)}]")
+        if len(parts) != 1 or not _INDEX_RE.match(parts[0]):
+            self.fail(f"{raw!s}: expected one sample index (0, 1, ..., n-1) inside the brackets")
+        i = int(parts[0])
+        return Ref(kind, head, (i,), f"{kind}{sign}[{i}]")
+
+    # -- messages in the user's own words
+    def seg(self, node, parent=None) -> str:
+        s = None
+        if hasattr(node, "lineno"):
+            s = ast.get_source_segment(self.src, node)
+        if s is None and parent is not None and hasattr(parent, "lineno"):
+            s = ast.get_source_segment(self.src, parent)
+        if s is None:
+            s = type(node).__name__
+        for ph, ref in self.refs.items():
+            s = s.replace(f" {ph} ", ref.text).replace(ph, ref.text)
+        return _one_line(s.strip(), 60)
+
+    def _tree(self) -> ast.Expression:
+        text = self.text
+        if not isinstance(text, str):
+            raise BoundError(f"bound: must be a string, got {type(text).__name__}")
+        if not text.strip():
+            raise BoundError("bound: empty expression")
+        if len(text) > MAX_CHARS:
+            self.fail(f"too long ({len(text)} characters, at most {MAX_CHARS})")
+        bad = [c for c in text if not (c.isascii() and (c.isprintable() or c in " \t\n\r"))]
+        if bad:
+            self.fail(f"character {bad[0]!r} not allowed (ASCII only)")
+        self.src = self.rewrite().strip()
+        try:
+            tree = ast.parse(self.src, mode="eval")
+        except SyntaxError as e:
+            self.fail(f"syntax error: {e.msg}")
+        except (RecursionError, MemoryError, ValueError):
+            self.fail("expression too complex to parse")
+        self._whitelist(tree)
+        return tree
+
+    def parse(self) -> Bound:
+        out = self._bool(self._tree().body, 0)
+        return Bound(self.text, out, tuple(self.refs.values()), frozenset(self.names))
+
+    def parse_value(self) -> tuple:
+        return self._value(self._tree().body, 0)
+
+    def _whitelist(self, tree) -> None:
+        stack = [(tree, None)]
+        while stack:
+            node, parent = stack.pop(0)
+            if not isinstance(node, _ALLOWED):
+                name = type(node).__name__
+                what = _DESCRIBE.get(name, name)
+                if name == "Subscript":
+                    self.fail(f"subscript '{self.seg(node, parent)}' not allowed; the bracketed forms are {_ATOM_FORMS}"
+                              " (no space between the letter, the sign and '[')")
+                if isinstance(node, (ast.cmpop, ast.operator, ast.unaryop, ast.boolop)):
+                    self.fail(f"{what} not allowed in '{self.seg(node, parent)}'; operators: + - * / ** < <= > >= == and or")
+                self.fail(f"{what} '{self.seg(node, parent)}' not allowed")
+            if isinstance(node, ast.Constant) and (isinstance(node.value, bool) or not isinstance(node.value, (int, float))):
+                self.fail(f"constant '{self.seg(node, parent)}' not allowed; only numbers")
+            if isinstance(node, ast.Call):
+                if not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
+                    self.fail(f"call of '{self.seg(node.func, node)}' not allowed; functions: {', '.join(FUNCTIONS)}")
+                if node.keywords:
+                    self.fail(f"keyword argument in '{self.seg(node, parent)}' not allowed")
+            if isinstance(node, ast.Name):
+                self._check_name(node, parent)
+            stack.extend((c, node) for c in ast.iter_child_nodes(node))
+
+    def _check_name(self, node: ast.Name, parent) -> None:
+        nid = node.id
+        if nid in self.refs or nid in VARIABLES:
+            return
+        if nid in FUNCTIONS:
+            if isinstance(parent, ast.Call) and parent.func is node:
+                return
+            self.fail(f"'{nid}' is a function: call it, e.g. {nid}(x{', y' if FUNCTIONS[nid][0] > 1 else ''})")
+        if nid in ("S", "A", "B"):
+            self.fail(f"'{nid}' needs a head and two features: write {nid}+[a,b] or {nid}-[a,b] "
+                      "(no space between the letter, the sign and '[')")
+        if nid in ("w", "u"):
+            arg = "a" if nid == "w" else "i"
+            self.fail(f"'{nid}' needs a head and an index: write {nid}+[{arg}] or {nid}-[{arg}] "
+                      "(no space between the letter, the sign and '[')")
+        if nid in ("margin", "g"):
+            self.fail(f"'{nid}' needs a sample index: write {nid}[i]")
+        self.fail(f"unknown name '{nid}'; variables: {', '.join(VARIABLES)}; bracketed forms: {_ATOM_FORMS}")
+
+    # -- translation into the private tree
+    def _depth(self, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            self.fail(f"expression nested too deeply (more than {MAX_DEPTH} levels)")
+        return depth + 1
+
+    def _bool(self, node, depth) -> tuple:
+        depth = self._depth(depth)
+        if isinstance(node, ast.BoolOp):
+            op = "and" if isinstance(node.op, ast.And) else "or"
+            return (op, tuple(self._bool(v, depth) for v in node.values))
+        if isinstance(node, ast.Compare):
+            ops = tuple(_CMP[type(o)] for o in node.ops)
+            operands = (self._value(node.left, depth),) + tuple(self._value(c, depth) for c in node.comparators)
+            return ("cmp", ops, operands)
+        self.fail(f"a bound must be a comparison such as 'loss <= 0.1' (comparisons may be joined by and/or); "
+                  f"got '{self.seg(node)}'")
+
+    def _value(self, node, depth) -> tuple:
+        depth = self._depth(depth)
+        if isinstance(node, ast.Constant):
+            try:
+                return ("const", float(node.value))
+            except OverflowError:
+                self.fail(f"number '{self.seg(node)}' too large")
+        if isinstance(node, ast.Name):
+            if node.id in self.refs:
+                return ("ref", self.refs[node.id])
+            self.names.add(node.id)
+            return ("var", node.id)
+        if isinstance(node, ast.UnaryOp):
+            x = self._value(node.operand, depth)
+            return ("neg", x) if isinstance(node.op, ast.USub) else x
+        if isinstance(node, ast.BinOp):
+            return ("bin", _BIN[type(node.op)], self._value(node.left, depth), self._value(node.right, depth))
+        if isinstance(node, ast.Call):
+            name = node.func.id
+            lo, hi = FUNCTIONS[name]
+            nargs = len(node.args)
+            if nargs < lo or (hi is not None and nargs > hi):
+                want = f"exactly {lo} argument" if hi == lo else f"{lo} or more arguments"
+                extra = " (pointwise at each time, not a minimum over time)" if name in ("min", "max") else ""
+                self.fail(f"{name}() takes {want}{extra}; got {nargs} in '{self.seg(node)}'")
+            return ("call", name, tuple(self._value(a, depth) for a in node.args))
+        if isinstance(node, (ast.Compare, ast.BoolOp)):
+            self.fail(f"comparison '{self.seg(node)}' used as a number; comparisons may only be joined by and/or")
+        self.fail(f"'{self.seg(node)}' not allowed")  # unreachable after the whitelist
+
+
+def parse_bound(text: str) -> Bound:
+    """Parse a bound (an inequality, see the module docstring); a :class:`BoundError` if it is not one.
+
+    Checks everything that does not depend on a run; :func:`evaluate` checks the
+    rest (feature names, sample indices, stage ends) against the run."""
+    return _Parser(text).parse()
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+@dataclass(frozen=True)
+class BoundResult:
+    """Outcome of a bound over the selected records.
+
+    holds: true at every selected time; worst_slack: the minimum slack (NaN if
+    a NaN occurred); t_worst: its (first) time; first_violation_t: the first
+    time it fails (None if it holds); n_times: selected records; n_violations:
+    how many of them fail."""
+
+    text: str
+    holds: bool
+    worst_slack: float
+    t_worst: float
+    first_violation_t: float | None
+    n_times: int
+    n_violations: int
+    during: str = "all"
+    tmin: float | None = None
+    tmax: float | None = None
+
+
+class _Env:
+    """Values of names and atoms for one run, each (T,) or a float."""
+
+    def __init__(self, run, fail):
+        self.run = run
+        self.fail = fail
+        attrs = getattr(run, "attrs", {}) or {}
+        self.attrs = attrs
+        self._cache: dict[str, Any] = {}
+        try:
+            self.t = np.asarray(run["t"], dtype=np.float64)
+        except KeyError:
+            fail("the run file has no 't' dataset")
+        self.T = self.t.shape[0]
+        feats = run.get("features")
+        self.features = [str(f) for f in np.ravel(feats)] if feats is not None else None
+        heads = run.get("heads")
+        if attrs.get("system") == "engine":  # a general described model: no +/- heads
+            heads = None
+        if heads is not None and [str(h) for h in np.ravel(heads)] != ["+", "-"]:
+            fail(f"unexpected heads {list(np.ravel(heads))} in the run file (expected ['+', '-'])")
+
+    def _data(self, key):
+        if key not in self.run:
+            self.fail(f"the run file has no '{key}' dataset")
+        return np.asarray(self.run[key], dtype=np.float64)
+
+    def _attr(self, key):
+        if key not in self.attrs:
+            self.fail(f"the run file has no '{key}' attribute")
+        return float(self.attrs[key])
+
+    def _samples(self, which: str) -> np.ndarray:
+        margin = self._data("margin")
+        if which == "all":
+            return margin
+        s = self.run.get("samples")
+        if not isinstance(s, dict) or "consistent" not in s:
+            self.fail("the run file has no samples/consistent dataset")
+        cons = np.asarray(s["consistent"]).astype(bool)
+        sel = cons if which == "consistent" else ~cons
+        if not sel.any():
+            self.fail(f"min_margin_{which}: this run has no {which} samples")
+        return margin[:, sel]
+
+    def _stage_end(self, k: int) -> float:
+        ends = self.attrs.get("stage_ends")
+        if not isinstance(ends, list):
+            self.fail(f"T{k}: the run file has no stage_ends attribute")
+        for e in ends:
+            if isinstance(e, dict) and int(e.get("stage", -1)) == k:
+                return float(e["t"])
+        have = ", ".join(str(e.get("stage")) for e in ends if isinstance(e, dict)) or "none"
+        self.fail(f"T{k}: the run has no end of stage {k} (schedule {self.attrs.get('schedule', '?')}, "
+                  f"status {self.attrs.get('status', '?')}; stage ends recorded: {have})")
+
+    def var(self, name: str):
+        if name not in self._cache:
+            self._cache[name] = self._var(name)
+        return self._cache[name]
+
+    def _var(self, name: str):
+        if name == "t":
+            return self.t
+        if name in ("step", "loss"):
+            return self._data(name)
+        if name in ("min_margin", "max_margin"):
+            m = self._samples("all")
+            return m.min(axis=1) if name == "min_margin" else m.max(axis=1)
+        if name == "min_margin_consistent":
+            return self._samples("consistent").min(axis=1)
+        if name == "min_margin_inconsistent":
+            return self._samples("inconsistent").min(axis=1)
+        if name == "max_g":
+            return (1.0 / (1.0 + np.exp(self._samples("all")))).max(axis=1)
+        if name in ("omega", "eta", "K", "L"):
+            return self._attr(name)
+        if name == "n":
+            return float(self._data("margin").shape[1])
+        if name == "m":
+            w = self._attr("width")
+            return math.inf if w < 0 else w
+        if name in ("T1", "T2", "T_loss"):
+            v = self.attrs.get(name)
+            if v is None:
+                if name == "T_loss":
+                    self.fail("T_loss: the run file has no T_loss attribute (written since stage-time detection)")
+                return self._stage_end(int(name[1]))
+            v = float(v)
+            if math.isnan(v):
+                crit = self.attrs.get("stage_time_criteria", {})
+                self.fail(f"{name}: the run never reached it (criterion: "
+                          f"{crit.get(name, 'see meanfield.mixture.stagetimes') if isinstance(crit, dict) else crit})")
+            return v
+        if name == "T3":
+            return self._stage_end(3)
+        if name in ("Tend1", "Tend2", "Tend3"):
+            return self._stage_end(int(name[-1]))
+        if name == "inf":
+            return math.inf
+        if name == "pi":
+            return math.pi
+        self.fail(f"unknown name '{name}'")
+
+    def _feature(self, ref: Ref, label: str) -> int:
+        feats = self.features
+        if feats is None:
+            K = int(self._attr("K"))
+            feats = [f"c{k + 1}" for k in range(K)] + [f"v{k + 1}" for k in range(K)]
+        if label not in feats:
+            self.fail(f"{ref.text}: unknown feature '{label}'; this run (K = {len(feats) // 2}) has {', '.join(feats)}")
+        return feats.index(label)
+
+    def _engine_index(self, ref: Ref, label: str, size: int, what: str) -> int:
+        """An index along one axis: a 0-based integer, or a feature name on a feature axis."""
+        if _INDEX_RE.match(label):
+            i = int(label)
+            if i >= size:
+                self.fail(f"{ref.text}: {what} index {i} out of range 0..{size - 1}")
+            return i
+        feats = self.features or []
+        if label not in feats:
+            self.fail(f"{ref.text}: unknown feature '{label}'; this run has {', '.join(feats)}")
+        if size != len(feats):
+            self.fail(f"{ref.text}: '{label}' is a feature, but this axis ({what}) has {size} entries, not one per "
+                      f"feature; give a 0-based index")
+        return feats.index(label)
+
+    def _engine_ref(self, ref: Ref):
+        """A variable of a described model's run (``variables/<head>/<name>``)."""
+        variables = self.run.get("variables")
+        if not isinstance(variables, dict) or not variables:
+            self.fail(f"{ref.text}: the run file has no variables group")
+        kind = ref.kind.lstrip("@")
+        head = ref.head
+        if head in (0, 1):  # the mixture form S+[a,b]: a head named + or -
+            head = "+" if head == 0 else "-"
+        if head not in variables:
+            self.fail(f"{ref.text}: unknown head '{head}'; this run's heads: {', '.join(variables)} "
+                      f"(write {kind if kind != 'var' else 'var'}[head,...] with one of them)")
+        args = [str(a) for a in ref.args]
+        if kind == "u":
+            u = self._data("u")  # (T, n, H, rows)
+            names = list(variables)
+            h = names.index(head)
+            if len(args) == 1 and u.shape[3] != 1:
+                self.fail(f"{ref.text}: this head has {u.shape[3]} outputs: write u[{head},i,c] (c = 0..{u.shape[3] - 1})")
+            i = self._engine_index(ref, args[0], u.shape[1], "sample")
+            c = self._engine_index(ref, args[1], u.shape[3], "output") if len(args) > 1 else 0
+            return u[:, i, h, c]
+        if kind == "var":
+            name, args = args[0], args[1:]
+        else:
+            name = kind
+        if name not in variables[head]:
+            self.fail(f"{ref.text}: head '{head}' has no variable '{name}'; its variables: {', '.join(variables[head])}")
+        x = np.asarray(variables[head][name], dtype=np.float64)
+        if kind == "w" and x.ndim == 4 and len(args) < 3:  # w (T, C, n, P): w[h,a] = w[h,0,0,a], w[h,c,a] = w[h,c,0,a]
+            if len(args) == 1 and x.shape[1] * x.shape[2] != 1:
+                self.fail(f"{ref.text}: head '{head}' has {x.shape[1]} outputs x {x.shape[2]} neurons: write "
+                          f"w[{head},c,a] or w[{head},c,j,a]")
+            if len(args) == 2 and x.shape[2] != 1:
+                self.fail(f"{ref.text}: head '{head}' has {x.shape[2]} neurons: write w[{head},c,j,a]")
+            args = (["0", "0"] if len(args) == 1 else [args[0], "0"]) + [args[-1]]
+        if len(args) != x.ndim - 1:
+            self.fail(f"{ref.text}: variable '{name}' of head '{head}' has {x.ndim - 1} axes "
+                      f"{tuple(x.shape[1:])}; give {x.ndim - 1} indices")
+        whats = {"w": ("output", "neuron", "feature")}.get(kind, ("key feature", "query feature")
+                                                            if kind in ("S", "A", "B", "W") else ())
+        idx = tuple(self._engine_index(ref, a, x.shape[k + 1], whats[k] if k < len(whats) else f"axis {k + 1} of {name}")
+                    for k, a in enumerate(args))
+        return x[(slice(None),) + idx]
+
+    def ref(self, ref: Ref):
+        if self.attrs.get("system") == "engine" and (ref.kind.startswith("@") or ref.kind in ("S", "A", "B", "w", "u")):
+            return self._engine_ref(ref)
+        if ref.kind.startswith("@"):
+            self.fail(f"{ref.text}: the head-named form is for described models' runs (meanfield model run); in a "
+                      f"mixture run write {ref.kind[1:]}+[...] or {ref.kind[1:]}-[...]")
+        if ref.kind in ("S", "A", "B"):
+            a, b = (self._feature(ref, x) for x in ref.args)
+            return self._data(ref.kind)[:, ref.head, a, b]
+        if ref.kind == "w":
+            return self._data("w")[:, ref.head, self._feature(ref, ref.args[0])]
+        margin = self._data("margin")
+        i, n = ref.args[0], margin.shape[1]
+        if i >= n:
+            self.fail(f"{ref.text}: sample index {i} out of range; this run has samples 0..{n - 1}")
+        if ref.kind == "u":
+            return self._data("u")[:, i, ref.head]
+        if ref.kind == "margin":
+            return margin[:, i]
+        return 1.0 / (1.0 + np.exp(margin[:, i]))
+
+
+def _check(tree, env: _Env) -> None:
+    """Resolve every name and atom once, so that run-dependent errors come before any arithmetic."""
+    kind = tree[0]
+    if kind == "var":
+        env.var(tree[1])
+    elif kind == "ref":
+        env.ref(tree[1])
+    elif kind in ("and", "or"):
+        for x in tree[1]:
+            _check(x, env)
+    elif kind == "cmp":
+        for x in tree[2]:
+            _check(x, env)
+    elif kind == "neg":
+        _check(tree[1], env)
+    elif kind == "bin":
+        _check(tree[2], env)
+        _check(tree[3], env)
+    elif kind == "call":
+        for x in tree[2]:
+            _check(x, env)
+
+
+def _value(tree, env: _Env):
+    kind = tree[0]
+    if kind == "const":
+        return tree[1]
+    if kind == "var":
+        return env.var(tree[1])
+    if kind == "ref":
+        return env.ref(tree[1])
+    if kind == "neg":
+        return np.negative(_value(tree[1], env))
+    if kind == "bin":
+        a, b = np.float64(_value(tree[2], env)), np.float64(_value(tree[3], env))
+        op = tree[1]
+        if op == "+":
+            return np.add(a, b)
+        if op == "-":
+            return np.subtract(a, b)
+        if op == "*":
+            return np.multiply(a, b)
+        if op == "/":
+            return np.divide(a, b)
+        return np.power(a, b)
+    if kind == "call":
+        args = [np.float64(_value(x, env)) for x in tree[2]]
+        if tree[1] == "min":
+            return functools.reduce(np.minimum, args)
+        if tree[1] == "max":
+            return functools.reduce(np.maximum, args)
+        return _UNARY[tree[1]](args[0])
+    raise AssertionError(kind)
+
+
+def _slack(op: str, a, b):
+    """(holds, slack) of ``a op b``; slack 0 where a == b (also inf == inf)."""
+    eq = a == b
+    if op in ("<", "<="):
+        holds = a < b if op == "<" else a <= b
+        slack = np.where(eq, 0.0, np.subtract(b, a))
+    elif op in (">", ">="):
+        holds = a > b if op == ">" else a >= b
+        slack = np.where(eq, 0.0, np.subtract(a, b))
+    else:
+        holds = eq
+        slack = np.where(eq, 0.0, -np.abs(np.subtract(a, b)))
+    return holds, slack
+
+
+def _truth(tree, env: _Env):
+    kind = tree[0]
+    if kind == "cmp":
+        ops, operands = tree[1], [np.float64(_value(x, env)) for x in tree[2]]
+        parts = [_slack(op, operands[i], operands[i + 1]) for i, op in enumerate(ops)]
+    else:
+        parts = [_truth(x, env) for x in tree[1]]
+    holds = [np.broadcast_to(h, (env.T,)) for h, _ in parts]
+    slack = [np.broadcast_to(np.asarray(s, dtype=np.float64), (env.T,)) for _, s in parts]
+    if kind == "or":
+        return functools.reduce(np.logical_or, holds), functools.reduce(np.fmax, slack)
+    return functools.reduce(np.logical_and, holds), functools.reduce(np.minimum, slack)
+
+
+def _num(name: str, v) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise BoundError(f"{name}: must be a number, got {v!r}")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        if isinstance(v, str) and v.strip() and name in ("tmin", "tmax"):
+            # a stage time of the run (T1, T2, T_loss, T3, Tend1..3) or an expression of such
+            # names, e.g. "T2 + 100": syntax checked now, evaluated once the run is read
+            try:
+                _Parser(v).parse_value()
+            except BoundError as e:
+                raise BoundError(f"{name}: must be a number or a stage time such as T1, T2, T2 + 100 ({e})") from None
+            return v.strip()
+        raise BoundError(f"{name}: must be a number, got {v!r}") from None
+    if math.isnan(f):
+        raise BoundError(f"{name}: must be a number, got {v!r}")
+    return f
+
+
+def _resolve_time(name: str, v, run) -> float | None:
+    """``tmin`` / ``tmax``: a number, or a constant expression of the run's
+    stage times (``T2``, ``T2 + 100``) evaluated on this run."""
+    v = _num(name, v)
+    if not isinstance(v, str):
+        return v
+    try:
+        arr = values(v, run)
+    except BoundError as e:
+        raise BoundError(f"{name}: {e}") from None
+    if arr.size and not np.all(arr == arr[0]):
+        raise BoundError(f"{name}: {v!r} changes over the run; give a number or a stage time (T1, T2, T_loss, T3, "
+                         "Tend1..3)")
+    f = float(arr[0]) if arr.size else math.nan
+    if math.isnan(f):
+        raise BoundError(f"{name}: {v!r} is not defined for this run")
+    return f
+
+
+def _check_during(during) -> str:
+    d = "all" if during is None else str(during).strip().lower().replace(" ", "")
+    if d not in DURINGS:
+        raise BoundError(f"during: must be one of {', '.join(DURINGS)}; got {during!r}")
+    return d
+
+
+def select(run, during: str = "all", tmin=None, tmax=None) -> np.ndarray:
+    """Boolean mask over the run's records for ``during`` / ``tmin`` / ``tmax`` (see the module docstring)."""
+    d = _check_during(during)
+    tmin, tmax = _num("tmin", tmin), _num("tmax", tmax)
+    if tmin is not None and tmax is not None and tmin > tmax:
+        raise BoundError(f"tmin ({tmin:g}) must be <= tmax ({tmax:g})")
+    t = np.asarray(run["t"], dtype=np.float64)
+    mask = np.ones(t.shape[0], dtype=bool)
+    if d != "all":
+        k = int(d[5:])
+        stage = np.asarray(run["stage"]) if "stage" in run else None
+        if stage is None:
+            raise BoundError("during: the run file has no 'stage' dataset")
+        mask = stage == k
+        if not mask.any():
+            have = ", ".join(str(int(s)) for s in np.unique(stage)) or "none"
+            sched = getattr(run, "attrs", {}).get("schedule", "?")
+            raise BoundError(f"during={d}: the run has no records of stage {k} (schedule {sched}; stages recorded: {have})")
+        j = int(np.argmax(mask))
+        if j > 0 and stage[j - 1] == k - 1:
+            mask[j - 1] = True  # the stage's start state: the end of stage k-1
+    if tmin is not None:
+        mask &= t >= tmin
+    if tmax is not None:
+        mask &= t <= tmax
+    return mask
+
+
+def evaluate(bound: Bound | str, run, during: str = "all", tmin=None, tmax=None) -> BoundResult:
+    """Check ``bound`` over the run's records selected by ``during`` ("all",
+    "stage1", "stage2", "stage3") and ``tmin <= t <= tmax``. ``run``: a
+    :class:`meanfield.core.io.Run` (or a path to a run file)."""
+    if isinstance(bound, str):
+        bound = parse_bound(bound)
+    if isinstance(run, (str, Path)):
+        run = _read(run)
+    p = _Parser(bound.text)
+    env = _Env(run, p.fail)
+    _check(bound.tree, env)
+    d = _check_during(during)
+    tmin, tmax = _resolve_time("tmin", tmin, run), _resolve_time("tmax", tmax, run)
+    mask = select(run, d, tmin, tmax)
+    n = int(mask.sum())
+    if n == 0:
+        raise BoundError(f"bound {_one_line(bound.text, 80)!r}: no recorded times in the selection "
+                         f"(during={d}, tmin={tmin}, tmax={tmax}; the run spans t = {env.t[0]:g}..{env.t[-1]:g})"
+                         if env.T else f"bound {_one_line(bound.text, 80)!r}: the run has no records")
+    with np.errstate(all="ignore"):
+        holds, slack = _truth(bound.tree, env)
+    t = env.t[mask]
+    holds, slack = np.asarray(holds)[mask], np.asarray(slack, dtype=np.float64)[mask]
+    nan = np.isnan(slack)
+    if nan.any():
+        iw = int(np.argmax(nan))
+        worst = math.nan
+    else:
+        iw = int(np.argmin(slack))
+        worst = float(slack[iw])
+    bad = ~holds
+    return BoundResult(
+        text=bound.text, holds=bool(holds.all()), worst_slack=worst, t_worst=float(t[iw]),
+        first_violation_t=float(t[int(np.argmax(bad))]) if bad.any() else None,
+        n_times=n, n_violations=int(bad.sum()), during=d,
+        tmin=_num("tmin", tmin), tmax=_num("tmax", tmax),
+    )
+
+
+def values(text: str, run) -> np.ndarray:
+    """The value of an arithmetic expression (same grammar, no comparison) at every record, shape (T,)."""
+    p = _Parser(text)
+    tree = p.parse_value()
+    if isinstance(run, (str, Path)):
+        run = _read(run)
+    env = _Env(run, p.fail)
+    _check(tree, env)
+    with np.errstate(all="ignore"):
+        return np.broadcast_to(np.asarray(_value(tree, env), dtype=np.float64), (env.T,)).copy()
+
+
+# --------------------------------------------------------------------------- files, output, CLI
+
+
+def _read(path):
+    from .io import read_run
+
+    try:
+        run = read_run(path)
+    except FileNotFoundError as e:
+        raise ConfigError(str(e)) from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read run file: {_one_line(e)}") from None
+    system = run.attrs.get("system")
+    if system == "engine":  # a general described model (meanfield model run): names without heads
+        return run
+    if system != "mixture":
+        raise ConfigError(f"{path}: bounds apply to mixture runs and described models (meanfield model run); "
+                          f"this run's system is {system!r}")
+    from .guard import validate_mixture_run
+
+    try:
+        validate_mixture_run(run, path)  # shapes and the config attribute; names the wrong field
+    except ConfigError as e:
+        raise ConfigError(f"run: {e}") from None
+    return run
+
+
+_BOUND_KEYS = ("name", "expr", "during", "tmin", "tmax")
+
+
+def load_bounds(path: str | Path, during: str = "all", tmin=None, tmax=None) -> list[tuple]:
+    """Read ``[[bound]]`` tables (keys: name, expr, during, tmin, tmax) from a TOML file.
+
+    Returns a list of ``(name, text, during, tmin, tmax)``; ``during`` / ``tmin`` /
+    ``tmax`` given here are the defaults of tables that omit them. Every
+    expression is parsed; any problem is a one-line :class:`BoundError`."""
+    from .guard import read_config_text  # size cap (/dev/zero), UTF-8, nesting depth
+
+    p = Path(path)
+    if not p.exists():
+        raise BoundError(f"bounds file not found: {p}")
+    try:
+        data = read_config_text(p, "bounds file")
+    except ConfigError as e:
+        raise BoundError(str(e)) from None
+    extra = [k for k in data if k != "bound"]
+    if extra:
+        raise BoundError(f"{p}: unknown top-level key '{extra[0]}'; a bounds file holds [[bound]] tables only")
+    tables = data.get("bound")
+    if not tables:
+        raise BoundError(f"{p}: no [[bound]] tables")
+    if not isinstance(tables, list) or not all(isinstance(x, dict) for x in tables):
+        raise BoundError(f"{p}: 'bound' must be an array of tables ([[bound]])")
+    out, seen = [], set()
+    for i, tab in enumerate(tables):
+        where = f"{p}: [[bound]] #{i + 1}"
+        for k in tab:
+            if k not in _BOUND_KEYS:
+                raise BoundError(f"{where}: unknown key '{k}'; allowed: {', '.join(_BOUND_KEYS)}")
+        name = tab.get("name", f"bound{i + 1}")
+        if not isinstance(name, str) or not name.strip():
+            raise BoundError(f"{where}: name must be a non-empty string, got {name!r}")
+        where = f"{p}: bound '{_one_line(name, 40)}'"
+        if name in seen:
+            raise BoundError(f"{where}: duplicate name")
+        seen.add(name)
+        if "expr" not in tab:
+            raise BoundError(f"{where}: missing key 'expr'")
+        expr = tab["expr"]
+        if not isinstance(expr, str):
+            raise BoundError(f"{where}: expr must be a string, got {type(expr).__name__}")
+        try:
+            parse_bound(expr)
+            d = _check_during(tab.get("during", during))
+            lo, hi = _num("tmin", tab.get("tmin", tmin)), _num("tmax", tab.get("tmax", tmax))
+        except BoundError as e:
+            raise BoundError(f"{where}: {e}") from None
+        if isinstance(lo, float) and isinstance(hi, float) and lo > hi:
+            raise BoundError(f"{where}: tmin ({lo:g}) must be <= tmax ({hi:g})")
+        out.append((name, expr, d, lo, hi))
+    return out
+
+
+def format_result(name: str, result: BoundResult) -> str:
+    """One line: HOLDS / VIOLATED, the name, the worst slack and where, the first violation."""
+    sel = f"during={result.during}"
+    if result.tmin is not None:
+        sel += f", t>={result.tmin:g}"
+    if result.tmax is not None:
+        sel += f", t<={result.tmax:g}"
+    label = _one_line(name, 80)
+    if math.isnan(result.worst_slack):
+        return (f"UNDEFINED {label}: not a number at t={result.t_worst:.6g} (the run's values are NaN or infinite "
+                f"there; {result.n_violations} of {result.n_times} times fail or are undefined, {sel})")
+    if result.holds:
+        return (f"HOLDS     {label}: worst slack {result.worst_slack:+.4g} at t={result.t_worst:.6g} "
+                f"({result.n_times} times, {sel})")
+    return (f"VIOLATED  {label}: first at t={result.first_violation_t:.6g}, "
+            f"{result.n_violations} of {result.n_times} times; worst slack {result.worst_slack:+.4g} "
+            f"at t={result.t_worst:.6g} ({sel})")
+
+
+def _is_file(item) -> bool:
+    return isinstance(item, Path) or (isinstance(item, str) and item.strip().lower().endswith(".toml"))
+
+
+def run_bounds_cli(run_path, exprs_or_file, during: str | None = "all", tmin=None, tmax=None, *,
+                   file=None, stream=None) -> int:
+    """Check bounds on a run file and print one line per bound (to ``stream``, default stdout).
+
+    ``exprs_or_file``: an expression, a path to a bounds TOML file (a ``Path`` or a
+    string ending in ``.toml``), or a list of them (``file`` adds one more file).
+    ``during`` / ``tmin`` / ``tmax`` apply to command-line expressions and are
+    the defaults of file entries that omit them. Returns 0 if every bound
+    holds, 1 if some is violated; bad input raises :class:`ConfigError`
+    (nothing is printed then: every bound is parsed and evaluated first)."""
+    stream = sys.stdout if stream is None else stream
+    d = _check_during(during)
+    lo, hi = _num("tmin", tmin), _num("tmax", tmax)
+    if isinstance(lo, float) and isinstance(hi, float) and lo > hi:
+        raise BoundError(f"tmin ({lo:g}) must be <= tmax ({hi:g})")
+    items: list = []
+    if exprs_or_file is not None:
+        items = [exprs_or_file] if isinstance(exprs_or_file, (str, Path)) else list(exprs_or_file)
+    if file is not None:
+        items.append(Path(file))
+    specs = []
+    for item in items:
+        if _is_file(item):
+            specs.extend(load_bounds(item, d, lo, hi))
+        elif isinstance(item, str):
+            specs.append((_one_line(item, 200), item, d, lo, hi))
+        else:
+            raise BoundError(f"bound: must be an expression or a .toml file, got {item!r}")
+    if not specs:
+        raise BoundError("no bounds given: pass an expression or --file BOUNDS.toml")
+    parsed = [(name, parse_bound(text), dd, a, b) for name, text, dd, a, b in specs]
+    run = _read(run_path)
+    results = [(name, evaluate(bound, run, dd, a, b)) for name, bound, dd, a, b in parsed]
+    for name, res in results:
+        print(format_result(name, res), file=stream)
+    n_bad = sum(not r.holds for _, r in results)
+    if len(results) > 1:
+        print(f"{len(results) - n_bad} of {len(results)} bounds hold", file=stream)
+    for note in run_notes(run):
+        print(f"note: {note}", file=stream)
+    return 0 if n_bad == 0 else 1
+
+
+def run_notes(run) -> list[str]:
+    """What a HOLDS / VIOLATED line cannot say by itself: the run did not
+    complete (diverged, interrupted), and a bound is checked at the recorded
+    times only."""
+    notes = []
+    attrs = getattr(run, "attrs", {}) or {}
+    status = attrs.get("status", "complete")
+    if status != "complete":
+        notes.append(f"this run's status is {status} ({_one_line(attrs.get('message', ''), 120)}): the bounds "
+                     "cover its records up to where it stopped, not the run it was meant to be")
+    if "t" not in run:
+        return notes
+    t = np.asarray(run["t"], dtype=np.float64)
+    step = np.asarray(run["step"]) if "step" in run else None
+    cfg = getattr(run, "config", {})
+    method = (cfg if isinstance(cfg, dict) else {}).get("method", attrs.get("method", "gd"))
+    if method == "gd" and step is not None and step.size > 1 and np.all(np.diff(step) <= 1):
+        return notes  # every GD step is recorded: nothing between records
+    notes.append(f"checked at the {t.size} recorded times only (between records a bound is not checked; "
+                 "record more densely, e.g. --record-every 1, to check every GD step)")
+    return notes

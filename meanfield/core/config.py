@@ -1,0 +1,151 @@
+"""Config plumbing shared by every system: errors, TOML loading, field parsing.
+
+Configs are frozen dataclasses validated once, at the edge (CLI or TOML).
+Every validation failure is a :class:`ConfigError` whose message is one line
+naming the field and the allowed values; the CLI prints it and exits 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """Bad user input: a one-line message naming the field and what is allowed."""
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML config file; malformed TOML is a one-line ConfigError."""
+    from .guard import read_config_text  # size cap, UTF-8, nesting depth
+
+    data = read_config_text(Path(path), "config")
+    # allow an optional [run] table, or flat keys
+    if set(data) == {"run"} and isinstance(data["run"], dict):
+        data = data["run"]
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def check_keys(cls, data: dict[str, Any], where: str) -> None:
+    names = [f.name for f in dataclasses.fields(cls)]
+    for k in data:
+        if k not in names:
+            raise ConfigError(f"{where}: unknown key '{k}'; allowed: {', '.join(names)}")
+
+
+INT_MAX = 2**63 - 1  # every integer field is stored as an int64 (HDF5 attributes, numpy seeds)
+
+
+def _short(v) -> str:
+    from .guard import excerpt
+
+    return excerpt(v)
+
+
+def _ascii_number(name: str, v, what: str) -> None:
+    # float() accepts fullwidth and other Unicode digits ("１２"); a config does not
+    if isinstance(v, str) and not v.isascii():
+        raise ConfigError(f"{name}: must be {what} in ASCII digits, got {_short(v)}")
+
+
+def as_int(name: str, v, lo: int | None = None) -> int:
+    if isinstance(v, bool):
+        raise ConfigError(f"{name}: must be an integer, got {_short(v)}")
+    _ascii_number(name, v, "an integer")
+    if isinstance(v, int):
+        i, f = v, v
+    else:
+        try:
+            f = float(v)
+            i = int(f)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{name}: must be an integer, got {_short(v)}") from None
+    if i != f:
+        raise ConfigError(f"{name}: must be an integer, got {_short(v)}")
+    if lo is not None and i < lo:
+        raise ConfigError(f"{name}: must be an integer >= {lo}, got {_short(v)}")
+    if abs(i) > INT_MAX:
+        raise ConfigError(f"{name}: must be an integer below 2^63 (stored as int64), got {_short(v)}")
+    return i
+
+
+def as_float(name: str, v, positive: bool = False, nonneg: bool = False) -> float:
+    if isinstance(v, bool):
+        raise ConfigError(f"{name}: must be a number, got {_short(v)}")
+    _ascii_number(name, v, "a number")
+    try:
+        f = float(v)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{name}: must be a number, got {_short(v)}") from None
+    if not math.isfinite(f):
+        raise ConfigError(f"{name}: must be a finite number, got {_short(v)}")
+    if positive and f <= 0:
+        raise ConfigError(f"{name}: must be > 0, got {_short(v)}")
+    if nonneg and f < 0:
+        raise ConfigError(f"{name}: must be >= 0, got {_short(v)}")
+    return f
+
+
+def as_choice(name: str, v, choices) -> Any:
+    for c in choices:
+        if v == c or (isinstance(c, str) and str(v) == c):
+            return c
+    raise ConfigError(f"{name}: must be one of {', '.join(map(str, choices))}; got {_short(v)}")
+
+
+def as_list(name: str, v, n: int | None = None) -> list:
+    """A comma-separated string or a list; ``n`` fixes the length."""
+    if isinstance(v, str):
+        items = [s.strip() for s in v.split(",")]
+        if items == [""]:
+            items = []
+        elif "" in items:  # "1,,3" or "1,2,": a value left out, not a shorter list
+            raise ConfigError(f"{name}: an empty value between commas in {_short(v)}")
+    elif isinstance(v, (list, tuple)):
+        items = list(v)
+    else:
+        items = [v]
+    if n is not None and len(items) != n:
+        raise ConfigError(f"{name}: needs {n} comma-separated values, got {len(items)} ({_short(v)})")
+    return items
+
+
+
+def record_options(d: dict, out: dict) -> None:
+    """The recording options of a training (the mixture config's and an
+    engine description's): ``record_every`` / ``record_log`` (positive
+    integers) and ``record_dt`` (positive; method flow or rk4 only) from the
+    raw ``d`` into ``out`` (None when not given; ``out["method"]`` already
+    set); at most one of them."""
+    for name in ("record_every", "record_log"):
+        out[name] = as_int(name, d[name], lo=1) if d[name] is not None else None
+    out["record_dt"] = as_float("record_dt", d["record_dt"], positive=True) if d["record_dt"] is not None else None
+    given = [n for n in ("record_every", "record_log", "record_dt") if out[n] is not None]
+    if len(given) > 1:
+        raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
+    if out["record_dt"] is not None and out["method"] == "gd":
+        raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
+
+_CRIT_RE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=)\s*([-+0-9.eE]+)\s*$")
+
+
+def parse_criterion(name: str, text, allowed) -> tuple[str, str, float] | None:
+    """``"loss<=1e-3"`` -> ("loss", "<=", 0.001); ``none`` / empty -> None.
+
+    Parsed with a regular expression over a whitelist of names: never evaluated.
+    """
+    if text is None:
+        return None
+    s = str(text).strip()
+    if s.lower() in ("", "none", "-"):
+        return None
+    m = _CRIT_RE.match(s)
+    if not m or m.group(1) not in allowed:
+        raise ConfigError(
+            f"{name}: criterion must be NAME>=VALUE or NAME<=VALUE with NAME in "
+            f"{', '.join(allowed)} (or 'none'); got {_short(text)}"
+        )
+    return m.group(1), m.group(2), as_float(name, m.group(3))

@@ -1,0 +1,127 @@
+"""HDF5 run files: the public schema, atomic writes, reading back.
+
+A run file is written whole to ``PATH.tmp-<pid>`` in the target folder and
+then renamed over ``PATH`` (``os.replace``), so no half-written file ever sits
+at the target path. Root attributes common to every system:
+
+    format = "meanfield-run", format_version = 1, system, meanfield_version,
+    config (JSON of the fully resolved config), status ("complete" |
+    "diverged" | "interrupted"), message, plus system-specific attributes.
+
+Datasets and groups are system-specific (see the README's schema section).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from .. import __version__
+
+FORMAT = "meanfield-run"
+FORMAT_VERSION = 1
+STATUSES = ("complete", "diverged", "interrupted")
+
+
+def _attr(v):
+    if isinstance(v, (dict, list, tuple)) and not (isinstance(v, (list, tuple)) and v and all(isinstance(x, (int, float)) for x in v)):
+        return json.dumps(v)
+    if v is None:
+        return "null"
+    return v
+
+
+def _write_group(g: h5py.Group, content: dict[str, Any]) -> None:
+    for name, val in content.items():
+        if isinstance(val, dict):
+            _write_group(g.create_group(name), val)
+            continue
+        arr = np.asarray(val)
+        if arr.dtype.kind in ("U", "O"):
+            g.create_dataset(name, data=np.asarray([str(x) for x in np.ravel(arr)], dtype=h5py.string_dtype()).reshape(arr.shape))
+        else:
+            kw = {"compression": "gzip", "compression_opts": 4} if arr.size > 4096 else {}
+            g.create_dataset(name, data=arr, **kw)
+
+
+def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any]) -> Path:
+    """Write an HDF5 file atomically (tmp file in the same folder, then rename):
+    root attributes and datasets / groups (name -> array or dict)."""
+    from .guard import clean_stale_tmp, deferred_signals
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_tmp(path)  # left by a killed run at this path
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with deferred_signals():  # a signal now is handled once the file is whole
+        try:
+            with h5py.File(tmp, "w") as f:
+                for k, v in attrs.items():
+                    f.attrs[k] = _attr(v)
+                _write_group(f, data)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+    return path
+
+
+def write_run(path: str | Path, *, system: str, config: dict, status: str, message: str,
+              data: dict[str, Any], attrs: dict[str, Any] | None = None) -> Path:
+    """Write a run file atomically. ``data``: name -> array, or name -> dict (a group)."""
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+    base = {"format": FORMAT, "format_version": FORMAT_VERSION, "system": system, "meanfield_version": __version__,
+            "config": json.dumps(config, sort_keys=True), "status": status, "message": message}
+    return write_h5_atomic(path, {**base, **(attrs or {})}, data)
+
+
+def _read_group(g: h5py.Group) -> dict[str, Any]:
+    out = {}
+    for k, v in g.items():
+        if isinstance(v, h5py.Group):
+            out[k] = _read_group(v)
+        else:
+            a = v[()]
+            if v.dtype.kind == "O" or h5py.check_string_dtype(v.dtype) is not None:
+                a = np.asarray(v.asstr()[()], dtype=object)
+            out[k] = a
+    return out
+
+
+class Run(dict):
+    """A run file read into memory: ``run["S"]``, ``run.attrs``, ``run.config``."""
+
+    attrs: dict[str, Any]
+    config: dict[str, Any]
+
+
+def read_run(path: str | Path) -> Run:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"run file not found: {path}")
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("format") != FORMAT:
+            raise ValueError(f"{path}: not a meanfield run file (format attribute {f.attrs.get('format')!r})")
+        run = Run(_read_group(f))
+        attrs = {}
+        for k, v in f.attrs.items():
+            if isinstance(v, bytes):
+                v = v.decode()
+            # JSON-encoded attributes (dicts, lists, None) start with { or [ or are "null";
+            # any other string stays a string
+            if isinstance(v, str) and k not in ("message", "status", "system", "format", "meanfield_version") and \
+                    (v[:1] in ("{", "[") or v == "null"):
+                try:
+                    v = json.loads(v)
+                except json.JSONDecodeError:
+                    pass
+            attrs[k] = v
+    run.attrs = attrs
+    run.config = attrs.get("config", {})
+    return run
