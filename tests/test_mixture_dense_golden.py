@@ -1,0 +1,102 @@
+"""Dense mixture configs (feature Gram, finite noisy training set, several
+neurons, label noise, three-stage, flow / rk4, finite width, stop criteria):
+today's ``meanfield.mixture.run.run_to_file`` writes the same run file as the
+dense path did before it ran through the engine (golden files
+``tests/golden/dense_*.npz``, made by ``tests/golden/make_dense_golden.py``
+from commit f457bcb, where ``meanfield/mixture/dense.py`` had its own kernels).
+
+Same: the set of datasets and groups (names), every shape and dtype kind,
+string datasets exactly, numbers to 1e-12 times max(1, |golden|) (both sides
+compute the same exact map in a different floating-point order; a wrong term
+moves values by 1e-3 or more); the same root attributes (names; numbers to
+1e-12 relative, strings and JSON structures equal).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meanfield.core.io import read_run
+from meanfield.mixture.config import make_config
+from meanfield.mixture.run import run_to_file
+
+GOLDEN = Path(__file__).parent / "golden"
+NAMES = sorted(p.stem[len("dense_"):] for p in GOLDEN.glob("dense_*.npz"))
+TOL = 1e-12
+
+sys.path.insert(0, str(GOLDEN))
+from make_dense_golden import flatten  # noqa: E402
+
+
+def _close_num(a, b, where):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    assert a.shape == b.shape, (where, a.shape, b.shape)
+    assert np.array_equal(np.isnan(a), np.isnan(b)), where
+    if a.size == 0:
+        return
+    ok = ~np.isnan(b)
+    scale = max(1.0, float(np.max(np.abs(b[ok]))) if ok.any() else 1.0)
+    err = float(np.max(np.abs(a[ok] - b[ok]))) if ok.any() else 0.0
+    assert err <= TOL * scale, f"{where}: max error {err:.3g} > {TOL:g} x {scale:.3g}"
+
+
+def _same(a, b, where):
+    """Attribute values (after JSON): numbers close, everything else equal."""
+    if isinstance(b, bool) or isinstance(a, bool):
+        assert a == b, (where, a, b)
+    elif isinstance(b, (int, float)) and isinstance(a, (int, float)):
+        _close_num(a, b, where)
+    elif isinstance(b, dict):
+        assert isinstance(a, dict) and set(a) == set(b), (where, a, b)
+        for k in b:
+            _same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(b, list):
+        assert isinstance(a, list) and len(a) == len(b), (where, a, b)
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+def test_golden_set_is_there():
+    for name in ("gram", "train", "neurons3", "label_noise", "three", "flow", "rk4", "width", "criterion"):
+        assert name in NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dense_run_file_equals_golden(name, tmp_path):
+    g = np.load(GOLDEN / f"dense_{name}.npz")
+    flags = json.loads(str(g["__flags__"]))
+    cfg = make_config({}, **flags)
+    assert cfg.dense
+    _, path = run_to_file(cfg, tmp_path / "r.h5", progress=False)
+    r = read_run(path)
+    got = flatten(r)
+    want = {k: g[k] for k in g.files if not k.startswith("__")}
+    assert sorted(got) == sorted(want)
+    for k, b in want.items():
+        a = got[k]
+        assert a.shape == b.shape, (k, a.shape, b.shape)
+        if b.dtype.kind == "U":
+            assert a.dtype.kind == "U" and np.array_equal(a, b), k
+        else:
+            assert a.dtype.kind == b.dtype.kind, (k, a.dtype, b.dtype)
+            if b.dtype.kind in "biu":
+                np.testing.assert_array_equal(a, b, err_msg=k)
+            else:
+                _close_num(a, b, k)
+    want_attrs = json.loads(str(g["__attrs__"]))
+    got_attrs = json.loads(json.dumps({k: v for k, v in r.attrs.items() if k != "meanfield_version"},
+                                      sort_keys=True, default=str))
+    assert sorted(got_attrs) == sorted(want_attrs)
+    for k, b in want_attrs.items():
+        a = got_attrs[k]
+        if k == "config":
+            assert a == b
+        else:
+            _same(a, b, k)
