@@ -1,4 +1,4 @@
-"""Ensembles of mixture trajectories: chunked, resumable, local or on a Dask cluster.
+"""Ensembles of trajectories of any system: chunked, resumable, local or on a Dask cluster.
 
 In the spirit of SciML's ``EnsembleProblem``: an :class:`EnsembleProblem` is
 a base config, named grid axes (cartesian product, C order) or a
@@ -16,16 +16,27 @@ it and writes one ``sweep.h5``::
     res = solve(prob, "runs/phase", backend="cuda")      # the GPU (batched CUDA kernel)
     arrays = load(res.path)   # {"T2": array (3, 2, 8, 1), ..., "axes": {...}}
 
+The system. This module knows no system: what is system-specific sits
+behind a small adapter (:class:`EnsembleSystem`: config of a point, the
+batchable check, grouping, one batch advanced by the system's batched
+kernel, per-trajectory summaries, one trajectory's run file). The mixture
+system's is ``meanfield.mixture.ensemble.MIXTURE`` (the default, for one
+release), any described model's ``meanfield.engine.sweep.ModelEnsemble``::
+
+    from meanfield.engine.sweep import ModelEnsemble
+    prob = EnsembleProblem({"steps": 500, "record_every": 5}, axes={"omega": [0.05, 0.1], "seed": [0, 1]},
+                           system=ModelEnsemble("meanfield/models/mixture.toml"))
+
 How it runs. The points are cut into chunks of consecutive points (default
 size from a timed probe so that a chunk runs about 5 s, within 1-30 s, and
 every worker gets several). A chunk is one task: :func:`run_chunk` builds
-its configs and advances them with the batched kernel of
-``meanfield.mixture.batched`` (``advance``: numba ``prange`` on the CPU, or
-CUDA), in launches bounded in memory, and reduces each trajectory to its
-outputs in a numba kernel (:func:`_summaries`, the arithmetic of
-``run.recorded``: T1, T2 and T_loss are those of the run files). Workers are
-long-lived processes (a spawn-started local pool, or dask workers), so numba
-compiles once per worker, from its on-disk cache.
+its configs and advances them with the system's batched kernel (the
+mixture's ``meanfield.mixture.batched.advance``, the engine's
+``meanfield.engine.batched.run_batch``: CPU threads or CUDA), in launches
+bounded in memory, and reduces each trajectory to its outputs (the
+system's ``summaries``: T1, T2 and T_loss are those of the run files).
+Workers are long-lived processes (a spawn-started local pool, or dask
+workers), so numba compiles once per worker, from its on-disk cache.
 
 Results. Every chunk's outputs come back to this process, which writes
 ``OUT/chunks/<key>.h5`` atomically; ``key`` is a hash of the chunk's configs
@@ -45,7 +56,7 @@ Dask is optional (``pip install 'meanfield[dask]'``): it is imported only
 when a ``scheduler`` is given.
 
 Conventions of the outputs (``docs/conventions.md``; stage times as in
-``meanfield.mixture.stagetimes``): ``status`` 0 complete, 2 diverged
+the systems' run files): ``status`` 0 complete, 2 diverged
 (non-finite state or loss), 3 diverged (an entry above max_abs), -1 not run,
 -3 invalid config (its message is in ``sweep.h5`` attribute ``invalid``);
 ``t_end``/``steps_end`` of the last record; ``loss_end``; ``min_margin_end``
@@ -69,14 +80,11 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
-from numba import njit, prange
 
 from .config import ConfigError, as_int
-from ..mixture.kernels import backward_into, forward_into
-from ..mixture.stagetimes import DEFAULTS as _DEF
 
 CHUNK_FORMAT = "meanfield-chunk"
 SWEEP_FORMAT = "meanfield-ensemble"
@@ -104,6 +112,82 @@ CHUNK_TARGET_S = 5.0  # default chunk length (s), inside the 1-30 s the chunks s
 LAUNCH_BYTES = 64 * 2**20  # record buffer of one kernel launch inside a chunk
 
 
+# ------------------------------------------------------------------ the system
+
+
+class EnsembleSystem(Protocol):
+    """What the generic ensemble needs of a system (the core knows no system):
+    the mixture's is ``meanfield.mixture.ensemble.MIXTURE``, any described
+    model's ``meanfield.engine.sweep.ModelEnsemble(MODEL)``. It must pickle
+    (tasks carry it to local and dask workers). ``cfg`` is the system's own
+    config object (a ``MixtureConfig``, an engine ``Description``)."""
+
+    name: str  # written to sweep.h5 (attribute ``system``)
+
+    def identity(self) -> dict | None:
+        """What, besides the points, determines the results (e.g. the model
+        file's hash); it enters every chunk key. None: nothing."""
+
+    def fields(self) -> list[str]:
+        """The point fields (config fields, declared parameters) allowed."""
+
+    def config(self, base: dict, over: dict) -> Any:
+        """The config of one point (a one-line ConfigError if invalid)."""
+
+    def batchable(self, cfg) -> str | None:
+        """Why ``cfg`` cannot run in a batch (one line), or None."""
+
+    def resolve_backend(self, backend: str) -> str:
+        """``cpu`` | ``cuda`` | ``auto`` -> ``cpu`` or ``cuda`` (ConfigError)."""
+
+    def group_key(self, cfg) -> Any:
+        """Configs with equal keys run in one batch (one kernel launch)."""
+
+    def capacity_key(self, cfg) -> Any:
+        """Configs with equal keys have equal record buffers."""
+
+    def record_bytes(self, cfg) -> float:
+        """Bytes of one trajectory's record buffer in a batch."""
+
+    def advance(self, cfgs: list, backend: str) -> Any:
+        """Run one group's configs as one batch (the batched kernel)."""
+
+    def summaries(self, cfgs: list, batch) -> dict:
+        """The built-in outputs (:data:`OUTPUTS`) of an advanced batch, arrays
+        over its trajectories; ``status`` the codes of :data:`STATUS`,
+        ``margin_end`` (trajectories x samples)."""
+
+    def trajectory(self, batch, k: int, cfg):
+        """Trajectory k of a batch as the ``integrate.Trajectory`` of an unbatched run."""
+
+    def save(self, path: Path, cfg, traj) -> None:
+        """Write one trajectory's ordinary run file."""
+
+
+#: systems known by name (``module:attribute`` of their adapter, imported on first use)
+SYSTEMS = {"mixture": "meanfield.mixture.ensemble:MIXTURE"}
+
+
+def register_system(name: str, target: str) -> None:
+    """Make ``EnsembleProblem(system=name)`` find the adapter ``module:attribute``."""
+    SYSTEMS[str(name)] = str(target)
+
+
+def system_of(system) -> EnsembleSystem:
+    """An adapter object from an object, a registered name, or None (the
+    mixture system: the default for one release)."""
+    if system is None:
+        system = "mixture"
+    if isinstance(system, str):
+        if system not in SYSTEMS:
+            raise ConfigError(f"system: one of {', '.join(SYSTEMS)} or an ensemble system object; got {system!r}")
+        import importlib
+
+        mod, _, attr = SYSTEMS[system].partition(":")
+        return getattr(importlib.import_module(mod), attr)
+    return system
+
+
 # ------------------------------------------------------------------ the problem
 
 
@@ -122,7 +206,12 @@ class EnsembleProblem:
     the chunks in the reduce step (``part``: the chunk's arrays and
     ``index``, the flat point indices), starting from ``reduction_init``;
     the result is ``EnsembleResult.reduced``. ``keep_records``: flat point
-    indices whose full run files are kept under ``OUT/records/``."""
+    indices whose full run files are kept under ``OUT/records/``.
+    ``system``: the :class:`EnsembleSystem` the points belong to (an object,
+    or the name of a registered one: :data:`SYSTEMS`); None is the mixture
+    system (``meanfield.mixture.ensemble.MIXTURE``), kept as the default for
+    one release; any described model is
+    ``meanfield.engine.sweep.ModelEnsemble(MODEL.toml)``."""
 
     base: dict = field(default_factory=dict)
     axes: dict | None = None
@@ -133,8 +222,10 @@ class EnsembleProblem:
     reduction: Callable | None = None
     reduction_init: Any = None
     keep_records: Sequence[int] = ()
+    system: Any = None
 
     def __post_init__(self):
+        self.system = system_of(self.system)
         if (self.axes is None) == (self.prob_func is None):
             raise ConfigError("ensemble: give either axes (a grid) or prob_func with n")
         if self.axes is not None:
@@ -185,27 +276,31 @@ def validate(problem: EnsembleProblem, backend: str = "cpu") -> None:
     """One-line ConfigError before anything runs: the base config, every axis
     value on its own, and that such configs can be batched. (Combinations of
     valid values that are invalid together are marked status -3 per point.)"""
-    from ..mixture.batched import check_batchable
-    from ..mixture.config import MixtureConfig, make_config
+    system = problem.system
 
-    names = {f for f in MixtureConfig.__dataclass_fields__}
+    def check(over: dict) -> None:
+        why = system.batchable(system.config(problem.base, over))
+        if why is not None:
+            raise ConfigError(f"backend ensemble: {why}")
+
+    names = set(system.fields())
     for k in problem.base:
         if k not in names:
             raise ConfigError(f"base: unknown config field {k!r}")
-    check_batchable(make_config(problem.base), "ensemble")
+    check({})
     if problem.axes is not None:
         for k, vals in problem.axes.items():
             if k not in names:
                 raise ConfigError(f"param: unknown config field {k!r}; allowed: {', '.join(sorted(names))}")
             for v in vals:
                 try:
-                    check_batchable(make_config(problem.base, **{k: v}), "ensemble")
+                    check({k: v})
                 except ConfigError as e:
                     raise ConfigError(f"param {k}={v}: {e}") from None
     else:
         for i in range(min(problem.size, 4)):
             try:
-                check_batchable(make_config(problem.base, **problem.point(i)), "ensemble")
+                check(problem.point(i))
             except ConfigError as e:
                 raise ConfigError(f"prob_func({i}): {e}") from None
 
@@ -215,114 +310,15 @@ def validate(problem: EnsembleProblem, backend: str = "cpu") -> None:
 _LOCK = threading.Lock()  # one chunk at a time per process (its numba threads do the parallel work)
 
 
-#: the summary kernel: one pass over each trajectory's records (prange over
-#: trajectories) with the arithmetic of ``run.recorded``: losses and margins by
-#: ``forward_into``, |dLoss/dw~| by ``backward_into`` and numpy's pairwise sum,
-#: the stage-time rules of ``meanfield.mixture.stagetimes``.
-@njit(parallel=True, cache=True)
-def _summaries(rec_t, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weight, consistent, clean,
-              margin_lv, grad_ratio, loss_lv, loss_end, margin_end, mm, mmc, mmi, T1, T2, TL):
-    B = rec_t.shape[0]
-    nS, L = idx.shape
-    for b in prange(B):
-        u = np.empty((nS, 2))
-        margin = np.empty(nS)
-        G = np.empty((2, P, P))
-        dw = np.empty((2, P))
-        logit = np.empty(L)
-        p = np.empty(L)
-        r8 = np.empty(8)
-        n = n_rec[b]
-        t1 = stage1_t[b] if three[b] else math.nan
-        t2 = math.nan
-        tl = math.nan
-        g0 = 0.0
-        i1 = -1  # first record at or after T1 (-1: T1 not yet known)
-        loss = math.nan
-        for k in range(n):
-            loss = forward_into(rec_y[b, k], P, idx, sgn, lab, weight, u, margin, logit)
-            mc = math.inf
-            mi = math.inf
-            for s in range(nS):
-                if clean[s]:
-                    if consistent[s]:
-                        mc = min(mc, margin[s])
-                    else:
-                        mi = min(mi, margin[s])
-            if not three[b] and math.isnan(t1):
-                backward_into(rec_y[b, k], P, idx, sgn, lab, weight, r0[b], u, margin, G, dw, logit, p)
-                # |dw| as numpy's np.sum(dw * dw) (pairwise summation), then sqrt
-                nn = 2 * P
-                if nn < 8:
-                    acc = -0.0
-                    for q in range(nn):
-                        x = dw[q // P, q % P]
-                        acc += x * x
-                else:
-                    for q in range(8):
-                        x = dw[q // P, q % P]
-                        r8[q] = x * x
-                    q = 8
-                    while q < nn - nn % 8:
-                        for j in range(8):
-                            x = dw[(q + j) // P, (q + j) % P]
-                            r8[j] += x * x
-                        q += 8
-                    acc = ((r8[0] + r8[1]) + (r8[2] + r8[3])) + ((r8[4] + r8[5]) + (r8[6] + r8[7]))
-                    while q < nn:
-                        x = dw[q // P, q % P]
-                        acc += x * x
-                        q += 1
-                g = math.sqrt(acc)
-                if k == 0:
-                    g0 = g
-                if mc >= margin_lv and g <= grad_ratio * g0:
-                    t1 = rec_t[b, k]
-            if i1 < 0 and not math.isnan(t1):
-                if rec_t[b, k] >= t1 - 1e-12 * max(1.0, abs(t1)):
-                    i1 = k
-            if i1 >= 0 and math.isnan(t2) and mi >= margin_lv:
-                t2 = rec_t[b, k]
-            if math.isnan(tl) and loss <= loss_lv:
-                tl = rec_t[b, k]
-        loss_end[b] = loss
-        m_all = math.inf
-        m_c = math.inf
-        m_i = math.inf
-        for s in range(nS):
-            margin_end[b, s] = margin[s] if n > 0 else math.nan
-            m_all = min(m_all, margin[s])
-            if consistent[s]:
-                m_c = min(m_c, margin[s])
-            else:
-                m_i = min(m_i, margin[s])
-        mm[b] = m_all if n > 0 else math.nan
-        mmc[b] = m_c if (n > 0 and m_c < math.inf) else math.nan
-        mmi[b] = m_i if (n > 0 and m_i < math.inf) else math.nan
-        T1[b] = t1
-        T2[b] = t2
-        TL[b] = tl
-
-
-
-def _capacity_key(c) -> tuple:
-    return (c.method, c.schedule, c.steps, c.t_end, c.stage_steps, c.stage_times, c.stage_criteria, c.stage3,
-            c.criterion, c.record_every, c.record_log, c.record_dt, c.eta, c.dt, c.K, c.L)
-
-
-def _launches(cfgs: list, members: list[int], max_bytes: float) -> list[list[int]]:
+def _launches(system, cfgs: list, members: list[int], max_bytes: float) -> list[list[int]]:
     """Split one group's members into launches whose record buffers fit max_bytes."""
-    from ..mixture.batched import _pack
-    from ..mixture.kernels import state_size
-
     memo: dict = {}
     out, cur, cur_bytes = [], [], 0
     for i in members:
         c = cfgs[i]
-        key = _capacity_key(c)
+        key = system.capacity_key(c)
         if key not in memo:
-            ny = state_size(c.P)
-            memo[key] = _pack([c], [np.zeros(ny)])["T"] * ny * 8
+            memo[key] = system.record_bytes(c)
         nb = memo[key]
         if cur and cur_bytes + nb > max_bytes:
             out.append(cur)
@@ -350,14 +346,12 @@ def _worker_threads(threads) -> int:
 
 
 def run_chunk(task: dict) -> dict:
-    """Worker: run one chunk (``task``: base, points, outputs, backend, ...) and
-    return its outputs (arrays over the chunk's points). Never raises for a
-    bad point (status -3); other errors propagate to the caller."""
+    """Worker: run one chunk (``task``: system, base, points, outputs, backend,
+    ...) and return its outputs (arrays over the chunk's points). Never raises
+    for a bad point (status -3); other errors propagate to the caller."""
     import numba
 
-    from ..mixture.batched import COMPLETE, _group_key, advance, batchable, samples_of, trajectory
-    from ..mixture.config import make_config
-
+    system = system_of(task.get("system"))
     t0 = time.perf_counter()
     base, pts, outputs = task["base"], task["points"], tuple(task["outputs"])
     n = len(pts)
@@ -376,8 +370,8 @@ def run_chunk(task: dict) -> dict:
         groups: dict = {}
         for j, ov in enumerate(pts):
             try:
-                c = make_config(base, **ov)
-                why = batchable(c)
+                c = system.config(base, ov)
+                why = system.batchable(c)
                 if why is not None:
                     raise ConfigError(why)
             except ConfigError as e:
@@ -385,49 +379,32 @@ def run_chunk(task: dict) -> dict:
                 invalid[j] = str(e)
                 continue
             cfgs[j] = c
-            groups.setdefault(_group_key(c), []).append(j)
+            groups.setdefault(system.group_key(c), []).append(j)
         for members in groups.values():
-            c0 = cfgs[members[0]]
-            s = samples_of(c0)
-            clean = ~s.is_flipped
-            for part in _launches(cfgs, members, task.get("launch_bytes", LAUNCH_BYTES)):
+            for part in _launches(system, cfgs, members, task.get("launch_bytes", LAUNCH_BYTES)):
                 pc = [cfgs[j] for j in part]
-                r = advance(pc, backend=task.get("backend", "cpu"), max_bytes=math.inf)
-                B = len(part)
-                three = np.array([c.schedule == "three-stage" for c in pc], np.bool_)
-                done1 = np.where(r.code == COMPLETE, r.stop_stage, r.stop_stage - 1) >= 1
-                stage1_t = np.where(done1, r.end_t[:, 0], np.nan)
-                r0 = np.array([c.relu_prime_at_zero for c in pc], np.float64)
-                o = {k: np.empty(B) for k in ("loss_end", "mm", "mmc", "mmi", "T1", "T2", "TL")}
-                mend = np.empty((B, s.n))
-                _summaries(r.t, r.y, r.n_records, three, stage1_t, r0, s.P, s.idx, s.sgn, s.y, s.weight,
-                     s.consistent.astype(np.bool_), clean.astype(np.bool_), _DEF["margin"], _DEF["grad_ratio"],
-                     _DEF["loss_level"], o["loss_end"], mend, o["mm"], o["mmc"], o["mmi"], o["T1"], o["T2"],
-                     o["TL"])
-                last = np.maximum(r.n_records - 1, 0)
-                ar = np.arange(B)
+                r = system.advance(pc, task.get("backend", "cpu"))
+                o = system.summaries(pc, r)
                 pa = np.asarray(part)
-                status[pa] = r.code
-                res["t_end"][pa] = r.t[ar, last]
-                steps_end[pa] = r.step[ar, last]
-                for k, kk in (("loss_end", "loss_end"), ("min_margin_end", "mm"), ("min_margin_consistent_end", "mmc"),
-                              ("min_margin_inconsistent_end", "mmi"), ("T1", "T1"), ("T2", "T2"), ("T_loss", "TL")):
-                    res[k][pa] = o[kk]
+                status[pa] = o["status"]
+                steps_end[pa] = o["steps_end"]
+                for k in res:
+                    res[k][pa] = o[k]
                 if "margin_end" in outputs:
                     for k, j in enumerate(part):
-                        margins[j] = mend[k]
+                        margins[j] = o["margin_end"][k]
                 if task.get("output_func") is not None or keep:
                     for k, j in enumerate(part):
                         want = j + task["lo"] in keep
                         if task.get("output_func") is None and not want:
                             continue
-                        tr = trajectory(r, k, pc[k])
+                        tr = system.trajectory(r, k, pc[k])
                         if want:
                             records[j + task["lo"]] = tr
                         if task.get("output_func") is not None:
                             for name, v in dict(task["output_func"](pc[k], tr)).items():
                                 extra.setdefault(str(name), np.full(n, np.nan))[j] = float(v)
-                del r
+                del r, o
     out: dict[str, Any] = {"status": status, "steps_end": steps_end}
     out.update(res)
     out = {k: v for k, v in out.items() if k in outputs}
@@ -467,9 +444,11 @@ def _task(problem: EnsembleProblem, lo: int, hi: int, backend: str, threads) -> 
     of = problem.output_func
     ofname = "" if of is None else f"{of.__module__}.{getattr(of, '__qualname__', repr(of))}"
     keep = [i for i in problem.keep_records if lo <= i < hi]
-    key = chunk_key(_jsonable(problem.base), pts, problem.outputs, backend, ofname)
+    ident = problem.system.identity()
+    extra = ofname if ident is None else json.dumps([ofname, ident], sort_keys=True, default=str)
+    key = chunk_key(_jsonable(problem.base), pts, problem.outputs, backend, extra)
     return {"key": key, "lo": lo, "base": _jsonable(problem.base), "points": pts, "outputs": list(problem.outputs),
-            "backend": backend, "threads": threads, "output_func": of, "keep": keep}
+            "backend": backend, "threads": threads, "output_func": of, "keep": keep, "system": problem.system}
 
 
 def probe_chunk_size(problem: EnsembleProblem, workers: int, backend: str = "cpu", k: int = 8,
@@ -482,7 +461,8 @@ def probe_chunk_size(problem: EnsembleProblem, workers: int, backend: str = "cpu
     if backend == "cuda":
         return min(N, 16384), math.nan
     idx = sorted({int(round(x)) for x in np.linspace(0, N - 1, min(k, N))})
-    sub = EnsembleProblem(problem.base, prob_func=_Pick(problem, idx), n=len(idx), outputs=problem.outputs)
+    sub = EnsembleProblem(problem.base, prob_func=_Pick(problem, idx), n=len(idx), outputs=problem.outputs,
+                          system=problem.system)
     run_chunk(dict(_task(sub, 0, 1, "cpu", 1)))  # warm-up: load / compile the kernels
     t0 = time.perf_counter()
     run_chunk(dict(_task(sub, 0, len(idx), "cpu", 1)))
@@ -651,11 +631,10 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
     ``workers`` of them, default every core; ``workers=1`` runs in this
     process), ``local:N`` or ``tcp://HOST:PORT`` (dask.distributed).
     ``chunk_size``: points per chunk (default: from a timed probe)."""
-    from ..mixture.batched import resolve_backend
     from .sweep import Progress
 
     t_start = time.perf_counter()
-    be = resolve_backend(backend)
+    be = problem.system.resolve_backend(backend)
     check_scheduler(scheduler)
     if chunk_size is not None and int(chunk_size) < 1:
         raise ConfigError(f"chunk_size: a positive number of points, got {chunk_size!r}")
@@ -688,7 +667,9 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
                 "axes": _jsonable(problem.axes) if problem.axes is not None else None,
                 "n": N, "shape": list(problem.shape), "outputs": list(problem.outputs), "backend": be,
                 "chunk_size": cs, "chunks": [[t["lo"], t["lo"] + len(t["points"]), t["key"]] for t in tasks],
-                "keep_records": list(problem.keep_records)}
+                "keep_records": list(problem.keep_records), "system": problem.system.name}
+        if problem.system.identity() is not None:
+            plan["system_identity"] = _jsonable(problem.system.identity())
         _write_json(P["plan"], plan)
         todo = [t for t in tasks if not _chunk_done(P["chunks"] / f"{t['key']}.h5", t["key"])]
         n_run = len(todo)
@@ -787,11 +768,9 @@ def _chunk_done(path: Path, key: str) -> bool:
 def _write_chunk(P: dict, problem: EnsembleProblem, r: dict) -> None:
     from .io import write_h5_atomic
 
+    system = problem.system
     for i, tr in r["records"].items():  # full run files of the kept points, before the chunk counts as done
-        from ..mixture.config import make_config
-        from ..mixture.run import save
-
-        save(P["records"] / f"{i:07d}.h5", make_config(problem.base, **problem.point(i)), tr)
+        system.save(P["records"] / f"{i:07d}.h5", system.config(problem.base, problem.point(i)), tr)
     data = dict(r["arrays"])
     data["index"] = np.arange(r["lo"], r["hi"], dtype=np.int64)
     attrs = {"format": CHUNK_FORMAT, "format_version": FORMAT_VERSION, "key": r["key"], "lo": r["lo"],
@@ -919,7 +898,8 @@ def reduce(out: str | Path, problem: EnsembleProblem | None = None, status: str 
             if status is None:
                 status = "complete" if missing == 0 else "incomplete"
             attrs = {"format": SWEEP_FORMAT, "format_version": FORMAT_VERSION, "meanfield_version": __version__,
-                     "system": "mixture", "axes": json.dumps(names), "base": json.dumps(plan["base"]),
+                     "system": plan.get("system", "mixture"), "axes": json.dumps(names),
+                     "base": json.dumps(plan["base"]),
                      "n_points": N, "n_done": n_done, "status": status, "counts": json.dumps(counts),
                      "status_codes": json.dumps({str(k): v for k, v in STATUS.items()}),
                      "outputs": json.dumps({k: OUTPUTS.get(k, "output_func") for k in dsets}),
