@@ -1,5 +1,9 @@
 """Config plumbing shared by every system: errors, TOML loading, field parsing.
 
+:class:`ConfigError` is defined in ``meanfield.core.errors`` and
+:func:`parse_criterion` in ``meanfield.core.criteria``; both are re-exported
+here under their old names.
+
 Configs are frozen dataclasses validated once, at the edge (CLI or TOML).
 Every validation failure is a :class:`ConfigError` whose message is one line
 naming the field and the allowed values; the CLI prints it and exits 2.
@@ -9,13 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """Bad user input: a one-line message naming the field and what is allowed."""
+from .criteria import parse_criterion  # noqa: F401 (re-exported: its home is meanfield.core.criteria)
+from .errors import ConfigError  # noqa: F401 (re-exported: the one error type of bad input)
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
@@ -128,24 +130,3 @@ def record_options(d: dict, out: dict) -> None:
         raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
     if out["record_dt"] is not None and out["method"] == "gd":
         raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
-
-_CRIT_RE = re.compile(r"^\s*([a-z_]+)\s*(>=|<=)\s*([-+0-9.eE]+)\s*$")
-
-
-def parse_criterion(name: str, text, allowed) -> tuple[str, str, float] | None:
-    """``"loss<=1e-3"`` -> ("loss", "<=", 0.001); ``none`` / empty -> None.
-
-    Parsed with a regular expression over a whitelist of names: never evaluated.
-    """
-    if text is None:
-        return None
-    s = str(text).strip()
-    if s.lower() in ("", "none", "-"):
-        return None
-    m = _CRIT_RE.match(s)
-    if not m or m.group(1) not in allowed:
-        raise ConfigError(
-            f"{name}: criterion must be NAME>=VALUE or NAME<=VALUE with NAME in "
-            f"{', '.join(allowed)} (or 'none'); got {_short(text)}"
-        )
-    return m.group(1), m.group(2), as_float(name, m.group(3))

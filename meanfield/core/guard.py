@@ -29,7 +29,7 @@ import signal
 import tempfile
 from pathlib import Path
 
-from .config import ConfigError
+from .errors import ConfigError
 
 CONFIG_MAX_BYTES = 1 << 20  # a config is a few hundred bytes; 1 MiB is far beyond any real one
 CONFIG_MAX_DEPTH = 16  # tables/arrays nested deeper than this are not a config

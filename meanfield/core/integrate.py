@@ -29,6 +29,9 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from .criteria import criterion_args  # noqa: F401 (re-exported: its home is meanfield.core.criteria)
+from .criteria import holds as _holds
+
 
 class System(Protocol):
     def gd_advance(self, y: np.ndarray, nsteps: int, eta: float, mode: Any, criterion) -> tuple[int, int]:
@@ -186,10 +189,6 @@ class Monitor:
             self.stream.write(line + "\n")
         self.stream.flush()
         self._printed = self._tty
-
-
-def _holds(value: float, op: str, thresh: float) -> bool:
-    return value >= thresh if op == ">=" else value <= thresh
 
 
 # --------------------------------------------------------------------- solvers
@@ -507,41 +506,37 @@ class Dopri5(_FlowDriver):
         return traj
 
 
-# -- the run harness: a training description (a mixture config or an engine
-# description's ``training``: method, eta, dt, rtol, atol, h_min, horizon,
-# record_every, record_log, record_dt) -> solver, record grid, kernel criterion.
+# -- solver and record grid of a training description (a mixture config, an
+# engine description's ``training``, an induction config: method, eta, dt,
+# rtol, atol, h_min (optional), horizon, record_every, record_log, record_dt);
+# the run harness (``meanfield.core.harness``) uses them.
 
 def solver_of(tr):
-    """The solver of a training description: :class:`GDMap` (gd), :class:`RK4`
-    (rk4, step ``dt``, or ``eta`` when no dt is given) or :class:`Dopri5` (flow)."""
+    """The solver of a training description: :class:`GDMap` (gd; stages with
+    their own ``eta`` use it instead), :class:`RK4` (rk4, step ``dt``, or
+    ``eta`` when no dt is given) or :class:`Dopri5` (flow; ``h_min`` if the
+    description has one)."""
     if tr.method == "gd":
         return GDMap(tr.eta)
     if tr.method == "rk4":
         return RK4(tr.dt if tr.dt is not None else tr.eta)
-    return Dopri5(rtol=tr.rtol, atol=tr.atol, h_min=tr.h_min or 0.0)
+    return Dopri5(rtol=tr.rtol, atol=tr.atol, h_min=getattr(tr, "h_min", 0.0) or 0.0)
 
 
-def save_at_of(tr) -> SaveAt:
+def save_at_of(tr, records: int = 1000, eta: float | None = None) -> SaveAt:
     """The record grid of a training description: every N steps, N log-spaced
-    points (flow: from 1/100 of the smallest of eta and the horizon), every DT,
-    or by default about 1000 records over the horizon."""
+    points (flow: from 1/100 of the smallest of the step size and the horizon;
+    the step size is ``eta``, default ``tr.eta``), every DT, or by default
+    about ``records`` records over the horizon."""
     gd = tr.method == "gd"
     H = tr.horizon
     if tr.record_every is not None:
         return SaveAt(every=tr.record_every)
     if tr.record_log is not None:
-        return SaveAt.log(tr.record_log, H, integer=gd, t_min=None if gd else min(tr.eta, H) * 1e-2)
+        eta = tr.eta if eta is None else eta
+        return SaveAt.log(tr.record_log, H, integer=gd, t_min=None if gd else min(eta, H) * 1e-2)
     if tr.record_dt is not None:
         return SaveAt.uniform(tr.record_dt, H)
     if gd:
-        return SaveAt(every=max(1, int(H) // 1000))
-    return SaveAt.uniform(H / 1000, H)
-
-
-def criterion_args(criterion, criteria) -> tuple[int, int, float]:
-    """(kind, op, threshold) of a parsed stage criterion ``(name, op, value)``
-    for numba kernels whose criterion codes are ``criteria`` (name -> code);
-    kind 0: none; op +1 for >=, -1 for <=."""
-    if criterion is None:
-        return 0, 1, 0.0
-    return criteria[criterion[0]], 1 if criterion[1] == ">=" else -1, float(criterion[2])
+        return SaveAt(every=max(1, int(H) // records))
+    return SaveAt.uniform(H / records, H) if H > 0 else SaveAt()

@@ -1,0 +1,100 @@
+"""The run harness: the one place that turns a training description and a
+system into a run, a run file and an exit code.
+
+Every system (the mixture fast path, an engine description, the induction
+model) brings its own pieces:
+
+* a *training description* (duck-typed): ``method`` (gd | flow | rk4),
+  ``eta``, ``dt``, ``rtol``, ``atol`` (``h_min`` optional), ``horizon`` (total
+  steps for gd, total time otherwise) and the record options
+  ``record_every`` / ``record_log`` / ``record_dt`` (``meanfield.core.config
+  .record_options``); a mixture config, an engine ``Training`` and an
+  induction config all are one;
+* its *stages*, each with what it trains (the ``mode`` the system reads: a
+  mask, a bit set), its length (steps or time), its parsed stop criterion
+  (``meanfield.core.criteria``), a name and optionally its own step size
+  (:func:`stages_of` numbers them into :class:`~meanfield.core.integrate.Stage`);
+* a *system* (:class:`meanfield.core.integrate.System`) and an initial state;
+* a *save* function writing its run file.
+
+The harness does the rest, the same way for all of them: the solver and the
+record grid (:func:`solver_of`, :func:`save_at_of`: one set of defaults, see
+``docs/conventions.md``), the :class:`~meanfield.core.integrate.Monitor`
+(progress on stderr, SIGINT/SIGTERM end the run with a valid file), periodic
+checkpoints (status ``interrupted``, message "checkpoint at step N": the step
+really reached, not the last record), the final save, and the exit code of a
+run's status (:data:`EXIT_CODES`).
+
+It imports no system: systems import it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from . import integrate
+from .integrate import save_at_of, solver_of  # noqa: F401 (the harness's solver and record grid)
+
+#: exit code of the CLI for a run's final status
+EXIT_CODES = {"complete": 0, "diverged": 3, "interrupted": 130}
+
+
+def unit_of(training) -> str:
+    """What a run counts: ``step`` (gd) or ``t`` (flow, rk4)."""
+    return "step" if training.method == "gd" else "t"
+
+
+def stages_of(specs: Iterable, mode: Callable[[Any], Any] | None = None) -> list[integrate.Stage]:
+    """Number stage descriptions 1, 2, ... into :class:`integrate.Stage`.
+    Each spec has ``train`` (turned into the stage's ``mode`` by ``mode``, as
+    is by default), ``length``, ``criterion`` (parsed, or None), ``name`` and
+    optionally ``eta`` (its own GD step size)."""
+    mode = mode or (lambda train: train)
+    return [integrate.Stage(i + 1, mode(s.train), s.length, s.criterion, s.name, eta=getattr(s, "eta", None))
+            for i, s in enumerate(specs)]
+
+
+def solve(training, system, y0, stages: list[integrate.Stage], saveat: integrate.SaveAt | None = None,
+          monitor: integrate.Monitor | None = None, solver=None) -> integrate.Trajectory:
+    """Integrate ``system`` from ``y0`` through ``stages`` with the training's
+    solver (or ``solver``) on its record grid (or ``saveat``)."""
+    solver = solver if solver is not None else solver_of(training)
+    return solver.solve(system, y0, stages, saveat if saveat is not None else save_at_of(training), monitor)
+
+
+def checkpoint_message(unit: str, reached: float, last: float) -> str:
+    """The message of a checkpoint file: where the run was (``reached``) and
+    where its last record is (``last``)."""
+    return (f"checkpoint at {unit} {reached:.6g} (last record at {unit} {last:.6g}): the run was still going "
+            f"when this was written; if you read this, it ended early")
+
+
+def run_to_file(training, solve: Callable[[integrate.Monitor], integrate.Trajectory], save: Callable[..., Path],
+                progress: bool = True, checkpoint_s: float = 60.0, label: str = "",
+                result: Callable[[integrate.Trajectory], Any] | None = None):
+    """Run and write a run file, the same way for every system.
+
+    ``solve(monitor)`` integrates (passing ``monitor`` to the solver) and
+    returns the trajectory; ``result(trajectory)`` (default: the trajectory
+    itself) is what ``save(result, status=None, message=None)`` writes and
+    what is returned. Progress goes to stderr for runs longer than 2 s
+    (``progress``); every ``checkpoint_s`` seconds a checkpoint file (status
+    ``interrupted``) is written so that even a killed process leaves a valid
+    file; SIGINT/SIGTERM end the run with status ``interrupted``. Returns
+    (result, path); the exit code is ``EXIT_CODES[trajectory.status]``."""
+    unit = unit_of(training)
+    wrap = result or (lambda traj: traj)
+
+    def ckpt(traj):
+        last = traj.step[-1] if unit == "step" else traj.t[-1]
+        reached = max(float(getattr(mon, "done", last) or last), float(last))
+        save(wrap(traj), status="interrupted", message=checkpoint_message(unit, reached, last))
+
+    mon = integrate.Monitor(total=training.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
+                            checkpoint=ckpt, checkpoint_s=checkpoint_s, label=label)
+    with mon:
+        traj = solve(mon)
+    res = wrap(traj)
+    return res, save(res)
