@@ -1,6 +1,7 @@
 """Command-line glue of ``meanfield.core.ensemble`` (light: imports numba, h5py
-and dask only when a command runs): the chunked flags of ``mixture sweep``
-and the ``mixture sweep-plot`` verb."""
+and dask only when a command runs): the chunked flags of ``mixture sweep`` and
+``model sweep`` (one definition, :func:`add_sweep_flags`; one handler,
+:func:`cmd_sweep`) and the ``mixture sweep-plot`` verb."""
 
 from __future__ import annotations
 
@@ -30,19 +31,25 @@ def parse_keep(text: str | None, n: int) -> list[int]:
     return out
 
 
-def cmd_sweep(args, base: dict, params: dict) -> int:
-    """``meanfield mixture sweep --chunked`` (or --scheduler / --chunk-size / --keep-records)."""
+def cmd_sweep(args, base: dict, params: dict, system=None) -> int:
+    """``meanfield mixture sweep --chunked`` and ``meanfield model sweep MODEL
+    --chunked`` (or --scheduler / --chunk-size / --keep-records): the grid
+    ``params`` over ``base`` as an ensemble of ``system`` (None: the mixture;
+    ``meanfield.engine.sweep.ModelEnsemble`` for a described model)."""
     from .ensemble import EnsembleProblem, check_scheduler, paths, solve
 
+    if getattr(args, "batched", False):
+        raise ConfigError("batched: not with --chunked / --scheduler / --chunk-size / --keep-records (chunks run "
+                          "batched already)")
     check_scheduler(args.scheduler)
     cs = as_int("chunk_size", args.chunk_size, lo=1) if args.chunk_size else None
     workers = as_int("workers", args.workers, lo=1) if args.workers else None
     P = paths(Path(args.out))
     if args.scheduler and workers:
         raise ConfigError("workers: not with --scheduler (the cluster has its workers; local:N sets N)")
-    prob = EnsembleProblem(base, axes=params)
+    prob = EnsembleProblem(base, axes=params, system=system)
     prob.keep_records = tuple(parse_keep(args.keep_records, prob.size))
-    r = solve(prob, P["dir"], backend=args.backend, scheduler=args.scheduler, workers=workers, chunk_size=cs,
+    r = solve(prob, P["dir"], backend=args.backend or "cpu", scheduler=args.scheduler, workers=workers, chunk_size=cs,
               progress=not args.quiet)
     counts = ", ".join(f"{v} {k}" for k, v in r.counts.items())
     print(f"{r.path}: {r.status}: {r.n_done}/{r.n_points} points done ({counts}); {r.n_chunks} chunks of "
@@ -64,7 +71,7 @@ def cmd_sweep_plot(args) -> int:
 
 
 def add_sweep_flags(sw) -> None:
-    """The chunked-ensemble flags of ``mixture sweep``."""
+    """The chunked-ensemble flags of ``mixture sweep`` and ``model sweep``."""
     sw.add_argument("--chunked", action="store_true",
                     help="run the grid as chunks of batched trajectories (meanfield.core.ensemble): OUT/sweep.h5 with "
                          "one array per output over the grid axes; implied by --scheduler/--chunk-size/--keep-records")

@@ -543,6 +543,18 @@ def initial_states(desc: Description, seeds=None, widths=None) -> np.ndarray:
     return np.array(out)
 
 
+def record_capacity(desc: Description, step: float, every: int) -> int:
+    """Records one trajectory of ``desc`` can write in a batch (the buffer
+    length): the initial state, every ``every``-th (solver) step with step
+    size ``step`` (0: none), one per stage end and a final one."""
+    tr = desc.training
+    if tr.method == "gd":
+        nsteps = sum(int(s.length) for s in tr.stages)
+    else:
+        nsteps = sum(int(math.ceil(float(s.length) / step * (1 + 1e-12))) + 1 for s in tr.stages)
+    return 2 + len(tr.stages) + (nsteps // every if every else 0)
+
+
 def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, backend: str = "cpu",
               record_every: int | None = None, max_bytes: float = 4 * 2**30) -> BatchRun:
     """Advance B trajectories of ``desc`` together under its exact GD map
@@ -610,11 +622,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     crit_thr = np.zeros(nst)
     for i, s in enumerate(tr.stages):
         crit_kind[i], crit_op[i], crit_thr[i] = integrate.criterion_args(s.criterion, kernels.CRITERIA)
-    if gd:
-        nsteps = int(stage_len.sum())
-    else:
-        nsteps = sum(int(math.ceil(x / etas.min() * (1 + 1e-12))) + 1 for x in stage_len)
-    T = 2 + nst + (nsteps // every if every else 0)
+    T = record_capacity(desc, float(etas.min()), every)
     need = B * T * ny * 8
     if need > max_bytes:
         raise ConfigError(f"record_every: the records of {B} trajectories need {need / 2**30:.3g} GiB ({T} records "

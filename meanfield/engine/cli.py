@@ -230,6 +230,12 @@ def _cmd_sweep(args) -> int:
     base = _overrides(args, raw, path)
     workers = as_int("workers", args.workers, lo=1) if args.workers is not None else None
     del desc
+    from ..core.ensemble_cli import chunked_requested, cmd_sweep
+
+    if chunked_requested(args):  # chunks of batched engine trajectories, one sweep.h5 (meanfield.core.ensemble)
+        from .sweep import ModelEnsemble
+
+        return cmd_sweep(args, base, params, system=ModelEnsemble(path))
     idx = model_sweep(path, base, params, Path(args.out), workers=workers, progress=not args.quiet,
                       batched=args.batched, backend=args.backend)
     n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
@@ -335,7 +341,10 @@ def add_parser(systems, mixture_fields=None) -> None:
     sw.add_argument("--force", action="store_true", help=FORCE_HELP)
     sw.add_argument("--batched", action="store_true",
                     help="run the points as batches of trajectories (method gd; same files): meanfield.engine.run_batch")
-    sw.add_argument("--backend", default=None, help="with --batched: cpu (default), cuda or auto")
+    sw.add_argument("--backend", default=None, help="with --batched or --chunked: cpu (default), cuda or auto")
+    from ..core.ensemble_cli import add_sweep_flags
+
+    add_sweep_flags(sw)
     _add_param_flags(sw)
     sw.__class__ = with_declared  # also takes the flags the description declares
     sw.set_defaults(func=_cmd_sweep)

@@ -196,3 +196,121 @@ def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, wo
     index["status"] = status
     _write_index(index_path, index)
     return index
+
+
+# ------------------------------------------------------------------ chunked ensembles
+
+
+class ModelEnsemble:
+    """A described model as an ensemble system (``meanfield.core.ensemble``;
+    ``meanfield model sweep MODEL --chunked``): a point's config is the
+    description with the point's parameters (``load_description``), points
+    that differ only in initial state and step size (:func:`_fingerprint`)
+    run as one batch of the engine's batched kernel
+    (``meanfield.engine.batched.run_batch``: CPU threads or CUDA), and each
+    trajectory's outputs are computed by the code that writes its run file
+    (``runs.Run`` observables and ``runs._stage_times``), so they equal
+    the numbers of ``meanfield model run`` of the same point: bit for bit on
+    the CPU (the batch equals single runs bit for bit), to rounding on a GPU.
+
+    Picklable (the model path and the file's hash); the chunk keys include
+    the hash, so an edited description reruns every chunk."""
+
+    name = "model"
+
+    def __init__(self, model: str | Path):
+        import hashlib
+
+        self.model = str(model)
+        try:
+            self.sha256 = hashlib.sha256(Path(self.model).read_bytes()).hexdigest()
+        except OSError as e:
+            raise ConfigError(f"model: cannot read {self.model!r} ({e.strerror or e})") from None
+
+    def identity(self) -> dict:
+        return {"system": "model", "model": Path(self.model).name, "sha256": self.sha256}
+
+    def fields(self) -> list[str]:
+        import dataclasses
+
+        from .description import declared_parameters, parameter_class, read_raw
+
+        raw = read_raw(self.model)
+        return [f.name for f in dataclasses.fields(parameter_class(raw))] + list(declared_parameters(raw))
+
+    def config(self, base: dict, over: dict):
+        from .description import load_description
+
+        return load_description(self.model, {**base, **over})
+
+    def batchable(self, desc) -> str | None:
+        return batch_problem(desc)
+
+    def resolve_backend(self, backend: str) -> str:
+        from .batched import resolve_backend
+
+        return resolve_backend(backend)
+
+    def group_key(self, desc) -> bytes:
+        return _fingerprint(desc)
+
+    def capacity_key(self, desc) -> tuple:
+        from .batched import _step_of
+        from .reduce import layout
+        from .system import save_at
+
+        tr = desc.training
+        return (tr.method, repr(tr.stages), int(save_at(desc).every), _step_of(desc), layout(desc).size)
+
+    def record_bytes(self, desc) -> float:
+        from .batched import _step_of, record_capacity
+        from .reduce import layout
+        from .system import save_at
+
+        return record_capacity(desc, _step_of(desc), int(save_at(desc).every)) * layout(desc).size * 8
+
+    def advance(self, descs: list, backend: str):
+        from .batched import _step_of, run_batch
+        from .reduce import initial_state
+        from .system import save_at
+
+        d0 = descs[0]
+        return run_batch(d0, y0s=[initial_state(d) for d in descs], eta=[_step_of(d) for d in descs],
+                         backend=backend, record_every=int(save_at(d0).every), max_bytes=math.inf)
+
+    def summaries(self, descs: list, br) -> dict:
+        """Outputs per trajectory from its records, by the run file's own code."""
+        from . import runs
+        from .system import system_of
+
+        B = len(descs)
+        sysm = system_of(descs[0])  # one packed system per batch (equal fingerprints: equal packed arrays)
+        o = {k: np.full(B, np.nan) for k in ("t_end", "loss_end", "min_margin_end", "min_margin_consistent_end",
+                                             "min_margin_inconsistent_end", "T1", "T2", "T_loss")}
+        o["status"] = np.asarray(br.code)
+        o["steps_end"] = np.zeros(B, np.int64)
+        o["margin_end"] = np.full((B, descs[0].data.n), np.nan)
+        for k, d in enumerate(descs):
+            r = runs.Run(d, sysm, br.trajectory(k))
+            st = runs._stage_times(d, r.t, r.obs, r.stage_ends)
+            m = r.margin[-1]
+            c = d.data.flag("consistent")
+            o["t_end"][k] = r.t[-1]
+            o["steps_end"][k] = r.step[-1]
+            o["loss_end"][k] = r.loss[-1]
+            o["margin_end"][k] = m
+            o["min_margin_end"][k] = m.min()
+            o["min_margin_consistent_end"][k] = m[c].min() if c.any() else math.nan
+            o["min_margin_inconsistent_end"][k] = m[~c].min() if (~c).any() else math.nan
+            for name in ("T1", "T2", "T_loss"):
+                o[name][k] = st[name]
+        return o
+
+    def trajectory(self, br, k: int, desc):
+        return br.trajectory(k)
+
+    def save(self, path: Path, desc, traj) -> None:
+        from . import runs
+        from .system import system_of
+
+        runs.save(path, desc, runs.Run(desc, system_of(desc), traj))
