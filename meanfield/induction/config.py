@@ -15,7 +15,8 @@ import warnings as _warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, check_keys, parse_criterion
+from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, check_keys, record_options
+from ..core.criteria import parse_criterion
 from .criteria import CRITERIA
 
 SCHEDULES = ("three-stage", "simultaneous")
@@ -329,14 +330,7 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
     out["rtol"] = as_float("rtol", d["rtol"], positive=True)
     out["atol"] = as_float("atol", d["atol"], positive=True)
     out["max_abs"] = as_float("max_abs", d["max_abs"], positive=True)
-    for name in ("record_every", "record_log"):
-        out[name] = as_int(name, d[name], lo=1) if d[name] is not None else None
-    out["record_dt"] = as_float("record_dt", d["record_dt"], positive=True) if d["record_dt"] is not None else None
-    given = [n for n in ("record_every", "record_log", "record_dt") if out[n] is not None]
-    if len(given) > 1:
-        raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
-    if out["record_dt"] is not None and out["method"] == "gd":
-        raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
+    record_options(d, out)  # the shared recording options (and their errors)
     if flow and out["schedule"] == "simultaneous" and out["t_end"] <= 0:
         raise ConfigError(f"t_end: must be > 0, got {out['t_end']}")
     if out["train_file"] is not None:

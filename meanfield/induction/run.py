@@ -44,15 +44,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core import integrate
-from ..core.config import parse_criterion
+from ..core import harness, integrate
+from ..core.criteria import criterion_args, parse_criterion
 from ..core.io import write_run
 from . import kernels
 from .config import InductionConfig
+from .criteria import CRITERIA
 from .data import InductionData, generate, load_data
 from .model import Arch, init_params, rpe_softmax, subset_label, unpack
 
-EXIT_CODES = {"complete": 0, "diverged": 3, "interrupted": 130}
+EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
 PHASE_NAMES = ("c", "w", "a")
 
 
@@ -125,12 +126,6 @@ class Problem:
         return Problem(cfg, arch, train, test, theta0, seen)
 
 
-def _crit_args(criterion):
-    if criterion is None:
-        return 0, 1, 0.0
-    return kernels.CRITERIA[criterion[0]], (1 if criterion[1] == ">=" else -1), float(criterion[2])
-
-
 @dataclass
 class InductionSystem:
     """The induction-head model as a system for ``meanfield.core.integrate``.
@@ -168,7 +163,7 @@ class InductionSystem:
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         rates = float(eta) * np.asarray(mode, dtype=np.float64)
-        kind, op, thr = _crit_args(criterion)
+        kind, op, thr = criterion_args(criterion, CRITERIA)
         if self.fresh is None and self.minibatch is None:
             done, code, _ = kernels.gd_advance(y, int(nsteps), rates, *self.train.args(), self.log_cap,
                                                kind, op, thr, float(self.max_abs))
@@ -202,53 +197,55 @@ class InductionSystem:
     def criterion_value(self, y, name):
         loss, g = self.grad(y)
         a = self.arch
-        return float(kernels.criterion_value(kernels.CRITERIA[name], loss, np.ascontiguousarray(y, dtype=np.float64),
+        return float(kernels.criterion_value(CRITERIA[name], loss, np.ascontiguousarray(y, dtype=np.float64),
                                              g, a.nS, a.H, a.M))
+
+
+def group_mode(group: str) -> tuple[float, float, float]:
+    """The stage mode (rate_c, rate_w, rate_a) of a parameter group string
+    such as ``"c"``, ``"cw"`` or ``"cwa"``."""
+    return tuple(1.0 if ch in group else 0.0 for ch in PHASE_NAMES)
+
+
+def stage_specs(cfg: InductionConfig) -> list[harness.StageSpec]:
+    """The stages of the schedule in the shared vocabulary: what each trains
+    (a group string), its length (steps for gd, time for flow / rk4), its
+    criterion and its GD step size."""
+    gd = cfg.method == "gd"
+    if cfg.schedule == "simultaneous":
+        return [harness.StageSpec("cwa", cfg.steps if gd else cfg.t_end,
+                                  parse_criterion("criterion", cfg.criterion, CRITERIA), "simultaneous",
+                                  cfg.eta if gd else None)]
+    return [harness.StageSpec(group, cfg.stage_steps[k] if gd else cfg.stage_times[k],
+                              parse_criterion("stage_criteria", cfg.stage_criteria[k], CRITERIA), group,
+                              cfg.stage_etas[k] if gd else None)
+            for k, group in enumerate(cfg.phases)]
 
 
 def stages(cfg: InductionConfig) -> list[integrate.Stage]:
     """Stages of the schedule; lengths are steps (gd) or times (flow, rk4)."""
-    gd = cfg.method == "gd"
-    if cfg.schedule == "simultaneous":
-        crit = parse_criterion("criterion", cfg.criterion, kernels.CRITERIA)
-        return [integrate.Stage(1, (1.0, 1.0, 1.0), cfg.steps if gd else cfg.t_end, crit, "simultaneous",
-                                eta=cfg.eta if gd else None)]
-    out = []
-    for k, group in enumerate(cfg.phases):
-        mode = tuple(1.0 if ch in group else 0.0 for ch in PHASE_NAMES)
-        out.append(integrate.Stage(k + 1, mode, cfg.stage_steps[k] if gd else cfg.stage_times[k],
-                                   parse_criterion("stage_criteria", cfg.stage_criteria[k], kernels.CRITERIA),
-                                   group, eta=cfg.stage_etas[k] if gd else None))
-    return out
+    return harness.stages_of(stage_specs(cfg), mode=group_mode)
 
 
 def solver(cfg: InductionConfig):
-    if cfg.method == "gd":
-        return integrate.GDMap(1.0)  # every stage carries its own step size (Stage.eta)
-    if cfg.method == "rk4":
-        return integrate.RK4(cfg.dt)
-    return integrate.Dopri5(rtol=cfg.rtol, atol=cfg.atol)
+    """The solver of the config's method (``harness.solver_of``): with gd every
+    stage carries its own step size (``Stage.eta``)."""
+    return harness.solver_of(cfg)
+
+
+#: default number of records over the horizon: each induction record evaluates
+#: the loss on every train and test sequence, a mixture record copies a small state
+RECORDS = 200
 
 
 def save_at(cfg: InductionConfig) -> integrate.SaveAt:
-    """The recording grid, by the mixture system's rules (``docs/conventions.md``,
-    "One vocabulary"): every ``record_every`` steps, ``record_log`` log-spaced
-    points (flow: from 1/100 of the smallest step size, as in the mixture),
-    every ``record_dt``; the default is about 200 records over the horizon
-    (the mixture's 1000: each induction record evaluates the loss on every
-    train and test sequence, a mixture record copies a small state)."""
-    gd = cfg.method == "gd"
-    Hz = cfg.horizon
-    if cfg.record_every is not None:
-        return integrate.SaveAt(every=cfg.record_every)
-    if cfg.record_log is not None:
-        eta = cfg.eta if cfg.schedule == "simultaneous" else min(cfg.stage_etas)
-        return integrate.SaveAt.log(cfg.record_log, Hz, integer=gd, t_min=None if gd else min(eta, Hz) * 1e-2)
-    if cfg.record_dt is not None:
-        return integrate.SaveAt.uniform(cfg.record_dt, Hz)
-    if gd:
-        return integrate.SaveAt(every=max(1, int(Hz) // 200))
-    return integrate.SaveAt.uniform(Hz / 200, Hz) if Hz > 0 else integrate.SaveAt()
+    """The recording grid, by the shared rules (``harness.save_at_of``,
+    ``docs/conventions.md``, "One vocabulary"): every ``record_every`` steps,
+    ``record_log`` log-spaced points (flow: from 1/100 of the smallest step
+    size), every ``record_dt``; the default is about :data:`RECORDS` = 200
+    records over the horizon (the mixture's 1000)."""
+    eta = cfg.eta if cfg.schedule == "simultaneous" else min(cfg.stage_etas)
+    return harness.save_at_of(cfg, records=RECORDS, eta=eta)
 
 
 def phase_log_grid(cfg: InductionConfig, every: int, n_log: int) -> integrate.SaveAt:
@@ -276,7 +273,7 @@ def run(cfg: InductionConfig, problem: Problem | None = None, theta0: np.ndarray
                              fresh=cfg if cfg.sampling == "fresh" else None,
                              minibatch=cfg if cfg.sampling == "minibatch" else None)
     y = pb.theta0 if theta0 is None else np.asarray(theta0, dtype=np.float64)
-    return solver(cfg).solve(system, y, stages(cfg), saveat if saveat is not None else save_at(cfg), monitor)
+    return harness.solve(cfg, system, y, stages(cfg), saveat if saveat is not None else save_at(cfg), monitor)
 
 
 def observables(pb: Problem, Y: np.ndarray) -> dict[str, np.ndarray]:
@@ -338,22 +335,13 @@ def save(path: str | Path, cfg: InductionConfig, traj: integrate.Trajectory, pro
 
 
 def run_to_file(cfg: InductionConfig, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0):
-    """Run and write ``out``; progress on stderr for long runs, a checkpoint
-    file (status "interrupted") every ``checkpoint_s`` seconds so that even a
-    killed process leaves a valid file. Returns (trajectory, path)."""
+    """Run and write ``out`` through the shared harness
+    (``meanfield.core.harness.run_to_file``): progress on stderr for long
+    runs, a checkpoint file (status "interrupted") every ``checkpoint_s``
+    seconds so that even a killed process leaves a valid file. Returns
+    (trajectory, path)."""
     pb = Problem.build(cfg)
-    unit = "step" if cfg.method == "gd" else "t"
-
-    def ckpt(traj):
-        last = traj.step[-1] if unit == "step" else traj.t[-1]
-        where = max(float(getattr(mon, "done", last) or last), float(last))  # the step reached, not the last record
-        save(out, cfg, traj, pb, status="interrupted",
-             message=f"checkpoint at {unit} {where:.6g} (last record at {unit} {last:.6g}): the run was still "
-                     f"going when this was written; if you read this, it ended early")
-
-    mon = integrate.Monitor(total=cfg.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
-                            checkpoint=ckpt, checkpoint_s=checkpoint_s, label="induction: ")
-    with mon:
-        traj = run(cfg, pb, monitor=mon)
-    path = save(out, cfg, traj, pb)
-    return traj, path
+    return harness.run_to_file(
+        cfg, lambda mon: run(cfg, pb, monitor=mon),
+        lambda traj, status=None, message=None: save(out, cfg, traj, pb, status=status, message=message),
+        progress=progress, checkpoint_s=checkpoint_s, label="induction: ")
