@@ -1,9 +1,10 @@
 """The finite-width particle sampler (explicit GD on W_K, W_Q, w in R^d) against
 the reduced GD map, and its plumbing (init streams, records, run files).
 
-The particle sampler never calls the reduced dynamics; agreement to ~1e-15
-over hundreds of steps is the check that the reduced GD map (with its eta^2
-terms) IS explicit finite-width GD, at the widths and ambient dimensions here.
+The particle sampler is the engine's explicit network (``meanfield.engine.oracle``)
+on the mixture description; it never calls the reduced dynamics; agreement to
+~1e-15 over hundreds of steps is the check that the reduced GD map (with its
+eta^2 terms) IS explicit finite-width GD, at the widths and ambient dimensions here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 from meanfield.core import integrate
 from meanfield.core.config import ConfigError
 from meanfield.core.io import read_run
-from meanfield.mixture import init, kernels, model, particles, run
+from meanfield.engine.oracle import embedding
+from meanfield.mixture import init, kernels, particles, run
 from meanfield.mixture import observables as obs_mod
 from meanfield.mixture.config import make_config
 from meanfield.mixture.data import sample_set
@@ -139,55 +141,27 @@ def test_initial_weights_law_and_embed_seed():
         assert abs(np.var(W) * 3000 / 0.49 - 1) < 0.03       # iid N(0, omega^2/m) entries
         assert abs(np.mean(W)) < 3 * 0.7 / 3000 / np.sqrt(12)
     Eb = particles.initial_particles(cfg, 12, embed_seed=5)[0]
-    np.testing.assert_array_equal(Eb, model.embedding(2, 12, np.random.default_rng(5)))
+    np.testing.assert_array_equal(Eb, embedding(np.eye(4), 12, 5))
     assert not np.allclose(Eb, E)
 
 
-def test_orthogonal_part_stays_frozen_and_flat_system_agrees():
-    """GD moves W only inside span(E); the flat-state system under the shared
-    GDMap gives the same trajectory as the projected one."""
+def test_orthogonal_part_stays_frozen():
+    """GD moves W only inside span(E); the criterion values are the network's own
+    (independent of kernels)."""
     cfg = _cfg(3, 3, 4, "three-stage", stage_steps="30,30,30", record_every=10, stage3="both")
     d = 11
     system = particles.make_particles(cfg, d)
     Pperp = np.eye(d) - system.E @ system.E.T
-    before = (system.WK @ Pperp, system.WQ @ Pperp)
+    WK0, WQ0, _ = system.weights
     traj = integrate.GDMap(cfg.eta).solve(system, system.projection(), run.stages(cfg), run.save_at(cfg))
     assert traj.status == "complete" and traj.step[-1] == 90
-    assert np.max(np.abs(system.WK @ Pperp - before[0])) < 1e-14
-    assert np.max(np.abs(system.WQ @ Pperp - before[1])) < 1e-14
-    assert np.max(np.abs(system.WK[0] @ system.E)) > 0     # and the weights did move inside
-    # the flat particle state (W_K, W_Q, w) under the shared GDMap
-    E, WK, WQ, w = particles.initial_particles(cfg, d)
-    psys = system.psys
-    flat = integrate.GDMap(cfg.eta).solve(psys, psys.state(WK, WQ, w), run.stages(cfg), run.save_at(cfg))
-    assert flat.step == traj.step and flat.stage_ends == traj.stage_ends
-    Yflat = np.array([psys.project(z) for z in flat.y])
-    assert np.max(np.abs(Yflat - np.array(traj.y))) < 1e-15 * 1e3
-    # its criterion values are the particle network's own (independent of kernels)
-    z = flat.y[-1]
+    WK, WQ, _ = system.weights
+    assert np.max(np.abs(WK @ Pperp - WK0 @ Pperp)) < 1e-14
+    assert np.max(np.abs(WQ @ Pperp - WQ0 @ Pperp)) < 1e-14
+    assert np.max(np.abs((WK - WK0) @ system.E)) > 1e-3     # and the weights did move inside
     o = obs_mod.observables(sample_set(3, 3), traj.y[-1])
-    assert psys.criterion_value(z, "loss") == pytest.approx(o["loss"][0], rel=1e-12)
-    assert psys.criterion_value(z, "min_margin") == pytest.approx(np.min(o["margin"][0]), rel=1e-10)
-
-
-@pytest.mark.parametrize("K,L,m,d,r0", [(2, 3, 3, 7, 1.0), (3, 4, 2, 6, 0.5)])
-def test_gradients_and_rhs_equal_numpy_oracle(K, L, m, d, r0):
-    cfg = _cfg(K, L, m, "simultaneous", neuron_init="gaussian:0.5", omega=0.9)
-    E, WK, WQ, w = particles.initial_particles(cfg, d)
-    s = sample_set(K, L)
-    g = model.gradients({"W_K": WK, "W_Q": WQ, "w": w}, model.tokens(s, E), s, relu_prime_at_zero=r0)
-    loss, gK, gQ, gw, margin, u, dwt = particles.loss_and_gradients(WK, WQ, w, E, s.idx, s.sgn, s.y, s.weight, r0)
-    scale = max(np.max(np.abs(g["W_K"])), np.max(np.abs(g["w"])))
-    for a, b in ((gK, g["W_K"]), (gQ, g["W_Q"]), (gw, g["w"])):
-        assert np.max(np.abs(a - b)) < 1e-12 * scale
-    loss_o, u_o, margin_o = model.forward({"W_K": WK, "W_Q": WQ, "w": w}, model.tokens(s, E), s)
-    assert loss == pytest.approx(loss_o, rel=1e-13)
-    np.testing.assert_allclose(u, u_o, atol=1e-14)
-    psys = particles.ParticleSystem(s, E, m, r0)
-    f = psys.rhs(psys.state(WK, WQ, w), (True, False))
-    np.testing.assert_allclose(f, -psys.state(0 * gK, 0 * gQ, gw), atol=1e-16)
-    f = psys.rhs(psys.state(WK, WQ, w), (True, True))
-    np.testing.assert_allclose(f, -psys.state(gK, gQ, gw), atol=1e-16)
+    assert system.criterion_value(traj.y[-1], "loss") == pytest.approx(o["loss"][0], rel=1e-12)
+    assert system.criterion_value(traj.y[-1], "min_margin") == pytest.approx(np.min(o["margin"][0]), rel=1e-10)
 
 
 # ------------------------------------------------------------ records and files

@@ -127,24 +127,16 @@ def embedded_run(cfg, embed_seed: int | None) -> dict:
     """The explicit network at width 2P from the exactly symmetric factors, in
     R^(2K+1) through the random orthonormal embedding ``embed_seed`` (None: E =
     identity in R^(2K), no rounding from the embedding)."""
+    from ..engine.oracle import embedding
     from . import particles as pt
-    from .model import embedding
+    from .init import neuron_init
     from .run import save_at, solver, stages
 
     K, P = cfg.K, cfg.P
-    if embed_seed is None:
-        E = np.eye(P)
-    else:
-        E = embedding(K, P + 1, np.random.default_rng(embed_seed))
+    E = np.eye(P) if embed_seed is None else embedding(np.eye(P), P + 1, embed_seed)
     MK, MQ = symmetric_factors(K, cfg.omega)
-    WK = np.ascontiguousarray(np.stack([MK @ E.T] * 2))
-    WQ = np.ascontiguousarray(np.stack([MQ @ E.T] * 2))
-    from .init import neuron_init
-
-    w = np.ascontiguousarray(neuron_init(K, cfg.neuron_init, cfg.seed) @ E.T)
-    psys = pt.ParticleSystem(samples_of(cfg), np.ascontiguousarray(E), 2 * P, cfg.relu_prime_at_zero,
-                             cfg.max_abs, threads=1)
-    system = pt.ProjectedParticles(psys, WK, WQ, w)
+    w = neuron_init(K, cfg.neuron_init, cfg.seed) @ E.T
+    system = pt.system_of_weights(cfg, E, pt.head_weights([MK @ E.T] * 2, [MQ @ E.T] * 2, w))
     traj = solver(cfg).solve(system, system.projection(), stages(cfg), save_at(cfg))
     return _as_run(cfg, traj)
 
