@@ -31,6 +31,7 @@ It imports no system: systems import it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -39,6 +40,21 @@ from .integrate import save_at_of, solver_of  # noqa: F401 (the harness's solver
 
 #: exit code of the CLI for a run's final status
 EXIT_CODES = {"complete": 0, "diverged": 3, "interrupted": 130}
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """One stage of a training description, for systems without their own
+    stage type (the engine's ``meanfield.engine.objects.StageSpec`` has the
+    same fields but ``eta``): what it trains, for how long (steps or time),
+    until which parsed criterion, its name, its own GD step size (None: the
+    training's ``eta``)."""
+
+    train: Any
+    length: float
+    criterion: tuple[str, str, float] | None = None
+    name: str = ""
+    eta: float | None = None
 
 
 def unit_of(training) -> str:
