@@ -137,10 +137,6 @@ def _cmd_particles(args) -> int:
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     d = as_int("d", args.d, lo=2) if args.d is not None else None
     check_mixture_size(cfg, args.force, particles_d=d or 2 * cfg.K + 1)
-    from .core.guard import first_use_notice
-    from .mixture import particles as _pk
-
-    first_use_notice(_pk.gd_advance_particles, _pk.update_rows, _pk.network)
     es = as_int("embed_seed", args.embed_seed, lo=0) if args.embed_seed is not None else None
     th = as_int("threads", args.threads, lo=1) if args.threads is not None else None
     traj, path = particles_to_file(cfg, out, d=d, progress=not args.quiet, embed_seed=es, threads=th)
@@ -455,7 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_flags(pa)
     pa.add_argument("--d", default=None, help="ambient dimension (>= 2K; default 2K+1)")
     pa.add_argument("--embed-seed", default=None, help="seed of the random orthonormal feature embedding")
-    pa.add_argument("--threads", default=None, help="numba threads (default: automatic)")
+    pa.add_argument("--threads", default=None, help="accepted and ignored: the explicit network is the engine's numpy "
+                                                     "network (BLAS threads: OPENBLAS_NUM_THREADS)")
     pa.add_argument("--out", default="runs/particles.h5")
     pa.add_argument("--quiet", action="store_true")
     pa.set_defaults(func=_cmd_particles)
