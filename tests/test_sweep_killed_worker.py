@@ -7,10 +7,10 @@ import signal
 
 import pytest
 
-from meanfield.core import sweep
 from meanfield.core.sweep import SweepSpec, map_points, run_sweep
+from meanfield.mixture import ensemble as mixture_ensemble  # the mixture's per-point runner
 
-_real_run_point = sweep._run_point
+_real_run_point = mixture_ensemble._run_point
 
 
 def _square_or_die(x):
@@ -42,7 +42,7 @@ def test_map_points_without_on_crash_raises():
 
 
 def test_sweep_killed_point_failed_others_complete(tmp_path, monkeypatch):
-    monkeypatch.setattr(sweep, "_run_point", _run_point_or_die)
+    monkeypatch.setattr(mixture_ensemble, "_run_point", _run_point_or_die)
     spec = SweepSpec(base={"steps": 5}, params={"seed": [0, 1, 2]}, out=tmp_path / "sw")
     index = run_sweep(spec, workers=2, progress=False)
     res = {p["params"]["seed"]: p["result"] for p in index["points"]}

@@ -85,6 +85,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from .config import ConfigError, as_int
+from .sweep import SYSTEMS, register_system, system_of  # noqa: F401 - the registry of systems, re-exported
 
 CHUNK_FORMAT = "meanfield-chunk"
 SWEEP_FORMAT = "meanfield-ensemble"
@@ -162,30 +163,6 @@ class EnsembleSystem(Protocol):
 
     def save(self, path: Path, cfg, traj) -> None:
         """Write one trajectory's ordinary run file."""
-
-
-#: systems known by name (``module:attribute`` of their adapter, imported on first use)
-SYSTEMS = {"mixture": "meanfield.mixture.ensemble:MIXTURE"}
-
-
-def register_system(name: str, target: str) -> None:
-    """Make ``EnsembleProblem(system=name)`` find the adapter ``module:attribute``."""
-    SYSTEMS[str(name)] = str(target)
-
-
-def system_of(system) -> EnsembleSystem:
-    """An adapter object from an object, a registered name, or None (the
-    mixture system: the default for one release)."""
-    if system is None:
-        system = "mixture"
-    if isinstance(system, str):
-        if system not in SYSTEMS:
-            raise ConfigError(f"system: one of {', '.join(SYSTEMS)} or an ensemble system object; got {system!r}")
-        import importlib
-
-        mod, _, attr = SYSTEMS[system].partition(":")
-        return getattr(importlib.import_module(mod), attr)
-    return system
 
 
 # ------------------------------------------------------------------ the problem

@@ -1,7 +1,7 @@
 """Command-line glue of ``meanfield.core.ensemble`` (light: imports numba, h5py
 and dask only when a command runs): the chunked flags of ``mixture sweep`` and
 ``model sweep`` (one definition, :func:`add_sweep_flags`; one handler,
-:func:`cmd_sweep`) and the ``mixture sweep-plot`` verb."""
+:func:`cmd_sweep`) and the ``sweep-plot`` verb of both (:func:`add_plot_parser`)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def cmd_sweep(args, base: dict, params: dict, system=None) -> int:
 
 
 def cmd_sweep_plot(args) -> int:
-    from ..mixture.ensemble_plot import sweep_plot
+    from .ensemble_plot import sweep_plot
 
     fig = sweep_plot(Path(args.sweep), args.x, args.y, z=args.z, hue=args.hue, agg=args.agg, out=args.out,
                      select=args.select)
@@ -86,7 +86,7 @@ def add_sweep_flags(sw) -> None:
 
 def add_plot_parser(verbs) -> None:
     sp = verbs.add_parser("sweep-plot", help="lines or a heatmap of a chunked sweep's sweep.h5")
-    sp.add_argument("sweep", help="sweep.h5 of `mixture sweep --chunked`")
+    sp.add_argument("sweep", help="sweep.h5 of `mixture sweep --chunked` or `model sweep --chunked`")
     sp.add_argument("--x", required=True, help="grid axis on the x axis")
     sp.add_argument("--y", required=True, help="an output (lines: T2, loss_end, ...) or a second axis (heatmap)")
     sp.add_argument("--z", default=None, help="heatmap: the output shown in colour")

@@ -1,4 +1,4 @@
-"""Parameter sweeps: grids over config fields, run in parallel, resumable.
+"""Parameter sweeps of any system: grids over config fields, run in parallel, resumable.
 
 ``meanfield mixture sweep --param omega=1e-3:0.3:log:8 --param eta=0.1,0.5
 [run options] --out DIR`` runs the cartesian grid of the given values; each
@@ -16,7 +16,14 @@ Points run through a :class:`concurrent.futures.Executor`: by default a local
     client = Client("scheduler-address:8786")
     run_sweep(spec, executor=client.get_executor())
 
-(Dask stays optional: nothing here imports it.)
+(Dask stays optional: nothing here imports it.) This module knows no system:
+the grid, the folder, the index, the progress and the process pool are here;
+a point's config, run file, summary and batched run come from the system's
+adapter (``meanfield.core.ensemble.EnsembleSystem`` with the per-point parts;
+the mixture's is ``meanfield.mixture.ensemble.MIXTURE``, the default of
+:func:`run_sweep` for one release). ``meanfield model sweep`` shares
+:func:`open_sweep`, :func:`track_sweep` and :func:`map_points`
+(``meanfield.engine.sweep``).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -270,46 +277,32 @@ def _stop_workers(ex: ProcessPoolExecutor, running: list, grace_s: float = 20.0)
             pass
 
 
-# ------------------------------------------------------------------ mixture sweeps
+# ------------------------------------------------------------------ sweeps of any system
 
 
-def _summary(path: Path) -> dict:
-    from .io import read_run
-
-    r = read_run(path)
-    c = np.asarray(r["samples"]["consistent"]).astype(bool)
-    m = r["margin"][-1] if len(r["t"]) else np.array([np.nan])
-    out = {
-        "status": r.attrs["status"], "message": r.attrs["message"],
-        "t_end": float(r["t"][-1]) if len(r["t"]) else 0.0,
-        "loss_end": float(r["loss"][-1]) if len(r["t"]) else math.nan,
-        "min_margin_end": float(m.min()),
-        "min_margin_consistent_end": float(m[c].min()) if c.any() else None,
-        "min_margin_inconsistent_end": float(m[~c].min()) if (~c).any() else None,
-    }
-    for k in ("T1", "T2", "T_loss"):
-        v = float(r.attrs.get(k, math.nan))
-        out[k] = None if math.isnan(v) else v
-    return out
+#: systems known by name (``module:attribute`` of their adapter, imported on first use)
+SYSTEMS = {"mixture": "meanfield.mixture.ensemble:MIXTURE"}
 
 
-def _run_point(job: tuple[dict, str]) -> dict:
-    """Worker: run one point (config dict) to its file; return its summary."""
-    from ..mixture.config import make_config
-    from ..mixture.run import run_to_file
+def register_system(name: str, target: str) -> None:
+    """Make ``EnsembleProblem(system=name)`` find the adapter ``module:attribute``."""
+    SYSTEMS[str(name)] = str(target)
 
-    cfg_dict, path = job
-    t0 = time.perf_counter()
-    try:
-        cfg = make_config(cfg_dict)
-        run_to_file(cfg, Path(path), progress=False)
-        s = _summary(Path(path))
-    except Exception as e:  # noqa: BLE001 - one crashing point must not abort the others
-        from .guard import one_line
 
-        s = {"status": "failed", "message": one_line(f"{type(e).__name__}: {e}", 300)}
-    s["elapsed_s"] = time.perf_counter() - t0
-    return s
+def system_of(system) -> Any:
+    """An adapter object (``meanfield.core.ensemble.EnsembleSystem``) from an
+    object, a registered name, or None (the mixture system: the default for
+    one release)."""
+    if system is None:
+        system = "mixture"
+    if isinstance(system, str):
+        if system not in SYSTEMS:
+            raise ConfigError(f"system: one of {', '.join(SYSTEMS)} or an ensemble system object; got {system!r}")
+        import importlib
+
+        mod, _, attr = SYSTEMS[system].partition(":")
+        return getattr(importlib.import_module(mod), attr)
+    return system
 
 
 def _crashed_point(job: tuple[dict, str], exc: BaseException) -> dict:
@@ -317,25 +310,6 @@ def _crashed_point(job: tuple[dict, str], exc: BaseException) -> dict:
     return {"status": "failed", "elapsed_s": None,
             "message": "the worker process running this point died (killed by the OS, e.g. out of memory; "
                        f"{type(exc).__name__}); the other points are not affected"}
-
-
-def _finished(path: Path, cfg_dict: dict) -> dict | None:
-    """The summary of an existing, finished point file with this config, else None."""
-    if not path.exists():
-        return None
-    try:
-        import h5py
-
-        with h5py.File(path, "r") as f:
-            status = f.attrs.get("status")
-            conf = json.loads(f.attrs.get("config", "{}"))
-        if status not in ("complete", "diverged"):
-            return None
-        if json.loads(json.dumps(cfg_dict, sort_keys=True, default=list)) != conf:
-            return None
-        return _summary(path)
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -410,38 +384,38 @@ def track_sweep(index_path: Path, index: dict, todo: list[int], stream=None, pro
 
 
 def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | None = None,
-              progress: bool = True, stream=None, backend: str = "cpu", batched: bool = False) -> dict:
+              progress: bool = True, stream=None, backend: str = "cpu", batched: bool = False,
+              system=None) -> dict:
     """Run (or continue) a sweep; returns the index written to ``sweep.json``.
 
+    ``system``: the points' system (``meanfield.core.ensemble.EnsembleSystem``
+    with the per-point parts ``point_key``, ``finished``, ``point_runner``
+    and ``run_batched``; None: the mixture system, for one release).
     ``backend``: ``cpu`` runs the points through ``executor`` (default: local
-    processes), or, with ``batched``, as one batch of trajectories in this
-    process with numba threads (``meanfield.mixture.batched``; GD/RK4 points
+    processes), or, with ``batched``, as batches of trajectories in this
+    process with numba threads (the system's batched kernel; GD/RK4 points
     only); ``cuda`` runs them batched on the GPU; ``auto`` is ``cuda`` when a
     GPU is present, else ``cpu``. Batched runs see an interrupt between chunks."""
-    from ..mixture.config import MixtureConfig, make_config
-
-    from ..mixture.batched import check_batchable, resolve_backend
-
-    be = resolve_backend(backend)
+    system = system_of(system)
+    be = system.resolve_backend(backend)
     index_path, folder = sweep_paths(spec.out)
     points = grid(spec.params)
     cfgs = []
     for p in points:  # validate every point before running anything
         try:
-            cfgs.append(make_config(spec.base, **p).to_dict())
+            cfgs.append(system.point_key(spec.base, p))
         except ConfigError as e:
             raise ConfigError(f"sweep point {p}: {e}") from None
     if be == "cuda" or batched:
         for p, c in zip(points, cfgs):
-            try:
-                check_batchable(make_config(c), be)
-            except ConfigError as e:
-                raise ConfigError(f"sweep point {p}: {e}") from None
-    paths, entries, todo = open_sweep(index_path, folder, points, cfgs, _finished,
+            why = system.batchable(system.config(c, {}))
+            if why is not None:
+                raise ConfigError(f"sweep point {p}: backend {be}: {why}")
+    paths, entries, todo = open_sweep(index_path, folder, points, cfgs, system.finished,
                                       {"params": spec.params, "base": spec.base})
-    index = {"format": "meanfield-sweep", "format_version": 1, "system": "mixture",
+    index = {"format": "meanfield-sweep", "format_version": 1, "system": system.name,
              "base": _jsonable(spec.base), "params": _jsonable(spec.params),
-             "fields": [f.name for f in fields(MixtureConfig)], "n_points": len(points), "points": entries}
+             "fields": list(system.fields()), "n_points": len(points), "points": entries}
     bar, record = track_sweep(index_path, index, todo, stream, progress)
 
     def done(k, s):
@@ -459,10 +433,10 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
         old = None
     try:
         if be == "cuda" or batched:
-            _run_batched(cfgs, paths, todo, be, done, bar)
+            system.run_batched(cfgs, paths, todo, be, done, bar)
         else:
-            map_points(_run_point, [(cfgs[i], str(paths[i])) for i in todo], executor=executor, workers=workers,
-                       progress=bar, on_result=done, on_crash=_crashed_point)
+            map_points(system.point_runner(), [(cfgs[i], str(paths[i])) for i in todo], executor=executor,
+                       workers=workers, progress=bar, on_result=done, on_crash=_crashed_point)
     except KeyboardInterrupt:
         status = "interrupted"
     finally:
@@ -472,26 +446,6 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
     index["n_done"] = sum(e["result"] is not None for e in entries)
     _write_index(index_path, index)
     return index
-
-
-def _run_batched(cfgs: list[dict], paths: list[Path], todo: list[int], backend: str, done, bar) -> None:
-    """The points ``todo`` as batches of trajectories (chunks of 256)."""
-    from ..mixture.batched import run_batch
-    from ..mixture.config import make_config
-    from ..mixture.run import save
-
-    mcfgs = [make_config(cfgs[i]) for i in todo]
-    t0 = time.perf_counter()
-
-    def on_result(k, traj):
-        save(paths[todo[k]], mcfgs[k], traj)
-        s = _summary(paths[todo[k]])
-        s["elapsed_s"] = time.perf_counter() - t0
-        s["backend"] = backend + " (batched)"
-        done(k, s)
-        bar.update()
-
-    run_batch(mcfgs, backend, chunk_size=256, on_result=on_result)
 
 
 def _jsonable(x):

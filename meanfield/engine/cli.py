@@ -173,12 +173,22 @@ def _cmd_run(args) -> int:
     desc = description_from_args(args, size={})
     r, path = run_to_file(desc, out, progress=not args.quiet)
     print(f"{path}: {r.status}: {r.message}")
+    print("\n".join(outcome_of(path, desc)))
     if r.status == "diverged":
         print(f"meanfield: run diverged; {path} keeps every record up to the step named above", file=sys.stderr)
     if args.plot:
         for f in _plot(path, Path(args.plot)):
             print(f"figure: {f}")
     return EXIT_CODES[r.status]
+
+
+def outcome_of(path, desc) -> list[str]:
+    """The run's "what happened" block (``meanfield.core.outcome``, the one
+    summary of every run verb), with the description's stages and criteria."""
+    from ..core.outcome import criterion_text, outcome_lines
+
+    stages = [(s.name, criterion_text(s.criterion)) for s in desc.training.stages]
+    return outcome_lines(path, stages=stages or None)
 
 
 def _plot(path: Path, out: Path) -> list:
@@ -276,6 +286,7 @@ def _cmd_particles(args) -> int:
     desc = description_from_args(args, size={"particles_d": _particles_d(args)})
     r, path = particles_to_file(desc, out, d=args.d, progress=not args.quiet)
     print(f"{path}: {r.status}: {r.message} (explicit network, m = {desc.init.width})")
+    print("\n".join(outcome_of(path, desc)))
     return EXIT_CODES[r.status]
 
 
@@ -302,6 +313,9 @@ def _cmd_width_sweep(args) -> int:
     print(s["message"])
     for f in s["files"]:
         print(f)
+    from ..core.outcome import width_sweep_lines
+
+    print("\n".join(width_sweep_lines(s)))
     return 0 if s["infinite_width_status"] == "complete" else 1
 
 
@@ -348,6 +362,9 @@ def add_parser(systems, mixture_fields=None) -> None:
     _add_param_flags(sw)
     sw.__class__ = with_declared  # also takes the flags the description declares
     sw.set_defaults(func=_cmd_sweep)
+    from ..core.ensemble_cli import add_plot_parser
+
+    add_plot_parser(verbs)  # sweep-plot of a chunked sweep's sweep.h5
     p = verbs.add_parser("plot", help="figures of a run file")
     p.add_argument("run", help="run file (.h5)")
     p.add_argument("--out", default=None, help="folder for the PNGs (default: beside the run file)")

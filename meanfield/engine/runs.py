@@ -18,17 +18,16 @@ runs unchanged.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 
-from ..core import integrate
+from ..core import harness, integrate
 from ..core.io import write_run
 from .description import Description
 from .system import EngineSystem, integrate_description, observables, system_of
 
-EXIT_CODES = {"complete": 0, "diverged": 3, "interrupted": 130}
+EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
 
 
 class Named:
@@ -215,23 +214,14 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
 
 def run_to_file(desc: Description, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0,
                 extra_attrs: dict | None = None):
-    """Run and write ``out``: progress on stderr for long runs, a checkpoint
-    (status "interrupted") every ``checkpoint_s`` seconds, SIGINT/SIGTERM end
-    the run with a valid file (status interrupted), a blow-up with status
-    diverged. Returns (Run, path)."""
-    unit = "step" if desc.training.method == "gd" else "t"
+    """Run and write ``out`` through the shared harness
+    (``meanfield.core.harness.run_to_file``): progress on stderr for long
+    runs, a checkpoint (status "interrupted") every ``checkpoint_s`` seconds,
+    SIGINT/SIGTERM end the run with a valid file (status interrupted), a
+    blow-up with status diverged. Returns (Run, path)."""
     system = system_of(desc)
-
-    def ckpt(traj):
-        r = Run(desc, system, traj)
-        save(out, desc, r, status="interrupted",
-             message=f"checkpoint at {unit} {traj.step[-1] if unit == 'step' else traj.t[-1]:.6g}: "
-                     f"the run was still going when this was written; if you read this, it ended early",
-             extra_attrs=extra_attrs)
-
-    mon = integrate.Monitor(total=desc.training.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
-                            checkpoint=ckpt, checkpoint_s=checkpoint_s)
-    with mon:
-        _, traj = integrate_description(desc, None, mon, system)
-    r = Run(desc, system, traj)
-    return r, save(out, desc, r, extra_attrs=extra_attrs)
+    return harness.run_to_file(
+        desc.training, lambda mon: integrate_description(desc, None, mon, system)[1],
+        lambda r, status=None, message=None: save(out, desc, r, status=status, message=message,
+                                                  extra_attrs=extra_attrs),
+        progress=progress, checkpoint_s=checkpoint_s, result=lambda traj: Run(desc, system, traj))

@@ -114,6 +114,87 @@ def _summaries(rec_t, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weigh
         TL[b] = tl
 
 
+# ------------------------------------------------------------------ per-point sweeps (meanfield.core.sweep)
+
+
+def _summary(path: Path) -> dict:
+    from ..core.io import read_run
+
+    r = read_run(path)
+    c = np.asarray(r["samples"]["consistent"]).astype(bool)
+    m = r["margin"][-1] if len(r["t"]) else np.array([np.nan])
+    out = {
+        "status": r.attrs["status"], "message": r.attrs["message"],
+        "t_end": float(r["t"][-1]) if len(r["t"]) else 0.0,
+        "loss_end": float(r["loss"][-1]) if len(r["t"]) else math.nan,
+        "min_margin_end": float(m.min()),
+        "min_margin_consistent_end": float(m[c].min()) if c.any() else None,
+        "min_margin_inconsistent_end": float(m[~c].min()) if (~c).any() else None,
+    }
+    for k in ("T1", "T2", "T_loss"):
+        v = float(r.attrs.get(k, math.nan))
+        out[k] = None if math.isnan(v) else v
+    return out
+
+
+def _run_point(job: tuple[dict, str]) -> dict:
+    """Worker: run one point (config dict) to its file; return its summary."""
+    from .config import make_config
+    from .run import run_to_file
+
+    cfg_dict, path = job
+    t0 = time.perf_counter()
+    try:
+        cfg = make_config(cfg_dict)
+        run_to_file(cfg, Path(path), progress=False)
+        s = _summary(Path(path))
+    except Exception as e:  # noqa: BLE001 - one crashing point must not abort the others
+        from ..core.guard import one_line
+
+        s = {"status": "failed", "message": one_line(f"{type(e).__name__}: {e}", 300)}
+    s["elapsed_s"] = time.perf_counter() - t0
+    return s
+
+
+def _finished(path: Path, cfg_dict: dict) -> dict | None:
+    """The summary of an existing, finished point file with this config, else None."""
+    if not path.exists():
+        return None
+    try:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            status = f.attrs.get("status")
+            conf = json.loads(f.attrs.get("config", "{}"))
+        if status not in ("complete", "diverged"):
+            return None
+        if json.loads(json.dumps(cfg_dict, sort_keys=True, default=list)) != conf:
+            return None
+        return _summary(path)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _run_batched(cfgs: list[dict], paths: list[Path], todo: list[int], backend: str, done, bar) -> None:
+    """The points ``todo`` as batches of trajectories (chunks of 256)."""
+    from .batched import run_batch
+    from .config import make_config
+    from .run import save
+
+    mcfgs = [make_config(cfgs[i]) for i in todo]
+    t0 = time.perf_counter()
+
+    def on_result(k, traj):
+        save(paths[todo[k]], mcfgs[k], traj)
+        s = _summary(paths[todo[k]])
+        s["elapsed_s"] = time.perf_counter() - t0
+        s["backend"] = backend + " (batched)"
+        done(k, s)
+        bar.update()
+
+    run_batch(mcfgs, backend, chunk_size=256, on_result=on_result)
+
+
 class MixtureEnsemble:
     """The mixture system as an ensemble system (see
     ``meanfield.core.ensemble.EnsembleSystem``). Stateless: pickles as its
@@ -200,6 +281,21 @@ class MixtureEnsemble:
         from .run import save
 
         save(path, cfg, traj)
+
+    # the per-point sweep (meanfield.core.sweep.run_sweep): one run file per point
+
+    def point_key(self, base: dict, over: dict) -> dict:
+        """The point's validated config as a dict (what its run file records)."""
+        return self.config(base, over).to_dict()
+
+    def finished(self, path: Path, key: dict) -> dict | None:
+        return _finished(path, key)
+
+    def point_runner(self):
+        return _run_point
+
+    def run_batched(self, cfgs: list[dict], paths: list, todo: list[int], backend: str, done, bar) -> None:
+        _run_batched(cfgs, paths, todo, backend, done, bar)
 
     def __reduce__(self):
         return (MixtureEnsemble, ())

@@ -13,12 +13,11 @@ and :func:`save`; every other config runs here, unchanged.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 
-from ..core import integrate
+from ..core import harness, integrate
 from ..core.io import write_run
 from . import kernels
 from .config import MixtureConfig
@@ -28,7 +27,7 @@ from .observables import observables
 from .stagetimes import stage_times
 from .system import MixtureSystem, samples_of, save_at, solver, stages, system_and_state  # noqa: F401 (re-exported)
 
-EXIT_CODES = {"complete": 0, "diverged": 3, "interrupted": 130}
+EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
 
 
 def run(cfg: MixtureConfig, y0: np.ndarray | None = None, monitor: integrate.Monitor | None = None) -> integrate.Trajectory:
@@ -91,21 +90,12 @@ def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, statu
 
 
 def run_to_file(cfg: MixtureConfig, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0):
-    """Run and write ``out``; progress on stderr for long runs, a checkpoint
-    file (status "interrupted") every ``checkpoint_s`` seconds so that even a
-    killed process leaves a valid file. Returns (trajectory, path)."""
-    unit = "step" if cfg.method == "gd" else "t"
-
-    def ckpt(traj):
-        last = traj.step[-1] if unit == "step" else traj.t[-1]
-        where = max(float(getattr(mon, "done", last) or last), float(last))  # the step reached, not the last record
-        save(out, cfg, traj, status="interrupted",
-             message=f"checkpoint at {unit} {where:.6g} (last record at {unit} {last:.6g}): "
-                     f"the run was still going when this was written; if you read this, it ended early")
-
-    mon = integrate.Monitor(total=cfg.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
-                            checkpoint=ckpt, checkpoint_s=checkpoint_s)
-    with mon:
-        traj = run(cfg, monitor=mon)
-    path = save(out, cfg, traj)
-    return traj, path
+    """Run and write ``out`` through the shared harness
+    (``meanfield.core.harness.run_to_file``): progress on stderr for long
+    runs, a checkpoint file (status "interrupted") every ``checkpoint_s``
+    seconds so that even a killed process leaves a valid file. Returns
+    (trajectory, path)."""
+    return harness.run_to_file(
+        cfg, lambda mon: run(cfg, monitor=mon),
+        lambda traj, status=None, message=None: save(out, cfg, traj, status=status, message=message),
+        progress=progress, checkpoint_s=checkpoint_s)
