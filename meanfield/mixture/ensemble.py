@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
-from ..core.config import ConfigError
 from .kernels import backward_into, forward_into
 from .stagetimes import DEFAULTS as _DEF
 
