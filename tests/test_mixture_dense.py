@@ -1,11 +1,14 @@
-"""The dense path (``meanfield.mixture.dense``) and the reviewers' extensions.
+"""The reviewers' extensions (dense configs: feature Gram, finite noisy
+training sets, several neurons per head), which run through the engine
+(``meanfield.engine``: the mixture family's description of the config).
 
 Acceptance: for non-orthogonal features, a noisy finite training set and
-several neurons per head, the dense reduced GD map equals full-batch GD on the
-explicit network (``meanfield.mixture.model``, plain numpy) to 1e-10 relative
-over 200 steps; with Gamma = I and one neuron the dense path equals the fast
-path (``meanfield.mixture.run.run``) to 1e-12. Also: the sympy-derived GD
-map in feature coordinates with the metric Gamma equals the dense map;
+several neurons per head, the engine's reduced GD map equals full-batch GD on
+the mixture's own explicit network (``meanfield.mixture.model``, plain numpy)
+to 1e-10 relative over 200 steps; with Gamma = I and one neuron a dense config
+equals the fast path (``meanfield.mixture.run.run``) to 1e-12. Also: the
+sympy-derived GD map in feature coordinates with the metric Gamma equals the
+engine's map;
 sample weights with label probability and label noise equal a brute-force
 enumeration; config errors are one line naming the field.
 """
@@ -21,10 +24,14 @@ import pytest
 
 from meanfield.core.config import ConfigError
 from meanfield.core.io import read_run
-from meanfield.mixture import dense, kernels, model
+from meanfield.engine.families import mixture_description
+from meanfield.engine.reduce import initial_state
+from meanfield.engine.system import system_of
+from meanfield.mixture import kernels, model
 from meanfield.mixture import run as R
 from meanfield.mixture.config import gram_matrix, make_config
-from meanfield.mixture.data import sample_set, training_set
+from meanfield.mixture.data import population_data, sample_set, training_data, training_set
+from meanfield.mixture.measure import simulate
 
 GRAM_SPEC = "cc:0.3,vv:0.25,cv:0.2,cvx:-0.1"
 
@@ -32,40 +39,75 @@ GRAM_SPEC = "cc:0.3,vv:0.25,cv:0.2,cvx:-0.1"
 # ------------------------------------------------------------------ helpers
 
 
-def _project(params, Q, nn=None):
-    """Dense flat state of explicit weights in the orthonormal basis Q (d, r)."""
+def _engine(cfg):
+    """(description, system, layout) of a dense config: the engine runs it."""
+    desc = mixture_description(cfg)
+    system = system_of(desc)
+    return desc, system, system.pk.lay
+
+
+def _pack(lay, S, A, B, w):
+    """Engine state from S, A, B (2, r, r) and w (2, n, r) (or (2, r): one neuron)
+    in the description's dictionary (per head the joint Gram [[A, S], [S^T, B]])."""
+    y = np.zeros(lay.size)
+    w = np.asarray(w)
+    for j, h in enumerate(("+", "-")):
+        lay.get(y, h, "A")[...] = A[j]
+        lay.get(y, h, "S")[...] = S[j]
+        lay.get(y, h, "B")[...] = B[j]
+        blk = lay.get(y, h, "S")
+        r = blk.shape[0]
+        Q = y[lay.block(h, "S").offset:lay.block(h, "S").offset + 4 * r * r].reshape(2 * r, 2 * r)
+        Q[r:, :r] = S[j].T
+        lay.get(y, h, "w")[...] = w[j].reshape(lay.get(y, h, "w").shape)
+    return y
+
+
+def _unpack(lay, y):
+    """(S, A, B, w) of engine states (..., size): S, A, B (..., 2, r, r), w (..., 2, n, r)."""
+    S, A, B, w = ([lay.get(y, h, nm) for h in ("+", "-")] for nm in ("S", "A", "B", "w"))
+    ax = y.ndim - 1
+    return (np.stack(S, axis=ax), np.stack(A, axis=ax), np.stack(B, axis=ax),
+            np.stack([x[..., 0, :, :] for x in w], axis=ax))
+
+
+def _project(lay, params, Q):
+    """Engine state of explicit weights, reduced on the dictionary vectors Q (d, r)."""
     KQ = np.einsum("jmd,dr->jmr", params["W_K"], Q)
     QQ = np.einsum("jmd,dr->jmr", params["W_Q"], Q)
     S = np.einsum("jma,jmb->jab", KQ, QQ)
     A = np.einsum("jma,jmb->jab", KQ, KQ)
     B = np.einsum("jma,jmb->jab", QQ, QQ)
     w = params["w"] @ Q if params["w"].ndim == 2 else np.einsum("jqd,dr->jqr", params["w"], Q)
-    return dense.pack(S, A, B, w)
+    return _pack(lay, S, A, B, w)
 
 
-def _advance(y, data, nn, nsteps, eta, r0=1.0, train_w=True, train_att=True):
-    s = data.samples
-    return dense.gd_advance(y, nsteps, eta, data.r, nn, data.X, s.y, s.weight, s.consistent, float(r0),
-                            train_w, train_att, 0, 1, 0.0, np.inf)
+def _mode(train_w=True, train_att=True):
+    return (2 if train_w else 0) | (1 if train_att else 0)
 
 
-def _compare(data, X, params, Q, eta, nn=1, n_steps=200, every=20, tol=1e-10, r0=1.0,
+def _advance(y, system, nsteps, eta, train_w=True, train_att=True):
+    done, code = system.gd_advance(y, nsteps, eta, _mode(train_w, train_att), None)
+    return done, code, system.loss_and_grads(y)[0]
+
+
+def _compare(system, X, samples, params, Q, eta, nn=1, n_steps=200, every=20, tol=1e-10, r0=1.0,
              train_w=True, train_att=True):
-    """Dense GD map vs explicit GD (step eta, neurons eta * nn) over n_steps."""
-    samples = data.samples
-    y = _project(params, Q)
+    """Engine GD map vs explicit GD (step eta, neurons eta * nn) over n_steps."""
+    lay = system.pk.lay
+    y = _project(lay, params, Q)
     y0 = y.copy()
     worst = 0.0
     for start in range(0, n_steps, every):
         k = min(every, n_steps - start)
-        done, code, loss = _advance(y, data, nn, k, eta, r0, train_w, train_att)
+        done, code, loss = _advance(y, system, k, eta, train_w, train_att)
         assert (done, code) == (k, 0)
         for _ in range(k):
             if nn == 1 and params["w"].ndim == 2:
                 params = model.gd_step(params, X, samples, eta, train_w, train_att, r0)
             else:
                 params = model.gd_step_neurons(params, X, samples, eta, eta * nn, train_w, train_att, r0)
-        ref = _project(params, Q)
+        ref = _project(lay, params, Q)
         err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
         worst = max(worst, err)
         assert err < tol, f"step {start + k}: relative state error {err:.2e}"
@@ -74,11 +116,19 @@ def _compare(data, X, params, Q, eta, nn=1, n_steps=200, every=20, tol=1e-10, r0
     return y0, y, params, worst
 
 
-def _moved(y0, y, r, nn):
-    S0, A0, B0, w0 = dense.unpack(y0, r, nn)
-    S1, A1, B1, w1 = dense.unpack(y, r, nn)
+def _moved(lay, y0, y):
+    S0, A0, B0, w0 = _unpack(lay, y0)
+    S1, A1, B1, w1 = _unpack(lay, y)
     return (max(np.max(np.abs(S1 - S0)), np.max(np.abs(A1 - A0)), np.max(np.abs(B1 - B0))),
             float(np.max(np.abs(w1 - w0))))
+
+
+def _features(desc, lay, y):
+    """Feature coordinates (the report map C of the dictionary): S, A, B (2, P, P), w (2, n, P)."""
+    S, A, B, w = _unpack(lay, y)
+    C = desc.dictionary.C
+    f = lambda M: np.einsum("ra,...rs,sb->...ab", C, M, C)  # noqa: E731
+    return {"S": f(S), "A": f(A), "B": f(B), "w_neurons": np.einsum("ra,...r->...a", C, w)}
 
 
 # ------------------------------------------------- Gamma = I: the fast path
@@ -96,13 +146,18 @@ FAST_CASES = {
 
 @pytest.mark.parametrize("case", list(FAST_CASES))
 def test_identity_gram_one_neuron_equals_fast_path(case, tmp_path):
+    """A dense config runs through the engine; with Gamma = I and one neuron
+    it is the fast path's config: same states (1e-12), run files, stage times."""
     base = make_config({}, **FAST_CASES[case])
     assert not base.dense
     cfg = make_config(base.to_dict() | {"feature_gram": "cc:0"})
     assert cfg.dense and np.array_equal(gram_matrix(cfg.feature_gram, cfg.K), np.eye(cfg.P))
     a = R.run(base)
     b = R.run(cfg)
-    ya, yb = a.arrays()["y"], b.arrays()["y"]
+    ya = a.arrays()["y"]
+    _, _, lay = _engine(cfg)
+    S, A, B, w = _unpack(lay, b.arrays()["y"])
+    yb = np.stack([kernels.pack(S[k], A[k], B[k], w[k][:, 0]) for k in range(len(S))])
     assert ya.shape == yb.shape and np.array_equal(a.arrays()["t"], b.arrays()["t"])
     assert a.stage_ends == b.stage_ends
     assert np.max(np.abs(ya - yb)) <= 1e-12 * np.max(np.abs(ya))
@@ -114,6 +169,7 @@ def test_identity_gram_one_neuron_equals_fast_path(case, tmp_path):
     for k in ("T1", "T2", "T_loss"):
         assert (math.isnan(fa.attrs[k]) and math.isnan(fb.attrs[k])) or abs(fa.attrs[k] - fb.attrs[k]) < 1e-12
     assert fb.attrs["dense_path"] == 1 and "dense_path" not in fa.attrs
+    assert "engine" not in fb.attrs  # the mixture system's own file
     assert np.array_equal(fb["samples"]["weight"], fa["samples"]["weight"])
 
 
@@ -130,7 +186,8 @@ def test_default_config_stays_on_fast_path():
 # ------------------------------------------------- non-orthogonal features
 
 
-def _gram_setup(K, L, m, seed, gram, d_extra=3, w_sd=0.3, omega=0.8):
+def _gram_setup(K, L, m, seed, gram_spec, d_extra=3, w_sd=0.3, omega=0.8):
+    gram = gram_matrix(gram_spec, K)
     rng = np.random.default_rng(seed)
     d = 2 * K + d_extra
     Eo = model.embedding(K, d, rng)
@@ -138,42 +195,35 @@ def _gram_setup(K, L, m, seed, gram, d_extra=3, w_sd=0.3, omega=0.8):
     samples = sample_set(K, L)
     X = model.tokens(samples, E)
     params = model.init_weights(m, d, omega, rng, w=rng.standard_normal((2, d)) * w_sd)
-    data = dense.population_data(K, L, gram=gram)
-    return data, X, params, Eo, E
+    desc, system, lay = _engine(make_config({}, K=K, L=L, feature_gram=gram_spec))
+    np.testing.assert_array_equal(desc.dictionary.Gamma, gram)
+    return system, samples, X, params, E
 
 
 @pytest.mark.parametrize("m", [1, 3, 50])
 @pytest.mark.parametrize("K,L", [(2, 3), (3, 4)])
 def test_gram_reduced_gd_equals_explicit_gd(K, L, m):
-    gram = gram_matrix(GRAM_SPEC, K)
-    data, X, params, Q, E = _gram_setup(K, L, m, seed=500 + 10 * K + m, gram=gram)
-    np.testing.assert_allclose(E.T @ E, gram, atol=1e-14)
-    np.testing.assert_allclose(Q @ data.C, E, atol=1e-14)   # E = Q C: the basis of the dense data
-    y0, y, params, worst = _compare(data, X, params, Q, eta=0.4)
-    att, w = _moved(y0, y, data.r, 1)
+    """Engine state in feature coordinates (Gamma metric): S = E^T W_K^T W_Q E, w~ = E^T w."""
+    system, samples, X, params, E = _gram_setup(K, L, m, seed=500 + 10 * K + m, gram_spec=GRAM_SPEC)
+    np.testing.assert_allclose(E.T @ E, gram_matrix(GRAM_SPEC, K), atol=1e-14)
+    y0, y, params, worst = _compare(system, X, samples, params, E, eta=0.4)
+    att, w = _moved(system.pk.lay, y0, y)
     assert att > 0.05 and w > 0.3
-    # feature coordinates = the explicit e_a^T W_K^T W_Q e_b, e_a^T w
-    feat = dense.to_features(data, y, 1)
-    for j in range(2):
-        np.testing.assert_allclose(feat["S"][0, j], E.T @ params["W_K"][j].T @ params["W_Q"][j] @ E, atol=1e-10)
-        np.testing.assert_allclose(feat["A"][0, j], E.T @ params["W_K"][j].T @ params["W_K"][j] @ E, atol=1e-10)
-        np.testing.assert_allclose(feat["w"][0, j], E.T @ params["w"][j], atol=1e-10)
 
 
 @pytest.mark.parametrize("schedule", [(True, False), (False, True)])
 def test_gram_stagewise_modes(schedule):
-    gram = gram_matrix("cv:0.4,vv:-0.3", 2)
-    data, X, params, Q, _ = _gram_setup(2, 3, 4, seed=9, gram=gram)
-    y0, y, _, _ = _compare(data, X, params, Q, eta=0.5, n_steps=60, every=30,
+    system, samples, X, params, E = _gram_setup(2, 3, 4, seed=9, gram_spec="cv:0.4,vv:-0.3")
+    y0, y, _, _ = _compare(system, X, samples, params, E, eta=0.5, n_steps=60, every=30,
                            train_w=schedule[0], train_att=schedule[1])
-    att, w = _moved(y0, y, data.r, 1)
+    att, w = _moved(system.pk.lay, y0, y)
     assert (att > 0) == schedule[1] and (w > 0) == schedule[0]
 
 
 def test_gram_feature_map_equals_sympy_derivation():
     """The sympy-derived GD map in feature coordinates (metric Gamma), fed with
     G = dLoss/dS_feat from the FAST kernels (exact in feature coordinates for
-    signed-feature tokens), equals the dense map at random states."""
+    signed-feature tokens), equals the engine's map at random states."""
     from meanfield.mixture import symbolic_gram as SG
 
     res = SG.derive()
@@ -185,40 +235,40 @@ def test_gram_feature_map_equals_sympy_derivation():
     assert committed.read_text().endswith(tex), "regenerate: python derivations/gram_metric.py"
     K, L = 2, 3
     gram = gram_matrix(GRAM_SPEC, K)
-    data = dense.population_data(K, L, gram=gram)
-    smp = data.samples
+    desc, system, lay = _engine(make_config({}, K=K, L=L, feature_gram=GRAM_SPEC))
+    smp = sample_set(K, L)
     rng = np.random.default_rng(3)
     for trial in range(4):
         eta = 0.3 + 0.2 * trial
         MK, MQ = rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 4))
-        y = dense.pack(np.einsum("jma,jmb->jab", MK, MQ), np.einsum("jma,jmb->jab", MK, MK),
-                       np.einsum("jma,jmb->jab", MQ, MQ), rng.standard_normal((2, 1, 4)))
-        f0 = dense.to_features(data, y, 1)
-        yf = kernels.pack(f0["S"][0], f0["A"][0], f0["B"][0], f0["w"][0])
-        loss, G, dw, _, _ = kernels.loss_and_grads(yf, 4, smp.idx, smp.sgn, smp.y, smp.weight, 1.0)
+        S0, A0, B0 = (np.einsum("jma,jmb->jab", MK, MQ), np.einsum("jma,jmb->jab", MK, MK),
+                      np.einsum("jma,jmb->jab", MQ, MQ))
+        w0 = rng.standard_normal((2, 4))
+        y = _pack(lay, S0, A0, B0, w0)
+        loss, G, dw, _, _ = kernels.loss_and_grads(kernels.pack(S0, A0, B0, w0), 4, smp.idx, smp.sgn, smp.y,
+                                                   smp.weight, 1.0)
         y1 = y.copy()
-        assert _advance(y1, data, 1, 1, eta)[:2] == (1, 0)
-        f1 = dense.to_features(data, y1, 1)
+        assert system.gd_advance(y1, 1, eta, 3, None) == (1, 0)
+        S1e, A1e, B1e, w1e = _unpack(lay, y1)
         for j in range(2):
-            S1, A1, B1, w1 = SG.gd_map_features(f0["S"][0, j], f0["A"][0, j], f0["B"][0, j], f0["w"][0, j],
-                                                G[j], dw[j], gram, eta)
-            for got, want in ((f1["S"][0, j], S1), (f1["A"][0, j], A1), (f1["B"][0, j], B1), (f1["w"][0, j], w1)):
+            S1, A1, B1, w1 = SG.gd_map_features(S0[j], A0[j], B0[j], w0[j], G[j], dw[j], gram, eta)
+            for got, want in ((S1e[j], S1), (A1e[j], A1), (B1e[j], B1), (w1e[j, 0], w1)):
                 np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(1.0, np.max(np.abs(want))))
         # the first-proposed A' differs at a generic state (the test can tell them apart)
         import sympy as sp
         fA = sp.lambdify((SG.S, SG.A, SG.B, SG.WT, SG.G, SG.GW, SG.GAMMA, SG.ETA), SG.PROPOSED["A"], "numpy")
-        bad = fA(f0["S"][0, 0], f0["A"][0, 0], f0["B"][0, 0], f0["w"][0, 0][:, None], G[0], dw[0][:, None], gram, eta)
-        assert np.max(np.abs(bad - f1["A"][0, 0])) > 1e-6
+        bad = fA(S0[0], A0[0], B0[0], w0[0][:, None], G[0], dw[0][:, None], gram, eta)
+        assert np.max(np.abs(bad - A1e[0])) > 1e-6
 
 
 def test_gram_infinite_width_init_in_feature_coordinates():
     cfg = make_config({}, feature_gram=GRAM_SPEC, omega=0.3, neuron_init="const:0.1,0.2,0.3,0.4")
-    data = dense.data_of(cfg)
-    f = dense.to_features(data, dense.initial_state(cfg, data), 1)
+    desc, _, lay = _engine(cfg)
+    f = _features(desc, lay, initial_state(desc, lay))
     gram = gram_matrix(GRAM_SPEC, 2)
-    np.testing.assert_allclose(f["A"][0, 0], 0.09 * gram, atol=1e-15)   # omega^2 Gamma, not omega^2 I
-    np.testing.assert_allclose(f["S"][0], 0.0)
-    np.testing.assert_allclose(f["w"][0, 1], [0.1, 0.2, 0.3, 0.4], atol=1e-15)
+    np.testing.assert_allclose(f["A"][0], 0.09 * gram, atol=1e-15)   # omega^2 Gamma, not omega^2 I
+    np.testing.assert_allclose(f["S"], 0.0)
+    np.testing.assert_allclose(f["w_neurons"][1, 0], [0.1, 0.2, 0.3, 0.4], atol=1e-15)
 
 
 def test_gram_finite_width_init_law():
@@ -227,45 +277,52 @@ def test_gram_finite_width_init_law():
     acc = np.zeros((4, 4))
     n = 200
     for seed in range(n):
-        cfg = make_config({}, feature_gram=GRAM_SPEC, width=20, seed=seed, omega=1.0)
-        data = dense.data_of(cfg)
-        acc += dense.to_features(data, dense.initial_state(cfg, data), 1)["A"][0, 0]
+        desc = mixture_description(make_config({}, feature_gram=GRAM_SPEC, width=20, seed=seed, omega=1.0))
+        lay = system_of(desc).pk.lay
+        acc += _features(desc, lay, initial_state(desc, lay))["A"][0]
     np.testing.assert_allclose(acc / n, gram, atol=0.08)
 
 
 # ------------------------------------------------- noisy finite training sets
 
 
+def _train_setup(K, L, n, d, seed, sigma=0.1, **over):
+    cfg = make_config({}, K=K, L=L, n_train=n, noise_sigma=sigma, ambient_d=d, data_seed=seed, **over)
+    desc, system, lay = _engine(cfg)
+    dd = desc.data.extra["dense"]
+    return desc, system, dd
+
+
 @pytest.mark.parametrize("m", [1, 3, 50])
 @pytest.mark.parametrize("n,d", [(6, 7), (2, 15)])
 def test_noisy_training_set_reduced_gd_equals_explicit_gd(m, n, d):
     K, L = 2, 3
+    desc, system, data = _train_setup(K, L, n, d, seed=11 + m)
     ts = training_set(K, L, n, sigma=0.1, d=d, seed=11 + m)
-    data = dense.training_data(ts)
-    assert data.r == min(d, n * L + 2 * K)
+    np.testing.assert_array_equal(data.tokens, ts.X)      # the config's training set is the sampler's
+    assert data.r == min(d, n * L + 2 * K) == desc.dictionary.P
     np.testing.assert_allclose(data.Q.T @ data.Q, np.eye(data.r), atol=1e-13)
     rng = np.random.default_rng(100 + m + d)
     params = model.init_weights(m, d, 0.8, rng, w=rng.standard_normal((2, d)) * 0.3)
-    y0, y, params, worst = _compare(data, ts.X, params, data.Q, eta=0.4)
-    att, w = _moved(y0, y, data.r, 1)
+    y0, y, params, worst = _compare(system, ts.X, data.samples, params, data.Q, eta=0.4)
+    att, w = _moved(system.pk.lay, y0, y)
     assert att > 0.05 and w > 0.3
     # feature coordinates: projections on the clean features
-    feat = dense.to_features(data, y, 1)
+    feat = _features(desc, system.pk.lay, y)
     for j in range(2):
-        np.testing.assert_allclose(feat["S"][0, j], ts.E.T @ params["W_K"][j].T @ params["W_Q"][j] @ ts.E,
+        np.testing.assert_allclose(feat["S"][j], ts.E.T @ params["W_K"][j].T @ params["W_Q"][j] @ ts.E,
                                    atol=1e-10)
 
 
 def test_noisy_training_set_with_gram_and_neurons():
     K, L, n, d, nn, m = 2, 3, 6, 7, 3, 3
     gram = gram_matrix("cc:0.2,vv:0.3", K)
-    ts = training_set(K, L, n, sigma=0.1, d=d, seed=4, gram=gram)
-    np.testing.assert_allclose(ts.E.T @ ts.E, gram, atol=1e-14)
-    data = dense.training_data(ts)
+    desc, system, data = _train_setup(K, L, n, d, seed=4, feature_gram="cc:0.2,vv:0.3", n_neurons=nn)
+    np.testing.assert_allclose(data.E.T @ data.E, gram, atol=1e-14)
     rng = np.random.default_rng(8)
     params = model.init_weights(m, d, 0.8, rng)
     params["w"] = rng.standard_normal((2, nn, d)) * 0.3
-    _compare(data, ts.X, params, data.Q, eta=0.4, nn=nn)
+    _compare(system, data.tokens, data.samples, params, data.Q, eta=0.4, nn=nn)
 
 
 def test_training_set_sampler():
@@ -287,7 +344,16 @@ def test_training_set_sampler():
     b = training_set(K, L, 50, sigma=0.1, seed=7)
     assert np.array_equal(a.X, b.X) and np.array_equal(a.samples.idx, b.samples.idx)
     # sigma = 0: tokens in the features' span, basis dimension P
-    assert dense.training_data(training_set(K, L, 30, sigma=0.0, d=12, seed=2)).r == 2 * K
+    assert training_data(training_set(K, L, 30, sigma=0.0, d=12, seed=2)).r == 2 * K
+
+
+def test_population_data_in_a_basis():
+    """The population with a feature Gram in the Cholesky basis: E = Q C, tokens sgn C[:, idx]."""
+    gram = gram_matrix(GRAM_SPEC, 2)
+    data = population_data(2, 3, gram=gram)
+    np.testing.assert_allclose(data.C.T @ data.C, gram, atol=1e-15)
+    s = data.samples
+    np.testing.assert_allclose(data.X, np.transpose(data.C[:, s.idx] * s.sgn[None], (1, 2, 0)), atol=0)
 
 
 # ------------------------------------------------- several neurons per head
@@ -334,29 +400,25 @@ def test_neurons_reduced_gd_equals_explicit_gd(m, nn):
     X = model.tokens(samples, Q)
     params = model.init_weights(m, d, 0.8, rng)
     params["w"] = rng.standard_normal((2, nn, d)) * 0.3
-    data = dense.population_data(K, L)
-    y0, y, params, _ = _compare(data, X, params, Q, eta=0.4, nn=nn)
-    att, w = _moved(y0, y, data.r, nn)
+    desc, system, lay = _engine(make_config({}, K=K, L=L, n_neurons=nn))
+    y0, y, params, _ = _compare(system, X, samples, params, Q, eta=0.4, nn=nn)
+    att, w = _moved(lay, y0, y)
     assert att > 0.05 and w > 0.3
-    # the recorded w is the mean neuron, w_neurons all of them
-    feat = dense.to_features(data, y, nn)
-    np.testing.assert_allclose(feat["w_neurons"][0], np.einsum("da,jqd->jqa", Q, params["w"]), atol=1e-10)
-    np.testing.assert_allclose(feat["w"][0], feat["w_neurons"][0].mean(axis=1), atol=1e-15)
+    feat = _features(desc, lay, y)
+    np.testing.assert_allclose(feat["w_neurons"], np.einsum("da,jqd->jqa", Q, params["w"]), atol=1e-10)
 
 
 def test_neurons_gaussian_init_and_run_file(tmp_path):
     cfg = make_config({}, n_neurons=4, neuron_init="gaussian:0.05", steps=200, record_every=50, seed=5)
-    data = dense.data_of(cfg)
-    y0 = dense.initial_state(cfg, data)
-    w = dense.unpack(y0, data.r, 4)[3]
-    _, rng = dense._streams(5)
+    desc, _, lay = _engine(cfg)
+    w = _unpack(lay, initial_state(desc, lay))[3]
+    rng = np.random.default_rng(np.random.SeedSequence(5).spawn(2)[1])  # the neurons' stream
     np.testing.assert_array_equal(w, 0.05 * rng.standard_normal((2, 4, 4)))
     # one neuron: the numbers of init.neuron_init
     from meanfield.mixture.init import neuron_init
     one = make_config({}, n_neurons=1, neuron_init="gaussian:0.05", seed=5, feature_gram="cc:0")
-    d1 = dense.data_of(one)
-    np.testing.assert_array_equal(dense.unpack(dense.initial_state(one, d1), 4, 1)[3][:, 0],
-                                  neuron_init(2, "gaussian:0.05", 5))
+    d1, _, l1 = _engine(one)
+    np.testing.assert_array_equal(_unpack(l1, initial_state(d1, l1))[3][:, 0], neuron_init(2, "gaussian:0.05", 5))
     traj = R.run(cfg)
     f = read_run(R.save(tmp_path / "n.h5", cfg, traj))
     T = len(f["t"])
@@ -368,13 +430,12 @@ def test_neurons_gaussian_init_and_run_file(tmp_path):
 
 def test_flow_rhs_is_the_eta_derivative_of_the_gd_map():
     cfg = make_config({}, n_neurons=3, neuron_init="gaussian:0.3", feature_gram=GRAM_SPEC, width=6, seed=2)
-    data = dense.data_of(cfg)
-    y = dense.initial_state(cfg, data)
-    sysm = dense.system_of(cfg, data)
-    rhs = sysm.rhs(y, (True, True))
+    desc, sysm, lay = _engine(cfg)
+    y = initial_state(desc, lay)
+    rhs = sysm.rhs(y, 3)
     eta = 1e-7
     y1 = y.copy()
-    sysm.gd_advance(y1, 1, eta, (True, True), None)
+    sysm.gd_advance(y1, 1, eta, 3, None)
     np.testing.assert_allclose((y1 - y) / eta, rhs, atol=1e-6 * np.max(np.abs(rhs)))
 
 
@@ -383,10 +444,9 @@ def test_dense_flow_and_criteria_run():
                       t_end=20.0, criterion="min_margin>=0.05", record_every=5)
     traj = R.run(cfg)
     assert traj.status == "complete"
-    data = dense.data_of(cfg)
     y = traj.arrays()["y"][-1]
     if traj.stage_ends[-1]["reason"] == "criterion":
-        assert abs(dense.system_of(cfg, data).criterion_value(y, "min_margin") - 0.05) < 1e-6
+        assert abs(_engine(cfg)[1].criterion_value(y, "min_margin") - 0.05) < 1e-6
 
 
 # ------------------------------------------------- label probability and label noise
@@ -474,7 +534,7 @@ def test_config_extensions_roundtrip():
 
 def test_simulate_matches_run_file(tmp_path):
     cfg = make_config({}, n_train=12, noise_sigma=0.2, data_seed=3, steps=400, record_every=20, label_noise=0.1)
-    sim = dense.simulate(cfg)
+    sim = simulate(cfg)
     f = read_run(R.save(tmp_path / "s.h5", cfg, R.run(cfg)))
     for k in ("S", "w", "loss", "margin"):
         np.testing.assert_array_equal(sim[k], f[k])

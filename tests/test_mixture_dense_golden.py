@@ -10,6 +10,14 @@ string datasets exactly, numbers to 1e-12 times max(1, |golden|) (both sides
 compute the same exact map in a different floating-point order; a wrong term
 moves values by 1e-3 or more); the same root attributes (names; numbers to
 1e-12 relative, strings and JSON structures equal).
+
+Adaptive flow (method ``flow``) is the exception: its step-size decisions see
+the round-off of the other summation order (an error estimate is a
+difference of nearly equal numbers), so the accepted steps differ and the two
+runs agree to the error control, not to round-off: measured 3e-12 at
+rtol 1e-11 and 6e-10 at rtol 1e-8; the tolerance there is 100 rtol (the
+right-hand sides themselves agree to 1e-16 at the same state, and the number
+of solver steps is the same). The flow cases end before the first ReLU kink.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ sys.path.insert(0, str(GOLDEN))
 from make_dense_golden import flatten  # noqa: E402
 
 
-def _close_num(a, b, where):
+def _close_num(a, b, where, tol=None):
+    tol = TOL if tol is None else tol
     a, b = np.asarray(a, float), np.asarray(b, float)
     assert a.shape == b.shape, (where, a.shape, b.shape)
     assert np.array_equal(np.isnan(a), np.isnan(b)), where
@@ -42,23 +51,25 @@ def _close_num(a, b, where):
     ok = ~np.isnan(b)
     scale = max(1.0, float(np.max(np.abs(b[ok]))) if ok.any() else 1.0)
     err = float(np.max(np.abs(a[ok] - b[ok]))) if ok.any() else 0.0
-    assert err <= TOL * scale, f"{where}: max error {err:.3g} > {TOL:g} x {scale:.3g}"
+    assert err <= tol * scale, f"{where}: max error {err:.3g} > {tol:g} x {scale:.3g}"
 
 
-def _same(a, b, where):
+def _same(a, b, where, tol=None):
     """Attribute values (after JSON): numbers close, everything else equal."""
     if isinstance(b, bool) or isinstance(a, bool):
         assert a == b, (where, a, b)
+    elif isinstance(b, int) and isinstance(a, int):
+        assert a == b, (where, a, b)
     elif isinstance(b, (int, float)) and isinstance(a, (int, float)):
-        _close_num(a, b, where)
+        _close_num(a, b, where, tol)
     elif isinstance(b, dict):
         assert isinstance(a, dict) and set(a) == set(b), (where, a, b)
         for k in b:
-            _same(a[k], b[k], f"{where}.{k}")
+            _same(a[k], b[k], f"{where}.{k}", tol)
     elif isinstance(b, list):
         assert isinstance(a, list) and len(a) == len(b), (where, a, b)
         for i, (x, y) in enumerate(zip(a, b)):
-            _same(x, y, f"{where}[{i}]")
+            _same(x, y, f"{where}[{i}]", tol)
     else:
         assert a == b, (where, a, b)
 
@@ -74,6 +85,7 @@ def test_dense_run_file_equals_golden(name, tmp_path):
     flags = json.loads(str(g["__flags__"]))
     cfg = make_config({}, **flags)
     assert cfg.dense
+    tol = max(TOL, 100 * cfg.rtol) if cfg.method == "flow" else TOL
     _, path = run_to_file(cfg, tmp_path / "r.h5", progress=False)
     r = read_run(path)
     got = flatten(r)
@@ -86,10 +98,13 @@ def test_dense_run_file_equals_golden(name, tmp_path):
             assert a.dtype.kind == "U" and np.array_equal(a, b), k
         else:
             assert a.dtype.kind == b.dtype.kind, (k, a.dtype, b.dtype)
-            if b.dtype.kind in "biu":
+            if k == "step" and cfg.method == "flow":
+                # the solver's step counter at each record: the accepted steps differ (see above)
+                assert a[0] == b[0] and a[-1] == b[-1] and np.all(np.diff(a) >= 0), (a, b)
+            elif b.dtype.kind in "biu":
                 np.testing.assert_array_equal(a, b, err_msg=k)
             else:
-                _close_num(a, b, k)
+                _close_num(a, b, k, tol)
     want_attrs = json.loads(str(g["__attrs__"]))
     got_attrs = json.loads(json.dumps({k: v for k, v in r.attrs.items() if k != "meanfield_version"},
                                       sort_keys=True, default=str))
@@ -99,4 +114,4 @@ def test_dense_run_file_equals_golden(name, tmp_path):
         if k == "config":
             assert a == b
         else:
-            _same(a, b, k)
+            _same(a, b, k, tol)

@@ -4,17 +4,21 @@
 ``meanfield.mixture.config.MixtureConfig`` (so ``meanfield model run
 meanfield/models/mixture.toml --K 3 --width 5`` takes the flags of
 ``meanfield mixture run``). The data reuse the mixture's own builders
-(``meanfield.mixture.data.sample_set``; ``meanfield.mixture.dense.data_of``
-for feature Grams and finite noisy training sets), so the arithmetic of the
+(``meanfield.mixture.data.sample_set``; ``meanfield.mixture.data.data_of``
+for finite noisy training sets), so the arithmetic of the
 samples is the same:
 
 * population, orthonormal features: dictionary c1..cK, v1..vK (Gamma = I),
   tokens the signed features;
 * ``feature_gram``: the same tokens over features with Gram Gamma;
-* ``n_train`` (finite noisy training set): the dictionary is the dense path's
-  orthonormal basis of the features and every token (q1..qr, Gamma = I) with
+* ``n_train`` (finite noisy training set): the dictionary is an
+  orthonormal basis of the features and every token (``data.basis_of``) (q1..qr, Gamma = I) with
   the report map C (r x P) back to the clean features, so recorded S, A, B, w
-  are in feature coordinates as in the dense path's files.
+  are in feature coordinates (the clean features' projections).
+
+This description is how ``meanfield mixture run`` runs every config that
+needs general tokens or several neurons (``cfg.dense``): the mixture package
+keeps no dynamics of its own for them.
 
 Model: two heads "+" and "-" with fixed signs +1 / -1, softmax attention
 (logit scale 1, or 1/sqrt(m) with ``softmax_scale``: the run file then
@@ -43,7 +47,7 @@ def mixture_data(cfg):
     names = tuple(feature_labels(cfg.K))
     P = 2 * cfg.K
     if cfg.n_train is not None:
-        from ..mixture.dense import data_of
+        from ..mixture.data import data_of
 
         dd = data_of(cfg)
         smp = dd.samples

@@ -6,14 +6,17 @@ Run file (one schema, variable groups by name): datasets ``t``, ``step``,
 B (T, R, R); W (T, R, R); w (T, C, n, R); a (T, 1); other Gram blocks such as
 ``V.r1`` as they are), ``features`` (the report names), ``heads``, and a
 ``samples`` group (names, weight, target, flags). Attributes: model, family,
-stage_ends, T1, T2, T_loss (``meanfield.mixture.dense.stage_times``), width,
+stage_ends, T1, T2, T_loss (``meanfield.mixture.stagetimes.stage_times_of``), width,
 seed, eta, method, status, message.
 
 The mixture family writes today's mixture schema instead (system
 ``mixture``: datasets S, A, B (T, 2, P, P), w (T, 2, P), u (T, n, 2), margin,
-loss, the ``samples`` group, T1/T2/T_loss, and the dense path's extras when
-the config needs them), so every reader of mixture run files reads engine
-runs unchanged.
+loss, the ``samples`` group, T1/T2/T_loss, and, for configs off the fast
+path (``cfg.dense``), ``feature_gram``, ``w_neurons``/``u_neurons``, the
+``training_set`` group and attributes dense_path, basis_dim, n_neurons), so
+every reader of mixture run files reads engine runs unchanged.
+``meanfield.mixture.run.save`` writes its dense configs with :func:`save`
+(``engine_tag=False``: the file is exactly ``meanfield mixture run``'s).
 """
 
 from __future__ import annotations
@@ -116,24 +119,26 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) ->
     return Run(desc, system, traj)
 
 
-def _stage_times(desc: Description, t, obs, stage_ends):
-    from ..mixture.dense import stage_times
+def stage_times(desc: Description, t, obs, stage_ends) -> dict:
+    """T1, T2, T_loss and the criteria of a recorded run (``obs``: :func:`observables`)."""
+    from ..mixture.stagetimes import stage_times_of
 
     d = desc.data
     sched = "three-stage" if getattr(desc.parameters, "schedule", None) == "three-stage" else "simultaneous"
     if desc.family is None and len(desc.training.stages) > 1:
         sched = "three-stage"  # T1 = the end of stage 1
-    return stage_times(t, obs["loss"], obs["margin"], d.flag("consistent"), obs["grad_w"], sched, stage_ends,
-                       ~d.flag("flipped"))
+    return stage_times_of(t, obs["loss"], obs["margin"], d.flag("consistent"), obs["grad_w"], sched, stage_ends,
+                          ~d.flag("flipped"))
 
 
-def _mixture_datasets(desc: Description, r: Run) -> tuple[dict, dict]:
-    from ..mixture.data import feature_labels
+_stage_times = stage_times  # the name meanfield.engine.sweep uses
 
-    try:
-        from ..mixture.data import samples_group
-    except ImportError:  # older layout
-        from ..mixture.run import samples_group
+
+def mixture_datasets(desc: Description, r: Run) -> tuple[dict, dict]:
+    """(datasets, attributes) of a mixture-family run in the mixture system's
+    schema (see the module docstring): what :func:`save` writes and what
+    ``meanfield.mixture.measure.simulate`` returns for dense configs."""
+    from ..mixture.data import feature_labels, samples_group
 
     cfg = desc.parameters
     smp = desc.data.extra["samples"]
@@ -168,9 +173,11 @@ def _mixture_datasets(desc: Description, r: Run) -> tuple[dict, dict]:
 
 
 def save(path: str | Path, desc: Description, r: Run, status: str | None = None, message: str | None = None,
-         extra_attrs: dict | None = None) -> Path:
-    """Write the run file of ``r`` (see the module docstring)."""
-    st = _stage_times(desc, r.t, r.obs, r.stage_ends)
+         extra_attrs: dict | None = None, engine_tag: bool = True) -> Path:
+    """Write the run file of ``r`` (see the module docstring). ``engine_tag``:
+    mark the file as an engine run (attributes ``engine``, ``model``); off for
+    the mixture system's own runs of the mixture family."""
+    st = stage_times(desc, r.t, r.obs, r.stage_ends)
     common = {
         "eta": desc.training.eta, "method": desc.training.method,
         "width": -1 if desc.init.width is None else desc.init.width, "seed": desc.init.seed,
@@ -179,11 +186,12 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
         "stopped_at_t": float(r.t[-1]) if r.t.size else 0.0,
         "warnings": list(r.trajectory.warnings),
         "T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"], "stage_time_criteria": st["criteria"],
-        "engine": 1, "model": desc.name,
     }
+    if engine_tag:
+        common.update({"engine": 1, "model": desc.name})
     if desc.family == "mixture":
         cfg = desc.parameters
-        data, attrs = _mixture_datasets(desc, r)
+        data, attrs = mixture_datasets(desc, r)
         attrs.update({"K": cfg.K, "L": cfg.L, "omega": cfg.omega, "schedule": cfg.schedule})
         attrs.update(common)
         attrs.update(extra_attrs or {})

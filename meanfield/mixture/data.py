@@ -286,3 +286,104 @@ def samples_group(samples: SampleSet) -> dict:
     if samples.is_flipped.any():
         out["flipped"] = samples.is_flipped.astype(np.int8)
     return out
+
+
+# ------------------------------------------------------------------ general token vectors
+#
+# Feature Grams and finite noisy training sets: every token is a general
+# vector, given by its coordinates x in an orthonormal basis Q (d x r) of a
+# subspace containing every token (non-orthogonal features: Q spans the
+# features, E = Q C with C = chol(Gamma)^T, a token ``sgn e_a`` has
+# x = sgn C[:, a], r = P; a training set: the first P columns of Q span the
+# features, the rest the part of the tokens outside them, r <= min(d, n L + P)).
+# The engine's mixture description (``meanfield.engine.families``) reads its
+# dictionary and tokens from here.
+
+
+@dataclass(frozen=True)
+class DenseData:
+    """Tokens in an orthonormal basis Q of a subspace containing every token.
+
+    samples: the sample structure (labels ``y``, ``weight``, ``consistent``,
+    ``group``, ``flipped``, and the clean tokens ``idx``/``sgn``);
+    X (n, L, r): token coordinates, X[s, i] = Q^T (token i of sample s);
+    C (r, P): the features' coordinates (E = Q C); gram (P, P) = C^T C;
+    Q (d, r), E (d, P), tokens (n, d, L): the ambient picture (training sets only).
+    """
+
+    samples: SampleSet
+    X: np.ndarray
+    C: np.ndarray
+    gram: np.ndarray
+    Q: np.ndarray | None = None
+    E: np.ndarray | None = None
+    tokens: np.ndarray | None = None
+
+    @property
+    def r(self) -> int:
+        return int(self.X.shape[2])
+
+    @property
+    def P(self) -> int:
+        return int(self.C.shape[1])
+
+    @property
+    def n(self) -> int:
+        return int(self.X.shape[0])
+
+
+def population_data(K: int, L: int, p=None, label_prob: float = 0.5, label_noise: float = 0.0,
+                    gram=None) -> DenseData:
+    """The exact population (``data.sample_set``) with features of Gram matrix
+    ``gram`` (None: orthonormal): basis coordinates x = sgn C[:, idx],
+    C = chol(gram)^T."""
+    samples = sample_set(K, L, p, label_prob, label_noise)
+    P = 2 * K
+    G = np.eye(P) if gram is None else np.asarray(gram, dtype=float)
+    C = np.linalg.cholesky(G).T.copy()
+    X = np.ascontiguousarray(np.transpose(C[:, samples.idx] * samples.sgn[None], (1, 2, 0)))
+    return DenseData(samples=samples, X=X, C=C, gram=G.copy())
+
+
+def basis_of(E: np.ndarray, tokens: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
+    """Orthonormal Q (d, r): the first P columns span the features E (QR, signs
+    fixed), the others the part of the tokens (n, d, L) outside them (left
+    singular vectors above ``rtol`` times the largest)."""
+    d, P = E.shape
+    Q1, R = np.linalg.qr(E)
+    Q1 = Q1 * np.where(np.diag(R) < 0, -1.0, 1.0)
+    Z = np.transpose(tokens, (1, 0, 2)).reshape(d, -1)
+    Z = Z - Q1 @ (Q1.T @ Z)
+    Z = Z - Q1 @ (Q1.T @ Z)  # reorthogonalise once
+    if Z.size == 0:
+        return Q1
+    U, s, _ = np.linalg.svd(Z, full_matrices=False)
+    scale = max(float(np.abs(tokens).max()), float(np.abs(E).max()))
+    keep = s > rtol * scale * max(1, Z.shape[1])
+    return np.concatenate([Q1, U[:, keep]], axis=1) if keep.any() else Q1
+
+
+def training_data(ts: TrainingSet) -> DenseData:
+    """A finite (noisy) training set in the basis of :func:`basis_of`; checks
+    that the basis holds every token to 1e-10 relative."""
+    Q = basis_of(ts.E, ts.X)
+    X = np.ascontiguousarray(np.einsum("dr,sdl->slr", Q, ts.X))
+    back = np.einsum("dr,slr->sdl", Q, X)
+    err = float(np.max(np.abs(back - ts.X))) if ts.X.size else 0.0
+    if err > 1e-10 * max(1.0, float(np.max(np.abs(ts.X)))):
+        raise RuntimeError(f"the token basis misses a token by {err:.3g}")
+    C = Q.T @ ts.E
+    return DenseData(samples=ts.samples, X=X, C=C, gram=ts.E.T @ ts.E, Q=Q, E=ts.E, tokens=ts.X)
+
+
+def data_of(cfg) -> DenseData:
+    """The data of a (MixtureConfig) config in a basis: the population with
+    ``feature_gram``, or the finite training set when ``n_train`` is given."""
+    from .config import gram_matrix
+
+    gram = gram_matrix(cfg.feature_gram, cfg.K)
+    if cfg.n_train is not None:
+        ts = training_set(cfg.K, cfg.L, cfg.n_train, cfg.p, cfg.label_prob, cfg.label_noise, cfg.noise_sigma,
+                          cfg.ambient_d, cfg.data_seed, gram)
+        return training_data(ts)
+    return population_data(cfg.K, cfg.L, cfg.p, cfg.label_prob, cfg.label_noise, gram)

@@ -3,7 +3,8 @@ times read (``meanfield.mixture.claims``, ``studies``, ``escape``,
 ``robustness``).
 
 :func:`simulate` runs a config and returns a run-like dict (the keys of a run
-file; :func:`as_run` the same for a given trajectory); :func:`omega_sweep` measures the stage-2 duration T2 - T1 per omega.
+file; :func:`as_run` the same for a given fast-path trajectory,
+:func:`as_dense_run` for an engine trajectory of a dense config); :func:`omega_sweep` measures the stage-2 duration T2 - T1 per omega.
 """
 
 from __future__ import annotations
@@ -12,18 +13,51 @@ import math
 
 from .config import MixtureConfig, make_config
 from .data import feature_labels, samples_group
-from .run import recorded
+from .run import description, recorded
 from .run import run as run_traj
 
 
 def simulate(cfg: MixtureConfig) -> dict:
     """Run ``cfg`` and return the recorded quantities as a run-like dict
-    (the same keys as a run file, computed by the same observable function)."""
+    (the same keys as a run file, computed by the same observable function).
+    Dense configs run through the engine (:func:`as_dense_run`)."""
     if cfg.dense:
-        from .dense import simulate as dense_simulate
-
-        return dense_simulate(cfg)
+        desc = description(cfg)
+        return as_dense_run(cfg, desc, run_traj(cfg, desc=desc))
     return as_run(cfg, run_traj(cfg))
+
+
+def as_dense_run(cfg: MixtureConfig, desc, traj) -> dict:
+    """The run-like dict of an engine trajectory of a dense config (``desc``
+    its description, ``run.description``): the run file's datasets (S, A, B,
+    w, loss, margin, u, ``feature_gram``, ...) plus ``w_neurons``,
+    ``u_neurons`` (every neuron, also for one), ``g`` (T, n) = 1 / (1 +
+    exp(margin)), ``grad_w`` (the ``grad_w`` criterion per record), ``y``
+    (the engine's states), ``description``; ``attrs`` with the stage times,
+    ``basis_dim`` and ``n_neurons``."""
+    import numpy as np
+
+    from ..engine.runs import Run, mixture_datasets, stage_times
+    from ..engine.system import system_of
+
+    r = Run(desc, system_of(desc), traj)
+    data, extra = mixture_datasets(desc, r)
+    st = stage_times(desc, r.t, r.obs, traj.stage_ends)
+    out = {k: v for k, v in data.items() if k not in ("features", "heads")}
+    out["features"] = feature_labels(cfg.K)
+    out["w_neurons"] = np.stack([r.var(h, "w")[:, 0] for h in ("+", "-")], axis=1)
+    out["u_neurons"] = r.obs["u"][..., :cfg.n_neurons]
+    with np.errstate(over="ignore"):
+        out["g"] = 1.0 / (1.0 + np.exp(r.obs["margin"]))
+    out["grad_w"] = r.obs["grad_w"]
+    out["y"] = r.y
+    out["description"] = desc
+    out["attrs"] = {"K": cfg.K, "L": cfg.L, "omega": cfg.omega, "eta": cfg.eta, "schedule": cfg.schedule,
+                    "width": -1 if cfg.width is None else cfg.width, "stage_ends": traj.stage_ends,
+                    "status": traj.status, "T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"],
+                    "basis_dim": extra["basis_dim"], "n_neurons": cfg.n_neurons}
+    out["config"] = cfg
+    return out
 
 
 def as_run(cfg: MixtureConfig, traj) -> dict:

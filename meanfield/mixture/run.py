@@ -7,8 +7,13 @@ public run format.
 
 Configs that need general token vectors or several neurons per head
 (``cfg.dense``: ``feature_gram``, ``n_train`` / ``noise_sigma`` or
-``n_neurons > 1``) are handed to ``meanfield.mixture.dense`` by :func:`run`
-and :func:`save`; every other config runs here, unchanged.
+``n_neurons > 1``) run through the engine: :func:`description` is the
+mixture family's description of the config (``meanfield.engine.families``),
+integrated by ``meanfield.engine.system`` and written by
+``meanfield.engine.runs.save`` in this system's schema (the same file the
+mixture's former dense path wrote). Every other config runs here on the fast
+path (``meanfield.mixture.kernels``), the optimised special case that the
+tests hold equal to the engine.
 """
 
 from __future__ import annotations
@@ -30,14 +35,24 @@ from .system import MixtureSystem, samples_of, save_at, solver, stages, system_a
 EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
 
 
-def run(cfg: MixtureConfig, y0: np.ndarray | None = None, monitor: integrate.Monitor | None = None) -> integrate.Trajectory:
-    """Integrate the reduced dynamics for ``cfg`` (from ``y0`` if given).
-    Dense configs (``cfg.dense``) run on ``meanfield.mixture.dense``: their
-    states are in that module's basis coordinates."""
-    if cfg.dense:
-        from . import dense
+def description(cfg: MixtureConfig):
+    """The engine description of ``cfg`` (the mixture family's)."""
+    from ..engine.families import mixture_description
 
-        return dense.run(cfg, y0, monitor)
+    return mixture_description(cfg)
+
+
+def run(cfg: MixtureConfig, y0: np.ndarray | None = None, monitor: integrate.Monitor | None = None,
+        desc=None) -> integrate.Trajectory:
+    """Integrate the reduced dynamics for ``cfg`` (from ``y0`` if given).
+    Dense configs (``cfg.dense``) run through the engine (``desc``: their
+    description, default :func:`description`); their states ``y`` are the
+    engine's (``meanfield.engine.reduce``: per head the joint Gram
+    [[A, S], [S^T, B]] and the neurons, in the description's dictionary)."""
+    if cfg.dense:
+        from ..engine.system import integrate_description
+
+        return integrate_description(desc if desc is not None else description(cfg), y0, monitor)[1]
     system, y = system_and_state(cfg, samples_of(cfg), y0)
     return solver(cfg).solve(system, y, stages(cfg), save_at(cfg), monitor)
 
@@ -58,14 +73,18 @@ def recorded(cfg: MixtureConfig, traj: integrate.Trajectory):
 
 
 def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, status: str | None = None,
-         message: str | None = None, extra_attrs: dict | None = None) -> Path:
+         message: str | None = None, extra_attrs: dict | None = None, desc=None) -> Path:
     """Write the run file (public format, see the README). Dense configs are
-    written by ``meanfield.mixture.dense.save`` (same datasets, in feature
-    coordinates, plus the dense path's extras)."""
+    written by ``meanfield.engine.runs.save`` (same datasets, in feature
+    coordinates, plus ``feature_gram``, ``w_neurons``/``u_neurons``, the
+    ``training_set`` group and attributes dense_path, basis_dim, n_neurons)."""
     if cfg.dense:
-        from . import dense
+        from ..engine import runs
+        from ..engine.system import system_of
 
-        return dense.save(path, cfg, traj, status, message, extra_attrs)
+        desc = desc if desc is not None else description(cfg)
+        return runs.save(path, desc, runs.Run(desc, system_of(desc), traj), status, message, extra_attrs,
+                         engine_tag=False)
     samples, arr, obs, st = recorded(cfg, traj)
     data = {
         "features": np.array(feature_labels(cfg.K), dtype=object),
@@ -95,7 +114,8 @@ def run_to_file(cfg: MixtureConfig, out: str | Path, progress: bool = True, chec
     runs, a checkpoint file (status "interrupted") every ``checkpoint_s``
     seconds so that even a killed process leaves a valid file. Returns
     (trajectory, path)."""
+    dk = {"desc": description(cfg)} if cfg.dense else {}  # dense: one description for the run and every save
     return harness.run_to_file(
-        cfg, lambda mon: run(cfg, monitor=mon),
-        lambda traj, status=None, message=None: save(out, cfg, traj, status=status, message=message),
+        cfg, lambda mon: run(cfg, monitor=mon, **dk),
+        lambda traj, status=None, message=None: save(out, cfg, traj, status=status, message=message, **dk),
         progress=progress, checkpoint_s=checkpoint_s)

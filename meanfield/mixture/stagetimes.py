@@ -12,8 +12,10 @@ the record grid (record every step, or use stage criteria, for exact steps):
   every inconsistent sample has margin >= ``margin``.
 * ``T_loss``: the first record at which loss <= ``loss_level``.
 
-A time that is never reached is NaN. :func:`stage_times` returns the times and
-the criteria used; ``run.save`` stores them as attributes T1, T2, T_loss and
+A time that is never reached is NaN. :func:`stage_times_of` is the rule (given
+the neuron-gradient norm per record: the fast path's, the engine's);
+:func:`stage_times` computes that norm with the fast kernels. Both return the
+times and the criteria used; ``run.save`` stores them as attributes T1, T2, T_loss and
 ``stage_time_criteria`` (JSON) on every run file.
 """
 
@@ -49,7 +51,22 @@ def stage_times(t, loss, margin, consistent, S, A, B, w, samples: SampleSet, sch
                 stage_ends: list | None = None, relu_prime_at_zero: float = 1.0,
                 margin_level: float | None = None, grad_ratio: float | None = None,
                 loss_level: float | None = None) -> dict:
-    """{"T1", "T2", "T_loss", "criteria"} for one recorded trajectory."""
+    """{"T1", "T2", "T_loss", "criteria"} for one recorded fast-path trajectory
+    (``margin``/``consistent`` already restricted to the samples that count):
+    :func:`stage_times_of` with the neuron-gradient norm from the fast kernels."""
+    g = None if schedule == "three-stage" else grad_w_norm(samples, S, A, B, w, relu_prime_at_zero)
+    return stage_times_of(t, loss, margin, consistent, g, schedule, stage_ends, None, margin_level, grad_ratio,
+                          loss_level)
+
+
+def stage_times_of(t, loss, margin, consistent, grad_w, schedule: str, stage_ends: list | None = None,
+                   clean=None, margin_level: float | None = None, grad_ratio: float | None = None,
+                   loss_level: float | None = None) -> dict:
+    """{"T1", "T2", "T_loss", "criteria"} for one recorded trajectory, given the
+    neuron-gradient norm ``grad_w`` (one per record; the ``grad_w`` criterion,
+    read only for simultaneous runs). ``clean`` (n,) bool: the samples whose
+    margins count (default all; with label noise the unflipped ones). The one
+    stage-time rule of the fast path, the engine and its mixture family."""
     crit = dict(DEFAULTS)
     if margin_level is not None:
         crit["margin"] = margin_level
@@ -63,6 +80,9 @@ def stage_times(t, loss, margin, consistent, S, A, B, w, samples: SampleSet, sch
         return {**out, "criteria": crit}
     c = np.asarray(consistent, dtype=bool)
     m = np.asarray(margin)
+    if clean is not None:
+        keep = np.asarray(clean, dtype=bool)
+        c, m = c[keep], m[:, keep]
     mc = m[:, c].min(axis=1) if c.any() else np.full(t.size, np.inf)
     mi = m[:, ~c].min(axis=1) if (~c).any() else np.full(t.size, np.inf)
     if schedule == "three-stage":
@@ -70,7 +90,7 @@ def stage_times(t, loss, margin, consistent, S, A, B, w, samples: SampleSet, sch
         T1 = float(ends[0]["t"]) if ends else math.nan
         crit["T1"] = "end of stage 1"
     else:
-        g = grad_w_norm(samples, S, A, B, w, relu_prime_at_zero)
+        g = np.asarray(grad_w, dtype=float)
         ok = (mc >= crit["margin"]) & (g <= crit["grad_ratio"] * g[0])
         T1 = _first(ok, t)
         crit["T1"] = "first record with consistent margin >= margin and |dLoss/dw| <= grad_ratio |dLoss/dw|(0)"

@@ -9,8 +9,9 @@ and initial state of a (non-dense) config; :func:`stages`, :func:`solver` and
 :func:`save_at` turn its schedule, method and recording options into what
 ``integrate`` runs; :func:`samples_of` is its exact sample set.
 
-This module runs nothing itself: ``meanfield.mixture.run`` (fast path) and
-``meanfield.mixture.dense`` (dense path) integrate with these pieces, and the
+This module runs nothing itself: ``meanfield.mixture.run`` integrates the
+fast path with these pieces (dense configs run through the engine:
+``meanfield.engine.families`` / ``meanfield.engine.system``), and the
 measurements (claims, studies, escape times) read their results.
 """
 
