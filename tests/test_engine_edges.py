@@ -76,6 +76,16 @@ CASES = [
                                "--steps", "2", "--out", "w.h5"], "size"),
     ("sweep-1e8-points", ["model", "sweep", "incontext", "--param", "omega=0.01:1:log:10000", "--param",
                           "eta=0.1:1:lin:10000", "--out", "sw"], "size"),
+    # general descriptions: estimated from the declared parameters BEFORE the features and data are built
+    ("incontext-N-1e8", ["model", "run", "incontext", "--N", "1e8", "--out", "x.h5"], "size"),
+    ("incontext-K-1e8", ["model", "run", "incontext", "--K", "100000000", "--out", "x.h5"], "size"),
+    ("maxmargin-n-1e8", ["model", "run", "maxmargin", "--n", "100000000", "--out", "x.h5"], "size"),
+    ("maxmargin-T-1e8", ["model", "particles", "maxmargin", "--width", "4", "--T", "100000000", "--out", "x.h5"],
+     "size"),
+    ("multiclass-L-1e8", ["model", "run", "mixture_multiclass", "--L", "100000000", "--out", "x.h5"], "size"),
+    ("multiclass-K-1e8", ["model", "run", "mixture_multiclass", "--K", "100000000", "--out", "x.h5"], "size"),
+    ("derive-maxmargin-n-1e9", ["model", "derive", "maxmargin", "--n", "1000000000"], "size"),
+    ("model-is-a-directory", ["model", "run", "DIR.h5", "--out", "x.h5"], "model"),
 ]
 
 DRIVER = textwrap.dedent(r"""
@@ -162,6 +172,33 @@ def test_force_goes_past_the_size_refusal():
     assert check_engine_size(small)["records"] == pytest.approx(34)
     # the estimate grows with every size it names: records, width x d
     assert engine_estimate(small, particles_d=6)["bytes"] > engine_estimate(small)["bytes"]
+
+
+def test_general_description_size_is_estimated_before_its_data(monkeypatch):
+    """The estimate comes from the declared parameters alone: the data builder is
+    never called for a refused size, --force goes past it, and a normal size
+    estimates the same sequence count as the built data."""
+    from meanfield.core.config import ConfigError
+    from meanfield.engine.description import load_description, read_raw
+    from meanfield.engine.edges import description_size_first
+    from meanfield.models import incontext, maxmargin, multiclass
+
+    def boom(*a, **k):
+        raise AssertionError("data built before the size check")
+
+    raw = read_raw(MODELS / "incontext.toml")
+    monkeypatch.setattr(incontext, "prompts", boom)
+    with pytest.raises(ConfigError, match=r"^size: .*6\.67e\+23 sequences.*--force"):
+        description_size_first(raw, {"N": "1e8"}, force=False)
+    assert description_size_first(raw, {"N": "1e8"}, force=True)["n_samples"] > 1e23
+    monkeypatch.undo()
+    for name, over in (("incontext", {"N": 7, "K": 3}), ("maxmargin", {"n": 9, "T": 4}),
+                       ("mixture_multiclass", {"K": 2, "C": 3, "L": 4})):
+        raw = read_raw(MODELS / f"{name}.toml")
+        est = description_size_first(raw, over, force=False)
+        desc = load_description(MODELS / f"{name}.toml", over)
+        assert est["n_samples"] == pytest.approx(desc.data.n, rel=1e-9), name
+    del maxmargin, multiclass
 
 
 def test_shipped_descriptions_pass_their_own_option_check():

@@ -1,10 +1,12 @@
-"""What happened in a run, in a few lines: printed by ``run`` at its end.
+"""What happened in a run, in a few lines: printed by every ``run`` verb at its end.
 
-:func:`outcome_lines` reads a run file (either system) and says: the status;
+:func:`outcome_lines` reads a run file (mixture, induction, or a described
+model's engine run: ``meanfield model run`` / ``particles``) and says: the status;
 how each stage ended (its criterion fired, or it ran to its cap, and then
 whether a criterion was set that never fired, with the value it reached);
 the final loss and margins (mixture) or the selected parent set, each head's
-top lag and a (induction); the detected stage times.
+top lag and a (induction); the detected stage times (where the model has
+consistent and inconsistent samples to detect them from).
 """
 
 from __future__ import annotations
@@ -15,14 +17,25 @@ from pathlib import Path
 import numpy as np
 
 
+def _consistent(run):
+    """The samples' consistency flags (bool array), or None where the file has none
+    (a general description without a ``consistent`` flag)."""
+    samples = run["samples"]
+    if "consistent" not in samples:
+        return None
+    return np.asarray(samples["consistent"]).astype(bool)
+
+
 def _crit_value(name: str, run, i: int = -1) -> float | None:
-    """The last recorded value of a mixture criterion, where the file has it."""
+    """The last recorded value of a criterion (mixture or engine run file), where the file has it."""
     if name == "loss":
         return float(run["loss"][i])
     m = np.asarray(run["margin"][i])
-    c = np.asarray(run["samples"]["consistent"]).astype(bool)
+    c = _consistent(run)
     if name == "min_margin":
         return float(m.min())
+    if c is None:
+        return None
     if name == "consistent_margin" and c.any():
         return float(m[c].min())
     if name == "inconsistent_margin" and (~c).any():
@@ -69,6 +82,33 @@ def _stage_lines(run, crits: list, names: list, value) -> list[str]:
     return lines
 
 
+def _final_lines(run, times_always: bool = True) -> list[str]:
+    """Final loss and margins, and the detected stage times (mixture and engine runs)."""
+    lines = []
+    if len(run["t"]):
+        m = np.asarray(run["margin"][-1])
+        c = _consistent(run)
+        parts = [f"loss {float(run['loss'][-1]):.6g}"]
+        if m.size:
+            parts.append(f"min margin {float(m.min()):.4g}")
+        if c is not None and c.shape == m.shape and c.any():
+            parts.append(f"consistent {float(m[c].min()):.4g}")
+        if c is not None and c.shape == m.shape and (~c).any():
+            parts.append(f"inconsistent {float(m[~c].min()):.4g}")
+        lines.append(f"  final (t = {float(run['t'][-1]):.6g}): " + ", ".join(parts))
+    times, reached = [], False
+    for k in ("T1", "T2", "T_loss"):
+        v = run.attrs.get(k)
+        if v is not None:
+            v = float(v)
+            reached = reached or math.isfinite(v)
+            times.append(f"{k} = {v:.6g}" if math.isfinite(v) else f"{k} never reached")
+    # a general description without consistent / inconsistent samples has no stage times to detect
+    if times and (times_always or reached or _consistent(run) is not None):
+        lines.append("  stage times: " + ", ".join(times))
+    return lines
+
+
 def mixture_lines(run) -> list[str]:
     cfg = run.config or {}
     if cfg.get("schedule") == "three-stage":
@@ -76,25 +116,32 @@ def mixture_lines(run) -> list[str]:
         names = ["neurons", "attention", "neurons" if cfg.get("stage3", "neurons") == "neurons" else "both"]
     else:
         crits, names = [cfg.get("criterion")], ["simultaneous"]
-    lines = _stage_lines(run, crits, names, _crit_value)
-    if len(run["t"]):
-        m = np.asarray(run["margin"][-1])
-        c = np.asarray(run["samples"]["consistent"]).astype(bool)
-        parts = [f"loss {float(run['loss'][-1]):.6g}", f"min margin {float(m.min()):.4g}"]
-        if c.any():
-            parts.append(f"consistent {float(m[c].min()):.4g}")
-        if (~c).any():
-            parts.append(f"inconsistent {float(m[~c].min()):.4g}")
-        lines.append(f"  final (t = {float(run['t'][-1]):.6g}): " + ", ".join(parts))
-    times = []
-    for k in ("T1", "T2", "T_loss"):
-        v = run.attrs.get(k)
-        if v is not None:
-            v = float(v)
-            times.append(f"{k} = {v:.6g}" if math.isfinite(v) else f"{k} never reached")
-    if times:
-        lines.append("  stage times: " + ", ".join(times))
-    return lines
+    return _stage_lines(run, crits, names, _crit_value) + _final_lines(run)
+
+
+def engine_lines(run, stages=None) -> list[str]:
+    """A general description's run (``meanfield model run`` / ``particles``).
+    ``stages``: (name, criterion text or None) per stage, from the
+    description (the run file keeps only the run knobs); without it the
+    knobs' ``criterion`` is taken for a one-stage run."""
+    if stages is None:
+        params = (run.config or {}).get("parameters") or {}
+        n = max([int(e.get("stage", 1)) for e in (run.attrs.get("stage_ends") or [])] or [1])
+        stages = [(f"stage {k + 1}" if n > 1 else "simultaneous", params.get("criterion") if n == 1 else None)
+                  for k in range(n)]
+    names = [str(nm) for nm, _ in stages]
+    crits = [c for _, c in stages]
+    return _stage_lines(run, crits, names, _crit_value) + _final_lines(run, times_always=False)
+
+
+def criterion_text(crit) -> str | None:
+    """A parsed criterion (name, op, threshold) as the user wrote it: ``loss<=0.01``."""
+    if crit is None:
+        return None
+    if isinstance(crit, str):
+        return crit
+    name, op, thr = crit
+    return f"{name}{op}{float(thr):g}"
 
 
 def induction_lines(run) -> list[str]:
@@ -135,15 +182,50 @@ def induction_lines(run) -> list[str]:
     return lines
 
 
-def outcome_lines(path) -> list[str]:
-    """A few lines saying what happened in the run file at ``path`` (either system)."""
+def width_sweep_lines(summary: dict) -> list[str]:
+    """A width sweep's outcome (``model width-sweep``): the infinite-width run's
+    status, the finite-width runs' statuses, the lead quantity's sup error at
+    the smallest and largest width, the exponent or why there is none."""
+    fin = summary.get("finite_width_statuses") or {}
+    widths = list(summary.get("widths") or [])
+    lines = [f"outcome: infinite-width run {summary.get('infinite_width_status', '?')}; "
+             f"{sum(fin.values())} finite-width runs: " + (", ".join(f"{v} {k}" for k, v in sorted(fin.items())) or "none")]
+    lead = summary.get("lead")
+    err = (summary.get("errors") or {}).get(lead) if lead else None
+    if err and widths:
+        lines.append(f"  sup error of {lead}: {float(err[0]):.3g} at m = {widths[0]}, "
+                     f"{float(err[-1]):.3g} at m = {widths[-1]}")
+    if summary.get("exponent") is not None:
+        ci = summary.get("exponent_ci")
+        ci_s = f" (95% CI {float(ci[0]):.3f} .. {float(ci[1]):.3f})" if ci else ""
+        lines.append(f"  {lead} error ~ m^{float(summary['exponent']):.3f}{ci_s}")
+    else:
+        kinks = summary.get("kinks") or []
+        n_split = sum(1 for k in kinks if isinstance(k, dict) and k.get("split"))
+        lines.append(f"  no exponent: {n_split} ReLU kink(s) of the infinite-width run split the finite-width runs "
+                     "(message above)" if n_split else "  no exponent (message above)")
+    if summary.get("elapsed_s") is not None:
+        lines.append(f"  elapsed {float(summary['elapsed_s']):.3g} s")
+    return lines
+
+
+def outcome_lines(path, stages=None) -> list[str]:
+    """A few lines saying what happened in the run file at ``path`` (mixture,
+    induction or engine run): every ``run`` verb ends with them. ``stages``:
+    an engine run's (name, criterion) per stage (see :func:`engine_lines`)."""
     from .io import read_run
 
     run = read_run(Path(path))
     status = run.attrs.get("status", "?")
     head = f"outcome: {status}"
+    system = run.attrs.get("system")
     try:
-        body = induction_lines(run) if run.attrs.get("system") == "induction" else mixture_lines(run)
+        if system == "induction":
+            body = induction_lines(run)
+        elif system == "engine":
+            body = engine_lines(run, stages)
+        else:
+            body = mixture_lines(run)
     except (KeyError, IndexError, ValueError, TypeError) as e:  # an unusual file: say so, never crash
         body = [f"  (no summary: {type(e).__name__}: {e})"]
     return [head] + body

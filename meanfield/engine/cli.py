@@ -113,17 +113,20 @@ def description_from_args(args, size: dict | None = None):
     with ``size`` (keywords ``particles_d`` (True: the default d), ``copies``,
     ``width``) the run's estimated memory and time are checked too, before
     the mixture family builds its samples (``--force`` goes past)."""
-    from .description import description_from_dict, read_raw
-    from .edges import check_engine_size, check_options, mixture_size_first
+    from ..core.guard import read_config_text
+    from .description import description_from_dict
+    from .edges import check_engine_size, check_options, description_size_first, mixture_size_first
 
     path = model_path(args.model)
-    raw = read_raw(path)
+    raw = read_config_text(path, "model")  # size-capped, UTF-8, nesting-checked (a directory or /dev/zero: one line)
     flags = _overrides(args, raw, path)
     force = bool(getattr(args, "force", False))
     if raw.get("family") == "mixture":
         check_options(raw, flags)
         if size is not None:
             mixture_size_first(raw, flags, force, **size)
+    elif size is not None:  # from the declared parameters, before the features and data are built
+        description_size_first(raw, flags, force, **size)
     desc = description_from_dict(raw, flags, source=str(path))
     if raw.get("family") != "mixture":
         check_options(raw, flags, desc)

@@ -13,13 +13,16 @@ The same mechanisms as ``meanfield mixture ...`` (``meanfield.core.guard``):
   run from its sizes: sequences n x L tokens x P features x records; the
   explicit network's m x d weights) through :func:`meanfield.core.guard.check_size`;
   the mixture family through :func:`meanfield.core.guard.check_mixture_size`
-  before its samples are built.
+  before its samples are built; a general description through
+  :func:`description_size_first` before its features and data are built
+  (from its declared parameters), and again once they are.
 
 Every refusal is a one-line :class:`meanfield.core.config.ConfigError` (exit 2).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from types import SimpleNamespace
 
@@ -154,14 +157,15 @@ def engine_estimate(desc, particles_d: int | None = None, copies: float = 1.0) -
     return {"n_samples": n, "records": T, "bytes": mem, "steps": steps, "seconds": steps * per_eval * copies}
 
 
-def check_engine_size(desc, force: bool = False, particles_d: int | None = None, copies: float = 1.0) -> dict:
-    est = engine_estimate(desc, particles_d, copies)
-    what = (f" (model {desc.name}: {est['n_samples']:.3g} sequences of L = {desc.data.L}, P = {desc.dictionary.P}, "
+def check_engine_size(desc, force: bool = False, particles_d: int | None = None, copies: float = 1.0,
+                      est: dict | None = None) -> dict:
+    est = engine_estimate(desc, particles_d, copies) if est is None else est
+    what = (f" (model {desc.name}: {est['n_samples']:.3g} sequences of L = {float(desc.data.L):.3g}, P = {float(desc.dictionary.P):.3g}, "
             f"{est['records']:.3g} records, {est['steps']:.3g} steps"
             + (f", width {desc.init.width}, d = {particles_d}" if particles_d is not None else "")
             + (f", {copies:.3g} runs" if copies not in (0, 1) else "") + ")")
     if copies == 0:  # derive: the description's data only, no steps
-        what = f" (model {desc.name}: {est['n_samples']:.3g} sequences of L = {desc.data.L}, P = {desc.dictionary.P})"
+        what = f" (model {desc.name}: {est['n_samples']:.3g} sequences of L = {float(desc.data.L):.3g}, P = {float(desc.dictionary.P):.3g})"
     check_size(est, "size", force, what)
     return est
 
@@ -191,3 +195,139 @@ def mixture_size_first(raw: dict, flags: dict, force: bool, particles_d=None, co
         check_size(est, "size", force, f" (derive K={cfg.K}, L={cfg.L}: {est['n_samples']:.3g} samples)")
         return
     check_mixture_size(cfg, force, particles_d=d, copies=copies)
+
+
+# ------------------------------------------------------------------ sizes before the data are built
+
+def _num(args: dict, name: str, default=None) -> float:
+    v = args.get(name, default)
+    if isinstance(v, bool) or v is None:
+        raise ValueError(name)
+    return float(v)
+
+
+def _log_comb(a: float, b: float) -> float:
+    return math.lgamma(a + 1.0) - math.lgamma(b + 1.0) - math.lgamma(a - b + 1.0)
+
+
+def _incontext_size(P: float, a: dict):
+    N = _num(a, "N", 20)
+    return math.log(P) + _log_comb(N + P - 1.0, P - 1.0), P + 1.0
+
+
+def _multiclass_size(P: float, a: dict):
+    K, C, L = _num(a, "K", 3), _num(a, "C", 3), _num(a, "L", 3)
+    return math.log(K) + math.log(C) + max(L - 2.0, 0.0) * math.log(max((K - 1.0) * C, 1.0)), L
+
+
+def _maxmargin_size(P: float, a: dict):
+    return math.log(max(_num(a, "n", 4), 1.0)), _num(a, "T", 3)
+
+
+#: sizes of the shipped data builders from their arguments alone: "module:function" -> (P, args) ->
+#: (log of the number of sequences, L); a user's builder may carry its own as the attribute
+#: ``size_estimate(P, **args) -> (n, L)`` (without it the size is checked once the data are built)
+DATA_SIZES = {
+    "meanfield.models.incontext:prompts": _incontext_size,
+    "meanfield.models.multiclass:samples": _multiclass_size,
+    "meanfield.models.maxmargin:dataset": _maxmargin_size,
+}
+
+#: the number of features a shipped feature-name builder makes, from its arguments alone
+FEATURE_COUNTS = {
+    "meanfield.models.multiclass:feature_names": lambda a: _num(a, "K") * _num(a, "C"),  # K c's + K (C - 1) v's
+}
+
+
+def _builder(ref):
+    """The imported builder ``package.module:function`` (None if it does not import)."""
+    import importlib
+
+    mod, _, fn = str(ref).partition(":")
+    try:
+        return getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def _feature_count(v) -> float | None:
+    from ..core.config import as_int
+
+    if isinstance(v, list):
+        return float(len(v))
+    if isinstance(v, dict) and set(v) == {"prefix", "count"}:
+        return float(as_int("dictionary.features.count", v["count"], lo=1))
+    if isinstance(v, dict) and "function" in v:
+        args = v.get("args") or {}
+        f = FEATURE_COUNTS.get(str(v["function"]))
+        if f is not None:
+            return f(args)
+        est = getattr(_builder(v["function"]), "size_estimate", None)
+        return float(est(**args)) if callable(est) else None
+    return None
+
+
+def _data_size(data, P: float):
+    """(log n, L) of a description's [data] table before it is built, or None."""
+    if not isinstance(data, dict):
+        return None
+    rows = data.get("rows")
+    if isinstance(rows, list) and rows:  # already in memory (the file is capped at CONFIG_MAX_BYTES)
+        L = max((len(r.get("tokens", [])) if isinstance(r, dict) else 0) for r in rows)
+        return math.log(len(rows)), float(max(L, 1))
+    if "function" in data:
+        args = data.get("args") or {}
+        f = DATA_SIZES.get(str(data["function"]))
+        if f is not None:
+            return f(P, args)
+        est = getattr(_builder(data["function"]), "size_estimate", None)
+        if callable(est):
+            n, L = est(P, **args)
+            return math.log(max(float(n), 1.0)), float(L)
+    return None
+
+
+def description_size_first(raw: dict, flags: dict, force: bool, particles_d=None, copies: float = 1.0,
+                           width=None) -> dict | None:
+    """A general description: refuse an absurd size from its declared
+    parameters, BEFORE its features and data are built (``--N 1e8``,
+    ``--n 1e8``, ``--K 1e8`` would otherwise allocate or loop first). The
+    sequence count, their length and the feature count come from the
+    shipped builders' formulas (:data:`DATA_SIZES`, :data:`FEATURE_COUNTS`)
+    or a builder's own ``size_estimate``; the heads and training from the
+    description itself (cheap: no data). Memory: :func:`engine_estimate` plus
+    the data being built (tokens, counts, names). A description whose size
+    cannot be known in advance (a builder without an estimate) or that is
+    malformed is left to the build (which names the field) and to
+    :func:`check_engine_size` after it. Returns the estimate or None."""
+    from ..core.config import ConfigError
+    from .description import make_head, make_params, resolve_parameters, training_from
+
+    try:
+        res, run_over, _ = resolve_parameters(raw, flags)
+        params_raw = {str(k).replace("-", "_"): v for k, v in dict(res.get("parameters") or {}).items()}
+        params_raw.update({k: v for k, v in run_over.items() if v is not None})
+        params = make_params(params_raw)
+        P = _feature_count((res.get("dictionary") or {}).get("features"))
+        if P is None or not P >= 1:
+            return None
+        size = _data_size(res.get("data"), P)
+        if size is None:
+            return None
+        log_n, L = size
+        heads_raw = res.get("heads")
+        if not isinstance(heads_raw, list) or not heads_raw:
+            return None
+        heads = [make_head(h, i, int(min(P, 1e12))) for i, h in enumerate(heads_raw)]
+        traw = res.get("training") or {}
+        training = training_from(params, traw.get("stages") if isinstance(traw, dict) else None, heads)
+    except (ConfigError, ValueError, TypeError, KeyError, OverflowError, AttributeError):
+        return None
+    n = math.exp(min(log_n, 700.0))
+    lite = SimpleNamespace(name=str(raw.get("name", "model")), data=SimpleNamespace(n=n, L=L),
+                           dictionary=SimpleNamespace(P=P), model=SimpleNamespace(heads=heads), training=training,
+                           init=SimpleNamespace(width=width if width is not None else params.width))
+    d = P + 2 if particles_d is True else particles_d
+    est = engine_estimate(lite, d, copies)
+    est["bytes"] += n * L * (8.0 * P + 120.0) + 100.0 * n  # the data while they are built: tokens, counts, names
+    return check_engine_size(lite, force, d, copies, est=est)
