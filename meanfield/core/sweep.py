@@ -305,6 +305,28 @@ def system_of(system) -> Any:
     return system
 
 
+def run_summary(path: Path) -> dict:
+    """The summary numbers of a finished run file (any system): status,
+    message, t_end, loss_end, smallest margins (all, consistent,
+    inconsistent samples; every sample counts as consistent when the file
+    has no such flag), T1, T2, T_loss (None: not reached)."""
+    from .io import read_run
+
+    r = read_run(path)
+    m = r["margin"][-1] if len(r["t"]) else np.array([np.nan])
+    c = np.asarray(r["samples"]["consistent"]).astype(bool) if "consistent" in r["samples"] else np.ones(m.size, bool)
+    out = {"status": r.attrs["status"], "message": r.attrs["message"],
+           "t_end": float(r["t"][-1]) if len(r["t"]) else 0.0,
+           "loss_end": float(r["loss"][-1]) if len(r["t"]) else math.nan,
+           "min_margin_end": float(np.min(m)),
+           "min_margin_consistent_end": float(m[c].min()) if c.any() else None,
+           "min_margin_inconsistent_end": float(m[~c].min()) if (~c).any() else None}
+    for k in ("T1", "T2", "T_loss"):
+        v = float(r.attrs.get(k, math.nan))
+        out[k] = None if math.isnan(v) else v
+    return out
+
+
 def _crashed_point(job: tuple[dict, str], exc: BaseException) -> dict:
     """The summary of a point whose worker process died (killed by the OS)."""
     return {"status": "failed", "elapsed_s": None,

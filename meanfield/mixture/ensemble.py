@@ -117,23 +117,9 @@ def _summaries(rec_t, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weigh
 
 
 def _summary(path: Path) -> dict:
-    from ..core.io import read_run
+    from ..core.sweep import run_summary
 
-    r = read_run(path)
-    c = np.asarray(r["samples"]["consistent"]).astype(bool)
-    m = r["margin"][-1] if len(r["t"]) else np.array([np.nan])
-    out = {
-        "status": r.attrs["status"], "message": r.attrs["message"],
-        "t_end": float(r["t"][-1]) if len(r["t"]) else 0.0,
-        "loss_end": float(r["loss"][-1]) if len(r["t"]) else math.nan,
-        "min_margin_end": float(m.min()),
-        "min_margin_consistent_end": float(m[c].min()) if c.any() else None,
-        "min_margin_inconsistent_end": float(m[~c].min()) if (~c).any() else None,
-    }
-    for k in ("T1", "T2", "T_loss"):
-        v = float(r.attrs.get(k, math.nan))
-        out[k] = None if math.isnan(v) else v
-    return out
+    return run_summary(path)
 
 
 def _run_point(job: tuple[dict, str]) -> dict:
