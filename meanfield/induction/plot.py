@@ -10,7 +10,7 @@ and writes PNG figures:
   and at its end (joint schedule: first and last record);
 - ``a_log_t.png``: the classifier scale a against tau = t - (start of phase
   3) on a log axis, with the a ~ log tau fit over the growth window
-  (:func:`meanfield.induction.claims.fit_log_growth`) and, when given, the
+  (:func:`meanfield.induction.measure.fit_log_growth`) and, when given, the
   optimal a*(L) of several context lengths as horizontal lines;
 - ``losses.png``: training and held-out loss against t, and phase 3 against
   tau, next to the held-out losses of the baselines (GIH on the selected
@@ -75,7 +75,7 @@ def load(path):
 
 
 def _attrs(run) -> dict:
-    from .claims import _attrs as a
+    from .measure import _attrs as a
 
     return a(run)
 
@@ -98,7 +98,7 @@ def _title(run) -> str:
 
 
 def plot_c_mass(run, out: Path, name: str = "c_mass.png") -> str:
-    from .claims import stage_end_index, subset_labels, subset_lag_sets
+    from .measure import stage_end_index, subset_labels, subset_lag_sets
 
     plt = _plt()
     t = np.asarray(run["t"], float)
@@ -128,7 +128,7 @@ def plot_c_mass(run, out: Path, name: str = "c_mass.png") -> str:
 
 
 def plot_rpe(run, out: Path, name: str = "rpe.png") -> str:
-    from .claims import phase_start_index, stage_end_index
+    from .measure import phase_start_index, stage_end_index
 
     plt = _plt()
     rpe = np.asarray(run["rpe"], float)
@@ -158,7 +158,7 @@ def plot_rpe(run, out: Path, name: str = "rpe.png") -> str:
 
 
 def plot_a(run, out: Path, fit: dict | None = None, a_star: dict | None = None, name: str = "a_log_t.png") -> str:
-    from .claims import fit_log_growth, phase3_series
+    from .measure import fit_log_growth, phase3_series
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -206,7 +206,7 @@ def run_baselines(run) -> dict:
     """Held-out seen-target losses of the baselines for a run: its test set
     regenerated from its seed; GIH on the lag set of the final selected subset."""
     from . import theory as T
-    from .claims import lag_weights
+    from .measure import lag_weights
     from .data import generate
 
     a = _attrs(run)
@@ -225,7 +225,7 @@ def run_baselines(run) -> dict:
 
 
 def plot_losses(run, out: Path, baselines: dict | None = None, name: str = "losses.png") -> str:
-    from .claims import phase3_series
+    from .measure import phase3_series
 
     plt = _plt()
     a = _attrs(run)
@@ -309,7 +309,7 @@ def plot_chi2(chi, velocity: dict, out: Path, end_weights: dict | None = None,
     error over batches) against I~_k / max, with the linear fit and its R^2,
     per exponent; right: the c_S^2 weights at the end of phase 1 (log axis).
     ``velocity``: {lag set: per-batch values}; ``end_weights``: {lag set: weight}."""
-    from .claims import fit_line
+    from ..core.report import fit_line
 
     plt = _plt()
     k0 = 2.0 if 2.0 in chi.mean else chi.exponents[0]
