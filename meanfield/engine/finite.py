@@ -17,8 +17,8 @@ ambient space with room outside span(E) and then some).
 runs the engine at infinite width once and the particle system at every
 (m, seed); it reports per width the sup-over-time error of every named
 variable group and the loss (mean, min, max over seeds), a fitted error
-exponent with a 95% confidence interval (``meanfield.mixture.widths.fit_exponent``),
-the ReLU kink events of the infinite-width run (``widths.kink_events``) and
+exponent with a 95% confidence interval (``meanfield.core.widths.fit_exponent``),
+the ReLU kink events of the infinite-width run (``meanfield.core.widths.kink_events``) and
 whether the finite-width runs land on the other side of one (then no exponent
 is reported, as in ``meanfield mixture width-sweep``), and the largest relative
 difference between each particle run and the engine's reduced run at the same
@@ -85,9 +85,13 @@ class ParticleSystem:
         self.params = params
         self.lay = layout(desc)
         self.max_abs = max_abs
+        self._proj = None  # the projection of self.params, once computed
 
     def projection(self) -> np.ndarray:
-        return orc.pack(self.desc, self.E, self.params, self.lay)
+        """The projection of the held weights (the engine's flat layout; kept from the last step)."""
+        if self._proj is None:
+            self._proj = orc.pack(self.desc, self.E, self.params, self.lay)
+        return self._proj.copy()
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
@@ -101,14 +105,16 @@ class ParticleSystem:
                     break
             with np.errstate(over="ignore", invalid="ignore"):
                 new = self.net.step(self.params, eta, groups)
-            if not all(np.all(np.isfinite(x)) for q in new for x in q.values()):
+                proj = orc.pack(self.desc, self.E, new, self.lay)
+            # a non-finite weight makes its projection non-finite (inf * 0 is nan), so the projection decides
+            if not np.all(np.isfinite(proj)):
                 code = 2
                 break
-            proj = orc.pack(self.desc, self.E, new, self.lay)
             if np.abs(proj).max() > self.max_abs:
                 code = 3
                 break
             self.params = new
+            self._proj = proj
             done += 1
         else:
             if criterion is not None:
@@ -275,7 +281,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
                 workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
     """Infinite-width engine run against the particle system at every (m, seed) (module
     docstring); writes ``out`` (.h5), ``out.json``, ``out.png``; returns the summary."""
-    from ..mixture.widths import fit_exponent, kink_events, kink_splits, write_outputs
+    from ..core.widths import fit_exponent, kink_events, kink_splits, write_outputs
     from ..core.sweep import Progress, map_points
     from .runs import run as engine_run
 
@@ -385,7 +391,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
 
 
 def _figure_kw(summary: dict) -> dict:
-    """The engine's look of the shared width-sweep figure (``meanfield.mixture.widths.figure``)."""
+    """The engine's look of the shared width-sweep figure (``meanfield.core.widths.figure``)."""
     return dict(quantities=summary["quantities"], lead=summary["lead"], xlabel="width m (explicit network)",
                 title_prefix=f"{summary['model']}: ",
                 title=f"{summary['model']}: particles vs infinite width ({summary['seeds']} seeds)",

@@ -178,10 +178,10 @@ class ProjectedParticles:
 
     def projection(self) -> np.ndarray:
         """The reduced flat state (mixture layout) of the held weights."""
-        pr = self.psys.net.project(self.psys.params)
+        y, lay = self.psys.projection(), self.psys.lay
         c = self.logit_scale
-        S, A, B = (c * np.stack([p[k] for p in pr]) for k in ("S", "A", "B"))
-        return kernels.pack(S, A, B, np.stack([p["w"][0, 0] for p in pr]))
+        S, A, B = (c * np.stack([lay.get(y, h, k) for h in ("+", "-")]) for k in ("S", "A", "B"))
+        return kernels.pack(S, A, B, np.stack([lay.get(y, h, "w").reshape(-1) for h in ("+", "-")]))
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         out = self.psys.gd_advance(self._scratch, nsteps, eta, _engine_mode(mode), criterion)

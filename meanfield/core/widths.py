@@ -1,0 +1,137 @@
+"""Width-sweep analysis shared by the mixture's and the engine's width sweeps.
+
+``meanfield mixture width-sweep`` (``meanfield.mixture.widths``) and
+``meanfield model width-sweep`` (``meanfield.engine.finite``) both compare
+finite-width runs with the infinite-width one; the generic pieces live here:
+:func:`kink_events` (where a pre-activation sits at the ReLU kink in the
+infinite-width run), :func:`kink_splits` (whether finite-width runs land on
+the other side of it), :func:`fit_exponent` (the error exponent with a 95%
+confidence interval), :func:`write_outputs` (HDF5, JSON, figure) and
+:func:`figure`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .io import write_h5_atomic
+
+
+def kink_events(t: np.ndarray, u: np.ndarray, tol_rel: float = 1e-9, heads=("+", "-")) -> list[dict]:
+    """Intervals of records where |u[:, i, h]| <= tol (tol = tol_rel x max(1, max |u|)).
+    Returns dicts sample, head (``heads[h]``: "+"/"-" for the mixture), i_start, i_end, t_start, t_end."""
+    tol = tol_rel * max(1.0, float(np.max(np.abs(u))) if u.size else 1.0)
+    out = []
+    near = np.abs(u) <= tol
+    for i in range(u.shape[1]):
+        for h in range(u.shape[2]):
+            m = near[:, i, h]
+            if not m.any():
+                continue
+            d = np.diff(np.r_[0, m.astype(np.int8), 0])
+            for a, b in zip(np.flatnonzero(d == 1), np.flatnonzero(d == -1) - 1):
+                out.append({"sample": int(i), "head": heads[h], "i_start": int(a), "i_end": int(b),
+                            "t_start": float(t[a]), "t_end": float(t[b])})
+    return out
+
+
+def fit_exponent(widths, errors) -> dict:
+    """Least-squares slope of log(error) on log(m) over every (m, seed) point,
+    with a 95% confidence interval (Student t on the slope's standard error)."""
+    from scipy import stats
+
+    x = np.log(np.repeat(np.asarray(widths, float), [len(e) for e in errors]))
+    y = np.log(np.concatenate([np.asarray(e, float) for e in errors]))
+    ok = np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if len(np.unique(x)) < 2 or len(x) < 3:
+        return {"exponent": None, "exponent_ci": None, "r2": None}
+    r = stats.linregress(x, y)
+    q = stats.t.ppf(0.975, len(x) - 2)
+    return {"exponent": float(r.slope), "exponent_ci": [float(r.slope - q * r.stderr), float(r.slope + q * r.stderr)],
+            "r2": float(r.rvalue**2)}
+
+
+def kink_splits(events, res, r0: float, describe) -> list[dict]:
+    """Per kink event of the infinite-width run (``events``): how many
+    finite-width runs (``res``, each with ``sides[k]`` = (entries > 0,
+    entries < 0) of event k) put the pre-activation on each side, and
+    ``split``: some run lands on the side ReLU'(0) = ``r0`` does not pick (r0
+    1: negative, 0: positive, else either), or runs land on both sides;
+    ``description`` of the sample from ``describe(sample index)``. Shared by
+    the mixture's and the engine's width sweeps."""
+    kinks = []
+    for k, e in enumerate(events):
+        plus = sum(r["sides"][k][0] > 0 for r in res)
+        minus = sum(r["sides"][k][1] > 0 for r in res)
+        other = {1.0: minus, 0.0: plus}.get(r0, plus + minus)
+        split = bool(other > 0 or (plus > 0 and minus > 0))
+        kinks.append({"sample": e["sample"], "head": e["head"], "t_start": e["t_start"], "t_end": e["t_end"],
+                      "split": split, "runs_positive": int(plus), "runs_negative": int(minus),
+                      "description": describe(e["sample"])})
+    return kinks
+
+
+def write_outputs(out: Path, summary: dict, attrs: dict, data: dict, **figure_kw) -> dict:
+    """Write a width sweep (the mixture's and the engine's,
+    ``meanfield.engine.finite``): the HDF5 file ``out`` (atomic), the summary
+    as JSON next to it (atomic) and the figure (:func:`figure` with
+    ``figure_kw``) as PNG; returns ``summary`` with ``files`` listing the three."""
+    write_h5_atomic(out, attrs, data)
+    js = out.with_suffix(".json")
+    tmp = js.with_name(js.name + f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(summary, indent=1))
+    os.replace(tmp, js)
+    fig = figure(summary, out.with_suffix(".png"), **figure_kw)
+    summary["files"] = [str(out), str(js), str(fig)]
+    return summary
+
+
+def figure(summary: dict, path: Path, quantities=None, lead: str = "S", xlabel: str = "attention width m",
+           title_prefix: str = "", title: str | None = None, title_fontsize=None, legend_fontsize=8,
+           integer_ticks: bool = False) -> Path:
+    """The width-sweep figure: mean sup-norm error of each of ``quantities``
+    against m (bars: min-max over seeds), the fitted m^exponent of ``lead``
+    and m^-1/2 for reference; the title says when kinks are crossed. ``quantities``:
+    default every quantity of ``summary["errors"]``, in order."""
+    if quantities is None:
+        quantities = tuple(summary["errors"])
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    m = np.array(summary["widths"], float)
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for q in quantities:
+        e = np.array(summary["errors"][q])
+        lo = e - np.array(summary["errors_min"][q])
+        hi = np.array(summary["errors_max"][q]) - e
+        ax.errorbar(m, e, yerr=[lo, hi], marker="o", capsize=3, label=f"{q}")
+    if summary["exponent"] is not None:
+        e0 = summary["errors"][lead][0]
+        ax.plot(m, e0 * (m / m[0]) ** summary["exponent"], "k--", lw=1,
+                label=f"fit {lead}: m^{summary['exponent']:.3f}")
+        ax.plot(m, e0 * (m / m[0]) ** -0.5, ":", color="gray", lw=1, label="m^-1/2")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    if integer_ticks:
+        ax.set_xticks(m)
+        ax.set_xticklabels([str(int(x)) for x in m])
+        ax.minorticks_off()
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("sup over t of |finite - infinite|")
+    n_split = sum(k["split"] for k in summary["kinks"])
+    if title is None:
+        title = f"finite vs infinite width (mean; bars: min-max over {summary['seeds']} seeds)"
+    ax.set_title(f"{title_prefix}{n_split} kink(s) crossed: no exponent" if n_split else title,
+                 color="C3" if n_split else "k", **({} if title_fontsize is None else {"fontsize": title_fontsize}))
+    ax.legend(fontsize=legend_fontsize)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
