@@ -4,8 +4,11 @@ The induction system speaks the mixture's names (``stage_*``, schedules
 ``simultaneous`` / ``three-stage``); the old names (``phase_*``, ``joint``,
 ``three-phase``) are aliases for one release: they give the same config as
 the new names, with a DeprecationWarning (Python) or a one-line note (CLI);
-an alias together with its new name is a one-line error, exit 2. The mixture
-CLI's run flags are derived from the MixtureConfig dataclass.
+an alias together with its new name is a one-line error, exit 2. Both run
+CLIs derive their flags from their config dataclass by one rule
+(``meanfield.core.config.add_dataclass_flags``); criterion names, record
+grids and exit codes come from the core (``core/criteria.py``,
+``core/harness.py``).
 """
 
 from __future__ import annotations
@@ -158,3 +161,79 @@ def test_record_log_grid_starts_like_the_mixture():
     np.testing.assert_allclose(ind_save_at(ind).points, np.geomspace(1.0 / 100, 18.0, 7), rtol=1e-12)
     mix = mix_config(method="flow", record_log=7, eta=1.0, t_end=18.0)
     np.testing.assert_allclose(mix_save_at(mix).points, np.geomspace(1.0 / 100, 18.0, 7), rtol=1e-12)
+
+
+def _run_parser(system):
+    p = build_parser()
+    sub = next(a for a in p._actions if a.__class__.__name__ == "_SubParsersAction")
+    top = sub.choices[system]
+    sub2 = next(a for a in top._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub2.choices["run"]
+
+
+def test_both_run_clis_derive_their_flags_from_the_config_dataclass_by_one_rule():
+    """``meanfield mixture run`` and ``meanfield induction run``: one flag per
+    config field, named by core.config.flag_of (dashes, case kept), dest the
+    field, default None; the induction's old names are flags of their own."""
+    from meanfield.cli import RUN_FLAGS
+    from meanfield.core.config import dataclass_flags, flag_of
+    from meanfield.induction.config import FIELD_ALIASES, InductionConfig
+
+    assert RUN_FLAGS == dataclass_flags(MixtureConfig)
+    assert flag_of("stage_steps") == "--stage-steps" and flag_of("K") == "--K" and flag_of("L_test") == "--L-test"
+    for system, cls, aliases in (("mixture", MixtureConfig, {}), ("induction", InductionConfig, FIELD_ALIASES)):
+        run = _run_parser(system)
+        by_dest = {a.dest: a for a in run._actions}
+        for f in dataclasses.fields(cls):
+            a = by_dest.get(f.name)
+            assert a is not None and a.option_strings == [flag_of(f.name)] and a.default is None, (system, f.name)
+        for old in aliases:
+            assert by_dest[old].option_strings == [flag_of(old)], old
+        fields = {f.name for f in dataclasses.fields(cls)} | set(aliases)
+        others = {d for d in by_dest if d not in fields}
+        assert others <= {"help", "config", "force", "out", "plot", "fig_format", "quiet", "backend", "batch",
+                          "progress", "json"}, (system, others)
+
+
+def test_one_criterion_vocabulary_and_one_exit_code_table():
+    """The criterion tables of the kernels are the ones in core/criteria.py
+    (the mixture's and every engine description's share one; the induction
+    model has its own, with the shared names loss and grad_w); every system's
+    run exits by the harness's table."""
+    from meanfield.core import criteria, harness
+    from meanfield.engine import kernels as ek
+    from meanfield.engine import objects
+    from meanfield.engine import runs as erun
+    from meanfield.induction import criteria as icrit
+    from meanfield.induction import run as irun
+    from meanfield.mixture import kernels as mk
+    from meanfield.mixture import run as mrun
+
+    assert mk.CRITERIA == ek.CRITERIA == objects.CRITERIA == criteria.MARGIN_CRITERIA
+    assert icrit.CRITERIA == criteria.INDUCTION_CRITERIA
+    assert {"loss", "grad_w"} <= set(criteria.MARGIN_CRITERIA) & set(criteria.INDUCTION_CRITERIA)
+    assert mrun.EXIT_CODES is erun.EXIT_CODES is irun.EXIT_CODES is harness.EXIT_CODES
+    assert harness.EXIT_CODES == {"complete": 0, "diverged": 3, "interrupted": 130}
+
+
+def test_record_grids_follow_one_rule():
+    """Both systems' record grids come from harness.save_at_of: the same
+    options give the same grid; by default about 1000 records (mixture) and
+    RECORDS = 200 (induction: each record evaluates every sequence's loss)."""
+    import numpy as np
+
+    from meanfield.core import harness
+    from meanfield.induction.run import RECORDS
+    from meanfield.induction.run import save_at as ind_save_at
+    from meanfield.mixture.config import make_config as mix_config
+    from meanfield.mixture.system import save_at as mix_save_at
+
+    assert RECORDS == 200
+    ind = make_config(dict(SMALL, schedule="simultaneous", steps=4000))
+    mix = mix_config(steps=4000)
+    assert ind_save_at(ind).every == 4000 // 200 and mix_save_at(mix).every == 4000 // 1000
+    assert ind_save_at(make_config(dict(SMALL, record_every=7))).every == mix_save_at(mix_config(record_every=7)).every == 7
+    ind = make_config(dict(SMALL, schedule="simultaneous", method="flow", t_end=10.0, record_dt=0.5))
+    mix = mix_config(method="flow", t_end=10.0, record_dt=0.5)
+    np.testing.assert_array_equal(ind_save_at(ind).points, mix_save_at(mix).points)
+    np.testing.assert_array_equal(harness.save_at_of(mix).points, mix_save_at(mix).points)

@@ -130,3 +130,35 @@ def record_options(d: dict, out: dict) -> None:
         raise ConfigError(f"record: give one of record_every, record_log, record_dt; got {', '.join(given)}")
     if out["record_dt"] is not None and out["method"] == "gd":
         raise ConfigError("record_dt: only for method flow or rk4; use record_every (steps) with gd")
+
+
+# -- CLI flags of a config dataclass: one rule for every system (the mixture's
+# ``meanfield mixture run``, the induction's ``meanfield induction run``).
+
+
+def flag_of(field: str) -> str:
+    """The flag of a config field: ``--`` and the name with dashes for
+    underscores, case kept (``stage_steps`` -> ``--stage-steps``, ``K`` -> ``--K``)."""
+    return "--" + field.replace("_", "-")
+
+
+def dataclass_flags(cls) -> dict[str, str]:
+    """flag -> field for every field of the config dataclass ``cls``."""
+    return {flag_of(f.name): f.name for f in dataclasses.fields(cls)}
+
+
+def add_dataclass_flags(parser, cls, help: dict | None = None, aliases: dict | None = None) -> dict[str, str]:
+    """Add a flag for every field of ``cls`` to the argparse ``parser``: dest
+    the field, default None (a flag not given does not override the TOML
+    file), a string that the system's ``make_config`` validates; ``help``:
+    field -> text. ``aliases``: old field name -> new one, each a flag of its
+    own (dest the old name, accepted for one release). Returns the flag ->
+    field table."""
+    flags = dataclass_flags(cls)
+    for flag, field in flags.items():
+        parser.add_argument(flag, dest=field, default=None, metavar=field.upper() if len(field) > 1 else field,
+                            help=(help or {}).get(field))
+    for old, new in (aliases or {}).items():
+        parser.add_argument(flag_of(old), dest=old, default=None, metavar=old.upper(),
+                            help=f"old name of {flag_of(new)} (accepted for one release)")
+    return flags

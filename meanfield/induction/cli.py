@@ -24,7 +24,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from ..core.config import ConfigError, as_float, as_int, as_list, load_toml
+from ..core.config import ConfigError, add_dataclass_flags, as_float, as_int, as_list, flag_of, load_toml
 
 HELP = {
     "d": "vocabulary size (>= 2)", "L": "context length; sequences have L+1 tokens (L > every lag)",
@@ -68,10 +68,6 @@ def _fields():
     return [f.name for f in dataclasses.fields(InductionConfig)]
 
 
-def _flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
-
-
 def _aliases() -> dict:
     from .config import FIELD_ALIASES
 
@@ -79,12 +75,13 @@ def _aliases() -> dict:
 
 
 def add_run_flags(p) -> None:
+    """``--config`` and a flag for every InductionConfig field (and the old
+    names), derived from the dataclass by the rule every system uses
+    (``meanfield.core.config.add_dataclass_flags``)."""
+    from .config import InductionConfig
+
     p.add_argument("--config", help="TOML file of config fields (flags override it)")
-    for f in _fields():
-        p.add_argument(_flag(f), dest=f, default=None, metavar=f.upper() if len(f) > 1 else f, help=HELP.get(f))
-    for old, new in _aliases().items():  # the old names, one release
-        p.add_argument(_flag(old), dest=old, default=None, metavar=old.upper(),
-                       help=f"old name of {_flag(new)} (accepted for one release)")
+    add_dataclass_flags(p, InductionConfig, HELP, aliases=_aliases())
 
 
 def config_from_args(args):
@@ -294,7 +291,7 @@ def add_parser(systems):
     x = verbs.add_parser("chi2", help="modified chi-square MI of every lag subset from the exact stationary laws; S*")
     x.add_argument("--config", help="TOML file (only d, pa, alpha, H, M, D, first_lags are read)")
     for f in CHI2_FIELDS:
-        x.add_argument(_flag(f), dest=f, default=None, metavar=f.upper() if len(f) > 1 else f, help=HELP.get(f))
+        x.add_argument(flag_of(f), dest=f, default=None, metavar=f.upper() if len(f) > 1 else f, help=HELP.get(f))
     x.add_argument("--lags", default=None,
                    help="candidate lags, comma-separated (default: the union of the head windows, lags 1..M)")
     x.add_argument("--exponent", default="2",
