@@ -24,11 +24,10 @@ class _Parser(argparse.ArgumentParser):
 # every field ``name`` is the flag ``--name-with-dashes`` (``--K``, ``--L``, ``--p`` keep their case);
 # every flag is a string validated by make_config
 def _mixture_run_flags() -> dict:
-    import dataclasses
-
+    from .core.config import dataclass_flags
     from .mixture.config import MixtureConfig  # numpy only (the kernels load when a config is made)
 
-    return {"--" + f.name.replace("_", "-"): f.name for f in dataclasses.fields(MixtureConfig)}
+    return dataclass_flags(MixtureConfig)
 
 
 RUN_FLAGS = _mixture_run_flags()
@@ -70,9 +69,10 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file of config fields (flags override it)")
     p.add_argument("--force", action="store_true",
                    help="run even when the estimated memory or time (from the config) is beyond this machine")
-    for flag, field in RUN_FLAGS.items():
-        p.add_argument(flag, dest=field, default=None, metavar=field.upper() if len(field) > 1 else field,
-                       help=RUN_HELP.get(flag))
+    from .core.config import add_dataclass_flags
+    from .mixture.config import MixtureConfig
+
+    add_dataclass_flags(p, MixtureConfig, {field: RUN_HELP.get(flag) for flag, field in RUN_FLAGS.items()})
 
 
 def _config_from_args(args):
