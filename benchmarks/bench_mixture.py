@@ -8,9 +8,9 @@ machine:
    map; simultaneous: train_w = train_att = True; no stop criterion,
    max_abs = inf), from the default init (infinite width, omega = 0.1, zero
    neurons, ReLU'(0) = 1), many steps per call, best of several repeats;
-2. the plain-numpy oracle of the explicit finite-width network
-   (``meanfield.mixture.model.gd_step``, m = 8, d = 2K + 1) per step, and the
-   ratio oracle / reduced;
+2. the plain-numpy oracle of the explicit finite-width network (the engine's
+   ``meanfield.engine.oracle.Oracle.step`` on the mixture description, m = 8,
+   d = 2K + 1) per step, and the ratio oracle / reduced;
 3. the first-call time of ``gd_advance`` in a fresh process with an empty
    ``NUMBA_CACHE_DIR`` (cold compile) and in a second fresh process with the
    same cache directory (cache hit).
@@ -103,15 +103,16 @@ def bench_reduced(K: int, L: int, steps: int, repeats: int, chunks: int = CHUNKS
                 robust_us=tab.min(axis=0).sum() / steps * 1e6, chunk=per)
 
 
-def bench_engine(K: int, L: int, steps: int, repeats: int) -> dict:
+def bench_engine(K: int, L: int, steps: int, repeats: int, **flags) -> dict:
     """The engine's generic kernel (``meanfield.engine``) on the mixture description,
-    same problem, init and steps as :func:`bench_reduced`; best repeat."""
+    same problem, init and steps as :func:`bench_reduced`; best repeat. ``flags``:
+    more config fields (a dense config, e.g. ``feature_gram``, runs only here)."""
     from meanfield.engine.families import mixture_description
     from meanfield.engine.reduce import initial_state
     from meanfield.engine.system import system_of
     from meanfield.mixture.config import make_config
 
-    desc = mixture_description(make_config({}, K=K, L=L, relu_prime_at_zero=R0))
+    desc = mixture_description(make_config({}, K=K, L=L, relu_prime_at_zero=R0, **flags))
     system = system_of(desc)
     y0 = initial_state(desc)
     system.gd_advance(y0.copy(), 2, ETA, 3, None)  # compile / load from cache outside the timing
@@ -125,26 +126,37 @@ def bench_engine(K: int, L: int, steps: int, repeats: int) -> dict:
 
 
 def bench_oracle(K: int, L: int, m: int, steps: int, repeats: int) -> dict:
-    from meanfield.mixture import kernels, model
+    from meanfield.engine.families import mixture_description
+    from meanfield.engine.oracle import Oracle, embedding
+    from meanfield.mixture import kernels
+    from meanfield.mixture.config import make_config
+    from meanfield.mixture.particles import head_weights, projected_state
 
     s, _ = _problem(K, L)
     d = 2 * K + 1
     rng = np.random.default_rng(0)
-    E = model.embedding(K, d, rng)
-    X = model.tokens(s, E)
-    p0 = model.init_weights(m, d, 0.1, rng)
-    model.gd_step(p0, X, s, ETA, relu_prime_at_zero=R0)  # warm-up
+    E = embedding(np.eye(2 * K), d, rng)
+    net = Oracle(mixture_description(make_config({}, K=K, L=L, relu_prime_at_zero=R0)), E)
+    WK, WQ = (rng.normal(scale=0.1 / np.sqrt(m), size=(2, m, d)) for _ in range(2))
+    p0 = head_weights(WK, WQ, np.zeros((2, d)))
+    train = ("values", "attention")
+    net.step(p0, ETA, train)  # warm-up
     times = []
     for _ in range(repeats):
         p = p0
         t = time.perf_counter()
         for _ in range(steps):
-            p = model.gd_step(p, X, s, ETA, relu_prime_at_zero=R0)
+            p = net.step(p, ETA, train)
         times.append(time.perf_counter() - t)
+
+    def proj(q):
+        return projected_state(E, np.stack([h["WK"] for h in q]), np.stack([h["WQ"] for h in q]),
+                               np.stack([h["w"][0, 0] for h in q]))
+
     # sanity: the reduced GD map from the projected init lands on the projected oracle state
-    y = model.project(p0, E)
+    y = proj(p0)
     _advance(kernels, y, steps, s)
-    err = float(np.max(np.abs(y - model.project(p, E))))
+    err = float(np.max(np.abs(y - proj(p))))
     return dict(K=K, L=L, m=m, d=d, steps=steps, repeats=repeats, best_us=min(times) / steps * 1e6,
                 median_us=statistics.median(times) / steps * 1e6, err=err)
 
@@ -231,7 +243,7 @@ def main(argv=None) -> int:
               f"{r['median_us']:>15.3f} {r['robust_us']:>13.3f} {r['done']:>11} {r['code']:>5} {r['loss']:>11.3e}")
     print()
 
-    print(f"2. plain-numpy oracle, model.gd_step (explicit finite-width GD, d=2K+1, eta={ETA}); "
+    print(f"2. plain-numpy oracle, engine Oracle.step on the mixture (explicit finite-width GD, d=2K+1, eta={ETA}); "
           f"reduced = best us/step above")
     hdr = (f"{'K':>3} {'L':>3} {'m':>3} {'d':>3} {'steps':>6} {'repeats':>8} {'best us/step':>13} "
            f"{'median us/step':>15} {'reduced us':>11} {'oracle/reduced':>15} {'|y_red - proj(oracle)|':>23}")
@@ -290,6 +302,12 @@ def main(argv=None) -> int:
     print(f"{'  fast path, same run (us)':<34} {f:>12.3f} {'':>10}")
     print(f"{'  engine / fast path':<34} {e / f:>11.2f}x {'<= 1.5x':>10} {_verdict(e / f <= 1.5):>5}  "
           f"(the fast path is kept as the optimised special case; tests hold the two equal)")
+    # dense configs (feature Gram, training sets, several neurons) run only on the engine since the
+    # mixture's own dense kernels were removed (mixture.run.run over 20000 steps, same loaded machine,
+    # alternating: cc:0.2 K=2 L=3 4.2 -> 9.3 us/step, n_neurons=3 4.7 -> 7.6-11, n_train=40 27-33 -> 66-72,
+    # cc:0.2 K=3 L=4 width 8 60 -> 53: the engine's generic step, see the line above)
+    dn = min(bench_engine(2, 3, max(200, K2[2] // 10), 3, feature_gram="cc:0.2")["best_us"] for _ in range(2))
+    print(f"{'engine, dense cc:0.2 K=2 L=3 (us)':<34} {dn:>12.3f} {'':>10}")
     if args.grid or not args.quick:
         print()
         print("4. step-time grid (issue 4): exact GD step, best of 3, steps chosen for ~0.3 s per repeat")
