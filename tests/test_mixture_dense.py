@@ -542,3 +542,16 @@ def test_simulate_matches_run_file(tmp_path):
         a, b = sim["attrs"][k], f.attrs[k]
         assert (math.isnan(a) and math.isnan(b)) or a == b
     assert f["training_set"]["tokens"].shape == (12, 8, 3) and f.attrs["basis_dim"] == 8
+
+
+def test_dense_module_is_an_alias_of_the_new_homes():
+    """meanfield.mixture.dense keeps its public names for one release, pointing to their new homes;
+    it has no dynamics of its own any more (the engine runs dense configs)."""
+    from meanfield.mixture import data, dense, measure, stagetimes
+
+    assert dense.data_of is data.data_of and dense.DenseData is data.DenseData
+    assert dense.population_data is data.population_data and dense.training_data is data.training_data
+    assert dense.stage_times is stagetimes.stage_times_of and dense.simulate is measure.simulate
+    assert dense.run is R.run and dense.save is R.save
+    for gone in ("gd_advance", "flow_rhs", "loss_grads_into", "DenseSystem", "initial_state", "observables"):
+        assert not hasattr(dense, gone)
