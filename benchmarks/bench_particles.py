@@ -9,9 +9,9 @@ this one process so that the ratios mean something on a noisy machine.
 Each case: finite-width config (omega = 0.1, eta = 0.5, zero neurons,
 ReLU'(0) = 1, seed 0), simultaneous training, no criterion, max_abs = inf;
 ``steps`` GD steps from the initial state in one ``gd_advance`` call, best of
-``repeats`` (each repeat from the same initial weights). Threads: numba's
-setting for problems above ``particles.PAR_MIN`` (else 1), and 1 thread for
-comparison. Sanity: after the timed steps the projected particle state is
+``repeats`` (each repeat from the same initial weights). The sampler is the
+engine's numpy network (``meanfield.engine.oracle`` through
+``meanfield.engine.finite``); its threads are BLAS's (OPENBLAS_NUM_THREADS). Sanity: after the timed steps the projected particle state is
 compared with the reduced GD map run from the same initial state.
 
 Usage:  .venv/bin/python benchmarks/bench_particles.py [--quick]
@@ -63,29 +63,26 @@ def bench_reduced(steps: int = 20000, repeats: int = 5) -> float:
     return steps / best
 
 
-def bench_particles(m: int, d: int, steps: int, repeats: int, threads: int | None) -> dict:
+def bench_particles(m: int, d: int, steps: int, repeats: int) -> dict:
     from meanfield.mixture import particles
     from meanfield.mixture.data import sample_set
     from meanfield.mixture.run import MixtureSystem
 
     cfg = _cfg(m, steps)
-    E, WK0, WQ0, w0 = particles.initial_particles(cfg, d)
     samples = sample_set(K, L)
-    psys = particles.ParticleSystem(samples, E, m, cfg.relu_prime_at_zero, np.inf, threads)
-    tiny = particles.ParticleSystem(samples, E, 2, cfg.relu_prime_at_zero, np.inf)
-    tiny.gd_advance(tiny.state(WK0[:, :2], WQ0[:, :2], w0), 2, cfg.eta, (True, True), None)  # compile / load
     best = np.inf
     for _ in range(repeats):
-        system = particles.ProjectedParticles(psys, WK0.copy(), WQ0.copy(), w0.copy())
+        system = particles.make_particles(cfg, d)
         y = system.projection()
+        y0 = y.copy()
         t = time.perf_counter()
         done, code = system.gd_advance(y, steps, cfg.eta, (True, True), None)
         best = min(best, time.perf_counter() - t)
     # sanity: the reduced GD map from the projected initial state
-    y_red = particles.projected_state(E, WK0, WQ0, w0)
+    y_red = y0
     MixtureSystem(samples, cfg.relu_prime_at_zero, np.inf).gd_advance(y_red, steps, cfg.eta, (True, True), None)
     err = float(np.max(np.abs(y - y_red)) / np.max(np.abs(y_red)))
-    return dict(m=m, d=d, steps=steps, threads=psys.threads, rate=steps / best, done=done, code=code, err=err,
+    return dict(m=m, d=d, steps=steps, rate=steps / best, done=done, code=code, err=err,
                 mem_mb=4 * m * d * 8 / 2**20)
 
 
@@ -95,34 +92,25 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cases = CASES_QUICK if args.quick else CASES_FULL
 
-    import numba
-
-    from meanfield.mixture import particles
-
     t_start = time.perf_counter()
     print(f"meanfield particle sampler benchmark ({'quick' if args.quick else 'full'} run), K={K}, L={L}")
-    print(f"python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}, "
-          f"{os.cpu_count()} CPUs, "
-          f"NUMBA_NUM_THREADS={numba.config.NUMBA_NUM_THREADS}, PAR_MIN={particles.PAR_MIN}")
+    print(f"python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
+          f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
     red = bench_reduced(4000 if args.quick else 20000, 3 if args.quick else 5)
     print(f"reduced GD map (kernels.gd_advance): {red:,.0f} steps/s ({1e6 / red:.2f} us/step)")
     print()
-    hdr = (f"{'m':>7} {'d':>4} {'weights MB':>10} {'threads':>7} {'steps':>6} {'steps/s':>10} {'ms/step':>9} "
+    hdr = (f"{'m':>7} {'d':>4} {'weights MB':>10} {'steps':>6} {'steps/s':>10} {'ms/step':>9} "
            f"{'ns/entry':>10} {'reduced/particles':>18} {'rel err vs reduced':>19}")
     print(hdr)
     print("-" * len(hdr))
     rows = []
     for m, d, steps, rep in cases:
-        auto = particles.auto_threads(m, d, 2 * K)
-        for threads in sorted({auto, 1}, reverse=True):
-            r = bench_particles(m, d, steps, rep, threads)
-            rows.append(r)
-            print(f"{m:>7} {d:>4} {r['mem_mb']:>10.1f} {r['threads']:>7} {steps:>6} {r['rate']:>10.1f} "
-                  f"{1e3 / r['rate']:>9.3f} {1e9 / r['rate'] / (4 * m * d):>10.3f} {red / r['rate']:>17,.0f}x "
-                  f"{r['err']:>19.1e}")
-            assert r["done"] == steps and r["code"] == 0
-    if numba.config.NUMBA_NUM_THREADS > 1:
-        print(f"\nthreading layer: {numba.threading_layer()}")
+        r = bench_particles(m, d, steps, rep)
+        rows.append(r)
+        print(f"{m:>7} {d:>4} {r['mem_mb']:>10.1f} {steps:>6} {r['rate']:>10.1f} "
+              f"{1e3 / r['rate']:>9.3f} {1e9 / r['rate'] / (4 * m * d):>10.3f} {red / r['rate']:>17,.0f}x "
+              f"{r['err']:>19.1e}")
+        assert r["done"] == steps and r["code"] == 0
     print(f"\nns/entry: time per step per weight entry (4 m d entries: W_K, W_Q of 2 heads)")
     print(f"total benchmark time {time.perf_counter() - t_start:.1f} s")
     return 0
