@@ -1,7 +1,10 @@
 """The shared core of meanfield: what every system uses.
 
-* ``config``: config dataclass helpers, value parsers, TOML loading, criteria;
+* ``errors``: ``ConfigError``, the one error type of bad input;
+* ``config``: config dataclass helpers, value parsers, TOML loading, CLI flags of a config dataclass;
+* ``criteria``: stop criteria (parsing, testing, kernel arguments, the name tables);
 * ``integrate``: GD map / RK4 / Dopri5 steppers, stages, record grids, Monitor;
+* ``harness``: the run harness (training description + system -> run, run file, exit code);
 * ``io``: the HDF5 run file (atomic writes, the one schema);
 * ``report``: claims (PASS / FAIL with numbers and source);
 * ``bounds``: `bound` (a paper's inequality checked on a run file);
