@@ -1,4 +1,6 @@
-"""``python -m meanfield``: same as the ``meanfield`` command."""
+"""``python -m meanfield``: same as the ``meanfield`` command (``meanfield.cli``
+installs its start-up signal handler first thing on import: a SIGINT or
+SIGTERM while the program starts is one line, exit 130)."""
 
 import sys
 

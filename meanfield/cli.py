@@ -6,13 +6,69 @@ Exit codes: 0 success, 2 bad input (one-line message naming the field),
 
 from __future__ import annotations
 
-import argparse
+import os
+import signal
 import sys
-from pathlib import Path
 
-import numpy as np
 
-from .core.config import ConfigError, load_toml
+def _interrupted_exit(signum, frame):  # pragma: no cover - exercised through subprocesses
+    """SIGINT / SIGTERM while the program starts (imports, before the barrier) or
+    after its work is done (interpreter shutdown): one line, exit 130. Nothing is
+    being written in either window (files are written whole under the barrier)."""
+    when = getattr(_interrupted_exit, "when", "while starting; nothing was written")
+    try:
+        os.write(2, f"meanfield: interrupted (SIGINT/SIGTERM) {when}\n".encode())
+    except OSError:
+        pass
+    os._exit(130)
+
+
+def _as_program() -> bool:
+    """True when this process is the ``meanfield`` command (console script or
+    ``python -m meanfield``), not a library user importing the CLI, nor a
+    spawned worker re-importing its parent's main module."""
+    if "multiprocessing.spawn" in sys.modules or "multiprocessing.forkserver" in sys.modules:
+        return False
+    a0 = sys.argv[0] if sys.argv else ""
+    return os.path.basename(a0) in ("meanfield", "meanfield.exe") or a0.endswith(os.path.join("meanfield", "__main__.py"))
+
+
+def program_signals(when: str | None = None) -> None:
+    """Install :func:`_interrupted_exit` for SIGINT and SIGTERM (first thing at
+    start-up, and again once the work is done)."""
+    if when is not None:
+        _interrupted_exit.when = when
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, _interrupted_exit)
+        except (ValueError, OSError):  # pragma: no cover - not the main thread
+            pass
+
+
+def _ignore_at_exit() -> None:
+    """The interpreter's last steps (after every other atexit callback: this one
+    is registered first) reset Python's handlers to the default, under which a
+    signal would kill the finished command (-2, -15): ignore them instead; the
+    command's own exit code stands (its files are complete)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # pragma: no cover
+            pass
+
+
+if _as_program():  # before the heavy imports below: a SIGINT at start-up is one line, exit 130
+    import atexit
+
+    atexit.register(_ignore_at_exit)
+    program_signals()
+
+import argparse  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from .core.config import ConfigError, load_toml  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
@@ -597,7 +653,20 @@ def main(argv=None) -> int:
     from .core.guard import setup_logging
 
     setup_logging(1 if verbose else -1 if words and words[0] in ("-q", "--quiet") else 0)
-    return barrier(command, verbose=verbose)
+    program = argv is None and _as_program()
+    rc = barrier(command, verbose=verbose, after_work=_after_work if program else None)
+    if program:  # the work is done: a signal during the interpreter's shutdown is one line, exit 130
+        _after_work()
+    return rc
+
+
+def _after_work() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    program_signals("after the command finished; its files are complete")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -613,14 +613,20 @@ def first_use_notice(*dispatchers) -> bool:
 EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE: a bug in meanfield, not in the input
 
 
-def barrier(call, verbose: bool = False) -> int:
+def barrier(call, verbose: bool = False, after_work=None) -> int:
     """Run ``call()`` (a CLI command returning its exit code) so that nothing
     ends in a Python traceback: bad input (ConfigError) -> one line, exit 2;
     SIGINT / SIGTERM outside a run's own handler -> one line, exit 130; an
     operating-system error (a path, a full disk) -> one line naming the path,
     exit 2; out of memory -> one line, exit 2; anything else is a bug: one line
     ``internal error``, exit 70, and the traceback with ``-v`` or
-    ``MEANFIELD_DEBUG=1``."""
+    ``MEANFIELD_DEBUG=1``.
+
+    ``after_work``: given when this process is the ``meanfield`` command,
+    whose start-up handler (``meanfield.cli``: a signal before the barrier
+    exits 130 at once) is replaced here by SIGINT -> KeyboardInterrupt;
+    ``after_work()`` is called as soon as ``call`` returns (it puts the exit-130
+    handler back for the interpreter's shutdown)."""
     debug = verbose or os.environ.get("MEANFIELD_DEBUG", "") not in ("", "0")
     try:
         old_term = signal.getsignal(signal.SIGTERM)
@@ -628,7 +634,7 @@ def barrier(call, verbose: bool = False) -> int:
         old_term = None
     terminate_as_interrupt()
     try:
-        return _barrier_body(call, debug)
+        return _barrier_body(call, debug, after_work)
     finally:
         if old_term is not None:
             try:
@@ -637,7 +643,7 @@ def barrier(call, verbose: bool = False) -> int:
                 pass
 
 
-def _barrier_body(call, debug: bool) -> int:
+def _barrier_body(call, debug: bool, after_work=None) -> int:
     import sys
     import traceback
 
@@ -648,7 +654,12 @@ def _barrier_body(call, debug: bool) -> int:
             pass
 
     try:
-        return call()
+        if after_work is not None:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on: KeyboardInterrupt, exit 130
+        rc = call()
+        if after_work is not None:
+            after_work()
+        return rc
     except ConfigError as e:
         say(f"error: {e}")
         return 2
