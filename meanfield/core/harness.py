@@ -106,7 +106,14 @@ def run_to_file(training, solve: Callable[[integrate.Monitor], integrate.Traject
     def ckpt(traj):
         last = traj.step[-1] if unit == "step" else traj.t[-1]
         reached = max(float(getattr(mon, "done", last) or last), float(last))
-        save(wrap(traj), status="interrupted", message=checkpoint_message(unit, reached, last))
+        try:
+            save(wrap(traj), status="interrupted", message=checkpoint_message(unit, reached, last))
+        except (MemoryError, OSError) as e:  # a failed checkpoint must not lose the run: the previous one stays
+            import logging
+
+            logging.getLogger("meanfield").warning(
+                "checkpoint at %s %.6g not written (%s: %s); the previous file stays valid and the run goes on",
+                unit, reached, type(e).__name__, e)
 
     mon = integrate.Monitor(total=training.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
                             checkpoint=ckpt, checkpoint_s=checkpoint_s, label=label)

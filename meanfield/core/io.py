@@ -51,7 +51,15 @@ def _write_group(g: h5py.Group, content: dict[str, Any]) -> None:
 
 def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any]) -> Path:
     """Write an HDF5 file atomically (tmp file in the same folder, then rename):
-    root attributes and datasets / groups (name -> array or dict)."""
+    root attributes and datasets / groups (name -> array or dict).
+
+    The HDF5 image is built in memory and written to ``PATH.tmp-PID`` with
+    plain ``os.write``: a full disk or a file-size limit (ENOSPC, EFBIG, EDQUOT)
+    is then one clean ``OSError`` naming ``path`` (the tmp file removed, any
+    earlier file at ``path`` kept), never a failing HDF5 library that crashes
+    at interpreter shutdown."""
+    import io
+
     from .guard import clean_stale_tmp, deferred_signals
 
     path = Path(path)
@@ -59,13 +67,25 @@ def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any
     clean_stale_tmp(path)  # left by a killed run at this path
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     with deferred_signals():  # a signal now is handled once the file is whole
+        buf = io.BytesIO()
+        with h5py.File(buf, "w") as f:
+            for k, v in attrs.items():
+                f.attrs[k] = _attr(v)
+            _write_group(f, data)
         try:
-            with h5py.File(tmp, "w") as f:
-                for k, v in attrs.items():
-                    f.attrs[k] = _attr(v)
-                _write_group(f, data)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            try:
+                view = buf.getbuffer()
+                while len(view):
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
+        except OSError as e:
+            raise OSError(e.errno, f"{e.strerror or e}: the file was not written (an earlier file there is kept)",
+                          str(path)) from None
         finally:
+            del buf
             if tmp.exists():
                 tmp.unlink()
     return path
