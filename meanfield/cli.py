@@ -173,7 +173,9 @@ def _cmd_run(args) -> int:
 
     print("\n".join(outcome_lines(path)))
     if traj.status == "diverged":
-        print(f"meanfield: run diverged; {path} keeps every record up to the step named above", file=sys.stderr)
+        from .core.guard import cli_log
+
+        cli_log().warning("run diverged; %s keeps every record up to the step named above", path)
     if args.plot:
         from .mixture.plot import plot_run
 

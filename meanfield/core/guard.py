@@ -574,14 +574,40 @@ def setup_logging(verbosity: int = 0) -> None:
     Library use configures logging itself; nothing is set up on import."""
     import logging
 
+    import sys
+
+    class _Stderr(logging.StreamHandler):
+        """A StreamHandler on whatever ``sys.stderr`` is at emit time (redirected
+        in tests and by callers of ``main``), not the one at set-up."""
+
+        @property
+        def stream(self):
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, value):
+            pass
+
     log = logging.getLogger(LOG)
     log.setLevel(logging.WARNING if verbosity < 0 else logging.DEBUG if verbosity > 0 else logging.INFO)
     if not any(getattr(h, "_meanfield", False) for h in log.handlers):
-        h = logging.StreamHandler()  # stderr, looked up at emit time
+        h = _Stderr()
         h.setFormatter(logging.Formatter("meanfield: %(message)s"))
         h._meanfield = True
         log.addHandler(h)
         log.propagate = False
+
+
+def cli_log():
+    """The ``meanfield`` logger of the command line (set up with the default
+    level if the CLI's ``main`` has not done so: a CLI function called on its
+    own, as the tests do). Messages print as ``meanfield: MESSAGE`` on stderr."""
+    import logging
+
+    log = logging.getLogger(LOG)
+    if not any(getattr(h, "_meanfield", False) for h in log.handlers):
+        setup_logging(0)
+    return log
 
 
 def first_use_notice(*dispatchers) -> bool:

@@ -178,7 +178,9 @@ def _cmd_run(args) -> int:
     print(f"{path}: {r.status}: {r.message}")
     print("\n".join(outcome_of(path, desc)))
     if r.status == "diverged":
-        print(f"meanfield: run diverged; {path} keeps every record up to the step named above", file=sys.stderr)
+        from ..core.guard import cli_log
+
+        cli_log().warning("run diverged; %s keeps every record up to the step named above", path)
     if args.plot:
         for f in _plot(path, Path(args.plot)):
             print(f"figure: {f}")

@@ -20,7 +20,6 @@ shown claim passes, 1 otherwise; the expected ones are listed separately); ``plo
 from __future__ import annotations
 
 import dataclasses
-import sys
 import warnings
 from pathlib import Path
 
@@ -84,6 +83,13 @@ def add_run_flags(p) -> None:
     add_dataclass_flags(p, InductionConfig, HELP, aliases=_aliases())
 
 
+def _info(msg) -> None:
+    """A progress note of a long command (check, full): logger ``meanfield`` (-v / -q)."""
+    from ..core.guard import cli_log
+
+    cli_log().info("%s", msg)
+
+
 def config_from_args(args):
     """The validated config of parsed ``run`` arguments; warnings go to stderr, one line each."""
     from .config import make_config
@@ -92,8 +98,10 @@ def config_from_args(args):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cfg = make_config(data, **{f: getattr(args, f, None) for f in (*_fields(), *_aliases())})
+    from ..core.guard import cli_log
+
     for w in caught:
-        print(f"meanfield: warning: {w.message}", file=sys.stderr)
+        cli_log().warning("warning: %s", w.message)
     return cfg
 
 
@@ -121,7 +129,9 @@ def cmd_run(args) -> int:
 
     print("\n".join(outcome_lines(path)))
     if traj.status == "diverged":
-        print(f"meanfield: run diverged; {path} keeps every record up to the step named above", file=sys.stderr)
+        from ..core.guard import cli_log
+
+        cli_log().warning("run diverged; %s keeps every record up to the step named above", path)
     return EXIT_CODES[traj.status]
 
 
@@ -214,7 +224,7 @@ def cmd_check(args) -> int:
     base = {"seed": as_int("seed", args.seed, lo=0)} if args.seed is not None else None
     check_output_dir(args.out, "out")
     claims, report = check_suite(Path(args.out), quick=args.quick, base=base,
-                                 log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
+                                 log=(lambda *a: None) if args.quiet else _info)
     from ..core.report import gating
 
     gate = gating(claims)
@@ -242,7 +252,7 @@ def cmd_full(args) -> int:
             raise ConfigError(f"loss: must be one of official-ce, nll; got {args.loss!r}")
         settings["loss"] = args.loss
     res = full_study(Path(args.out), quick=args.quick, settings=settings, progress=not args.quiet,
-                     log=(lambda *a: None) if args.quiet else (lambda m: print(m, file=sys.stderr)))
+                     log=(lambda *a: None) if args.quiet else _info)
     c = res["claim"]
     print(f"{c.status}  [{c.source}] {c.name}: {c.statement}")
     print(f"report: {res['report']}")
