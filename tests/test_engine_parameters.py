@@ -206,3 +206,13 @@ def test_sweep_over_a_declared_parameter(tmp_path):
     assert shapes == [4, 6]
     r = _cli("model", "sweep", "maxmargin", "--param", "q=1,2", "--out", tmp_path / "sw2", cwd=tmp_path)
     assert r.returncode == 2 and "q" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_record_flag_replaces_the_descriptions_grid():
+    """maxmargin.toml records on a log grid (record_log = 200): a --record-every override replaces that grid
+    (one grid per run) instead of clashing with it; two record flags at once are still one error."""
+    d = me.load(MODELS / "maxmargin.toml", record_every=4, steps=20)
+    assert (d.training.record_every, d.training.record_log) == (4, None)
+    assert me.load(MODELS / "maxmargin.toml", steps=20).training.record_log == 200
+    with pytest.raises(ConfigError, match="give one of record_every, record_log, record_dt"):
+        me.load(MODELS / "maxmargin.toml", record_every=4, record_log=3)

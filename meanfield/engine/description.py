@@ -621,7 +621,13 @@ def resolve_parameters(raw: dict, overrides: dict | None = None) -> tuple[dict, 
                                   f"(one length per stage) or write steps = \"${knob}\" in a stage")
     if "parameters" in raw:
         out["parameters"] = {k: v for k, v in table.items() if k not in declared}
+        given = [k for k in _RECORD_KNOBS if k in run_over]
+        if given:  # a record-grid flag replaces the description's own grid (one grid per run)
+            out["parameters"] = {k: v for k, v in out["parameters"].items() if k not in _RECORD_KNOBS or k in given}
     return out, run_over, values
+
+
+_RECORD_KNOBS = ("record_every", "record_log", "record_dt")
 
 
 def read_raw(path) -> dict:
