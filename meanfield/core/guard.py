@@ -656,17 +656,26 @@ def barrier(call, verbose: bool = False, after_work=None) -> int:
     debug = verbose or os.environ.get("MEANFIELD_DEBUG", "") not in ("", "0")
     try:
         old_term = signal.getsignal(signal.SIGTERM)
+        old_int = signal.getsignal(signal.SIGINT)
     except ValueError:  # pragma: no cover
-        old_term = None
+        old_term = old_int = None
     terminate_as_interrupt()
+    # SIGINT -> KeyboardInterrupt even when this process inherited SIGINT ignored (a background job of a
+    # non-interactive shell, e.g. a test suite run with '&'): Python then installs no handler of its own,
+    # and a run's Monitor or a sweep would restore 'ignored' and never stop (exit 130 is the promise)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # pragma: no cover - not the main thread
+        pass
     try:
         return _barrier_body(call, debug, after_work)
     finally:
-        if old_term is not None:
-            try:
-                signal.signal(signal.SIGTERM, old_term)
-            except (ValueError, TypeError):  # pragma: no cover
-                pass
+        for sig, old in ((signal.SIGTERM, old_term), (signal.SIGINT, old_int)):
+            if old is not None:
+                try:
+                    signal.signal(sig, old)
+                except (ValueError, TypeError):  # pragma: no cover
+                    pass
 
 
 def _barrier_body(call, debug: bool, after_work=None) -> int:
@@ -680,8 +689,6 @@ def _barrier_body(call, debug: bool, after_work=None) -> int:
             pass
 
     try:
-        if after_work is not None:
-            signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on: KeyboardInterrupt, exit 130
         rc = call()
         if after_work is not None:
             after_work()
