@@ -59,10 +59,10 @@ class MixtureConfig:
     n_neurons: neurons per head sharing its attention (mean field over
     neurons, f = sum_j a_j (1/n) sum_r relu(u_{j,r}), neuron step eta * n; with
     the zero or a const init all neurons of a head stay equal, i.e. one neuron).
-    feature_gram, n_train or n_neurons > 1 run on the dense path
-    (``meanfield.mixture.dense``); there the infinite-width init A = B =
-    omega^2 I holds in an orthonormal basis of the features, so in feature
-    coordinates A = B = omega^2 Gamma.
+    feature_gram, n_train or n_neurons > 1 (``cfg.dense``) run on the engine
+    (the mixture family's description, ``meanfield.mixture.run.description``);
+    there the infinite-width init A = B = omega^2 I holds in an orthonormal
+    basis of the features, so in feature coordinates A = B = omega^2 Gamma.
     softmax_scale: ``1`` (the paper's revised model, default) or ``1/sqrt(m)``
     (the original version: logits divided by sqrt(m), finite width only; the
     run records S, A, B divided by sqrt(m), see
