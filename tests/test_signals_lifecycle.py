@@ -87,3 +87,25 @@ def test_signal_after_the_work_is_one_line(tmp_path):
         assert len(se.strip().splitlines()) <= 1, se
         assert (tmp_path / "x.h5").exists() and not list(tmp_path.glob("*.tmp-*"))
     assert 130 in codes or 0 in codes
+
+
+def test_induction_data_reacts_to_sigint_within_seconds(tmp_path):
+    """`induction data` generates and writes in chunks: a signal waits one chunk (was: the whole
+    generation, then the whole compressed write, 20-60 s), exit 130, nothing left behind."""
+    p = subprocess.Popen(MEANFIELD + ["induction", "data", "--n", "3000000", "--L", "200", "--force",
+                                      "--out", str(tmp_path / "d.h5")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4.0)  # imports done, generating (the whole set would take about a minute)
+        assert p.poll() is None, p.communicate()
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        so, se = p.communicate(timeout=120)
+        reacted = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    _clean_130(p, so, se)
+    assert reacted < 5.0, reacted
+    assert list(tmp_path.iterdir()) == []

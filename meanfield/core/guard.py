@@ -104,7 +104,8 @@ def _probe_writable(folder: Path, field: str, target: Path) -> None:
     try:
         fd, name = tempfile.mkstemp(prefix=".meanfield-probe-", dir=folder)
     except OSError as e:
-        raise ConfigError(f"{field}: cannot write {target}: {folder}: {e.strerror or e}") from None
+        raise ConfigError(f"{field}: cannot write {target}: cannot create a file in {folder} "
+                          f"({e.strerror or e})") from None
     os.close(fd)
     try:
         os.unlink(name)

@@ -202,7 +202,7 @@ def _plot(path: Path, out: Path) -> list:
     try:
         r = read_run(path)
     except (FileNotFoundError, ValueError, OSError) as e:
-        raise ConfigError(f"run: {e}") from None
+        raise ConfigError(f"run: {path} is not a readable run file ({e})") from None
     if r.attrs.get("system") == "mixture":
         from ..mixture.plot import plot_run
 

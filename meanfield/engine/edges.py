@@ -327,7 +327,7 @@ def description_size_first(raw: dict, flags: dict, force: bool, particles_d=None
     lite = SimpleNamespace(name=str(raw.get("name", "model")), data=SimpleNamespace(n=n, L=L),
                            dictionary=SimpleNamespace(P=P), model=SimpleNamespace(heads=heads), training=training,
                            init=SimpleNamespace(width=width if width is not None else params.width))
-    d = P + 2 if particles_d is True else particles_d
+    d = (int(P) + 2 if P < 1e15 else P + 2) if particles_d is True else particles_d
     est = engine_estimate(lite, d, copies)
     est["bytes"] += n * L * (8.0 * P + 120.0) + 100.0 * n  # the data while they are built: tokens, counts, names
     return check_engine_size(lite, force, d, copies, est=est)

@@ -220,6 +220,10 @@ def ngram_pa(n: int) -> tuple[int, ...]:
     return tuple(range(1, n))
 
 
+#: tokens generated / written per chunk (about 0.1 s each): a signal waits at most one chunk
+CHUNK_TOKENS = 1 << 22
+
+
 def seed_words(seed, N: int) -> np.ndarray:
     """Per-sequence uint64 seeds: ``SeedSequence(seed).generate_state(N, uint64)``."""
     entropy = list(seed) if isinstance(seed, (tuple, list, np.ndarray)) else int(seed)
@@ -281,7 +285,12 @@ def generate(N: int, d: int = 3, L: int = 100, pa=(1, 2), alpha: float = 1.0, se
     seeds = seed_words(seed, N)
     tok = np.empty((N, L + 1), dtype=np.int64)
     ker = np.empty((N if kernels else 0, d ** len(pa), d), dtype=np.float64)
-    _generate(seeds, int(d), int(L), np.asarray(pa, dtype=np.int64), float(alpha), tok, ker, bool(kernels))
+    pa_arr = np.asarray(pa, dtype=np.int64)
+    step = max(1, CHUNK_TOKENS // (L + 1))  # sequences are independent (own seed): chunks give the same data,
+    for a in range(0, N, step):  # and a SIGINT / SIGTERM is handled between them (not after minutes)
+        b = min(N, a + step)
+        _generate(seeds[a:b], int(d), int(L), pa_arr, float(alpha), tok[a:b], ker[a:b] if kernels else ker,
+                  bool(kernels))
     return InductionData(tok, int(d), int(L), pa, float(alpha), _seed_tuple(seed), ker if kernels else None)
 
 
@@ -338,10 +347,13 @@ def save_data(path: str | Path, data: InductionData) -> Path:
             f.attrs["N"] = data.N
             f.attrs["kernel_layout"] = KERNEL_LAYOUT
             kw = {"compression": "gzip", "compression_opts": 4}
-            f.create_dataset("tokens", data=data.tokens, **kw)
-            f.create_dataset("targets", data=data.targets, **kw)
-            if data.kernels is not None:
-                f.create_dataset("kernels", data=data.kernels, **kw)
+            for name, arr in (("tokens", data.tokens), ("targets", data.targets), ("kernels", data.kernels)):
+                if arr is None:
+                    continue
+                ds = f.create_dataset(name, shape=arr.shape, dtype=arr.dtype, **kw)
+                step = max(1, CHUNK_TOKENS // max(1, arr[:1].size))  # written in slices: a signal is
+                for a in range(0, arr.shape[0], step):  # handled between them (the tmp file is removed)
+                    ds[a:a + step] = arr[a:a + step]
         os.replace(tmp, path)
     finally:
         if tmp.exists():
