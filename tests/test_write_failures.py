@@ -64,12 +64,16 @@ def _fsize_limit(nbytes):
     return pre
 
 
-@pytest.mark.parametrize("argv", [["mixture", "run"], ["model", "run", "incontext", "--K", "2", "--N", "4"]],
-                         ids=["mixture", "model"])
+RUN = ["--steps", "3000", "--record-every", "1", "--quiet"]
+
+
+@pytest.mark.parametrize("argv", [["mixture", "run", *RUN],
+                                  ["model", "run", "incontext", "--K", "2", "--N", "4", *RUN],
+                                  ["induction", "data", "--n", "20000"]], ids=["mixture", "model", "induction-data"])
 def test_final_write_on_a_full_disk_is_one_line(tmp_path, argv):
     old = tmp_path / "r.h5"
     old.write_bytes(b"an earlier file\n")
-    r = subprocess.run(MEANFIELD + argv + ["--steps", "3000", "--record-every", "1", "--quiet", "--out", "r.h5"],
+    r = subprocess.run(MEANFIELD + argv + ["--out", "r.h5"],
                        cwd=tmp_path, capture_output=True, text=True, timeout=300, preexec_fn=_fsize_limit(100_000))
     assert r.returncode == 2, (r.returncode, r.stderr[-3000:])  # not -11 (a crash at shutdown), not 1
     lines = r.stderr.strip().splitlines()

@@ -49,17 +49,13 @@ def _write_group(g: h5py.Group, content: dict[str, Any]) -> None:
             g.create_dataset(name, data=arr, **kw)
 
 
-def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any]) -> Path:
-    """Write an HDF5 file atomically (tmp file in the same folder, then rename):
-    root attributes and datasets / groups (name -> array or dict).
-
-    The HDF5 image is built in memory and written to ``PATH.tmp-PID`` with
-    plain ``os.write``: a full disk or a file-size limit (ENOSPC, EFBIG, EDQUOT)
-    is then one clean ``OSError`` naming ``path`` (the tmp file removed, any
-    earlier file at ``path`` kept), never a failing HDF5 library that crashes
-    at interpreter shutdown."""
-    import io
-
+def write_bytes_atomic(path: str | Path, payload) -> Path:
+    """Write ``payload`` (bytes or a buffer, e.g. an HDF5 image built in a
+    ``BytesIO``) to ``path`` atomically: ``PATH.tmp-PID`` in the same folder
+    with plain ``os.write``, then renamed over ``path``. A full disk or a
+    file-size limit (ENOSPC, EFBIG, EDQUOT) is one clean ``OSError`` naming
+    ``path``, the tmp file removed and any earlier file at ``path`` kept.
+    Signals are held until the file is whole (seconds at most)."""
     from .guard import clean_stale_tmp, deferred_signals
 
     path = Path(path)
@@ -67,17 +63,12 @@ def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any
     clean_stale_tmp(path)  # left by a killed run at this path
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     with deferred_signals():  # a signal now is handled once the file is whole
-        buf = io.BytesIO()
-        with h5py.File(buf, "w") as f:
-            for k, v in attrs.items():
-                f.attrs[k] = _attr(v)
-            _write_group(f, data)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
-                view = buf.getbuffer()
+                view = memoryview(payload).cast("B")
                 while len(view):
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view[: 1 << 26]):]
             finally:
                 os.close(fd)
             os.replace(tmp, path)
@@ -85,10 +76,29 @@ def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any
             raise OSError(e.errno, f"{e.strerror or e}: the file was not written (an earlier file there is kept)",
                           str(path)) from None
         finally:
-            del buf
             if tmp.exists():
                 tmp.unlink()
     return path
+
+
+def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any]) -> Path:
+    """Write an HDF5 file atomically (tmp file in the same folder, then rename):
+    root attributes and datasets / groups (name -> array or dict).
+
+    The HDF5 image is built in memory and written by :func:`write_bytes_atomic`:
+    a full disk is one clean ``OSError`` naming ``path``; the HDF5 library never
+    sees a failing write (it then crashes at interpreter shutdown)."""
+    import io
+
+    from .guard import deferred_signals
+
+    with deferred_signals():  # a signal now is handled once the file is whole
+        buf = io.BytesIO()
+        with h5py.File(buf, "w") as f:
+            for k, v in attrs.items():
+                f.attrs[k] = _attr(v)
+            _write_group(f, data)
+        return write_bytes_atomic(path, buf.getbuffer())
 
 
 def write_run(path: str | Path, *, system: str, config: dict, status: str, message: str,

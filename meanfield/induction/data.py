@@ -55,7 +55,6 @@ and root attributes ``format = "meanfield-induction-data"``,
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -329,36 +328,35 @@ def context_tuple(zi: int, p: int, d: int) -> tuple[int, ...]:
 
 
 def save_data(path: str | Path, data: InductionData) -> Path:
-    """Write a data set to HDF5 (atomic: a temporary file renamed over ``path``)."""
+    """Write a data set to HDF5 (atomic: ``meanfield.core.io.write_bytes_atomic``).
+    The compressed image is built in memory in slices (a signal is handled
+    between them), so a full disk is one clean error, never a failing HDF5 write."""
+    import io
+
     import h5py
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = DATA_FORMAT
-            f.attrs["format_version"] = DATA_FORMAT_VERSION
-            f.attrs["d"] = data.d
-            f.attrs["L"] = data.L
-            f.attrs["pa"] = np.asarray(data.pa, dtype=np.int64)
-            f.attrs["alpha"] = data.alpha
-            f.attrs["seed"] = np.asarray(data.seed, dtype=np.int64)
-            f.attrs["N"] = data.N
-            f.attrs["kernel_layout"] = KERNEL_LAYOUT
-            kw = {"compression": "gzip", "compression_opts": 4}
-            for name, arr in (("tokens", data.tokens), ("targets", data.targets), ("kernels", data.kernels)):
-                if arr is None:
-                    continue
-                ds = f.create_dataset(name, shape=arr.shape, dtype=arr.dtype, **kw)
-                step = max(1, CHUNK_TOKENS // max(1, arr[:1].size))  # written in slices: a signal is
-                for a in range(0, arr.shape[0], step):  # handled between them (the tmp file is removed)
-                    ds[a:a + step] = arr[a:a + step]
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    from ..core.io import write_bytes_atomic
+
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        f.attrs["format"] = DATA_FORMAT
+        f.attrs["format_version"] = DATA_FORMAT_VERSION
+        f.attrs["d"] = data.d
+        f.attrs["L"] = data.L
+        f.attrs["pa"] = np.asarray(data.pa, dtype=np.int64)
+        f.attrs["alpha"] = data.alpha
+        f.attrs["seed"] = np.asarray(data.seed, dtype=np.int64)
+        f.attrs["N"] = data.N
+        f.attrs["kernel_layout"] = KERNEL_LAYOUT
+        kw = {"compression": "gzip", "compression_opts": 4}
+        for name, arr in (("tokens", data.tokens), ("targets", data.targets), ("kernels", data.kernels)):
+            if arr is None:
+                continue
+            ds = f.create_dataset(name, shape=arr.shape, dtype=arr.dtype, **kw)
+            step = max(1, CHUNK_TOKENS // max(1, arr[:1].size))  # written in slices: a signal is
+            for a in range(0, arr.shape[0], step):  # handled between them
+                ds[a:a + step] = arr[a:a + step]
+    return write_bytes_atomic(path, buf.getbuffer())
 
 
 def load_data(path: str | Path) -> InductionData:
