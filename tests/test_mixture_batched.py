@@ -141,7 +141,10 @@ def test_portable_functions_rebuild_for_another_target():
     # "compiling" with the identity gives the plain Python mathematics, calling itself (not the CPU code)
     ns = kernels.compile_portable(lambda f: f)
     assert ns.gd_advance_into.__globals__["forward_into"] is ns.forward_into
-    assert ns.gd_trajectory.__globals__["gd_advance_into"] is ns.gd_advance_into
+    # the shared driver (meanfield.core.batched), instantiated for the mixture, calls the mixture's hooks
+    assert ns.mix_gd_trajectory.__globals__["gd_stage"] is ns.mix_gd_stage
+    assert ns.mix_gd_stage.__globals__["gd_advance_into"] is ns.gd_advance_into
+    assert ns.mix_gd_trajectory.__globals__["record_into"] is ns.mix_record_into
     assert not hasattr(ns.forward_into, "py_func")
     from meanfield.mixture.data import sample_set
 

@@ -48,11 +48,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numba import get_num_threads, njit
+from numba import njit
 
+from ..core import batched as core_batched
 from ..core import integrate
 from ..core.config import ConfigError
-from ..mixture.batched import record_into, trajectory_of
+from ..mixture.batched import trajectory_of
 from ..mixture.kernels import compile_portable, portable
 from . import kernels
 from .description import Description
@@ -69,246 +70,57 @@ THREADS_PER_BLOCK = 64
 cuda = None  # numba.cuda, set on first use by _load_cuda (the CUDA kernel reads it as a global)
 
 
-# ----------------------------------------------------------- portable driver
+# ------------------------------------------------------------ portable hooks
+# The step/record loops are ``meanfield.core.batched``'s (one driver for every
+# system); the engine supplies the hooks they call. data = (hi, hf, qv, Gr,
+# grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
+# consistent, stage_mode); scratch = (u, margin, zb, f, df, G, gflat, T, p, v,
+# om, tk, Xm, Ym, tmp, new, pa, lka).
 
 
 @portable
-def eng_gd_trajectory(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
-                      hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-                      rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                      final_loss, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka):
-    """Trajectory b under the exact GD map, as ``integrate.GDMap.solve`` with
-    ``SaveAt(every=every)``: stages s of stage_len[s] steps training the
-    groups stage_mode[s], ending early when criterion (crit_kind, crit_op,
-    crit_thr)[s] holds; step size eta[b], guard max_abs[b]; y is the working
-    state (initial state in, final state out)."""
-    et = eta[b]
-    mab = max_abs[b]
-    ev = every
-    n_rec[b] = 0
-    status[b] = 0
-    stop_stage[b] = 0
-    step = 0
-    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-        status[b] = 4
-        return
-    for s in range(stage_len.shape[0]):
-        sidx = s + 1
-        end = step + stage_len[s]
-        while True:
-            tgt = end
-            if ev > 0:
-                nxt = (step // ev + 1) * ev
-                if nxt < tgt:
-                    tgt = nxt
-            res = eng_gd_advance_into(y, tgt - step, et, stage_mode[s], hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt,
-                                      last, leff, target, weight, kind, r0, consistent, crit_kind[s], crit_op[s],
-                                      crit_thr[s], mab, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp,
-                                      new, pa, lka)
-            step += res[0]
-            code = res[1]
-            final_loss[b] = res[2]
-            t = step * et
-            if code == 2 or code == 3:
-                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
-                    return
-                status[b] = code
-                stop_stage[b] = sidx
-                return
-            if code == 1 or step >= end:
-                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
-                    return
-                end_step[b, s] = step
-                end_t[b, s] = t
-                end_reason[b, s] = code
-                break
-            if ev > 0 and step % ev == 0:
-                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
-                    return
-        stop_stage[b] = sidx
+def eng_gd_stage(y, nsteps, eta, max_abs, crit_kind, crit_op, crit_thr, b, s, data, scratch):
+    """Hook ``gd_stage``: up to nsteps exact GD steps of stage s of trajectory b
+    (``kernels.eng_gd_advance_into`` with the stage's mask stage_mode[b, s])."""
+    hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent, stage_mode = data
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka = scratch
+    return eng_gd_advance_into(y, nsteps, eta, stage_mode[b, s], hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last,
+                               leff, target, weight, kind, r0, consistent, crit_kind, crit_op, crit_thr, max_abs, u,
+                               margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka)
 
 
 @portable
-def eng_rhs_into(y, out, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
-                 u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka):
-    """out = the flow's right-hand side at y (as ``kernels.flow_rhs``); returns the loss at y."""
+def eng_rhs_stage(y, out, b, s, data, scratch):
+    """Hook ``rhs_stage``: out = the flow's right-hand side at y in stage s of
+    trajectory b (as ``kernels.flow_rhs``); returns the loss at y."""
+    hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent, stage_mode = data
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka = scratch
     loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin,
                           zb, f, df, G, gflat, T, p, v, om, tk, pa, lka)
-    eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, 1.0, mode, False, Xm, Ym, tmp)
+    eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, 1.0, stage_mode[b, s], False, Xm, Ym, tmp)
     return loss
 
 
-@portable
-def eng_rk4_trajectory(b, y, dt, max_abs, stage_len, stage_mode, every,
-                       hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
-                       rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                       final_loss, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka,
-                       f0, f1, k2, k3, k4, ys, y1):
-    """Trajectory b under classical RK4 of the flow with step dt[b], as
-    ``integrate.RK4.solve`` with ``SaveAt(every=every)`` (stages of time
-    stage_len[s], the last step of a stage shortened to land on its end; no
-    stop criteria). Same operation order as the numpy solver."""
-    h_max = dt[b]
-    mab = max_abs[b]
-    ny = y.shape[0]
-    n_rec[b] = 0
-    status[b] = 0
-    stop_stage[b] = 0
-    t = 0.0
-    nstep = 0
-    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-        status[b] = 4
-        return
-    for s in range(stage_len.shape[0]):
-        sidx = s + 1
-        t_end = t + stage_len[s]
-        mode = stage_mode[s]
-        final_loss[b] = eng_rhs_into(y, f0, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target,
-                                     weight, kind, r0, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp,
-                                     pa, lka)
-        while t < t_end * (1.0 - 1e-15) and t_end - t > 1e-14 * max(1.0, abs(t_end)):
-            h = min(h_max, t_end - t)
-            hh = 0.5 * h
-            for i in range(ny):
-                ys[i] = y[i] + hh * f0[i]
-            eng_rhs_into(ys, k2, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind,
-                         r0, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka)
-            for i in range(ny):
-                ys[i] = y[i] + hh * k2[i]
-            eng_rhs_into(ys, k3, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind,
-                         r0, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka)
-            for i in range(ny):
-                ys[i] = y[i] + h * k3[i]
-            eng_rhs_into(ys, k4, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind,
-                         r0, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka)
-            h6 = h / 6.0
-            code = 0
-            for i in range(ny):
-                y1[i] = y[i] + h6 * (f0[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])
-                if not math.isfinite(y1[i]):
-                    code = 2
-            loss1 = 0.0
-            if code == 0:
-                loss1 = eng_rhs_into(y1, f1, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target,
-                                     weight, kind, r0, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp,
-                                     pa, lka)
-                for i in range(ny):
-                    if not math.isfinite(f1[i]):
-                        code = 2
-            if code == 0:
-                for i in range(ny):
-                    if abs(y1[i]) > mab:
-                        code = 3
-            if code != 0:
-                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
-                    return
-                status[b] = code
-                stop_stage[b] = sidx
-                return
-            t = t + h
-            nstep += 1
-            for i in range(ny):
-                y[i] = y1[i]
-                f0[i] = f1[i]
-            final_loss[b] = loss1
-            if every > 0 and nstep % every == 0:
-                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
-                    return
-        if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-            status[b] = 4
-            return
-        end_step[b, s] = nstep
-        end_t[b, s] = t
-        end_reason[b, s] = 0
-        stop_stage[b] = sidx
-
-
-# ---------------------------------------------------------------- CPU driver
-
-
 @njit(cache=True, nogil=True)
-def _scratch(n, H, R, P, C, Nmax, L, ny):
-    """One CPU trajectory's scratch for the engine's kernels (the CUDA kernels
-    hold the same arrays in local memory): u, margin, zb, f, df, G, gflat, T,
-    p, v, om, tk, Xm, Ym, tmp, pa, lka."""
+def new_scratch(data, dims, ny):
+    """Hook ``new_scratch``: one CPU trajectory's scratch (the CUDA kernels hold
+    the same arrays in local memory); dims = (R, C, Nmax)."""
+    hi, qv, nzn = data[0], data[2], data[8]
+    R, C, Nmax = dims
+    n, L = nzn.shape
+    P = qv.shape[1]
+    H = hi.shape[0]
     return (np.empty((n, H, R)), np.empty(n), np.empty((H, P)), np.empty(C), np.empty(C),
             np.zeros((H, Nmax, Nmax)), np.zeros(ny), np.empty(P), np.empty(L), np.empty(L), np.empty(P),
-            np.empty(P), np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax)), np.empty((P, P)), np.zeros((H, L, L)),
-            np.zeros((H, L)))
+            np.empty(P), np.empty((Nmax, Nmax)), np.empty((Nmax, Nmax)), np.empty((P, P)), np.empty(ny),
+            np.zeros((H, L, L)), np.zeros((H, L)))
 
 
-@njit(cache=True, nogil=True)
-def _gd_batch_cpu(b0, b1, Y0, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
-                  hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-                  R, C, Nmax, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
-                  end_reason, final_loss, Yout):
-    B, ny = Y0.shape
-    n, L = nzn.shape
-    P = qv.shape[1]
-    H = hi.shape[0]
-    for b in range(b0, b1):
-        y = Y0[b].copy()
-        u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka = _scratch(n, H, R, P, C, Nmax, L, ny)
-        new = np.empty(ny)
-        eng_gd_trajectory(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
-                          hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
-                          consistent, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step,
-                          end_t, end_reason, final_loss, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp,
-                          new, pa, lka)
-        for i in range(ny):
-            Yout[b, i] = y[i]
-
-
-@njit(cache=True, nogil=True)
-def _rk4_batch_cpu(b0, b1, Y0, dt, max_abs, stage_len, stage_mode, every,
-                   hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
-                   R, C, Nmax, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
-                   end_reason,
-                   final_loss, Yout):
-    B, ny = Y0.shape
-    n, L = nzn.shape
-    P = qv.shape[1]
-    H = hi.shape[0]
-    for b in range(b0, b1):
-        y = Y0[b].copy()
-        u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka = _scratch(n, H, R, P, C, Nmax, L, ny)
-        f0 = np.empty(ny)
-        f1 = np.empty(ny)
-        k2 = np.empty(ny)
-        k3 = np.empty(ny)
-        k4 = np.empty(ny)
-        ys = np.empty(ny)
-        y1 = np.empty(ny)
-        eng_rk4_trajectory(b, y, dt, max_abs, stage_len, stage_mode, every,
-                           hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
-                           rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                           final_loss, u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka,
-                           f0, f1, k2, k3, k4, ys, y1)
-        for i in range(ny):
-            Yout[b, i] = y[i]
-
-
-def _run_cpu(fn, B, args, threads=None):
-    """Trajectories [0, B) split into contiguous slices, one per thread
-    (``numba.get_num_threads()`` of them): the drivers release the GIL
-    (``nogil``), each writes its own rows. (Threads rather than
-    ``numba.prange``: the same speed, and a parallel=True function costs
-    about 15 s more to compile on 2 cores.)"""
-    nt = max(1, min(B, threads or get_num_threads()))
-    if nt == 1:
-        fn(0, B, *args)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    cuts = [B * k // nt for k in range(nt + 1)]
-    with ThreadPoolExecutor(nt) as ex:
-        for f in [ex.submit(fn, cuts[k], cuts[k + 1], *args) for k in range(nt)]:
-            f.result()
+gd_stage = eng_gd_stage
+rhs_stage = eng_rhs_stage
+# eng_record_into, eng_gd_trajectory, eng_rk4_trajectory (@portable; also bound as record_into,
+# gd_trajectory, rk4_trajectory) and the CPU loops eng_gd_batch_cpu, eng_rk4_batch_cpu
+core_batched.instantiate_all(globals(), "eng_", portable, njit)
 
 
 # --------------------------------------------------------------- CUDA driver
@@ -342,38 +154,25 @@ def _cuda_portable():
 @functools.lru_cache(maxsize=None)
 def _cuda_kernel(method: str, n: int, L: int, P: int, H: int, R: int, C: int, Nmax: int, ny: int):
     """The batch kernel for one method and shape of description: one thread
-    per trajectory, its scratch in local memory of compile-time size."""
+    per trajectory, its scratch (as :func:`new_scratch`) in local memory of
+    compile-time size."""
     cu = _load_cuda()
     from numba import float64
 
+    dev = _cuda_portable()
     if method == "rk4":
-        rk4 = _cuda_portable().eng_rk4_trajectory
+        rk4 = dev.eng_rk4_trajectory
 
-        def rk4_kernel(Y0, dt, max_abs, stage_len, stage_mode, every,
-                       hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
-                       rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                       final_loss, Yout):
+        def rk4_kernel(Y0, dt, max_abs, n_stages, stage_len, every,
+                       hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
+                       stage_mode, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+                       end_reason, final_loss, Yout):
             b = cuda.grid(1)
             if b >= Y0.shape[0]:
                 return
             y = cuda.local.array(ny, float64)
             for i in range(ny):
                 y[i] = Y0[b, i]
-            u = cuda.local.array((n, H, R), float64)
-            margin = cuda.local.array(n, float64)
-            zb = cuda.local.array((H, P), float64)
-            f = cuda.local.array(C, float64)
-            df = cuda.local.array(C, float64)
-            G = cuda.local.array((H, Nmax, Nmax), float64)
-            gflat = cuda.local.array(ny, float64)
-            T = cuda.local.array(P, float64)
-            p = cuda.local.array(L, float64)
-            v = cuda.local.array(L, float64)
-            om = cuda.local.array(P, float64)
-            tk = cuda.local.array(P, float64)
-            Xm = cuda.local.array((Nmax, Nmax), float64)
-            Ym = cuda.local.array((Nmax, Nmax), float64)
-            tmp = cuda.local.array((P, P), float64)
             pa = cuda.local.array((H, L, L), float64)
             lka = cuda.local.array((H, L), float64)
             for k in range(H):
@@ -381,49 +180,36 @@ def _cuda_kernel(method: str, n: int, L: int, P: int, H: int, R: int, C: int, Nm
                     lka[k, j] = 0.0
                     for i in range(L):
                         pa[k, j, i] = 0.0
-            f0 = cuda.local.array(ny, float64)
-            f1 = cuda.local.array(ny, float64)
-            k2 = cuda.local.array(ny, float64)
-            k3 = cuda.local.array(ny, float64)
-            k4 = cuda.local.array(ny, float64)
-            ys = cuda.local.array(ny, float64)
-            y1 = cuda.local.array(ny, float64)
-            rk4(b, y, dt, max_abs, stage_len, stage_mode, every,
-                hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0,
-                rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss,
-                u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka, f0, f1, k2, k3, k4, ys, y1)
+            scratch = (cuda.local.array((n, H, R), float64), cuda.local.array(n, float64),
+                       cuda.local.array((H, P), float64), cuda.local.array(C, float64), cuda.local.array(C, float64),
+                       cuda.local.array((H, Nmax, Nmax), float64), cuda.local.array(ny, float64),
+                       cuda.local.array(P, float64), cuda.local.array(L, float64), cuda.local.array(L, float64),
+                       cuda.local.array(P, float64), cuda.local.array(P, float64),
+                       cuda.local.array((Nmax, Nmax), float64), cuda.local.array((Nmax, Nmax), float64),
+                       cuda.local.array((P, P), float64), cuda.local.array(ny, float64), pa, lka)
+            rk = (cuda.local.array(ny, float64), cuda.local.array(ny, float64), cuda.local.array(ny, float64),
+                  cuda.local.array(ny, float64), cuda.local.array(ny, float64), cuda.local.array(ny, float64),
+                  cuda.local.array(ny, float64))
+            rk4(b, y, dt, max_abs, n_stages, stage_len, every,
+                (hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
+                 stage_mode), scratch, rk,
+                rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss)
             for i in range(ny):
                 Yout[b, i] = y[i]
 
         return cu.jit(rk4_kernel)
-    traj = _cuda_portable().eng_gd_trajectory
+    traj = dev.eng_gd_trajectory
 
-    def gd_kernel(Y0, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
+    def gd_kernel(Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
                   hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                  final_loss, Yout):
+                  stage_mode, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+                  end_reason, final_loss, Yout):
         b = cuda.grid(1)
         if b >= Y0.shape[0]:
             return
         y = cuda.local.array(ny, float64)
         for i in range(ny):
             y[i] = Y0[b, i]
-        u = cuda.local.array((n, H, R), float64)
-        margin = cuda.local.array(n, float64)
-        zb = cuda.local.array((H, P), float64)
-        f = cuda.local.array(C, float64)
-        df = cuda.local.array(C, float64)
-        G = cuda.local.array((H, Nmax, Nmax), float64)
-        gflat = cuda.local.array(ny, float64)
-        T = cuda.local.array(P, float64)
-        p = cuda.local.array(L, float64)
-        v = cuda.local.array(L, float64)
-        om = cuda.local.array(P, float64)
-        tk = cuda.local.array(P, float64)
-        Xm = cuda.local.array((Nmax, Nmax), float64)
-        Ym = cuda.local.array((Nmax, Nmax), float64)
-        tmp = cuda.local.array((P, P), float64)
-        new = cuda.local.array(ny, float64)
         pa = cuda.local.array((H, L, L), float64)
         lka = cuda.local.array((H, L), float64)
         for k in range(H):
@@ -431,10 +217,17 @@ def _cuda_kernel(method: str, n: int, L: int, P: int, H: int, R: int, C: int, Nm
                 lka[k, j] = 0.0
                 for i in range(L):
                     pa[k, j, i] = 0.0
-        traj(b, y, eta, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every,
-             hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-             rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss,
-             u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka)
+        scratch = (cuda.local.array((n, H, R), float64), cuda.local.array(n, float64),
+                   cuda.local.array((H, P), float64), cuda.local.array(C, float64), cuda.local.array(C, float64),
+                   cuda.local.array((H, Nmax, Nmax), float64), cuda.local.array(ny, float64),
+                   cuda.local.array(P, float64), cuda.local.array(L, float64), cuda.local.array(L, float64),
+                   cuda.local.array(P, float64), cuda.local.array(P, float64),
+                   cuda.local.array((Nmax, Nmax), float64), cuda.local.array((Nmax, Nmax), float64),
+                   cuda.local.array((P, P), float64), cuda.local.array(ny, float64), pa, lka)
+        traj(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+             (hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
+              stage_mode), scratch,
+             rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss)
         for i in range(ny):
             Yout[b, i] = y[i]
 
@@ -627,6 +420,10 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     if need > max_bytes:
         raise ConfigError(f"record_every: the records of {B} trajectories need {need / 2**30:.3g} GiB ({T} records "
                           f"x {ny} numbers); record less often or run fewer at once")
+
+    def rows(a):  # the driver's per-trajectory layout: one row per trajectory
+        return np.ascontiguousarray(np.broadcast_to(a, (B,) + np.shape(a)))
+
     max_abs = np.full(B, float(tr.max_abs))
     rec_t = np.zeros((B, T))
     rec_step = np.zeros((B, T), np.int64)
@@ -642,20 +439,23 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     Yout = np.zeros((B, ny))
     outs = [rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss,
             Yout]
-    lt = [lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam, pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff,
-          pk.target, pk.weight, int(pk.kind), float(pk.r0)]
+    data = [lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam, pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff,
+            pk.target, pk.weight, int(pk.kind), float(pk.r0), pk.consistent, rows(stage_mode)]
+    n_stages = np.full(B, nst, np.int64)
+    every_b = np.full(B, every, np.int64)
     if gd:
-        head = [Y0, etas, max_abs, stage_len, stage_mode, crit_kind, crit_op, crit_thr, every]
-        lt.append(pk.consistent)
+        head = [Y0, etas, max_abs, n_stages, rows(stage_len), rows(crit_kind), rows(crit_op), rows(crit_thr),
+                every_b, np.zeros((B, 1), np.int64), np.zeros(B, np.int64)]
     else:
-        head = [Y0, etas, max_abs, stage_len, stage_mode, every]
+        head = [Y0, etas, max_abs, n_stages, rows(stage_len), every_b]
     if be == "cuda":
         n, L = pk.nzn.shape
         shape = (tr.method, n, L, lay.P, lay.hi.shape[0], pk.R, pk.C, lay.Nmax, ny)
-        scalars = {len(head) - 1, len(head) + 14, len(head) + 15}  # every, kind, r0
-        _launch_cuda(shape, scalars, head + lt, outs, B)
+        scalars = {len(head) + 14, len(head) + 15}  # kind, r0
+        _launch_cuda(shape, scalars, head + data, outs, B)
     else:
-        _run_cpu(_gd_batch_cpu if gd else _rk4_batch_cpu, B, head + lt + [pk.R, pk.C, lay.Nmax] + outs)
+        core_batched.run_cpu(eng_gd_batch_cpu if gd else eng_rk4_batch_cpu, B,
+                             head + [tuple(data), (pk.R, pk.C, lay.Nmax)] + outs)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact
         raise RuntimeError("engine batch: record buffer full (capacity bound too small): a bug")
     steps = rec_step[np.arange(B), n_rec - 1].copy()

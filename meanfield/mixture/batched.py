@@ -68,8 +68,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
+from ..core import batched as core_batched
 from ..core import integrate
 from ..core.config import ConfigError
 from . import kernels
@@ -87,230 +88,46 @@ cuda = None  # numba.cuda, imported on first use by _load_cuda (a module global 
 
 
 # ----------------------------------------------------------- portable drivers
+# The step/record loops are ``meanfield.core.batched``'s (one driver for every
+# system); the mixture supplies the hooks they call.
 
 
 @portable
-def record_into(b, t, step, stage, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-    """Append (t, step, stage, y) to trajectory b's records; a record at the
-    same (step, t) as the previous one replaces it (as Trajectory.record).
-    Returns False when the buffer is full."""
-    n = n_rec[b]
-    if n > 0 and rec_step[b, n - 1] == step and rec_t[b, n - 1] == t:
-        n -= 1
-    elif n >= rec_t.shape[1]:
-        return False
-    rec_t[b, n] = t
-    rec_step[b, n] = step
-    rec_stage[b, n] = stage
-    for i in range(y.shape[0]):
-        rec_y[b, n, i] = y[i]
-    n_rec[b] = n + 1
-    return True
+def mix_gd_stage(y, nsteps, eta, max_abs, crit_kind, crit_op, crit_thr, b, s, data, scratch):
+    """Hook ``gd_stage``: up to nsteps exact GD steps of stage s of trajectory b
+    (``kernels.gd_advance_into``); data = (P, idx, sgn, lab, weight,
+    consistent, r0, stage_mode), scratch = (u, margin, G, dw, new, logit, p, T)."""
+    P, idx, sgn, lab, weight, consistent, r0, stage_mode = data
+    u, margin, G, dw, new, logit, p, T = scratch
+    return gd_advance_into(y, nsteps, eta, P, idx, sgn, lab, weight, consistent, r0[b], stage_mode[b, s, 0] != 0,
+                           stage_mode[b, s, 1] != 0, crit_kind, crit_op, crit_thr, max_abs, u, margin, G, dw, new,
+                           logit, p, T)
 
 
 @portable
-def gd_trajectory(b, y, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
-                  every, pts, n_pts, P, idx, sgn, lab, weight, consistent,
-                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                  u, margin, G, dw, new, logit, p, T):
-    """Trajectory b under the exact GD map, as ``integrate.GDMap.solve``:
-    stages s < n_stages[b] of stage_len[b, s] steps in mode stage_mode[b, s]
-    = (train_w, train_att), ending early when criterion (crit_kind, crit_op,
-    crit_thr)[b, s] holds; records every every[b] steps (0: none) and at
-    pts[b, :n_pts[b]] (sorted); y is the working state (initial state in)."""
-    et = eta[b]
-    ev = every[b]
-    npt = n_pts[b]
-    mab = max_abs[b]
-    rz = r0[b]
-    n_rec[b] = 0
-    status[b] = 0
-    stop_stage[b] = 0
-    step = 0
-    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-        status[b] = 4
-        return
-    j = 0
-    for s in range(n_stages[b]):
-        sidx = s + 1
-        end = step + stage_len[b, s]
-        train_w = stage_mode[b, s, 0] != 0
-        train_att = stage_mode[b, s, 1] != 0
-        while True:
-            target = end
-            if ev > 0:
-                nxt = (step // ev + 1) * ev
-                if nxt < target:
-                    target = nxt
-            while j < npt and pts[b, j] <= step:
-                j += 1
-            if j < npt and pts[b, j] < target:
-                target = pts[b, j]
-            res = gd_advance_into(y, target - step, et, P, idx, sgn, lab, weight, consistent, rz, train_w,
-                                  train_att, crit_kind[b, s], crit_op[b, s], crit_thr[b, s], mab,
-                                  u, margin, G, dw, new, logit, p, T)
-            step += res[0]
-            code = res[1]
-            t = step * et
-            if code == 2 or code == 3:
-                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
-                    return
-                status[b] = code
-                stop_stage[b] = sidx
-                return
-            if code == 1 or step >= end:
-                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
-                    return
-                end_step[b, s] = step
-                end_t[b, s] = t
-                end_reason[b, s] = code
-                break
-            if (ev > 0 and step % ev == 0) or (j < npt and step == pts[b, j]):
-                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
-                    return
-        stop_stage[b] = sidx
-
-
-@portable
-def rk4_step_into(y, y1, f0, f1, k2, k3, k4, tmp, h, P, idx, sgn, lab, weight, r0, train_w, train_att,
-                  u, margin, G, dw, logit, p, T):
-    """One classical RK4 step of the flow from y (f0 = rhs(y)) into y1 and
-    f1 = rhs(y1), with the operation order of ``integrate.RK4`` (numpy).
-    Returns False if y1 or f1 is not finite."""
-    ny = y.shape[0]
-    hh = 0.5 * h
-    for i in range(ny):
-        tmp[i] = y[i] + hh * f0[i]
-    flow_rhs_into(tmp, k2, P, idx, sgn, lab, weight, r0, train_w, train_att, u, margin, G, dw, logit, p, T)
-    for i in range(ny):
-        tmp[i] = y[i] + hh * k2[i]
-    flow_rhs_into(tmp, k3, P, idx, sgn, lab, weight, r0, train_w, train_att, u, margin, G, dw, logit, p, T)
-    for i in range(ny):
-        tmp[i] = y[i] + h * k3[i]
-    flow_rhs_into(tmp, k4, P, idx, sgn, lab, weight, r0, train_w, train_att, u, margin, G, dw, logit, p, T)
-    h6 = h / 6.0
-    for i in range(ny):
-        y1[i] = y[i] + h6 * (f0[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])
-    for i in range(ny):
-        if not math.isfinite(y1[i]):
-            return False
-    flow_rhs_into(y1, f1, P, idx, sgn, lab, weight, r0, train_w, train_att, u, margin, G, dw, logit, p, T)
-    for i in range(ny):
-        if not math.isfinite(f1[i]):
-            return False
-    return True
-
-
-@portable
-def rk4_trajectory(b, y, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, P, idx, sgn, lab, weight,
-                   rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                   u, margin, G, dw, logit, p, T, f0, f1, k2, k3, k4, tmp, y1):
-    """Trajectory b under fixed-step RK4 of the flow, as ``integrate.RK4.solve``
-    with ``SaveAt(every=every[b])``: stages of time stage_len[b, s], the last
-    step of a stage shortened to land on its end."""
-    h_max = dt[b]
-    ev = every[b]
-    mab = max_abs[b]
-    rz = r0[b]
-    ny = y.shape[0]
-    n_rec[b] = 0
-    status[b] = 0
-    stop_stage[b] = 0
-    t = 0.0
-    nstep = 0
-    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-        status[b] = 4
-        return
-    for s in range(n_stages[b]):
-        sidx = s + 1
-        t_end = t + stage_len[b, s]
-        train_w = stage_mode[b, s, 0] != 0
-        train_att = stage_mode[b, s, 1] != 0
-        flow_rhs_into(y, f0, P, idx, sgn, lab, weight, rz, train_w, train_att, u, margin, G, dw, logit, p, T)
-        while t < t_end * (1.0 - 1e-15) and t_end - t > 1e-14 * max(1.0, abs(t_end)):
-            h = min(h_max, t_end - t)
-            code = 0
-            if not rk4_step_into(y, y1, f0, f1, k2, k3, k4, tmp, h, P, idx, sgn, lab, weight, rz, train_w,
-                                 train_att, u, margin, G, dw, logit, p, T):
-                code = 2
-            else:
-                for i in range(ny):
-                    if abs(y1[i]) > mab:
-                        code = 3
-                        break
-            if code != 0:
-                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
-                    return
-                status[b] = code
-                stop_stage[b] = sidx
-                return
-            t = t + h
-            nstep += 1
-            for i in range(ny):
-                y[i] = y1[i]
-                f0[i] = f1[i]
-            if ev > 0 and nstep % ev == 0:
-                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
-                    return
-        if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-            status[b] = 4
-            return
-        end_step[b, s] = nstep
-        end_t[b, s] = t
-        end_reason[b, s] = 0
-        stop_stage[b] = sidx
-
-
-# ---------------------------------------------------------------- CPU drivers
+def mix_rhs_stage(y, out, b, s, data, scratch):
+    """Hook ``rhs_stage``: out = the flow's right-hand side at y in stage s of
+    trajectory b (``kernels.flow_rhs_into``); returns the loss at y."""
+    P, idx, sgn, lab, weight, consistent, r0, stage_mode = data
+    u, margin, G, dw, new, logit, p, T = scratch
+    return flow_rhs_into(y, out, P, idx, sgn, lab, weight, r0[b], stage_mode[b, s, 0] != 0, stage_mode[b, s, 1] != 0,
+                         u, margin, G, dw, logit, p, T)
 
 
 @njit(cache=True)
-def _scratch(nS, P, L):
-    """One CPU trajectory's scratch for the mixture's kernels (the CUDA
-    kernels hold the same arrays in local memory): u, margin, G, dw, logit, p, T."""
-    return (np.empty((nS, 2)), np.empty(nS), np.empty((2, P, P)), np.empty((2, P)), np.empty(L), np.empty(L),
-            np.empty((3, P, P)))
+def new_scratch(data, dims, ny):
+    """Hook ``new_scratch``: one CPU trajectory's scratch (the CUDA kernels hold
+    the same arrays in local memory): u, margin, G, dw, new, logit, p, T."""
+    nS, P, L = dims
+    return (np.empty((nS, 2)), np.empty(nS), np.empty((2, P, P)), np.empty((2, P)), np.empty(ny), np.empty(L),
+            np.empty(L), np.empty((3, P, P)))
 
 
-@njit(parallel=True, cache=True)
-def _gd_batch_cpu(Y0, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
-                  every, pts, n_pts, P, idx, sgn, lab, weight, consistent,
-                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason):
-    B, ny = Y0.shape
-    nS, L = idx.shape
-    for b in prange(B):
-        y = Y0[b].copy()
-        u, margin, G, dw, logit, p, T = _scratch(nS, P, L)
-        new = np.empty(ny)
-        gd_trajectory(b, y, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
-                      every, pts, n_pts, P, idx, sgn, lab, weight, consistent,
-                      rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                      u, margin, G, dw, new, logit, p, T)
-
-
-@njit(parallel=True, cache=True)
-def _rk4_batch_cpu(Y0, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, P, idx, sgn, lab, weight,
-                   rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason):
-    B, ny = Y0.shape
-    nS, L = idx.shape
-    for b in prange(B):
-        y = Y0[b].copy()
-        u, margin, G, dw, logit, p, T = _scratch(nS, P, L)
-        f0 = np.empty(ny)
-        f1 = np.empty(ny)
-        k2 = np.empty(ny)
-        k3 = np.empty(ny)
-        k4 = np.empty(ny)
-        tmp = np.empty(ny)
-        y1 = np.empty(ny)
-        rk4_trajectory(b, y, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, P, idx, sgn, lab, weight,
-                       rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                       u, margin, G, dw, logit, p, T, f0, f1, k2, k3, k4, tmp, y1)
+gd_stage = mix_gd_stage
+rhs_stage = mix_rhs_stage
+# mix_record_into, mix_gd_trajectory, mix_rk4_trajectory (@portable; also bound as record_into,
+# gd_trajectory, rk4_trajectory) and the CPU loops mix_gd_batch_cpu, mix_rk4_batch_cpu
+core_batched.instantiate_all(globals(), "mix_", portable, njit)
 
 
 # --------------------------------------------------------------- CUDA drivers
@@ -438,58 +255,53 @@ def _cuda_kernel(method: str, P: int, L: int, nS: int):
 
     ny = kernels.state_size(P)
     if method == "gd":
-        traj = dev.gd_trajectory
+        traj = dev.mix_gd_trajectory
 
-        def gd_kernel(Y0, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
-                      every, pts, n_pts, idx, sgn, lab, weight, consistent,
-                      rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason):
+        def gd_kernel(Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+                      idx, sgn, lab, weight, consistent, r0, stage_mode,
+                      rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                      final_loss, Yout):
             b = cuda.grid(1)
             if b >= Y0.shape[0]:
                 return
             y = cuda.local.array(ny, float64)
             for i in range(ny):
                 y[i] = Y0[b, i]
-            u = cuda.local.array((nS, 2), float64)
-            margin = cuda.local.array(nS, float64)
-            G = cuda.local.array((2, P, P), float64)
-            dw = cuda.local.array((2, P), float64)
-            new = cuda.local.array(ny, float64)
-            logit = cuda.local.array(L, float64)
-            p = cuda.local.array(L, float64)
-            T = cuda.local.array((3, P, P), float64)
-            traj(b, y, eta, r0, max_abs, n_stages, stage_len, stage_mode, crit_kind, crit_op, crit_thr,
-                 every, pts, n_pts, P, idx, sgn, lab, weight, consistent,
+            scratch = (cuda.local.array((nS, 2), float64), cuda.local.array(nS, float64),
+                       cuda.local.array((2, P, P), float64), cuda.local.array((2, P), float64),
+                       cuda.local.array(ny, float64), cuda.local.array(L, float64), cuda.local.array(L, float64),
+                       cuda.local.array((3, P, P), float64))
+            traj(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+                 (P, idx, sgn, lab, weight, consistent, r0, stage_mode), scratch,
                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                 u, margin, G, dw, new, logit, p, T)
+                 final_loss)
+            for i in range(ny):
+                Yout[b, i] = y[i]
 
         return cu.jit(gd_kernel)
-    traj = dev.rk4_trajectory
+    traj = dev.mix_rk4_trajectory
 
-    def rk4_kernel(Y0, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, idx, sgn, lab, weight,
-                   rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason):
+    def rk4_kernel(Y0, dt, max_abs, n_stages, stage_len, every, idx, sgn, lab, weight, consistent, r0, stage_mode,
+                   rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                   final_loss, Yout):
         b = cuda.grid(1)
         if b >= Y0.shape[0]:
             return
         y = cuda.local.array(ny, float64)
         for i in range(ny):
             y[i] = Y0[b, i]
-        u = cuda.local.array((nS, 2), float64)
-        margin = cuda.local.array(nS, float64)
-        G = cuda.local.array((2, P, P), float64)
-        dw = cuda.local.array((2, P), float64)
-        logit = cuda.local.array(L, float64)
-        p = cuda.local.array(L, float64)
-        T = cuda.local.array((3, P, P), float64)
-        f0 = cuda.local.array(ny, float64)
-        f1 = cuda.local.array(ny, float64)
-        k2 = cuda.local.array(ny, float64)
-        k3 = cuda.local.array(ny, float64)
-        k4 = cuda.local.array(ny, float64)
-        tmp = cuda.local.array(ny, float64)
-        y1 = cuda.local.array(ny, float64)
-        traj(b, y, dt, r0, max_abs, n_stages, stage_len, stage_mode, every, P, idx, sgn, lab, weight,
-             rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-             u, margin, G, dw, logit, p, T, f0, f1, k2, k3, k4, tmp, y1)
+        scratch = (cuda.local.array((nS, 2), float64), cuda.local.array(nS, float64),
+                   cuda.local.array((2, P, P), float64), cuda.local.array((2, P), float64),
+                   cuda.local.array(ny, float64), cuda.local.array(L, float64), cuda.local.array(L, float64),
+                   cuda.local.array((3, P, P), float64))
+        rk = (cuda.local.array(ny, float64), cuda.local.array(ny, float64), cuda.local.array(ny, float64),
+              cuda.local.array(ny, float64), cuda.local.array(ny, float64), cuda.local.array(ny, float64),
+              cuda.local.array(ny, float64))
+        traj(b, y, dt, max_abs, n_stages, stage_len, every, (P, idx, sgn, lab, weight, consistent, r0, stage_mode),
+             scratch, rk, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+             final_loss)
+        for i in range(ny):
+            Yout[b, i] = y[i]
 
     return cu.jit(rk4_kernel)
 
@@ -677,24 +489,23 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     end_step = np.zeros((B, 3), np.int64)
     end_t = np.zeros((B, 3))
     end_reason = np.zeros((B, 3), np.int64)
-    outs = [rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason]
-    consistent = s.consistent.astype(np.bool_)
-    if c0.method == "gd":
-        head = [x["Y0"], x["step_par"], x["r0"], x["max_abs"], x["n_stages"], x["stage_len"], x["stage_mode"],
-                x["crit_kind"], x["crit_op"], x["crit_thr"], x["every"], x["pts"], x["n_pts"]]
-        data = [s.idx, s.sgn, s.y, s.weight, consistent]
-        if backend == "cuda":
-            _launch_cuda("gd", P, s.idx, head + data, outs, B)
-        else:
-            _gd_batch_cpu(*head, P, *data, *outs)
+    final_loss = np.zeros(B)
+    Yout = np.zeros((B, ny))
+    outs = [rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss,
+            Yout]
+    data = [P, s.idx, s.sgn, s.y, s.weight, s.consistent.astype(np.bool_), x["r0"], x["stage_mode"]]
+    gd = c0.method == "gd"
+    if gd:
+        head = [x["Y0"], x["step_par"], x["max_abs"], x["n_stages"], x["stage_len"], x["crit_kind"], x["crit_op"],
+                x["crit_thr"], x["every"], x["pts"], x["n_pts"]]
     else:
-        head = [x["Y0"], x["step_par"], x["r0"], x["max_abs"], x["n_stages"], x["stage_len"], x["stage_mode"],
-                x["every"]]
-        data = [s.idx, s.sgn, s.y, s.weight]
-        if backend == "cuda":
-            _launch_cuda("rk4", P, s.idx, head + data, outs, B)
-        else:
-            _rk4_batch_cpu(*head, P, *data, *outs)
+        head = [x["Y0"], x["step_par"], x["max_abs"], x["n_stages"], x["stage_len"], x["every"]]
+    if backend == "cuda":  # P is a compile-time constant of the kernel
+        _launch_cuda(c0.method, P, s.idx, head + data[1:], outs, B)
+    else:
+        dims = (s.idx.shape[0], P, s.idx.shape[1])
+        core_batched.run_cpu(mix_gd_batch_cpu if gd else mix_rk4_batch_cpu,
+                             B, head + [tuple(data), dims] + outs)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact enough
         raise RuntimeError("batched: record buffer full (capacity bound too small): a bug")
     return BatchResult(c0.method, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step,

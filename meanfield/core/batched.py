@@ -1,0 +1,310 @@
+"""One batched trajectory driver for every system (templates, instantiated per system).
+
+A batch advances B independent trajectories of one reduced system, one thread
+each (CPU threads, or one GPU thread per trajectory). The step/record loop of
+a trajectory is the same for every system: stages of a given length, the
+exact GD map advanced up to the next record point (``record_every`` and/or
+sorted integer points) with the stage's stop criterion, or fixed-step RK4 of
+the flow (the last step of a stage shortened to land on its end), records as
+``meanfield.core.integrate`` writes them (a record at the same (step, t) as
+the previous one replacing it), per-trajectory status, stop stage and stage
+ends. This module holds that loop ONCE, as plain-Python templates:
+
+* :func:`record_into`, :func:`gd_trajectory`, :func:`rk4_trajectory`: the
+  portable per-trajectory drivers (scalar loops over preallocated arrays, no
+  allocation: the same source runs under ``numba.njit`` and as a CUDA device
+  function);
+* :func:`gd_batch_cpu`, :func:`rk4_batch_cpu`: the CPU loop over a slice of
+  trajectories (allocates each one's scratch), run on threads by
+  :func:`run_cpu`.
+
+A system supplies three hooks as module globals of its batch module: ::
+
+    gd_stage(y, nsteps, eta, max_abs, crit_kind, crit_op, crit_thr, b, s, data, scratch)
+        -> (steps done, code, loss)   # up to nsteps exact GD steps of stage s in place
+    rhs_stage(y, out, b, s, data, scratch) -> loss   # out = the flow's rhs at y in stage s
+    new_scratch(data, dims, ny) -> scratch           # CPU only: one trajectory's scratch tuple
+
+``data`` is the system's tuple of shared inputs (sample set, packed tables,
+per-trajectory stage modes ...), ``scratch`` the tuple of its kernels' scratch
+arrays; the driver only passes them on. :func:`instantiate` rebuilds a
+template from its code object over the system module's globals (so the hook
+names, ``record_into`` and the templates' calls to each other resolve to that
+system's functions) under a name of the system's and decorates it (``@portable``
+for the drivers: the CUDA compilation, ``compile_portable``, retargets every
+global it calls; ``numba.njit(cache=True, nogil=True)`` for the CPU loops).
+(Numba's first-class function types would avoid the rebuild but do not compile
+for CUDA; a closure over the hooks would keep the CPU dispatchers in CUDA code.)
+
+Per-trajectory inputs (row b): ``eta`` (step size; dt for rk4), ``max_abs``,
+``n_stages``, ``stage_len[b, s]``, ``crit_kind/op/thr[b, s]`` (gd),
+``every[b]`` (0: none), ``pts[b, :n_pts[b]]`` (gd). Outputs: records
+``rec_t``, ``rec_step``, ``rec_stage``, ``rec_y`` (B, T[, state]) with
+``n_rec[b]`` valid, ``status[b]`` (0 complete, 2 non-finite, 3 above max_abs,
+4 record buffer full: a bug), ``stop_stage``, stage ends ``end_step``,
+``end_t``, ``end_reason`` (0 length, 1 criterion), ``final_loss[b]`` (the loss
+at the last state the kernels evaluated), ``Yout[b]`` (final state, CPU loop).
+
+Numba's disk cache keys an instantiated function on this file (and its name):
+an edit here recompiles every system's driver; an edit of a system's hook
+alone, like an edit of the kernels the drivers call, is not seen by the cache
+(numba tracks no callees): clear ``__pycache__`` / ``NUMBA_CACHE_DIR`` then.
+This module imports no numba and no system at import.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+
+
+def instantiate(template, namespace: dict, name: str, decorate):
+    """``template`` rebuilt over the globals ``namespace`` (a system module's
+    ``globals()``) as the function ``name`` (its qualified name too: the disk
+    cache of numba keys on it), decorated with ``decorate``; the result is
+    also bound to ``name`` in ``namespace``."""
+    fn = types.FunctionType(template.__code__, namespace, name, template.__defaults__, None)
+    fn.__qualname__ = name
+    fn.__doc__ = template.__doc__
+    out = decorate(fn)
+    namespace[name] = out
+    return out
+
+
+# ----------------------------------------------------------- portable drivers
+
+
+def record_into(b, t, step, stage, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+    """Append (t, step, stage, y) to trajectory b's records; a record at the
+    same (step, t) as the previous one replaces it (as Trajectory.record).
+    Returns False when the buffer is full."""
+    n = n_rec[b]
+    if n > 0 and rec_step[b, n - 1] == step and rec_t[b, n - 1] == t:
+        n -= 1
+    elif n >= rec_t.shape[1]:
+        return False
+    rec_t[b, n] = t
+    rec_step[b, n] = step
+    rec_stage[b, n] = stage
+    for i in range(y.shape[0]):
+        rec_y[b, n, i] = y[i]
+    n_rec[b] = n + 1
+    return True
+
+
+def gd_trajectory(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+                  data, scratch, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+                  end_reason, final_loss):
+    """Trajectory b under the exact GD map, as ``integrate.GDMap.solve``:
+    stages s < n_stages[b] of stage_len[b, s] steps (the system's hook
+    ``gd_stage`` advances them), ending early when criterion (crit_kind,
+    crit_op, crit_thr)[b, s] holds; records every every[b] steps (0: none) and
+    at pts[b, :n_pts[b]] (sorted); y is the working state (initial state in,
+    final or last accepted state out)."""
+    et = eta[b]
+    ev = every[b]
+    npt = n_pts[b]
+    mab = max_abs[b]
+    n_rec[b] = 0
+    status[b] = 0
+    stop_stage[b] = 0
+    step = 0
+    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+        status[b] = 4
+        return
+    j = 0
+    for s in range(n_stages[b]):
+        sidx = s + 1
+        end = step + stage_len[b, s]
+        while True:
+            target = end
+            if ev > 0:
+                nxt = (step // ev + 1) * ev
+                if nxt < target:
+                    target = nxt
+            while j < npt and pts[b, j] <= step:
+                j += 1
+            if j < npt and pts[b, j] < target:
+                target = pts[b, j]
+            res = gd_stage(y, target - step, et, mab, crit_kind[b, s], crit_op[b, s], crit_thr[b, s], b, s,
+                           data, scratch)
+            step += res[0]
+            code = res[1]
+            final_loss[b] = res[2]
+            t = step * et
+            if code == 2 or code == 3:
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+                status[b] = code
+                stop_stage[b] = sidx
+                return
+            if code == 1 or step >= end:
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+                end_step[b, s] = step
+                end_t[b, s] = t
+                end_reason[b, s] = code
+                break
+            if (ev > 0 and step % ev == 0) or (j < npt and step == pts[b, j]):
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+        stop_stage[b] = sidx
+
+
+def rk4_trajectory(b, y, dt, max_abs, n_stages, stage_len, every, data, scratch, rk,
+                   rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                   final_loss):
+    """Trajectory b under classical RK4 of the flow (the system's hook
+    ``rhs_stage``) with step dt[b], as ``integrate.RK4.solve`` with
+    ``SaveAt(every=every[b])`` and its operation order: stages of time
+    stage_len[b, s], the last step of a stage shortened to land on its end;
+    no stop criteria. ``rk``: the scratch vectors (f0, f1, k2, k3, k4, ys, y1)
+    of the state's size."""
+    f0, f1, k2, k3, k4, ys, y1 = rk
+    h_max = dt[b]
+    ev = every[b]
+    mab = max_abs[b]
+    ny = y.shape[0]
+    n_rec[b] = 0
+    status[b] = 0
+    stop_stage[b] = 0
+    t = 0.0
+    nstep = 0
+    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+        status[b] = 4
+        return
+    for s in range(n_stages[b]):
+        sidx = s + 1
+        t_end = t + stage_len[b, s]
+        final_loss[b] = rhs_stage(y, f0, b, s, data, scratch)
+        while t < t_end * (1.0 - 1e-15) and t_end - t > 1e-14 * max(1.0, abs(t_end)):
+            h = min(h_max, t_end - t)
+            hh = 0.5 * h
+            for i in range(ny):
+                ys[i] = y[i] + hh * f0[i]
+            rhs_stage(ys, k2, b, s, data, scratch)
+            for i in range(ny):
+                ys[i] = y[i] + hh * k2[i]
+            rhs_stage(ys, k3, b, s, data, scratch)
+            for i in range(ny):
+                ys[i] = y[i] + h * k3[i]
+            rhs_stage(ys, k4, b, s, data, scratch)
+            h6 = h / 6.0
+            code = 0
+            for i in range(ny):
+                y1[i] = y[i] + h6 * (f0[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])
+                if not math.isfinite(y1[i]):
+                    code = 2
+            loss1 = 0.0
+            if code == 0:
+                loss1 = rhs_stage(y1, f1, b, s, data, scratch)
+                for i in range(ny):
+                    if not math.isfinite(f1[i]):
+                        code = 2
+            if code == 0:
+                for i in range(ny):
+                    if abs(y1[i]) > mab:
+                        code = 3
+            if code != 0:
+                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+                status[b] = code
+                stop_stage[b] = sidx
+                return
+            t = t + h
+            nstep += 1
+            for i in range(ny):
+                y[i] = y1[i]
+                f0[i] = f1[i]
+            final_loss[b] = loss1
+            if ev > 0 and nstep % ev == 0:
+                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+                    status[b] = 4
+                    return
+        if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+            status[b] = 4
+            return
+        end_step[b, s] = nstep
+        end_t[b, s] = t
+        end_reason[b, s] = 0
+        stop_stage[b] = sidx
+
+
+# ---------------------------------------------------------------- CPU loops
+# (templates too: rebuilt per system, so ``gd_trajectory`` / ``rk4_trajectory``
+# / ``new_scratch`` below are that system's instantiated functions)
+
+
+def gd_batch_cpu(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+                 data, dims, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+                 end_reason, final_loss, Yout):
+    """Trajectories b0 <= b < b1 under the exact GD map (one thread's slice)."""
+    ny = Y0.shape[1]
+    for b in range(b0, b1):
+        y = Y0[b].copy()
+        scratch = new_scratch(data, dims, ny)
+        gd_trajectory(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts,
+                      n_pts, data, scratch, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage,
+                      end_step, end_t, end_reason, final_loss)
+        for i in range(ny):
+            Yout[b, i] = y[i]
+
+
+def rk4_batch_cpu(b0, b1, Y0, dt, max_abs, n_stages, stage_len, every, data, dims,
+                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                  final_loss, Yout):
+    """Trajectories b0 <= b < b1 under fixed-step RK4 (one thread's slice)."""
+    ny = Y0.shape[1]
+    for b in range(b0, b1):
+        y = Y0[b].copy()
+        scratch = new_scratch(data, dims, ny)
+        rk = (np.empty(ny), np.empty(ny), np.empty(ny), np.empty(ny), np.empty(ny), np.empty(ny), np.empty(ny))
+        rk4_trajectory(b, y, dt, max_abs, n_stages, stage_len, every, data, scratch, rk,
+                       rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+                       final_loss)
+        for i in range(ny):
+            Yout[b, i] = y[i]
+
+
+def instantiate_all(namespace: dict, prefix: str, portable, njit) -> None:
+    """The drivers and CPU loops of one system, bound in its module globals
+    ``namespace`` as ``<prefix>record_into``, ``<prefix>gd_trajectory``,
+    ``<prefix>rk4_trajectory`` (``@portable``: registered names are unique
+    across systems), ``<prefix>gd_batch_cpu``, ``<prefix>rk4_batch_cpu``
+    (``njit(cache=True, nogil=True)``) and, under the plain names the
+    templates call, ``record_into`` / ``gd_trajectory`` / ``rk4_trajectory``.
+    The module provides the hooks ``gd_stage``, ``rhs_stage`` and
+    ``new_scratch`` (defined before this is called)."""
+    for tpl in (record_into, gd_trajectory, rk4_trajectory):
+        namespace[tpl.__name__] = instantiate(tpl, namespace, prefix + tpl.__name__, portable)
+    cpu = njit(cache=True, nogil=True)
+    for tpl in (gd_batch_cpu, rk4_batch_cpu):
+        instantiate(tpl, namespace, prefix + tpl.__name__, cpu)
+
+
+def run_cpu(fn, B: int, args, threads: int | None = None) -> None:
+    """Trajectories [0, B) split into contiguous slices, one per thread
+    (``numba.get_num_threads()`` of them unless ``threads``): the CPU loops
+    release the GIL (``nogil``), each writes its own rows. (Threads rather
+    than ``numba.prange``: the same speed, and a parallel=True function costs
+    about 15 s more to compile on 2 cores.)"""
+    if threads is None:
+        from numba import get_num_threads
+
+        threads = get_num_threads()
+    nt = max(1, min(B, threads))
+    if nt == 1:
+        fn(0, B, *args)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    cuts = [B * k // nt for k in range(nt + 1)]
+    with ThreadPoolExecutor(nt) as ex:
+        for f in [ex.submit(fn, cuts[k], cuts[k + 1], *args) for k in range(nt)]:
+            f.result()
