@@ -82,45 +82,74 @@ class ParticleSystem:
         self.desc = desc
         self.E = np.asarray(E, float)
         self.net = orc.Oracle(desc, self.E)
-        self.params = params
         self.lay = layout(desc)
         self.max_abs = max_abs
-        self._proj = None  # the projection of self.params, once computed
+        self.params = params
+
+    @property
+    def params(self) -> list[dict]:
+        """The held weights (per-head dicts, :mod:`meanfield.engine.oracle`); once read
+        here they are the caller's: later steps never write into their arrays."""
+        self._bufs = [None, None]
+        return self._params
+
+    @params.setter
+    def params(self, value):
+        self._params = value
+        self._we = None     # their products with E (Oracle.products), once computed
+        self._proj = None   # their projection, once computed
+        # two sets of arrays owned by the system, written in turn by the steps (no allocation per step)
+        self._bufs = [None, None]
+        self._turn = 0
+
+    def _buffers(self) -> list[dict]:
+        i = self._turn
+        if self._bufs[i] is None:
+            self._bufs[i] = [{k: np.empty(np.shape(v)) for k, v in p.items() if np.ndim(v) > 0} for p in self._params]
+        return self._bufs[i]
+
+    def _products(self):
+        if self._we is None:
+            self._we = self.net.products(self._params)
+        return self._we
 
     def projection(self) -> np.ndarray:
         """The projection of the held weights (the engine's flat layout; kept from the last step)."""
         if self._proj is None:
-            self._proj = orc.pack(self.desc, self.E, self.params, self.lay)
+            self._proj = orc.pack(self.desc, self.E, self._params, self.lay, self._products())
         return self._proj.copy()
+
+    def _criterion(self, criterion) -> bool:
+        v = self.net.criterion_value(self._params, criterion[0], we=self._products())
+        return (v >= criterion[2]) if criterion[1] == ">=" else (v <= criterion[2])
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
+        net, desc, E, lay = self.net, self.desc, self.E, self.lay
         code = 0
         done = 0
         for _ in range(int(nsteps)):
-            if criterion is not None:
-                v = self.net.criterion_value(self.params, criterion[0])
-                if (v >= criterion[2]) if criterion[1] == ">=" else (v <= criterion[2]):
-                    code = 1
-                    break
+            if criterion is not None and self._criterion(criterion):
+                code = 1
+                break
+            old = self._params
             with np.errstate(over="ignore", invalid="ignore"):
-                new = self.net.step(self.params, eta, groups)
-                proj = orc.pack(self.desc, self.E, new, self.lay)
+                # the new weights go into the system's own buffers (never into the held arrays)
+                new, we = net.step(old, eta, groups, we=self._products(), out=self._buffers(), products=True)
+                proj = orc.pack(desc, E, new, lay, we)
             # a non-finite weight makes its projection non-finite (inf * 0 is nan), so the projection decides
             if not np.all(np.isfinite(proj)):
                 code = 2
                 break
-            if np.abs(proj).max() > self.max_abs:
+            if self.max_abs < math.inf and np.abs(proj).max() > self.max_abs:
                 code = 3
                 break
-            self.params = new
-            self._proj = proj
+            self._params, self._we, self._proj = new, we, proj
+            self._turn ^= 1
             done += 1
         else:
-            if criterion is not None:
-                v = self.net.criterion_value(self.params, criterion[0])
-                if (v >= criterion[2]) if criterion[1] == ">=" else (v <= criterion[2]):
-                    code = 1
+            if criterion is not None and self._criterion(criterion):
+                code = 1
         y[:] = self.projection()
         return done, code
 
@@ -128,7 +157,7 @@ class ParticleSystem:
         raise NotImplementedError("the particle system runs gradient descent only (method = gd)")
 
     def criterion_value(self, y, name):
-        return self.net.criterion_value(self.params, name)
+        return self.net.criterion_value(self._params, name, we=self._products())
 
 
 class FlowParticleSystem:

@@ -91,6 +91,16 @@ class _Head:
     qw: np.ndarray       # (S, Lq) query weights
     ck: np.ndarray       # (S, L) key multiplicities
     Leff: np.ndarray     # (S,) sum of key counts
+    TqT: np.ndarray = None    # (S, P, Lq) Tq transposed (contiguous)
+    qw3: np.ndarray = None    # (S, Lq, 1)
+    ck3: np.ndarray = None    # (S, L, 1)
+    lin3: np.ndarray = None   # (S, L, 1) c_i / L_eff (linear attention)
+    every_key: bool = True    # every key has c > 0 (no masking in the softmax)
+    unit_counts: bool = True  # every key has c = 1 (no multiplicities in the softmax)
+
+
+#: the weights whose gradient is (m x P or C x n x P factor) times E^T (every token lies in span(E))
+_FACTORED = ("WK", "WQ", "MV", "w")
 
 
 class Oracle:
@@ -98,7 +108,10 @@ class Oracle:
 
     ``desc``: a :class:`meanfield.engine.description.Description`; ``E``:
     the embedding (d x P, E^T E = the dictionary's Gram). Weights are a dict
-    per head (see :func:`sample_weights`)."""
+    per head (see :func:`sample_weights`). Every weight is read through its
+    products with E (:meth:`products`: W_K E, W_Q E, M_V E, w E, E^T W E),
+    computed from the explicit weights at each step; gradients of the wide
+    weights and neurons are formed as (factor) E^T (module docstring)."""
 
     def __init__(self, desc, E: np.ndarray):
         self.desc = desc
@@ -107,11 +120,14 @@ class Oracle:
         if P != desc.P:
             raise ValueError(f"E: must have P = {desc.P} columns; got {P}")
         self.d, self.P = d, P
+        self.ET = np.ascontiguousarray(self.E.T)
         data = desc.data
-        self.T = np.asarray(data.tokens, float)                 # (S, L, P)
+        self.T = np.ascontiguousarray(np.asarray(data.tokens, float))   # (S, L, P)
+        self.TT = np.ascontiguousarray(self.T.transpose(0, 2, 1))       # (S, P, L)
         self.X = self.T @ self.E.T                                # (S, L, d)
         self.c = np.asarray(data.count_array, float)             # (S, L)
         self.weight = np.asarray(data.weight, float)
+        self.weight2 = self.weight[:, None]
         self.target = np.asarray(data.target, float)
         self.loss_kind = desc.model.loss
         self.r0 = float(desc.model.relu_prime_at_zero)
@@ -135,43 +151,74 @@ class Oracle:
                 Xq = Tq @ self.E.T
                 qw = np.ones((S, 1))
             C = P if h.value == "token" else int(h.outputs)
+            Leff = ck.sum(axis=1)
             self.heads.append(_Head(h.name, h.attention, h.kq, h.query, float(h.scale), h.value, int(h.n_neurons), C,
-                                    bool(h.train_sign), Xq, Tq, qw, ck, ck.sum(axis=1)))
+                                    bool(h.train_sign), Xq, Tq, qw, ck, Leff,
+                                    TqT=np.ascontiguousarray(Tq.transpose(0, 2, 1)), qw3=qw[:, :, None].copy(),
+                                    ck3=ck[:, :, None].copy(), lin3=(ck / Leff[:, None])[:, :, None],
+                                    every_key=bool(np.all(ck > 0)), unit_counts=bool(np.all(ck == 1))))
 
     # ------------------------------------------------------------ forward / backward
 
-    def _logits(self, hd: _Head, p: dict) -> np.ndarray:
-        """z[s, i, l] = scale x_i^T K x_l, K = W_K^T W_Q or W (d x d)."""
-        K = p["WK"].T @ p["WQ"] if hd.kq == "separate" else p["W"]
-        return hd.scale * np.einsum("sid,de,sle->sil", self.X, K, hd.Xq)
+    def products(self, params: list[dict]) -> list[dict]:
+        """The weights seen by the tokens (every token is x = E t): per head W_K E,
+        W_Q E, M_V E (m x P), w E (C x n x P) and E^T W E (P x P, merged), computed
+        from the explicit weights (cost m d P; the d x d matrix W_K^T W_Q is never formed)."""
+        E = self.E
+        out = []
+        for p in params:
+            q = {}
+            for k in ("WK", "WQ", "MV", "w"):
+                if k in p:
+                    q[k] = p[k] @ E
+            if "W" in p:
+                q["W"] = self.ET @ p["W"] @ E
+            out.append(q)
+        return out
+
+    def _logits(self, hd: _Head, pe: dict) -> np.ndarray:
+        """z[s, i, l] = scale x_i^T K x_l with K = W_K^T W_Q or W: = scale t_i^T (E^T K E) t_l."""
+        KP = pe["WK"].T @ pe["WQ"] if hd.kq == "separate" else pe["W"]
+        z = (self.T @ KP) @ hd.TqT
+        if hd.scale != 1.0:
+            z *= hd.scale
+        return z
 
     def _attention(self, hd: _Head, z: np.ndarray) -> np.ndarray:
-        ck = hd.ck[:, :, None]
         if hd.attention == "softmax":
-            zm = np.where(ck > 0, z, -np.inf).max(axis=1, keepdims=True)
-            e = ck * np.exp(np.where(ck > 0, z - zm, 0.0))
-            return e / e.sum(axis=1, keepdims=True)
-        return ck * z / hd.Leff[:, None, None]
+            if hd.every_key:
+                e = np.exp(z - z.max(axis=1, keepdims=True))
+                if not hd.unit_counts:
+                    e *= hd.ck3
+            else:
+                ck = hd.ck3
+                zm = np.where(ck > 0, z, -np.inf).max(axis=1, keepdims=True)
+                e = ck * np.exp(np.where(ck > 0, z - zm, 0.0))
+            e /= e.sum(axis=1, keepdims=True)
+            return e
+        return z * hd.lin3
 
-    def forward(self, params: list[dict]):
-        """Loss and the per-head intermediates (for :meth:`backward`)."""
-        S = self.X.shape[0]
+    def forward(self, params: list[dict], we: list[dict] | None = None):
+        """Loss and the per-head intermediates (for :meth:`backward`); ``we``: the
+        :meth:`products` of ``params`` when already computed."""
+        we = self.products(params) if we is None else we
         f = None
         cache = []
-        for hd, p in zip(self.heads, params):
-            z = self._logits(hd, p)
+        for hd, p, pe in zip(self.heads, params, we):
+            z = self._logits(hd, pe)
             pa = self._attention(hd, z)                         # (S, L, Lq)
-            att = np.einsum("sil,sl->si", pa, hd.qw)            # total weight of key i
-            zbar = np.einsum("si,sid->sd", att, self.X)
-            tbar = np.einsum("si,sia->sa", att, self.T)
+            att = (pa @ hd.qw3)[:, :, 0]                        # total weight of key i
+            tbar = (att[:, None, :] @ self.T)[:, 0, :]         # (S, P): zbar = E tbar
             if hd.value == "neuron":
-                u = np.einsum("cqd,sd->scq", p["w"], zbar)
-                out = _relu(u).mean(axis=2)
+                wP = pe["w"]
+                C, n = wP.shape[0], wP.shape[1]
+                u = (tbar @ wP.reshape(C * n, -1).T).reshape(-1, C, n)   # w^T zbar = (E^T w)^T tbar
+                out = _relu(u).mean(axis=2) if n > 1 else np.maximum(u[:, :, 0], 0.0)
             elif hd.value == "linear":
-                u = np.einsum("cd,sd->sc", p["w"][:, 0], zbar)
+                u = tbar @ pe["w"][:, 0].T
                 out = u
             elif hd.value == "matrix":
-                hv = zbar @ p["MV"].T                           # (S, m)
+                hv = tbar @ pe["MV"].T                          # (S, m): M_V zbar
                 u = hv
                 out = hv @ p["r"].T                              # (S, C)
             else:
@@ -179,10 +226,10 @@ class Oracle:
                 out = tbar
             a = float(p["a"])
             f = a * out if f is None else f + a * out
-            cache.append({"z": z, "pa": pa, "zbar": zbar, "u": u, "out": out})
+            cache.append({"z": z, "pa": pa, "tbar": tbar, "u": u, "out": out})
         loss_s, dldf = self._loss(f)
-        return float(self.weight @ loss_s), {"f": f, "heads": cache, "dldf": self.weight[:, None] * dldf,
-                                             "loss_s": loss_s}
+        return float(self.weight @ loss_s), {"f": f, "heads": cache, "dldf": self.weight2 * dldf,
+                                             "loss_s": loss_s, "we": we}
 
     def _loss(self, f: np.ndarray):
         """Per-sequence loss (S,) and dloss/df (S, C)."""
@@ -218,65 +265,93 @@ class Oracle:
             return fy - g.max(axis=1)
         return -np.max(np.abs(f - y.reshape(f.shape)), axis=1)
 
-    def backward(self, params: list[dict], cache: dict) -> list[dict]:
-        """dLoss/d(every explicit weight), per head (same keys as the weights)."""
+    def _backward(self, params: list[dict], cache: dict) -> list[dict]:
+        """The gradients, those of W_K, W_Q, M_V and the neurons w as their factors
+        F with dLoss/dweight = F E^T (F: m x P, or C x n x P); the others in full."""
         dldf = cache["dldf"]                                     # (S, C), weights included
         grads = []
-        for hd, p, c in zip(self.heads, params, cache["heads"]):
+        for hd, p, pe, c in zip(self.heads, params, cache["we"], cache["heads"]):
             a = float(p["a"])
             g: dict = {"a": np.array(float(np.sum(dldf * c["out"])))}
             dout = a * dldf                                      # (S, C)
+            tbar = c["tbar"]
             if hd.value == "neuron":
                 u = c["u"]
+                C, n = u.shape[1], u.shape[2]
                 rp = np.where(u > 0, 1.0, np.where(u < 0, 0.0, self.r0))
-                du = dout[:, :, None] * rp / hd.n                # (S, C, n)
-                g["w"] = np.einsum("scq,sd->cqd", du, c["zbar"])
-                dz = np.einsum("scq,cqd->sd", du, p["w"])
+                du = (dout[:, :, None] * rp / hd.n).reshape(-1, C * n)    # (S, C n)
+                g["w"] = (du.T @ tbar).reshape(C, n, -1)        # dL/dw = sum_s du zbar = (du^T tbar) E^T
+                dzE = du @ pe["w"].reshape(C * n, -1)            # E^T dL/dzbar (S, P)
             elif hd.value == "linear":
-                g["w"] = np.einsum("sc,sd->cd", dout, c["zbar"])[:, None, :]
-                dz = dout @ p["w"][:, 0]
+                g["w"] = (dout.T @ tbar)[:, None, :]
+                dzE = dout @ pe["w"][:, 0]
             elif hd.value == "matrix":
                 hv = c["u"]                                      # (S, m)
                 g["r"] = dout.T @ hv                             # (C, m)
                 dh = dout @ p["r"]                               # (S, m)
-                g["MV"] = dh.T @ c["zbar"]                       # (m, d)
-                dz = dh @ p["MV"]                                # (S, d)
+                g["MV"] = dh.T @ tbar                            # dL/dM_V = dh^T zbar = (dh^T tbar) E^T
+                dzE = dh @ pe["MV"]                              # (S, P)
             else:
-                # out = tbar = sum_i att_i t_i: dL/datt_i = dout . t_i (no d-space vector)
-                dz = None
-            if dz is not None:
-                datt = np.einsum("sd,sid->si", dz, self.X)
-            else:
-                datt = np.einsum("sa,sia->si", dout, self.T)
+                # out = tbar = sum_i att_i t_i: dL/datt_i = dout . t_i
+                dzE = dout
+            datt = (self.T @ dzE[:, :, None])[:, :, 0]           # dL/datt_i = dL/dzbar . x_i
             dp = datt[:, :, None] * hd.qw[:, None, :]          # (S, L, Lq)
             pa = c["pa"]
             if hd.attention == "softmax":
                 dzl = pa * (dp - np.sum(pa * dp, axis=1, keepdims=True))
             else:
-                dzl = hd.ck[:, :, None] * dp / hd.Leff[:, None, None]
-            Z = hd.scale * np.einsum("sil,sid,sle->de", dzl, self.X, hd.Xq)
+                dzl = hd.lin3 * dp
+            # Z = scale sum dL/dz_il x_i x_l^T = E Zt E^T
+            Zt = (self.TT @ dzl @ hd.Tq).sum(axis=0)
+            if hd.scale != 1.0:
+                Zt *= hd.scale
             if hd.kq == "separate":
-                g["WK"] = p["WQ"] @ Z.T
-                g["WQ"] = p["WK"] @ Z
+                g["WK"] = pe["WQ"] @ Zt.T                        # W_Q Z^T = (W_Q E) Zt^T E^T
+                g["WQ"] = pe["WK"] @ Zt                          # W_K Z = (W_K E) Zt E^T
             else:
-                g["W"] = Z
+                g["W"] = self.E @ Zt @ self.ET
             grads.append(g)
         return grads
 
-    def loss_grads(self, params):
-        loss, cache = self.forward(params)
+    def backward(self, params: list[dict], cache: dict) -> list[dict]:
+        """dLoss/d(every explicit weight), per head (same keys as the weights)."""
+        grads = self._backward(params, cache)
+        for g in grads:
+            for k in _FACTORED:
+                if k in g:
+                    g[k] = g[k] @ self.ET
+        return grads
+
+    def loss_grads(self, params, we=None):
+        loss, cache = self.forward(params, we)
         return loss, self.backward(params, cache), cache
 
     # ------------------------------------------------------------ GD
 
-    def step(self, params: list[dict], eta: float, train: tuple[str, ...], grads=None) -> list[dict]:
+    def step(self, params: list[dict], eta: float, train: tuple[str, ...], grads=None, we=None,
+             out=None, products: bool = False):
         """One full-batch GD step on the explicit weights of the groups in ``train``
-        (neurons of ``value = neuron`` step eta n: the mean-field time scale)."""
-        if grads is None:
-            _, grads, _ = self.loss_grads(params)
-        out = []
-        for hd, p, g in zip(self.heads, params, grads):
+        (neurons of ``value = neuron`` step eta n: the mean-field time scale):
+        weight - lr dLoss/dweight, the gradient of W_K, W_Q, M_V, w formed as
+        (lr F) E^T (:meth:`_backward`). ``grads``: full gradients to use instead;
+        ``we``: the :meth:`products` of ``params``; ``out``: weights (same layout)
+        whose C-contiguous arrays may be overwritten with the result (preallocated
+        buffers; an array of ``params`` itself is never written). Untrained weights
+        are shared with ``params``, not copied. ``products``: return (new weights,
+        their :meth:`products`), the products of each updated wide weight formed
+        block of rows by block of rows right after the update (while the block is
+        in cache: one pass over the weights per step)."""
+        factored = grads is None
+        if factored or products:
+            we = self.products(params) if we is None else we
+        if factored:
+            _, cache = self.forward(params, we)
+            grads = self._backward(params, cache)
+        res, res_we = [], []
+        for j, (hd, p, g) in enumerate(zip(self.heads, params, grads)):
             q = dict(p)
+            qe = dict(we[j]) if products else None
+            buf = out[j] if out is not None else None
             for grp in train:
                 for k in GROUP_WEIGHTS[grp]:
                     if k not in g or k not in p:
@@ -284,35 +359,77 @@ class Oracle:
                     if k == "a" and not hd.train_sign:
                         continue
                     lr = eta * hd.n if (k == "w" and hd.value == "neuron") else eta
-                    q[k] = p[k] - lr * g[k]
-            out.append(q)
-        return out
+                    x, b = p[k], (buf.get(k) if buf is not None else None)
+                    if (b is None or b is x or b.shape != x.shape or not b.flags.c_contiguous
+                            or not b.flags.writeable):
+                        b = None
+                    if factored and k in _FACTORED:
+                        q[k] = self._update(x, lr * g[k], b, qe, k)
+                        continue
+                    if b is None or x.ndim == 0:
+                        q[k] = x - lr * g[k]
+                    else:
+                        np.multiply(g[k], lr, out=b)
+                        np.subtract(x, b, out=b)
+                        q[k] = b
+                    if products and k in qe:
+                        qe[k] = self.ET @ q[k] @ self.E if k == "W" else q[k] @ self.E
+            res.append(q)
+            res_we.append(qe)
+        return (res, res_we) if products else res
+
+    #: rows per block of :meth:`_update` (about 2 MB of weights: the block stays in cache)
+    BLOCK_BYTES = 1 << 21
+
+    def _update(self, x, F, b, qe, k):
+        """x - F E^T (F = lr times the gradient factor), into ``b`` when given; with ``qe``
+        (a dict) also the product of the result with E, stored as qe[k]."""
+        if b is None:
+            new = x - F @ self.ET
+            if qe is not None:
+                qe[k] = new @ self.E
+            return new
+        d = self.d
+        x2, b2, F2 = x.reshape(-1, d), b.reshape(-1, d), F.reshape(-1, self.P)
+        rows = b2.shape[0]
+        step = max(256, self.BLOCK_BYTES // (8 * d))
+        pe = np.empty((rows, self.P)) if qe is not None else None
+        for r in range(0, rows, step):
+            sl = slice(r, r + step)
+            bb = b2[sl]
+            np.matmul(F2[sl], self.ET, out=bb)
+            np.subtract(x2[sl], bb, out=bb)
+            if pe is not None:
+                np.matmul(bb, self.E, out=pe[sl])
+        if qe is not None:
+            qe[k] = pe.reshape(F.shape)
+        return b
 
     # ------------------------------------------------------------ projection
 
-    def project(self, params: list[dict]) -> list[dict]:
+    def project(self, params: list[dict], we=None) -> list[dict]:
         """The reduced variables of every head (feature coordinates, module docstring)."""
-        E = self.E
+        we = self.products(params) if we is None else we
         out = []
-        for hd, p in zip(self.heads, params):
+        for hd, p, pe in zip(self.heads, params, we):
             r: dict = {"a": float(p["a"])}
             if hd.kq == "separate":
-                MK, MQ = p["WK"] @ E, p["WQ"] @ E
+                MK, MQ = pe["WK"], pe["WQ"]
                 r.update(S=MK.T @ MQ, A=MK.T @ MK, B=MQ.T @ MQ)
             else:
-                r["W"] = E.T @ p["W"] @ E
+                r["W"] = pe["W"]
             if hd.value in ("neuron", "linear"):
-                r["w"] = np.einsum("cqd,da->cqa", p["w"], E)
+                r["w"] = pe["w"]
             elif hd.value == "matrix":
-                MV = p["MV"] @ E
+                MV = pe["MV"]
                 r.update(V=MV.T @ MV, R=p["r"] @ MV, rr=p["r"] @ p["r"].T)
             out.append(r)
         return out
 
     # ------------------------------------------------------------ training
 
-    def criterion_value(self, params, name: str, consistent=None) -> float:
-        loss, cache = self.forward(params)
+    def criterion_value(self, params, name: str, consistent=None, we=None) -> float:
+        loss, cache = self.forward(params, we)
         if name == "loss":
             return loss
         if name == "grad_w":
@@ -457,9 +574,10 @@ def weights_from_engine_init(desc, E: np.ndarray, seed_orth=None, lay=None) -> l
     return out
 
 
-def pack(desc, E: np.ndarray, params: list[dict], lay=None) -> np.ndarray:
+def pack(desc, E: np.ndarray, params: list[dict], lay=None, we=None) -> np.ndarray:
     """The engine's flat reduced state (its layout, ``reduce.layout``) of explicit weights:
-    Q_h = U^T U with U = [M_K E, M_Q E, M_V E, r_1 .. r_C], W~ = E^T W E, w~ = E^T w, a."""
+    Q_h = U^T U with U = [M_K E, M_Q E, M_V E, r_1 .. r_C], W~ = E^T W E, w~ = E^T w, a
+    (``we``: those products, :meth:`Oracle.products` of ``params``, when already computed)."""
     from . import reduce as R
 
     lay = lay or R.layout(desc)
@@ -468,7 +586,8 @@ def pack(desc, E: np.ndarray, params: list[dict], lay=None) -> np.ndarray:
         cols = []
         for name, s, w, g in lay.objects[k]:
             if name in ("K", "Q", "V"):
-                cols.append(p[{"K": "WK", "Q": "WQ", "V": "MV"}[name]] @ E)
+                key = {"K": "WK", "Q": "WQ", "V": "MV"}[name]
+                cols.append(p[key] @ E if we is None else we[k][key])
             else:
                 cols.append(p["r"][int(name[1:]) - 1][:, None])
         N = int(lay.hi[k, R.H_N])
@@ -478,10 +597,10 @@ def pack(desc, E: np.ndarray, params: list[dict], lay=None) -> np.ndarray:
             y[off:off + N * N] = (U.T @ U).ravel()
         if lay.hi[k, R.H_WOFF] >= 0:
             off = int(lay.hi[k, R.H_WOFF])
-            y[off:off + lay.P ** 2] = (E.T @ p["W"] @ E).ravel()
+            y[off:off + lay.P ** 2] = (E.T @ p["W"] @ E if we is None else we[k]["W"]).ravel()
         if lay.hi[k, R.H_VOFF] >= 0:
             off = int(lay.hi[k, R.H_VOFF])
-            wt = np.einsum("cqd,da->cqa", p["w"], E)
+            wt = p["w"] @ E if we is None else we[k]["w"]
             y[off:off + wt.size] = wt.ravel()
         if lay.hi[k, R.H_AOFF] >= 0:
             y[int(lay.hi[k, R.H_AOFF])] = float(p["a"])
