@@ -724,10 +724,9 @@ def _fid(f):
 
 
 def _write_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
+    from .io import write_bytes_atomic
+
+    write_bytes_atomic(path, json.dumps(obj).encode())  # a full disk: one OSError naming the path, no tmp left
 
 
 def _chunk_done(path: Path, key: str) -> bool:

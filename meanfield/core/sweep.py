@@ -475,6 +475,6 @@ def _jsonable(x):
 
 
 def _write_index(path: Path, index: dict) -> None:
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(index, indent=1))
-    os.replace(tmp, path)
+    from .io import write_bytes_atomic
+
+    write_bytes_atomic(path, json.dumps(index, indent=1).encode())  # a full disk: one OSError naming the path
