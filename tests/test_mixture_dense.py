@@ -4,7 +4,8 @@ training sets, several neurons per head), which run through the engine
 
 Acceptance: for non-orthogonal features, a noisy finite training set and
 several neurons per head, the engine's reduced GD map equals full-batch GD on
-the mixture's own explicit network (``meanfield.mixture.model``, plain numpy)
+the explicit network (the engine's oracle ``meanfield.engine.oracle``, plain numpy,
+on the config's description)
 to 1e-10 relative over 200 steps; with Gamma = I and one neuron a dense config
 equals the fast path (``meanfield.mixture.run.run``) to 1e-12. Also: the
 sympy-derived GD map in feature coordinates with the metric Gamma equals the
@@ -27,7 +28,8 @@ from meanfield.core.io import read_run
 from meanfield.engine.families import mixture_description
 from meanfield.engine.reduce import initial_state
 from meanfield.engine.system import system_of
-from meanfield.mixture import kernels, model
+from meanfield.engine.oracle import Oracle, embedding
+from meanfield.mixture import kernels
 from meanfield.mixture import run as R
 from meanfield.mixture.config import gram_matrix, make_config
 from meanfield.mixture.data import population_data, sample_set, training_data, training_set
@@ -82,6 +84,30 @@ def _project(lay, params, Q):
     return _pack(lay, S, A, B, w)
 
 
+def _tokens(samples, E):
+    """Explicit token vectors X (n, d, L): X[n, :, i] = sgn[n, i] E[:, idx[n, i]]."""
+    return np.ascontiguousarray(np.transpose(E[:, samples.idx] * samples.sgn[None], (1, 0, 2)))
+
+
+def _init_weights(m, d, omega, rng, w=None):
+    """W_K, W_Q (2, m, d) iid N(0, omega^2/m); w (2, d) (zero unless given)."""
+    sd = omega / np.sqrt(m)
+    return {"W_K": rng.standard_normal((2, m, d)) * sd, "W_Q": rng.standard_normal((2, m, d)) * sd,
+            "w": np.zeros((2, d)) if w is None else np.array(w, float)}
+
+
+def _heads(params):
+    """The oracle's per-head weights of stacked W_K, W_Q (2, m, d), w (2, d) or (2, n, d)."""
+    w = params["w"] if params["w"].ndim == 3 else params["w"][:, None, :]
+    return [{"a": np.array(s), "WK": params["W_K"][j], "WQ": params["W_Q"][j], "w": w[j][None]}
+            for j, s in enumerate((1.0, -1.0))]
+
+
+def _stacked(heads, ndim):
+    return {"W_K": np.stack([p["WK"] for p in heads]), "W_Q": np.stack([p["WQ"] for p in heads]),
+            "w": np.stack([p["w"][0] if ndim == 3 else p["w"][0, 0] for p in heads])}
+
+
 def _mode(train_w=True, train_att=True):
     return (2 if train_w else 0) | (1 if train_att else 0)
 
@@ -91,10 +117,16 @@ def _advance(y, system, nsteps, eta, train_w=True, train_att=True):
     return done, code, system.loss_and_grads(y)[0]
 
 
-def _compare(system, X, samples, params, Q, eta, nn=1, n_steps=200, every=20, tol=1e-10, r0=1.0,
+def _compare(desc, system, X, params, Q, eta, nn=1, n_steps=200, every=20, tol=1e-10,
              train_w=True, train_att=True):
-    """Engine GD map vs explicit GD (step eta, neurons eta * nn) over n_steps."""
+    """Engine GD map vs explicit GD (the oracle on ``desc`` with tokens x = Q t, which must be
+    the explicit tokens X; step eta, neurons eta * nn) over n_steps."""
     lay = system.pk.lay
+    net = Oracle(desc, Q)
+    np.testing.assert_allclose(net.X, np.swapaxes(X, 1, 2), rtol=0, atol=1e-12)
+    assert all(h.n == nn for h in net.heads)
+    groups = (("values",) if train_w else ()) + (("attention",) if train_att else ())
+    ndim = params["w"].ndim
     y = _project(lay, params, Q)
     y0 = y.copy()
     worst = 0.0
@@ -102,16 +134,15 @@ def _compare(system, X, samples, params, Q, eta, nn=1, n_steps=200, every=20, to
         k = min(every, n_steps - start)
         done, code, loss = _advance(y, system, k, eta, train_w, train_att)
         assert (done, code) == (k, 0)
+        heads = _heads(params)
         for _ in range(k):
-            if nn == 1 and params["w"].ndim == 2:
-                params = model.gd_step(params, X, samples, eta, train_w, train_att, r0)
-            else:
-                params = model.gd_step_neurons(params, X, samples, eta, eta * nn, train_w, train_att, r0)
+            heads = net.step(heads, eta, groups)
+        params = _stacked(heads, ndim)
         ref = _project(lay, params, Q)
         err = np.max(np.abs(y - ref)) / np.max(np.abs(ref))
         worst = max(worst, err)
         assert err < tol, f"step {start + k}: relative state error {err:.2e}"
-        ref_loss = (model.forward if params["w"].ndim == 2 else model.forward_neurons)(params, X, samples)[0]
+        ref_loss = net.forward(heads)[0]
         assert abs(loss - ref_loss) <= 1e-10 * abs(ref_loss)
     return y0, y, params, worst
 
@@ -190,31 +221,31 @@ def _gram_setup(K, L, m, seed, gram_spec, d_extra=3, w_sd=0.3, omega=0.8):
     gram = gram_matrix(gram_spec, K)
     rng = np.random.default_rng(seed)
     d = 2 * K + d_extra
-    Eo = model.embedding(K, d, rng)
+    Eo = embedding(np.eye(2 * K), d, rng)
     E = Eo @ np.linalg.cholesky(gram).T        # E^T E = gram
     samples = sample_set(K, L)
-    X = model.tokens(samples, E)
-    params = model.init_weights(m, d, omega, rng, w=rng.standard_normal((2, d)) * w_sd)
+    X = _tokens(samples, E)
+    params = _init_weights(m, d, omega, rng, w=rng.standard_normal((2, d)) * w_sd)
     desc, system, lay = _engine(make_config({}, K=K, L=L, feature_gram=gram_spec))
     np.testing.assert_array_equal(desc.dictionary.Gamma, gram)
-    return system, samples, X, params, E
+    return desc, system, samples, X, params, E
 
 
 @pytest.mark.parametrize("m", [1, 3, 50])
 @pytest.mark.parametrize("K,L", [(2, 3), (3, 4)])
 def test_gram_reduced_gd_equals_explicit_gd(K, L, m):
     """Engine state in feature coordinates (Gamma metric): S = E^T W_K^T W_Q E, w~ = E^T w."""
-    system, samples, X, params, E = _gram_setup(K, L, m, seed=500 + 10 * K + m, gram_spec=GRAM_SPEC)
+    desc, system, samples, X, params, E = _gram_setup(K, L, m, seed=500 + 10 * K + m, gram_spec=GRAM_SPEC)
     np.testing.assert_allclose(E.T @ E, gram_matrix(GRAM_SPEC, K), atol=1e-14)
-    y0, y, params, worst = _compare(system, X, samples, params, E, eta=0.4)
+    y0, y, params, worst = _compare(desc, system, X, params, E, eta=0.4)
     att, w = _moved(system.pk.lay, y0, y)
     assert att > 0.05 and w > 0.3
 
 
 @pytest.mark.parametrize("schedule", [(True, False), (False, True)])
 def test_gram_stagewise_modes(schedule):
-    system, samples, X, params, E = _gram_setup(2, 3, 4, seed=9, gram_spec="cv:0.4,vv:-0.3")
-    y0, y, _, _ = _compare(system, X, samples, params, E, eta=0.5, n_steps=60, every=30,
+    desc, system, samples, X, params, E = _gram_setup(2, 3, 4, seed=9, gram_spec="cv:0.4,vv:-0.3")
+    y0, y, _, _ = _compare(desc, system, X, params, E, eta=0.5, n_steps=60, every=30,
                            train_w=schedule[0], train_att=schedule[1])
     att, w = _moved(system.pk.lay, y0, y)
     assert (att > 0) == schedule[1] and (w > 0) == schedule[0]
@@ -303,8 +334,8 @@ def test_noisy_training_set_reduced_gd_equals_explicit_gd(m, n, d):
     assert data.r == min(d, n * L + 2 * K) == desc.dictionary.P
     np.testing.assert_allclose(data.Q.T @ data.Q, np.eye(data.r), atol=1e-13)
     rng = np.random.default_rng(100 + m + d)
-    params = model.init_weights(m, d, 0.8, rng, w=rng.standard_normal((2, d)) * 0.3)
-    y0, y, params, worst = _compare(system, ts.X, data.samples, params, data.Q, eta=0.4)
+    params = _init_weights(m, d, 0.8, rng, w=rng.standard_normal((2, d)) * 0.3)
+    y0, y, params, worst = _compare(desc, system, ts.X, params, data.Q, eta=0.4)
     att, w = _moved(system.pk.lay, y0, y)
     assert att > 0.05 and w > 0.3
     # feature coordinates: projections on the clean features
@@ -320,9 +351,9 @@ def test_noisy_training_set_with_gram_and_neurons():
     desc, system, data = _train_setup(K, L, n, d, seed=4, feature_gram="cc:0.2,vv:0.3", n_neurons=nn)
     np.testing.assert_allclose(data.E.T @ data.E, gram, atol=1e-14)
     rng = np.random.default_rng(8)
-    params = model.init_weights(m, d, 0.8, rng)
+    params = _init_weights(m, d, 0.8, rng)
     params["w"] = rng.standard_normal((2, nn, d)) * 0.3
-    _compare(system, data.tokens, data.samples, params, data.Q, eta=0.4, nn=nn)
+    _compare(desc, system, data.tokens, params, data.Q, eta=0.4, nn=nn)
 
 
 def test_training_set_sampler():
@@ -360,33 +391,40 @@ def test_population_data_in_a_basis():
 
 
 def test_neuron_oracle_is_the_one_neuron_oracle_and_finite_differences():
+    """The explicit network with several neurons per head (the engine's oracle on the
+    mixture description): n equal neurons are one neuron (same loss, per-neuron
+    gradient 1/n of the one neuron's, attention gradients equal); n different
+    neurons: gradients against central differences."""
     rng = np.random.default_rng(2)
     K, L, m, d = 2, 3, 3, 6
-    samples = sample_set(K, L)
-    X = model.tokens(samples, model.embedding(K, d, rng))
-    params = model.init_weights(m, d, 0.9, rng, w=rng.standard_normal((2, d)) * 0.5)
-    multi = dict(params, w=params["w"][:, None, :])
-    l1, u1, m1 = model.forward(params, X, samples)
-    l2, u2, m2 = model.forward_neurons(multi, X, samples)
-    assert abs(l1 - l2) < 1e-14 and np.allclose(u2[:, :, 0], u1, atol=1e-14)
-    g1 = model.gradients(params, X, samples)
-    g2 = model.gradients_neurons(multi, X, samples)
-    for k in ("W_K", "W_Q"):
-        np.testing.assert_allclose(g2[k], g1[k], atol=1e-14)
-    np.testing.assert_allclose(g2["w"][:, 0], g1["w"], atol=1e-14)
-    # several neurons: finite differences
-    multi = dict(params, w=rng.standard_normal((2, 3, d)) * 0.5)
-    assert np.min(np.abs(model.forward_neurons(multi, X, samples)[1])) > 1e-4
-    g = model.gradients_neurons(multi, X, samples)
+    E = embedding(np.eye(2 * K), d, rng)
+    params = _heads(_init_weights(m, d, 0.9, rng, w=rng.standard_normal((2, d)) * 0.5))
+    one = Oracle(mixture_description(make_config({}, K=K, L=L)), E)
+    three = Oracle(mixture_description(make_config({}, K=K, L=L, n_neurons=3)), E)
+    copies = [dict(p, w=np.repeat(p["w"], 3, axis=1)) for p in params]
+    l1, g1, c1 = one.loss_grads(params)
+    l3, g3, c3 = three.loss_grads(copies)
+    assert abs(l1 - l3) < 1e-14
+    np.testing.assert_allclose(c3["f"], c1["f"], atol=1e-14)
+    for a, b in zip(g1, g3):
+        for k in ("WK", "WQ"):
+            np.testing.assert_allclose(b[k], a[k], atol=1e-14)
+        np.testing.assert_allclose(3 * b["w"], np.repeat(a["w"], 3, axis=1), atol=1e-14)
+    # several different neurons: finite differences
+    multi = [dict(p, w=rng.standard_normal((1, 3, d)) * 0.5) for p in params]
+    _, _, cache = three.loss_grads(multi)
+    assert min(np.min(np.abs(h["u"])) for h in cache["heads"]) > 1e-4
+    g = three.backward(multi, cache)
     h = 1e-6
-    for name in ("W_K", "w"):
-        for ix in [(0, 1, 2), (1, 2, 4), (0, 0, 0)]:
-            pl = {k: v.copy() for k, v in multi.items()}
-            mi = {k: v.copy() for k, v in multi.items()}
-            pl[name][ix] += h
-            mi[name][ix] -= h
-            fd = (model.forward_neurons(pl, X, samples)[0] - model.forward_neurons(mi, X, samples)[0]) / (2 * h)
-            assert abs(fd - g[name][ix]) < 1e-7 * max(1.0, abs(fd))
+    for name in ("WK", "w"):
+        for j, ix in [(0, (1, 2)), (1, (2, 4)), (0, (0, 0))]:
+            ix = (0,) + ix if name == "w" else ix
+            pl = [{k: v.copy() for k, v in p.items()} for p in multi]
+            mi = [{k: v.copy() for k, v in p.items()} for p in multi]
+            pl[j][name][ix] += h
+            mi[j][name][ix] -= h
+            fd = (three.forward(pl)[0] - three.forward(mi)[0]) / (2 * h)
+            assert abs(fd - g[j][name][ix]) < 1e-7 * max(1.0, abs(fd))
 
 
 @pytest.mark.parametrize("m", [1, 3, 50])
@@ -395,13 +433,13 @@ def test_neurons_reduced_gd_equals_explicit_gd(m, nn):
     K, L = 2, 3
     rng = np.random.default_rng(20 + m + nn)
     d = 2 * K + 2
-    Q = model.embedding(K, d, rng)
+    Q = embedding(np.eye(2 * K), d, rng)
     samples = sample_set(K, L)
-    X = model.tokens(samples, Q)
-    params = model.init_weights(m, d, 0.8, rng)
+    X = _tokens(samples, Q)
+    params = _init_weights(m, d, 0.8, rng)
     params["w"] = rng.standard_normal((2, nn, d)) * 0.3
     desc, system, lay = _engine(make_config({}, K=K, L=L, n_neurons=nn))
-    y0, y, params, _ = _compare(system, X, samples, params, Q, eta=0.4, nn=nn)
+    y0, y, params, _ = _compare(desc, system, X, params, Q, eta=0.4, nn=nn)
     att, w = _moved(lay, y0, y)
     assert att > 0.05 and w > 0.3
     feat = _features(desc, lay, y)

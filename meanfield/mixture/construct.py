@@ -20,14 +20,16 @@ finite beta the corrections are O(L e^{-beta/2}).
 
 :func:`construct` returns the reduced state and explicit weights W_K, W_Q
 (m = P = 2K rows, ambient d >= 2K, features embedded by an orthonormal E) and
-verifies the margins on the EXPLICIT network with the plain-numpy oracle.
+verifies the margins on the EXPLICIT network: the engine's oracle
+(``meanfield.engine.oracle``, plain numpy, sharing no code with the reduced
+kernels) on the mixture description of (K, L).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import kernels, model
+from . import kernels
 from .data import sample_set
 
 
@@ -56,21 +58,27 @@ def construct(K: int, L: int, beta: float = 20.0, b: float = 1.0, d: int | None 
     """Build the weights, check every sample on the explicit network.
 
     Returns a dict with W_K, W_Q (2, m, d), w (2, d), E (d, P), S, w_reduced,
-    margins (explicit oracle), margins_reduced (numba kernels), min_margin,
+    margins (explicit network: the engine's oracle), margins_reduced (numba kernels), min_margin,
     argmin (sample description), limit_margin."""
     if K < 2 or L < 2:
         raise ValueError("K and L must be >= 2")
     P = 2 * K
     d = P if d is None else d
     S, wr = reduced_weights(K, beta, b)
-    E = np.eye(d, P) if d == P else model.embedding(K, d, np.random.default_rng(seed))
+    from ..engine.families import mixture_description
+    from ..engine.oracle import Oracle, embedding
+    from .config import make_config
+
+    E = np.eye(d, P) if d == P else embedding(np.eye(P), d, np.random.default_rng(seed))
     # explicit weights with E^T W_K^T W_Q E = S: W_K = E^T (P x d), W_Q = S E^T
     W_K = np.stack([E.T, E.T])
     W_Q = np.stack([S[h] @ E.T for h in range(2)])
     w = np.stack([E @ wr[h] for h in range(2)])
     samples = sample_set(K, L, None)
-    X = model.tokens(samples, E)
-    _, _, margins = model.forward({"W_K": W_K, "W_Q": W_Q, "w": w}, X, samples)
+    net = Oracle(mixture_description(make_config({}, K=K, L=L)), E)   # its samples are sample_set(K, L)'s
+    _, cache = net.forward([{"a": np.array(a), "WK": W_K[h], "WQ": W_Q[h], "w": w[h][None, None, :]}
+                            for h, a in enumerate((1.0, -1.0))])
+    margins = net.margins(cache["f"])
     # the same through the reduced kernels (A, B are irrelevant to the forward pass)
     A = np.stack([np.eye(P), np.eye(P)])
     y = kernels.pack(S, A, A.copy(), wr)
