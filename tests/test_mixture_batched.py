@@ -1,6 +1,6 @@
 """Batched trajectories (``meanfield.mixture.batched``).
 
-* the CPU backend (numba prange over trajectories) equals the single
+* the CPU backend (threads over trajectories) equals the single
   trajectory runner ``meanfield.mixture.run.run`` bit for bit, for a batch of
   mixed omega / eta / width / seed / neuron init / ReLU'(0), both schedules,
   criteria, log-spaced records, RK4, and a trajectory that diverges while the

@@ -14,9 +14,11 @@ ends. This module holds that loop ONCE, as plain-Python templates:
   portable per-trajectory drivers (scalar loops over preallocated arrays, no
   allocation: the same source runs under ``numba.njit`` and as a CUDA device
   function);
-* :func:`gd_batch_cpu`, :func:`rk4_batch_cpu`: the CPU loop over a slice of
-  trajectories (allocates each one's scratch), run on threads by
-  :func:`run_cpu`.
+* :func:`batch_cpu`: the CPU loop over a slice of trajectories (allocates
+  each one's scratch), run on threads by :func:`run_cpu`.
+
+Both drivers take the same arguments (each ignores a few), so a system has one
+CPU loop template and one CUDA kernel for both methods.
 
 A system supplies three hooks as module globals of its batch module: ::
 
@@ -32,7 +34,7 @@ template from its code object over the system module's globals (so the hook
 names, ``record_into`` and the templates' calls to each other resolve to that
 system's functions) under a name of the system's and decorates it (``@portable``
 for the drivers: the CUDA compilation, ``compile_portable``, retargets every
-global it calls; ``numba.njit(cache=True, nogil=True)`` for the CPU loops).
+global it calls; ``numba.njit(cache=True, nogil=True)`` for the CPU loop).
 (Numba's first-class function types would avoid the rebuild but do not compile
 for CUDA; a closure over the hooks would keep the CPU dispatchers in CUDA code.)
 
@@ -68,9 +70,7 @@ def instantiate(template, namespace: dict, name: str, decorate):
     fn = types.FunctionType(template.__code__, namespace, name, template.__defaults__, None)
     fn.__qualname__ = name
     fn.__doc__ = template.__doc__
-    out = decorate(fn)
-    namespace[name] = out
-    return out
+    return decorate(fn)
 
 
 # ----------------------------------------------------------- portable drivers
@@ -95,14 +95,15 @@ def record_into(b, t, step, stage, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
 
 
 def gd_trajectory(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
-                  data, scratch, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+                  data, scratch, rk, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
                   end_reason, final_loss):
     """Trajectory b under the exact GD map, as ``integrate.GDMap.solve``:
     stages s < n_stages[b] of stage_len[b, s] steps (the system's hook
     ``gd_stage`` advances them), ending early when criterion (crit_kind,
     crit_op, crit_thr)[b, s] holds; records every every[b] steps (0: none) and
     at pts[b, :n_pts[b]] (sorted); y is the working state (initial state in,
-    final or last accepted state out)."""
+    final or last accepted state out). ``rk`` is unused (the signature is
+    :func:`rk4_trajectory`'s: one CPU loop and one kernel per system)."""
     et = eta[b]
     ev = every[b]
     npt = n_pts[b]
@@ -156,15 +157,16 @@ def gd_trajectory(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, c
         stop_stage[b] = sidx
 
 
-def rk4_trajectory(b, y, dt, max_abs, n_stages, stage_len, every, data, scratch, rk,
-                   rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                   final_loss):
+def rk4_trajectory(b, y, dt, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+                   data, scratch, rk, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+                   end_reason, final_loss):
     """Trajectory b under classical RK4 of the flow (the system's hook
     ``rhs_stage``) with step dt[b], as ``integrate.RK4.solve`` with
     ``SaveAt(every=every[b])`` and its operation order: stages of time
     stage_len[b, s], the last step of a stage shortened to land on its end;
-    no stop criteria. ``rk``: the scratch vectors (f0, f1, k2, k3, k4, ys, y1)
-    of the state's size."""
+    no stop criteria (crit_kind, crit_op, crit_thr, pts, n_pts are unused:
+    the signature is :func:`gd_trajectory`'s). ``rk``: the scratch vectors
+    (f0, f1, k2, k3, k4, ys, y1) of the state's size."""
     f0, f1, k2, k3, k4, ys, y1 = rk
     h_max = dt[b]
     ev = every[b]
@@ -236,38 +238,23 @@ def rk4_trajectory(b, y, dt, max_abs, n_stages, stage_len, every, data, scratch,
         stop_stage[b] = sidx
 
 
-# ---------------------------------------------------------------- CPU loops
-# (templates too: rebuilt per system, so ``gd_trajectory`` / ``rk4_trajectory``
-# / ``new_scratch`` below are that system's instantiated functions)
+# ---------------------------------------------------------------- CPU loop
+# (a template too: rebuilt per system and method, ``trajectory`` and
+# ``new_scratch`` below being that system's instantiated driver and hook)
 
 
-def gd_batch_cpu(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
-                 data, dims, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
-                 end_reason, final_loss, Yout):
-    """Trajectories b0 <= b < b1 under the exact GD map (one thread's slice)."""
-    ny = Y0.shape[1]
-    for b in range(b0, b1):
-        y = Y0[b].copy()
-        scratch = new_scratch(data, dims, ny)
-        gd_trajectory(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts,
-                      n_pts, data, scratch, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage,
-                      end_step, end_t, end_reason, final_loss)
-        for i in range(ny):
-            Yout[b, i] = y[i]
-
-
-def rk4_batch_cpu(b0, b1, Y0, dt, max_abs, n_stages, stage_len, every, data, dims,
-                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                  final_loss, Yout):
-    """Trajectories b0 <= b < b1 under fixed-step RK4 (one thread's slice)."""
+def batch_cpu(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+              data, dims, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+              final_loss, Yout):
+    """Trajectories b0 <= b < b1 (one thread's slice), each with its own scratch."""
     ny = Y0.shape[1]
     for b in range(b0, b1):
         y = Y0[b].copy()
         scratch = new_scratch(data, dims, ny)
         rk = (np.empty(ny), np.empty(ny), np.empty(ny), np.empty(ny), np.empty(ny), np.empty(ny), np.empty(ny))
-        rk4_trajectory(b, y, dt, max_abs, n_stages, stage_len, every, data, scratch, rk,
-                       rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                       final_loss)
+        trajectory(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts, data,
+                   scratch, rk, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+                   end_reason, final_loss)
         for i in range(ny):
             Yout[b, i] = y[i]
 
@@ -276,16 +263,30 @@ def instantiate_all(namespace: dict, prefix: str, portable, njit) -> None:
     """The drivers and CPU loops of one system, bound in its module globals
     ``namespace`` as ``<prefix>record_into``, ``<prefix>gd_trajectory``,
     ``<prefix>rk4_trajectory`` (``@portable``: registered names are unique
-    across systems), ``<prefix>gd_batch_cpu``, ``<prefix>rk4_batch_cpu``
-    (``njit(cache=True, nogil=True)``) and, under the plain names the
-    templates call, ``record_into`` / ``gd_trajectory`` / ``rk4_trajectory``.
-    The module provides the hooks ``gd_stage``, ``rhs_stage`` and
-    ``new_scratch`` (defined before this is called)."""
+    across systems; also bound under the plain names the templates call,
+    ``record_into`` ...) and ``<prefix>gd_batch_cpu``,
+    ``<prefix>rk4_batch_cpu`` (:func:`batch_cpu` over the method's driver,
+    ``njit(cache=True, nogil=True)``). The module provides the hooks
+    ``gd_stage``, ``rhs_stage`` and ``new_scratch`` (defined before this is
+    called)."""
     for tpl in (record_into, gd_trajectory, rk4_trajectory):
         namespace[tpl.__name__] = instantiate(tpl, namespace, prefix + tpl.__name__, portable)
     cpu = njit(cache=True, nogil=True)
-    for tpl in (gd_batch_cpu, rk4_batch_cpu):
-        instantiate(tpl, namespace, prefix + tpl.__name__, cpu)
+    for method in ("gd", "rk4"):
+        g = dict(namespace, trajectory=namespace[method + "_trajectory"])  # the module's globals as they are now
+        name = f"{prefix}{method}_batch_cpu"
+        namespace[name] = instantiate(batch_cpu, g, name, cpu)
+
+
+def new_outputs(B: int, T: int, ny: int, n_stages: int) -> list:
+    """The zeroed output arrays of B trajectories (T records of a state of
+    size ny, n_stages stage ends each), in the drivers' order: rec_t,
+    rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+    end_reason, final_loss, Yout."""
+    ns = max(1, n_stages)
+    return [np.zeros((B, T)), np.zeros((B, T), np.int64), np.zeros((B, T), np.int64), np.zeros((B, T, ny)),
+            np.zeros(B, np.int64), np.zeros(B, np.int64), np.zeros(B, np.int64), np.zeros((B, ns), np.int64),
+            np.zeros((B, ns)), np.zeros((B, ns), np.int64), np.zeros(B), np.zeros((B, ny))]
 
 
 def run_cpu(fn, B: int, args, threads: int | None = None) -> None:

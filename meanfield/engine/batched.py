@@ -16,11 +16,13 @@ GD map or fixed-step RK4 (below):
   numba's CUDA simulator. Importing this module never imports CUDA.
 
 Both backends run the SAME code: the per-trajectory drivers
-:func:`eng_gd_trajectory` and :func:`eng_rk4_trajectory` below and the
-engine's kernels they call (``meanfield.engine.kernels``:
-``eng_gd_advance_into`` with the stage mask ``mode``, the stop criteria and
-the ``max_abs`` guard; ``eng_loss_grads`` and ``eng_update`` for the flow's
-right-hand side) are ``@portable`` plain-Python
+:func:`eng_gd_trajectory` and :func:`eng_rk4_trajectory` (the one step/record
+loop of ``meanfield.core.batched``, shared with the mixture's batch,
+instantiated here over the engine's hooks :func:`eng_gd_stage` and
+:func:`eng_rhs_stage`) and the engine's kernels they call
+(``meanfield.engine.kernels``: ``eng_gd_advance_into`` with the stage mask
+``mode``, the stop criteria and the ``max_abs`` guard; ``eng_loss_grads`` and
+``eng_update`` for the flow's right-hand side) are ``@portable`` plain-Python
 functions, compiled with ``numba.njit`` for the CPU and with
 ``numba.cuda.jit(device=True)`` for the GPU
 (``meanfield.mixture.kernels.compile_portable``).
@@ -119,7 +121,7 @@ def new_scratch(data, dims, ny):
 gd_stage = eng_gd_stage
 rhs_stage = eng_rhs_stage
 # eng_record_into, eng_gd_trajectory, eng_rk4_trajectory (@portable; also bound as record_into,
-# gd_trajectory, rk4_trajectory) and the CPU loops eng_gd_batch_cpu, eng_rk4_batch_cpu
+# gd_trajectory, rk4_trajectory) and the CPU loops eng_gd_batch_cpu, eng_rk4_batch_cpu (one signature)
 core_batched.instantiate_all(globals(), "eng_", portable, njit)
 
 
@@ -160,50 +162,12 @@ def _cuda_kernel(method: str, n: int, L: int, P: int, H: int, R: int, C: int, Nm
     from numba import float64
 
     dev = _cuda_portable()
-    if method == "rk4":
-        rk4 = dev.eng_rk4_trajectory
+    traj = dev.eng_gd_trajectory if method == "gd" else dev.eng_rk4_trajectory
 
-        def rk4_kernel(Y0, dt, max_abs, n_stages, stage_len, every,
-                       hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-                       stage_mode, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
-                       end_reason, final_loss, Yout):
-            b = cuda.grid(1)
-            if b >= Y0.shape[0]:
-                return
-            y = cuda.local.array(ny, float64)
-            for i in range(ny):
-                y[i] = Y0[b, i]
-            pa = cuda.local.array((H, L, L), float64)
-            lka = cuda.local.array((H, L), float64)
-            for k in range(H):
-                for j in range(L):
-                    lka[k, j] = 0.0
-                    for i in range(L):
-                        pa[k, j, i] = 0.0
-            scratch = (cuda.local.array((n, H, R), float64), cuda.local.array(n, float64),
-                       cuda.local.array((H, P), float64), cuda.local.array(C, float64), cuda.local.array(C, float64),
-                       cuda.local.array((H, Nmax, Nmax), float64), cuda.local.array(ny, float64),
-                       cuda.local.array(P, float64), cuda.local.array(L, float64), cuda.local.array(L, float64),
-                       cuda.local.array(P, float64), cuda.local.array(P, float64),
-                       cuda.local.array((Nmax, Nmax), float64), cuda.local.array((Nmax, Nmax), float64),
-                       cuda.local.array((P, P), float64), cuda.local.array(ny, float64), pa, lka)
-            rk = (cuda.local.array(ny, float64), cuda.local.array(ny, float64), cuda.local.array(ny, float64),
-                  cuda.local.array(ny, float64), cuda.local.array(ny, float64), cuda.local.array(ny, float64),
-                  cuda.local.array(ny, float64))
-            rk4(b, y, dt, max_abs, n_stages, stage_len, every,
-                (hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-                 stage_mode), scratch, rk,
-                rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss)
-            for i in range(ny):
-                Yout[b, i] = y[i]
-
-        return cu.jit(rk4_kernel)
-    traj = dev.eng_gd_trajectory
-
-    def gd_kernel(Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
-                  hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-                  stage_mode, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
-                  end_reason, final_loss, Yout):
+    def kernel(Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+               hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
+               stage_mode, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+               end_reason, final_loss, Yout):
         b = cuda.grid(1)
         if b >= Y0.shape[0]:
             return
@@ -224,14 +188,17 @@ def _cuda_kernel(method: str, n: int, L: int, P: int, H: int, R: int, C: int, Nm
                    cuda.local.array(P, float64), cuda.local.array(P, float64),
                    cuda.local.array((Nmax, Nmax), float64), cuda.local.array((Nmax, Nmax), float64),
                    cuda.local.array((P, P), float64), cuda.local.array(ny, float64), pa, lka)
+        rk = (cuda.local.array(ny, float64), cuda.local.array(ny, float64), cuda.local.array(ny, float64),
+              cuda.local.array(ny, float64), cuda.local.array(ny, float64), cuda.local.array(ny, float64),
+              cuda.local.array(ny, float64))
         traj(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
              (hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, consistent,
-              stage_mode), scratch,
+              stage_mode), scratch, rk,
              rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss)
         for i in range(ny):
             Yout[b, i] = y[i]
 
-    return cu.jit(gd_kernel)
+    return cu.jit(kernel)
 
 
 def _launch_cuda(shape, scalars_at, args, outs, B):
@@ -425,29 +392,14 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         return np.ascontiguousarray(np.broadcast_to(a, (B,) + np.shape(a)))
 
     max_abs = np.full(B, float(tr.max_abs))
-    rec_t = np.zeros((B, T))
-    rec_step = np.zeros((B, T), np.int64)
-    rec_stage = np.zeros((B, T), np.int64)
-    rec_y = np.zeros((B, T, ny))
-    n_rec = np.zeros(B, np.int64)
-    status = np.zeros(B, np.int64)
-    stop_stage = np.zeros(B, np.int64)
-    end_step = np.zeros((B, max(1, nst)), np.int64)
-    end_t = np.zeros((B, max(1, nst)))
-    end_reason = np.zeros((B, max(1, nst)), np.int64)
-    final_loss = np.zeros(B)
-    Yout = np.zeros((B, ny))
-    outs = [rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss,
-            Yout]
+    outs = core_batched.new_outputs(B, T, ny, nst)
+    rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss, Yout = outs
     data = [lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam, pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff,
             pk.target, pk.weight, int(pk.kind), float(pk.r0), pk.consistent, rows(stage_mode)]
     n_stages = np.full(B, nst, np.int64)
     every_b = np.full(B, every, np.int64)
-    if gd:
-        head = [Y0, etas, max_abs, n_stages, rows(stage_len), rows(crit_kind), rows(crit_op), rows(crit_thr),
-                every_b, np.zeros((B, 1), np.int64), np.zeros(B, np.int64)]
-    else:
-        head = [Y0, etas, max_abs, n_stages, rows(stage_len), every_b]
+    head = [Y0, etas, max_abs, n_stages, rows(stage_len), rows(crit_kind), rows(crit_op), rows(crit_thr), every_b,
+            np.zeros((B, 1), np.int64), np.zeros(B, np.int64)]  # no record points: pts, n_pts
     if be == "cuda":
         n, L = pk.nzn.shape
         shape = (tr.method, n, L, lay.P, lay.hi.shape[0], pk.R, pk.C, lay.Nmax, ny)

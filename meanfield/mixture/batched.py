@@ -4,15 +4,18 @@ Sweeps over omega, eta, m and seeds are thousands of independent trajectories
 of one small ODE. This module advances B of them at once, one trajectory per
 thread:
 
-* ``cpu``: a ``numba.prange`` loop over trajectories (``parallel=True``); use
-  ``numba.set_num_threads`` to choose the number of threads;
+* ``cpu``: the trajectories split over threads (``numba.set_num_threads``
+  chooses how many), each running a compiled loop that releases the GIL;
 * ``cuda``: a ``numba.cuda`` kernel, one GPU thread per trajectory, its
   scratch in ``cuda.local.array`` sized by compile-time constants (one kernel
   per (P, L, number of samples)).
 
-Both run the SAME mathematics: the per-trajectory drivers below
-(:func:`gd_trajectory`, :func:`rk4_trajectory`) and the per-step functions of
-``meanfield.mixture.kernels`` are ``@portable`` plain-Python functions,
+Both run the SAME mathematics: the per-trajectory drivers
+(:func:`gd_trajectory`, :func:`rk4_trajectory`: the one step/record loop of
+``meanfield.core.batched``, shared with the engine's batch, instantiated here
+over the mixture's hooks :func:`mix_gd_stage` and :func:`mix_rhs_stage`) and
+the per-step functions of ``meanfield.mixture.kernels`` are ``@portable``
+plain-Python functions,
 compiled with ``numba.njit`` for the CPU and, only when the CUDA backend is
 asked for, with ``numba.cuda.jit(device=True)`` for the GPU
 (``kernels.compile_portable``). Importing this module never imports CUDA.
@@ -126,7 +129,7 @@ def new_scratch(data, dims, ny):
 gd_stage = mix_gd_stage
 rhs_stage = mix_rhs_stage
 # mix_record_into, mix_gd_trajectory, mix_rk4_trajectory (@portable; also bound as record_into,
-# gd_trajectory, rk4_trajectory) and the CPU loops mix_gd_batch_cpu, mix_rk4_batch_cpu
+# gd_trajectory, rk4_trajectory) and the CPU loops mix_gd_batch_cpu, mix_rk4_batch_cpu (one signature)
 core_batched.instantiate_all(globals(), "mix_", portable, njit)
 
 
@@ -248,42 +251,19 @@ def _nvvm_no_fma():
 @functools.lru_cache(maxsize=None)
 def _cuda_kernel(method: str, P: int, L: int, nS: int):
     """The batch kernel for one (method, P, L, number of samples): one thread
-    per trajectory, scratch in local memory of compile-time size."""
+    per trajectory, scratch (as :func:`new_scratch`) in local memory of
+    compile-time size."""
     cu = _load_cuda()
     dev = _cuda_portable()
     from numba import float64
 
     ny = kernels.state_size(P)
-    if method == "gd":
-        traj = dev.mix_gd_trajectory
+    traj = dev.mix_gd_trajectory if method == "gd" else dev.mix_rk4_trajectory
 
-        def gd_kernel(Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
-                      idx, sgn, lab, weight, consistent, r0, stage_mode,
-                      rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                      final_loss, Yout):
-            b = cuda.grid(1)
-            if b >= Y0.shape[0]:
-                return
-            y = cuda.local.array(ny, float64)
-            for i in range(ny):
-                y[i] = Y0[b, i]
-            scratch = (cuda.local.array((nS, 2), float64), cuda.local.array(nS, float64),
-                       cuda.local.array((2, P, P), float64), cuda.local.array((2, P), float64),
-                       cuda.local.array(ny, float64), cuda.local.array(L, float64), cuda.local.array(L, float64),
-                       cuda.local.array((3, P, P), float64))
-            traj(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
-                 (P, idx, sgn, lab, weight, consistent, r0, stage_mode), scratch,
-                 rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                 final_loss)
-            for i in range(ny):
-                Yout[b, i] = y[i]
-
-        return cu.jit(gd_kernel)
-    traj = dev.mix_rk4_trajectory
-
-    def rk4_kernel(Y0, dt, max_abs, n_stages, stage_len, every, idx, sgn, lab, weight, consistent, r0, stage_mode,
-                   rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-                   final_loss, Yout):
+    def kernel(Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+               idx, sgn, lab, weight, consistent, r0, stage_mode,
+               rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
+               final_loss, Yout):
         b = cuda.grid(1)
         if b >= Y0.shape[0]:
             return
@@ -297,13 +277,13 @@ def _cuda_kernel(method: str, P: int, L: int, nS: int):
         rk = (cuda.local.array(ny, float64), cuda.local.array(ny, float64), cuda.local.array(ny, float64),
               cuda.local.array(ny, float64), cuda.local.array(ny, float64), cuda.local.array(ny, float64),
               cuda.local.array(ny, float64))
-        traj(b, y, dt, max_abs, n_stages, stage_len, every, (P, idx, sgn, lab, weight, consistent, r0, stage_mode),
-             scratch, rk, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason,
-             final_loss)
+        traj(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+             (P, idx, sgn, lab, weight, consistent, r0, stage_mode), scratch, rk,
+             rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss)
         for i in range(ny):
             Yout[b, i] = y[i]
 
-    return cu.jit(rk4_kernel)
+    return cu.jit(kernel)
 
 
 def launch_cuda(kern, args, outs, B, scalars_at=()):
@@ -479,32 +459,16 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
         raise ConfigError(f"backend {backend}: the records of {B} trajectories need {need / 2**30:.3g} GiB "
                           f"({T} records x {ny} numbers each); record less often (record_every) or run fewer "
                           f"at once")
-    rec_t = np.zeros((B, T))
-    rec_step = np.zeros((B, T), np.int64)
-    rec_stage = np.zeros((B, T), np.int64)
-    rec_y = np.zeros((B, T, ny))
-    n_rec = np.zeros(B, np.int64)
-    status = np.zeros(B, np.int64)
-    stop_stage = np.zeros(B, np.int64)
-    end_step = np.zeros((B, 3), np.int64)
-    end_t = np.zeros((B, 3))
-    end_reason = np.zeros((B, 3), np.int64)
-    final_loss = np.zeros(B)
-    Yout = np.zeros((B, ny))
-    outs = [rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason, final_loss,
-            Yout]
+    outs = core_batched.new_outputs(B, T, ny, 3)
+    rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason = outs[:10]
     data = [P, s.idx, s.sgn, s.y, s.weight, s.consistent.astype(np.bool_), x["r0"], x["stage_mode"]]
-    gd = c0.method == "gd"
-    if gd:
-        head = [x["Y0"], x["step_par"], x["max_abs"], x["n_stages"], x["stage_len"], x["crit_kind"], x["crit_op"],
-                x["crit_thr"], x["every"], x["pts"], x["n_pts"]]
-    else:
-        head = [x["Y0"], x["step_par"], x["max_abs"], x["n_stages"], x["stage_len"], x["every"]]
+    head = [x["Y0"], x["step_par"], x["max_abs"], x["n_stages"], x["stage_len"], x["crit_kind"], x["crit_op"],
+            x["crit_thr"], x["every"], x["pts"], x["n_pts"]]
     if backend == "cuda":  # P is a compile-time constant of the kernel
         _launch_cuda(c0.method, P, s.idx, head + data[1:], outs, B)
     else:
         dims = (s.idx.shape[0], P, s.idx.shape[1])
-        core_batched.run_cpu(mix_gd_batch_cpu if gd else mix_rk4_batch_cpu,
+        core_batched.run_cpu(mix_gd_batch_cpu if c0.method == "gd" else mix_rk4_batch_cpu,
                              B, head + [tuple(data), dims] + outs)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact enough
         raise RuntimeError("batched: record buffer full (capacity bound too small): a bug")
