@@ -1,9 +1,11 @@
 """Compile the common numba kernels into numba's on-disk cache.
 
 ``meanfield warm`` (or ``python -m meanfield warm``) runs a two-step
-``mixture run`` (GD, the default) and a two-step ``mixture particles`` at
-width 4 in a temporary folder, so that numba compiles every kernel these
-commands use and caches it (``cache=True``). The kernels' types do not depend
+``mixture run`` (GD, the default) in a temporary folder, so that numba
+compiles every kernel it uses and caches it (``cache=True``). That covers
+``mixture particles`` too: its network is the engine's numpy oracle, and the
+only kernels it calls (the recorded observables) are ``mixture run``'s, so a
+warm-up particles run would compile nothing (it was dropped). The kernels' types do not depend
 on the sizes, so a later run at any size loads them from the cache instead of
 compiling (see README, "First use"). ``make install``, ``make demo`` and
 ``make test`` run it once after installing. Nothing is written outside the
@@ -24,7 +26,6 @@ log = logging.getLogger("meanfield")
 #: (name, argv of ``meanfield``) of each warm-up command; tiny sizes, same kernel types as real runs
 COMMANDS = (
     ("mixture run", ["mixture", "run", "--steps", "2", "--quiet"]),
-    ("mixture particles", ["mixture", "particles", "--width", "4", "--steps", "2", "--quiet"]),
 )
 
 

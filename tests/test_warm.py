@@ -1,5 +1,6 @@
-"""`meanfield warm`: compiles the kernels of `mixture run` and `mixture particles`
-into numba's cache, so that a later run does not compile (README, "First use")."""
+"""`meanfield warm`: compiles the kernels of `mixture run` (which are also all that
+`mixture particles` compiles) into numba's cache, so that a later run or particles
+run does not compile (README, "First use")."""
 
 import os
 import subprocess
@@ -32,26 +33,40 @@ def test_warm_names_selects_commands(monkeypatch):
     assert ran == ["y"]
 
 
+def _cache_files(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()) if path.exists() else []
+
+
 @pytest.mark.slow
 def test_warm_fills_an_empty_cache(tmp_path):
-    """With an empty cache a particles run compiles (the notice is shown); after
-    `meanfield warm` into another empty cache, run and particles at other sizes
-    compile nothing (no notice) and write nothing into the working folder."""
+    """With an empty cache a run compiles (the notice is shown) and a particles run
+    compiles too (it writes cache files: the observables' kernels); after `meanfield
+    warm` into another empty cache, run and particles at other sizes compile nothing
+    (no notice, no new cache file) and write nothing into the working folder."""
     base = dict(os.environ)
-    cold = dict(base, NUMBA_CACHE_DIR=str(tmp_path / "cold"))
-    hot = dict(base, NUMBA_CACHE_DIR=str(tmp_path / "hot"))
+    cold = tmp_path / "cold"
+    hot = tmp_path / "hot"
     work = tmp_path / "work"
     work.mkdir()
     particles = ["mixture", "particles", "--width", "8", "--steps", "3", "--quiet", "--out", "p.h5"]
-    r = _cli(particles, env=cold, cwd=work)
+    run = ["mixture", "run", "--steps", "7", "--quiet", "--out", "a.h5"]
+    r = _cli(particles, env=dict(base, NUMBA_CACHE_DIR=str(cold)), cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert _cache_files(cold)  # control: an empty cache gets compiled kernels from particles
+    r = _cli(run, env=dict(base, NUMBA_CACHE_DIR=str(tmp_path / "cold2")), cwd=work)
     assert r.returncode == 0, r.stderr
     assert NOTICE in r.stderr  # control: an empty cache compiles
-    (work / "p.h5").unlink()
-    r = _cli(["warm"], env=hot, cwd=work)
+    for f in ("p.h5", "a.h5"):
+        (work / f).unlink()
+    env = dict(base, NUMBA_CACHE_DIR=str(hot))
+    r = _cli(["warm"], env=env, cwd=work)
     assert r.returncode == 0, r.stderr
     assert "compiled into numba's cache" in r.stdout
     assert list(work.iterdir()) == []
-    for args in (particles, ["mixture", "run", "--steps", "7", "--quiet", "--out", "a.h5"]):
-        r = _cli(args, env=hot, cwd=work)
+    before = _cache_files(hot)
+    assert before
+    for args in (particles, run):
+        r = _cli(args, env=env, cwd=work)
         assert r.returncode == 0, r.stderr
         assert NOTICE not in r.stderr, args
+        assert _cache_files(hot) == before, args
