@@ -76,14 +76,15 @@ def instantiate(template, namespace: dict, name: str, decorate):
 # ----------------------------------------------------------- portable drivers
 
 
-def record_into(b, t, step, stage, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
+def record_into(b, t, step, stage, y, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
     """Append (t, step, stage, y) to trajectory b's records; a record at the
     same (step, t) as the previous one replaces it (as Trajectory.record).
-    Returns False when the buffer is full."""
+    Returns False, with status[b] = 4, when the buffer is full."""
     n = n_rec[b]
     if n > 0 and rec_step[b, n - 1] == step and rec_t[b, n - 1] == t:
         n -= 1
     elif n >= rec_t.shape[1]:
+        status[b] = 4
         return False
     rec_t[b, n] = t
     rec_step[b, n] = step
@@ -112,8 +113,7 @@ def gd_trajectory(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, c
     status[b] = 0
     stop_stage[b] = 0
     step = 0
-    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-        status[b] = 4
+    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
         return
     j = 0
     for s in range(n_stages[b]):
@@ -136,23 +136,20 @@ def gd_trajectory(b, y, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, c
             final_loss[b] = res[2]
             t = step * et
             if code == 2 or code == 3:
-                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
                     return
                 status[b] = code
                 stop_stage[b] = sidx
                 return
             if code == 1 or step >= end:
-                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
                     return
                 end_step[b, s] = step
                 end_t[b, s] = t
                 end_reason[b, s] = code
                 break
             if (ev > 0 and step % ev == 0) or (j < npt and step == pts[b, j]):
-                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
+                if not record_into(b, t, step, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
                     return
         stop_stage[b] = sidx
 
@@ -177,8 +174,7 @@ def rk4_trajectory(b, y, dt, max_abs, n_stages, stage_len, crit_kind, crit_op, c
     stop_stage[b] = 0
     t = 0.0
     nstep = 0
-    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-        status[b] = 4
+    if not record_into(b, 0.0, 0, 1, y, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
         return
     for s in range(n_stages[b]):
         sidx = s + 1
@@ -213,8 +209,7 @@ def rk4_trajectory(b, y, dt, max_abs, n_stages, stage_len, crit_kind, crit_op, c
                     if abs(y1[i]) > mab:
                         code = 3
             if code != 0:
-                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
+                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
                     return
                 status[b] = code
                 stop_stage[b] = sidx
@@ -226,11 +221,9 @@ def rk4_trajectory(b, y, dt, max_abs, n_stages, stage_len, crit_kind, crit_op, c
                 f0[i] = f1[i]
             final_loss[b] = loss1
             if ev > 0 and nstep % ev == 0:
-                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-                    status[b] = 4
+                if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
                     return
-        if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec):
-            status[b] = 4
+        if not record_into(b, t, nstep, sidx, y, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
             return
         end_step[b, s] = nstep
         end_t[b, s] = t
