@@ -66,26 +66,36 @@ def _root(fn):
 
 
 @_hot
-def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p):
-    """Attention p (L,) of head k, sequence s, for the query at position l
-    (l < 0: the fixed query vector); returns the key count L_keys. Scratch T (P,)."""
+def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
+    """Attention pa[k, j, :] (L,) of head k, sequence s, for query j at
+    position l (l < 0: the fixed query vector); returns the key count L_keys.
+    Scratch T (P,)."""
     L = nzn.shape[1]
+    one = nzi.shape[2] == 1  # every token has at most one feature (signed one-hot data)
     if hi[k, 1] == 0:
         base = hi[k, 8] + hi[k, 9] * hi[k, 7] + hi[k, 10]
         stride = hi[k, 7]
     else:
         base = hi[k, 13]
         stride = P
-    for a in range(P):
-        acc = 0.0
-        ra = base + a * stride
-        if l >= 0:
-            for z in range(nzn[s, l]):
-                acc += y[ra + nzi[s, l, z]] * nzc[s, l, z]
-        else:
-            for b in range(P):
-                acc += y[ra + b] * qv[k, b]
-        T[a] = acc
+    oneq = l >= 0 and nzn[s, l] == 1
+    ob = 0
+    oc = 0.0
+    if oneq:
+        # a one-feature query: T[a] = S[a, b] c_b, read where needed (below)
+        ob = base + nzi[s, l, 0]
+        oc = nzc[s, l, 0]
+    else:
+        for a in range(P):
+            acc = 0.0
+            ra = base + a * stride
+            if l >= 0:
+                for z in range(nzn[s, l]):
+                    acc += y[ra + nzi[s, l, z]] * nzc[s, l, z]
+            else:
+                for b in range(P):
+                    acc += y[ra + b] * qv[k, b]
+            T[a] = acc
     scale = hf[k, 0]
     excl = -1
     if hi[k, 2] == 1 and hi[k, 3] == 0:
@@ -96,23 +106,33 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p):
         for i in range(L):
             if cnt[s, i] > 0.0 and i != excl:
                 z = 0.0
-                for t in range(nzn[s, i]):
-                    z += nzc[s, i, t] * T[nzi[s, i, t]]
+                if one:
+                    if nzn[s, i] > 0:
+                        if oneq:
+                            z += nzc[s, i, 0] * (y[ob + nzi[s, i, 0] * stride] * oc)
+                        else:
+                            z += nzc[s, i, 0] * T[nzi[s, i, 0]]
+                elif oneq:
+                    for t in range(nzn[s, i]):
+                        z += nzc[s, i, t] * (y[ob + nzi[s, i, t] * stride] * oc)
+                else:
+                    for t in range(nzn[s, i]):
+                        z += nzc[s, i, t] * T[nzi[s, i, t]]
                 z *= scale
-                p[i] = z
+                pa[k, j, i] = z
                 if z > mx:
                     mx = z
         den = 0.0
         for i in range(L):
             if cnt[s, i] > 0.0 and i != excl:
-                e = cnt[s, i] * math.exp(p[i] - mx)
-                p[i] = e
+                e = cnt[s, i] * math.exp(pa[k, j, i] - mx)
+                pa[k, j, i] = e
                 den += e
                 lk += cnt[s, i]
             else:
-                p[i] = 0.0
+                pa[k, j, i] = 0.0
         for i in range(L):
-            p[i] /= den
+            pa[k, j, i] /= den
     else:
         for i in range(L):
             if cnt[s, i] > 0.0 and i != excl:
@@ -120,11 +140,15 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p):
         for i in range(L):
             if cnt[s, i] > 0.0 and i != excl:
                 z = 0.0
-                for t in range(nzn[s, i]):
-                    z += nzc[s, i, t] * T[nzi[s, i, t]]
-                p[i] = cnt[s, i] * scale * z / lk
+                if oneq:
+                    for t in range(nzn[s, i]):
+                        z += nzc[s, i, t] * (y[ob + nzi[s, i, t] * stride] * oc)
+                else:
+                    for t in range(nzn[s, i]):
+                        z += nzc[s, i, t] * T[nzi[s, i, t]]
+                pa[k, j, i] = cnt[s, i] * scale * z / lk
             else:
-                p[i] = 0.0
+                pa[k, j, i] = 0.0
     return lk
 
 
@@ -148,24 +172,28 @@ def eng_query(hi, cnt, last, leff, s, k, j):
 
 
 @_hot
-def eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb, T, p, pa, lka):
+def eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb, T, pa, lka):
     """zb[k] = the query-averaged attended token of head k on sequence s; the
     attention of query j is kept in pa[k, j] (and its key count in lka[k, j])
     for the backward pass."""
     L = nzn.shape[1]
+    one = nzi.shape[2] == 1
     for a in range(P):
         zb[k, a] = 0.0
     for j in range(eng_nqueries(hi, L, k)):
         l, ql = eng_query(hi, cnt, last, leff, s, k, j)
         if ql == 0.0:
             continue
-        lka[k, j] = eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, p)
+        lka[k, j] = eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j)
         for i in range(L):
-            pa[k, j, i] = p[i]
-            c = ql * p[i]
+            c = ql * pa[k, j, i]
             if c != 0.0:
-                for t in range(nzn[s, i]):
-                    zb[k, nzi[s, i, t]] += c * nzc[s, i, t]
+                if one:
+                    if nzn[s, i] > 0:
+                        zb[k, nzi[s, i, 0]] += c * nzc[s, i, 0]
+                else:
+                    for t in range(nzn[s, i]):
+                        zb[k, nzi[s, i, t]] += c * nzc[s, i, t]
 
 
 @_hot
@@ -191,7 +219,7 @@ def eng_forward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0, 
     for c in range(C):
         f[c] = 0.0
     for k in range(H):
-        eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb, T, p, pa, lka)
+        eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb, T, pa, lka)
         a_k = eng_sign(y, hi, hf, k)
         v = hi[k, 4]
         nn = hi[k, 5]
@@ -306,10 +334,15 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                 nz = True
         if not nz:
             continue
+        one = nzi.shape[2] == 1
         for i in range(L):
             acc = 0.0
-            for t in range(nzn[s, i]):
-                acc += om[nzi[s, i, t]] * nzc[s, i, t]
+            if one:
+                if nzn[s, i] > 0:
+                    acc += om[nzi[s, i, 0]] * nzc[s, i, 0]
+            else:
+                for t in range(nzn[s, i]):
+                    acc += om[nzi[s, i, t]] * nzc[s, i, t]
             v[i] = acc
         scale = hf[k, 0]
         for j in range(eng_nqueries(hi, L, k)):
@@ -326,8 +359,12 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                 for i in range(L):
                     dz = ql * pa[k, j, i] * (v[i] - vbar)
                     if dz != 0.0:
-                        for t in range(nzn[s, i]):
-                            tk[nzi[s, i, t]] += dz * nzc[s, i, t]
+                        if one:
+                            if nzn[s, i] > 0:
+                                tk[nzi[s, i, 0]] += dz * nzc[s, i, 0]
+                        else:
+                            for t in range(nzn[s, i]):
+                                tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             else:
                 for i in range(L):
                     if cnt[s, i] > 0.0:
@@ -336,11 +373,18 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                             dz = ql * cnt[s, i] * v[i] / lk
                             for t in range(nzn[s, i]):
                                 tk[nzi[s, i, t]] += dz * nzc[s, i, t]
+            oneq = l >= 0 and nzn[s, l] == 1
             for a in range(P):
                 ta = scale * tk[a]
                 if ta == 0.0:
                     continue
-                if l >= 0:
+                if oneq:
+                    b = nzi[s, l, 0]
+                    if kq == 0:
+                        G[k, iK + a, iQ + b] += ta * nzc[s, l, 0]
+                    else:
+                        gflat[woff + a * P + b] += ta * nzc[s, l, 0]
+                elif l >= 0:
                     for t in range(nzn[s, l]):
                         b = nzi[s, l, t]
                         if kq == 0:
@@ -405,42 +449,79 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
             any_tr = False
             for b in range(N):
                 g = grp[k, b]
-                tr = (g == 0 and tr_att) or (g == 1 and tr_val) or (g == 2 and tr_r)
-                for a in range(N):
-                    acc = 0.0
-                    if tr:
-                        any_tr = True
-                        for c in range(N):
-                            gr = Gr[k, c, b]
-                            if gr != 0.0:
-                                acc += (G[k, a, c] + G[k, c, a]) * gr
-                    Xm[a, b] = acc
+                if (g == 0 and tr_att) or (g == 1 and tr_val) or (g == 2 and tr_r):
+                    any_tr = True
             if any_tr:
-                # Ym = Q Xm
+                # Xm = (G + G^T) Gr D (D: the trained columns). Row by row of Gr (block diagonal: c's own
+                # object; only c itself when Gamma = I), skipping the zeros of G + G^T (zero outside the
+                # read pairs, e.g. [[0, G_S], [G_S^T, 0]] for keys/queries): every entry is the same sum,
+                # over c in ascending order, as the plain triple loop, less its exactly-zero terms.
                 for a in range(N):
                     for b in range(N):
-                        acc = 0.0
-                        for c in range(N):
-                            acc += y[off + a * N + c] * Xm[c, b]
-                        Ym[a, b] = acc
+                        Xm[a, b] = 0.0
+                for c in range(N):
+                    d0 = 0
+                    while d0 < N and Gr[k, c, d0] == 0.0:
+                        d0 += 1
+                    d1 = N
+                    while d1 > d0 and Gr[k, c, d1 - 1] == 0.0:
+                        d1 -= 1
+                    for a in range(N):
+                        gs = G[k, a, c] + G[k, c, a]
+                        if gs == 0.0:
+                            continue
+                        for b in range(d0, d1):
+                            gr = Gr[k, c, b]
+                            g = grp[k, b]
+                            if gr != 0.0 and ((g == 0 and tr_att) or (g == 1 and tr_val) or (g == 2 and tr_r)):
+                                Xm[a, b] += gs * gr
+                # Ym = Q Xm, accumulated row c of Xm at a time over its non-zero span (same sums, same order)
+                for a in range(N):
+                    for b in range(N):
+                        Ym[a, b] = 0.0
+                for c in range(N):
+                    b0 = 0
+                    while b0 < N and Xm[c, b0] == 0.0:
+                        b0 += 1
+                    b1 = N
+                    while b1 > b0 and Xm[c, b1 - 1] == 0.0:
+                        b1 -= 1
+                    if b0 == b1:
+                        continue
+                    for a in range(N):
+                        q = y[off + a * N + c]
+                        for b in range(b0, b1):
+                            Ym[a, b] += q * Xm[c, b]
                 if exact:
                     # Q' = (Q - eta Q Xm) - eta Xm^T (Q - eta Q Xm)
                     for a in range(N):
                         for b in range(N):
                             Ym[a, b] = y[off + a * N + b] - eta * Ym[a, b]
-                    for a in range(N):
+                # out = Xm^T Ym (exact) or Xm^T Q (flow), accumulated in place over the non-zero span
+                # of Xm's column a
+                for a in range(N):
+                    for b in range(N):
+                        out[off + a * N + b] = 0.0
+                    c0 = 0
+                    while c0 < N and Xm[c0, a] == 0.0:
+                        c0 += 1
+                    c1 = N
+                    while c1 > c0 and Xm[c1 - 1, a] == 0.0:
+                        c1 -= 1
+                    for c in range(c0, c1):
+                        x = Xm[c, a]
+                        if exact:
+                            for b in range(N):
+                                out[off + a * N + b] += x * Ym[c, b]
+                        else:
+                            for b in range(N):
+                                out[off + a * N + b] += x * y[off + c * N + b]
+                    if exact:
                         for b in range(N):
-                            acc = 0.0
-                            for c in range(N):
-                                acc += Xm[c, a] * Ym[c, b]
-                            out[off + a * N + b] = Ym[a, b] - eta * acc
-                else:
-                    for a in range(N):
+                            out[off + a * N + b] = Ym[a, b] - eta * out[off + a * N + b]
+                    else:
                         for b in range(N):
-                            acc = 0.0
-                            for c in range(N):
-                                acc += Xm[c, a] * y[off + c * N + b]
-                            out[off + a * N + b] = -(acc + Ym[a, b])
+                            out[off + a * N + b] = -(out[off + a * N + b] + Ym[a, b])
         wo = hi[k, 13]
         if wo >= 0 and tr_att:
             # W~' = W~ - eta Gamma G_W Gamma
