@@ -156,6 +156,20 @@ def test_portable_functions_rebuild_for_another_target():
     assert abs(loss_py - loss_cpu) <= 1e-15
 
 
+def test_one_driver_instantiated_per_system():
+    # meanfield.core.batched's loop, rebuilt over each system's module globals (its hooks), not a copy
+    import zlib
+
+    from meanfield.engine import batched as eb
+
+    mix, eng = batched.mix_gd_trajectory.py_func, eb.eng_gd_trajectory.py_func
+    assert batched.gd_trajectory is batched.mix_gd_trajectory and eb.rk4_trajectory is eb.eng_rk4_trajectory
+    assert mix.__code__ is eng.__code__ and mix.__globals__ is vars(batched) and eng.__globals__ is vars(eb)
+    assert mix.__globals__["gd_stage"] is batched.mix_gd_stage and eng.__globals__["gd_stage"] is eb.eng_gd_stage
+    # numba's cache key carries the system module's checksum (a hook edited there compiles anew)
+    assert mix.__qualname__ == f"mix_gd_trajectory_{zlib.crc32(Path(batched.__file__).read_bytes()):08x}"
+
+
 def test_import_does_not_touch_cuda():
     code = ("import sys, meanfield, meanfield.cli, meanfield.mixture.batched, meanfield.core.sweep, "
             "meanfield.mixture.widths; print(sorted(m for m in sys.modules if m.startswith('numba.cuda')))")

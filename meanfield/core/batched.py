@@ -45,12 +45,13 @@ Per-trajectory inputs (row b): ``eta`` (step size; dt for rk4), ``max_abs``,
 ``n_rec[b]`` valid, ``status[b]`` (0 complete, 2 non-finite, 3 above max_abs,
 4 record buffer full: a bug), ``stop_stage``, stage ends ``end_step``,
 ``end_t``, ``end_reason`` (0 length, 1 criterion), ``final_loss[b]`` (the loss
-at the last state the kernels evaluated), ``Yout[b]`` (final state, CPU loop).
+at the last state the kernels evaluated), ``Yout[b]`` (the final state).
 
-Numba's disk cache keys an instantiated function on this file (and its name):
-an edit here recompiles every system's driver; an edit of a system's hook
-alone, like an edit of the kernels the drivers call, is not seen by the cache
-(numba tracks no callees): clear ``__pycache__`` / ``NUMBA_CACHE_DIR`` then.
+Numba's disk cache keys an instantiated function on this file (an edit here
+recompiles every system's driver) and on its qualified name, which carries a
+checksum of the system's batch module (an edit of a hook there compiles anew
+too). As for any cached numba function, an edit of the kernels the hooks call
+(another file) is not seen: clear ``__pycache__`` / ``NUMBA_CACHE_DIR`` then.
 This module imports no numba and no system at import.
 """
 
@@ -58,17 +59,17 @@ from __future__ import annotations
 
 import math
 import types
+import zlib
 
 import numpy as np
 
 
-def instantiate(template, namespace: dict, name: str, decorate):
+def instantiate(template, namespace: dict, name: str, decorate, tag: str = ""):
     """``template`` rebuilt over the globals ``namespace`` (a system module's
-    ``globals()``) as the function ``name`` (its qualified name too: the disk
-    cache of numba keys on it), decorated with ``decorate``; the result is
-    also bound to ``name`` in ``namespace``."""
+    ``globals()``) as the function ``name``, decorated with ``decorate``. Its
+    qualified name, on which numba's disk cache keys it, is ``name`` + ``tag``."""
     fn = types.FunctionType(template.__code__, namespace, name, template.__defaults__, None)
-    fn.__qualname__ = name
+    fn.__qualname__ = name + tag
     fn.__doc__ = template.__doc__
     return decorate(fn)
 
@@ -262,13 +263,16 @@ def instantiate_all(namespace: dict, prefix: str, portable, njit) -> None:
     ``njit(cache=True, nogil=True)``). The module provides the hooks
     ``gd_stage``, ``rhs_stage`` and ``new_scratch`` (defined before this is
     called)."""
+    with open(namespace["__file__"], "rb") as f:  # the hooks' source: in the cache key (see the module doc)
+        tag = f"_{zlib.crc32(f.read()):08x}"
     for tpl in (record_into, gd_trajectory, rk4_trajectory):
-        namespace[tpl.__name__] = instantiate(tpl, namespace, prefix + tpl.__name__, portable)
+        fn = instantiate(tpl, namespace, prefix + tpl.__name__, portable, tag)
+        namespace[prefix + tpl.__name__] = namespace[tpl.__name__] = fn
     cpu = njit(cache=True, nogil=True)
     for method in ("gd", "rk4"):
         g = dict(namespace, trajectory=namespace[method + "_trajectory"])  # the module's globals as they are now
         name = f"{prefix}{method}_batch_cpu"
-        namespace[name] = instantiate(batch_cpu, g, name, cpu)
+        namespace[name] = instantiate(batch_cpu, g, name, cpu, tag)
 
 
 def new_outputs(B: int, T: int, ny: int, n_stages: int) -> list:
