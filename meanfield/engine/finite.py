@@ -105,7 +105,9 @@ class ParticleSystem:
     def _buffers(self) -> list[dict]:
         i = self._turn
         if self._bufs[i] is None:
-            self._bufs[i] = [{k: np.empty(np.shape(v)) for k, v in p.items() if np.ndim(v) > 0} for p in self._params]
+            self._bufs[i] = [dict({k: np.empty(np.shape(v)) for k, v in p.items() if np.ndim(v) > 0},
+                                  **({"_U": np.empty_like(pe["_U"])} if "_U" in pe else {}))
+                             for p, pe in zip(self._params, self._products())]
         return self._bufs[i]
 
     def _products(self):

@@ -73,6 +73,13 @@ def _relu(x):
     return np.maximum(x, 0.0)
 
 
+def _writable(b, x):
+    """``b`` if it can receive a result shaped like ``x`` (C-contiguous, writeable, not ``x``), else None."""
+    if b is None or b is x or b.shape != x.shape or not b.flags.c_contiguous or not b.flags.writeable:
+        return None
+    return b
+
+
 @dataclass
 class _Head:
     """Static per-head data (from the description's Head)."""
@@ -99,8 +106,10 @@ class _Head:
     unit_counts: bool = True  # every key has c = 1 (no multiplicities in the softmax)
 
 
-#: the weights whose gradient is (m x P or C x n x P factor) times E^T (every token lies in span(E))
+#: the weights whose gradient is A B with A m x P (or C x n x P) and B P x d (every token lies in span(E))
 _FACTORED = ("WK", "WQ", "MV", "w")
+#: the wide weights (m x d), in the order of their columns in the products' U
+_WIDE = ("WK", "WQ", "MV")
 
 
 class Oracle:
@@ -123,7 +132,7 @@ class Oracle:
         self.ET = np.ascontiguousarray(self.E.T)
         data = desc.data
         self.T = np.ascontiguousarray(np.asarray(data.tokens, float))   # (S, L, P)
-        self.TT = np.ascontiguousarray(self.T.transpose(0, 2, 1))       # (S, P, L)
+        self.T2 = self.T.reshape(-1, P)                                  # (S L, P)
         self.X = self.T @ self.E.T                                # (S, L, d)
         self.c = np.asarray(data.count_array, float)             # (S, L)
         self.weight = np.asarray(data.weight, float)
@@ -162,23 +171,45 @@ class Oracle:
 
     def products(self, params: list[dict]) -> list[dict]:
         """The weights seen by the tokens (every token is x = E t): per head W_K E,
-        W_Q E, M_V E (m x P), w E (C x n x P) and E^T W E (P x P, merged), computed
-        from the explicit weights (cost m d P; the d x d matrix W_K^T W_Q is never formed)."""
-        E = self.E
+        W_Q E, M_V E (m x P; views into one m x (P per wide weight) array ``_U``, keys
+        ``_keys``), w E (C x n x P) and E^T W E (P x P, merged), computed from the
+        explicit weights (cost m d P; the d x d matrix W_K^T W_Q is never formed)."""
+        E, P = self.E, self.P
         out = []
         for p in params:
             q = {}
-            for k in ("WK", "WQ", "MV", "w"):
-                if k in p:
-                    q[k] = p[k] @ E
+            keys = tuple(k for k in _WIDE if k in p)
+            if keys:
+                U = np.empty((p[keys[0]].shape[0], P * len(keys)))
+                for i, k in enumerate(keys):
+                    q[k] = U[:, i * P:(i + 1) * P]
+                    np.matmul(p[k], E, out=q[k])
+                q["_U"], q["_keys"] = U, keys
+            if "w" in p:
+                q["w"] = p["w"] @ E
             if "W" in p:
                 q["W"] = self.ET @ p["W"] @ E
             out.append(q)
         return out
 
+    @staticmethod
+    def gram(pe: dict) -> np.ndarray:
+        """U^T U of a head's products (U = [W_K E, W_Q E, M_V E], the wide weights it
+        has), computed once per set of products."""
+        G = pe.get("_G")
+        if G is None:
+            U = pe["_U"]
+            G = pe["_G"] = U.T @ U
+        return G
+
     def _logits(self, hd: _Head, pe: dict) -> np.ndarray:
-        """z[s, i, l] = scale x_i^T K x_l with K = W_K^T W_Q or W: = scale t_i^T (E^T K E) t_l."""
-        KP = pe["WK"].T @ pe["WQ"] if hd.kq == "separate" else pe["W"]
+        """z[s, i, l] = scale x_i^T K x_l with K = W_K^T W_Q or W: = scale t_i^T (E^T K E) t_l
+        (E^T W_K^T W_Q E = (W_K E)^T (W_Q E), from the Gram U^T U when it is at hand)."""
+        if hd.kq == "separate":
+            G = pe.get("_G")
+            KP = pe["WK"].T @ pe["WQ"] if G is None else G[:self.P, self.P:2 * self.P]
+        else:
+            KP = pe["W"]
         z = (self.T @ KP) @ hd.TqT
         if hd.scale != 1.0:
             z *= hd.scale
@@ -266,30 +297,38 @@ class Oracle:
         return -np.max(np.abs(f - y.reshape(f.shape)), axis=1)
 
     def _backward(self, params: list[dict], cache: dict) -> list[dict]:
-        """The gradients, those of W_K, W_Q, M_V and the neurons w as their factors
-        F with dLoss/dweight = F E^T (F: m x P, or C x n x P); the others in full."""
+        """The gradients, those of W_K, W_Q, M_V and the neurons w as factor pairs
+        (A, B) with dLoss/dweight = A B (A: m x P or C x n x P, B: P x d); the others in full."""
         dldf = cache["dldf"]                                     # (S, C), weights included
         grads = []
         for hd, p, pe, c in zip(self.heads, params, cache["we"], cache["heads"]):
             a = float(p["a"])
-            g: dict = {"a": np.array(float(np.sum(dldf * c["out"])))}
+            g: dict = {"a": np.array(float((dldf * c["out"]).sum()))}
             dout = a * dldf                                      # (S, C)
             tbar = c["tbar"]
             if hd.value == "neuron":
                 u = c["u"]
                 C, n = u.shape[1], u.shape[2]
-                rp = np.where(u > 0, 1.0, np.where(u < 0, 0.0, self.r0))
-                du = (dout[:, :, None] * rp / hd.n).reshape(-1, C * n)    # (S, C n)
-                g["w"] = (du.T @ tbar).reshape(C, n, -1)        # dL/dw = sum_s du zbar = (du^T tbar) E^T
+                if self.r0 == 1.0:
+                    rp = u >= 0.0
+                elif self.r0 == 0.0:
+                    rp = u > 0.0
+                else:
+                    rp = np.where(u > 0, 1.0, np.where(u < 0, 0.0, self.r0))
+                du = dout[:, :, None] * rp
+                if hd.n != 1:
+                    du /= hd.n
+                du = du.reshape(-1, C * n)                       # (S, C n)
+                g["w"] = ((du.T @ tbar).reshape(C, n, -1), self.ET)  # dL/dw = sum_s du zbar = (du^T tbar) E^T
                 dzE = du @ pe["w"].reshape(C * n, -1)            # E^T dL/dzbar (S, P)
             elif hd.value == "linear":
-                g["w"] = (dout.T @ tbar)[:, None, :]
+                g["w"] = ((dout.T @ tbar)[:, None, :], self.ET)
                 dzE = dout @ pe["w"][:, 0]
             elif hd.value == "matrix":
                 hv = c["u"]                                      # (S, m)
                 g["r"] = dout.T @ hv                             # (C, m)
                 dh = dout @ p["r"]                               # (S, m)
-                g["MV"] = dh.T @ tbar                            # dL/dM_V = dh^T zbar = (dh^T tbar) E^T
+                g["MV"] = (dh.T @ tbar, self.ET)                 # dL/dM_V = dh^T zbar = (dh^T tbar) E^T
                 dzE = dh @ pe["MV"]                              # (S, P)
             else:
                 # out = tbar = sum_i att_i t_i: dL/datt_i = dout . t_i
@@ -298,16 +337,16 @@ class Oracle:
             dp = datt[:, :, None] * hd.qw[:, None, :]          # (S, L, Lq)
             pa = c["pa"]
             if hd.attention == "softmax":
-                dzl = pa * (dp - np.sum(pa * dp, axis=1, keepdims=True))
+                dzl = pa * (dp - (pa * dp).sum(axis=1, keepdims=True))
             else:
                 dzl = hd.lin3 * dp
             # Z = scale sum dL/dz_il x_i x_l^T = E Zt E^T
-            Zt = (self.TT @ dzl @ hd.Tq).sum(axis=0)
+            Zt = self.T2.T @ (dzl @ hd.Tq).reshape(-1, self.P)   # sum_s sum_il dzl t_i t_l^T
             if hd.scale != 1.0:
                 Zt *= hd.scale
             if hd.kq == "separate":
-                g["WK"] = pe["WQ"] @ Zt.T                        # W_Q Z^T = (W_Q E) Zt^T E^T
-                g["WQ"] = pe["WK"] @ Zt                          # W_K Z = (W_K E) Zt E^T
+                g["WK"] = (pe["WQ"], Zt.T @ self.ET)             # W_Q Z^T = (W_Q E) (Zt^T E^T)
+                g["WQ"] = (pe["WK"], Zt @ self.ET)               # W_K Z = (W_K E) (Zt E^T)
             else:
                 g["W"] = self.E @ Zt @ self.ET
             grads.append(g)
@@ -319,7 +358,7 @@ class Oracle:
         for g in grads:
             for k in _FACTORED:
                 if k in g:
-                    g[k] = g[k] @ self.ET
+                    g[k] = g[k][0] @ g[k][1]
         return grads
 
     def loss_grads(self, params, we=None):
@@ -333,38 +372,52 @@ class Oracle:
         """One full-batch GD step on the explicit weights of the groups in ``train``
         (neurons of ``value = neuron`` step eta n: the mean-field time scale):
         weight - lr dLoss/dweight, the gradient of W_K, W_Q, M_V, w formed as
-        (lr F) E^T (:meth:`_backward`). ``grads``: full gradients to use instead;
-        ``we``: the :meth:`products` of ``params``; ``out``: weights (same layout)
-        whose C-contiguous arrays may be overwritten with the result (preallocated
-        buffers; an array of ``params`` itself is never written). Untrained weights
-        are shared with ``params``, not copied. ``products``: return (new weights,
-        their :meth:`products`), the products of each updated wide weight formed
-        block of rows by block of rows right after the update (while the block is
-        in cache: one pass over the weights per step)."""
+        A (lr B) (:meth:`_backward`; B is P x d). ``grads``: full gradients to use
+        instead; ``we``: the :meth:`products` of ``params``; ``out``: weights (same
+        layout, plus ``_U`` per head) whose C-contiguous arrays may be overwritten with
+        the result (preallocated buffers; an array of ``params`` or ``we`` is never
+        written). Untrained weights are shared with ``params``, not copied.
+        ``products``: return (new weights, their :meth:`products`), the product of
+        each updated weight with E formed block of rows by block of rows right after
+        its update (while the block is in cache: one pass over the weights per step)."""
         factored = grads is None
         if factored or products:
             we = self.products(params) if we is None else we
         if factored:
             _, cache = self.forward(params, we)
             grads = self._backward(params, cache)
+        P = self.P
         res, res_we = [], []
         for j, (hd, p, g) in enumerate(zip(self.heads, params, grads)):
             q = dict(p)
-            qe = dict(we[j]) if products else None
-            buf = out[j] if out is not None else None
+            buf = out[j] if out is not None else {}
+            qe = None
+            if products:
+                pe = we[j]
+                qe = {k: v for k, v in pe.items() if k != "_G"}
+                if "_U" in pe:
+                    U = _writable(buf.get("_U"), pe["_U"])
+                    U = np.empty_like(pe["_U"]) if U is None else U
+                    for i, k in enumerate(pe["_keys"]):
+                        qe[k] = U[:, i * P:(i + 1) * P]
+                    qe["_U"] = U
+            trained = set()
             for grp in train:
                 for k in GROUP_WEIGHTS[grp]:
                     if k not in g or k not in p:
                         continue
                     if k == "a" and not hd.train_sign:
                         continue
+                    trained.add(k)
                     lr = eta * hd.n if (k == "w" and hd.value == "neuron") else eta
-                    x, b = p[k], (buf.get(k) if buf is not None else None)
-                    if (b is None or b is x or b.shape != x.shape or not b.flags.c_contiguous
-                            or not b.flags.writeable):
-                        b = None
+                    x = p[k]
+                    b = _writable(buf.get(k), x)
                     if factored and k in _FACTORED:
-                        q[k] = self._update(x, lr * g[k], b, qe, k)
+                        A, B = g[k]
+                        dest = qe.get(k) if (qe is not None and k in _WIDE) else None
+                        q[k] = self._update(x, A, lr * B, b, dest)
+                        if qe is not None and k not in _WIDE:
+                            qe[k] = q[k] @ self.E
                         continue
                     if b is None or x.ndim == 0:
                         q[k] = x - lr * g[k]
@@ -372,8 +425,15 @@ class Oracle:
                         np.multiply(g[k], lr, out=b)
                         np.subtract(x, b, out=b)
                         q[k] = b
-                    if products and k in qe:
-                        qe[k] = self.ET @ q[k] @ self.E if k == "W" else q[k] @ self.E
+                    if qe is not None and k in qe:
+                        if k in _WIDE:
+                            np.matmul(q[k], self.E, out=qe[k])
+                        else:
+                            qe[k] = self.ET @ q[k] @ self.E if k == "W" else q[k] @ self.E
+            if qe is not None and "_U" in qe:
+                for k in qe["_keys"]:
+                    if k not in trained:
+                        qe[k][...] = we[j][k]
             res.append(q)
             res_we.append(qe)
         return (res, res_we) if products else res
@@ -381,28 +441,25 @@ class Oracle:
     #: rows per block of :meth:`_update` (about 2 MB of weights: the block stays in cache)
     BLOCK_BYTES = 1 << 21
 
-    def _update(self, x, F, b, qe, k):
-        """x - F E^T (F = lr times the gradient factor), into ``b`` when given; with ``qe``
-        (a dict) also the product of the result with E, stored as qe[k]."""
+    def _update(self, x, A, B, b, pe=None):
+        """x - A B (B: P x d, lr included), into ``b`` when given; ``pe`` (rows x P):
+        where to write the result times E, block by block."""
         if b is None:
-            new = x - F @ self.ET
-            if qe is not None:
-                qe[k] = new @ self.E
+            new = x - A @ B
+            if pe is not None:
+                np.matmul(new, self.E, out=pe)
             return new
         d = self.d
-        x2, b2, F2 = x.reshape(-1, d), b.reshape(-1, d), F.reshape(-1, self.P)
+        x2, b2, A2 = x.reshape(-1, d), b.reshape(-1, d), A.reshape(-1, self.P)
         rows = b2.shape[0]
         step = max(256, self.BLOCK_BYTES // (8 * d))
-        pe = np.empty((rows, self.P)) if qe is not None else None
         for r in range(0, rows, step):
             sl = slice(r, r + step)
             bb = b2[sl]
-            np.matmul(F2[sl], self.ET, out=bb)
+            np.matmul(A2[sl], B, out=bb)
             np.subtract(x2[sl], bb, out=bb)
             if pe is not None:
                 np.matmul(bb, self.E, out=pe[sl])
-        if qe is not None:
-            qe[k] = pe.reshape(F.shape)
         return b
 
     # ------------------------------------------------------------ projection
@@ -574,34 +631,55 @@ def weights_from_engine_init(desc, E: np.ndarray, seed_orth=None, lay=None) -> l
     return out
 
 
+_PLANS: dict = {}
+
+
+def _pack_plan(lay):
+    """Per head (objects, N, Q offset, W~ offset, w~ offset, a offset) of a layout, as Python ints."""
+    key = id(lay)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is lay:
+        return hit[1]
+    from . import reduce as R
+
+    plan = [(tuple(o[0] for o in lay.objects[k]), int(lay.hi[k, R.H_N]), int(lay.hi[k, R.H_QOFF]),
+             int(lay.hi[k, R.H_WOFF]), int(lay.hi[k, R.H_VOFF]), int(lay.hi[k, R.H_AOFF]))
+            for k in range(len(lay.objects))]
+    if len(_PLANS) > 64:
+        _PLANS.clear()
+    _PLANS[key] = (lay, plan)
+    return plan
+
+
 def pack(desc, E: np.ndarray, params: list[dict], lay=None, we=None) -> np.ndarray:
     """The engine's flat reduced state (its layout, ``reduce.layout``) of explicit weights:
     Q_h = U^T U with U = [M_K E, M_Q E, M_V E, r_1 .. r_C], W~ = E^T W E, w~ = E^T w, a
     (``we``: those products, :meth:`Oracle.products` of ``params``, when already computed)."""
-    from . import reduce as R
+    if lay is None:
+        from . import reduce as R
 
-    lay = lay or R.layout(desc)
+        lay = R.layout(desc)
     y = np.zeros(lay.size)
-    for k, (h, p) in enumerate(zip(desc.model.heads, params)):
-        cols = []
-        for name, s, w, g in lay.objects[k]:
-            if name in ("K", "Q", "V"):
-                key = {"K": "WK", "Q": "WQ", "V": "MV"}[name]
-                cols.append(p[key] @ E if we is None else we[k][key])
-            else:
-                cols.append(p["r"][int(name[1:]) - 1][:, None])
-        N = int(lay.hi[k, R.H_N])
+    names = {"K": "WK", "Q": "WQ", "V": "MV"}
+    for k, (p, (objs, N, qoff, woff, voff, aoff)) in enumerate(zip(params, _pack_plan(lay))):
         if N:
-            U = np.concatenate(cols, axis=1)
-            off = int(lay.hi[k, R.H_QOFF])
-            y[off:off + N * N] = (U.T @ U).ravel()
-        if lay.hi[k, R.H_WOFF] >= 0:
-            off = int(lay.hi[k, R.H_WOFF])
-            y[off:off + lay.P ** 2] = (E.T @ p["W"] @ E if we is None else we[k]["W"]).ravel()
-        if lay.hi[k, R.H_VOFF] >= 0:
-            off = int(lay.hi[k, R.H_VOFF])
+            if we is not None and "_U" in we[k] and tuple(names.get(o) for o in objs) == we[k]["_keys"]:
+                Q = Oracle.gram(we[k])      # the products' U is the layout's (no read-outs)
+            else:
+                cols = []
+                for name in objs:
+                    if name in names:
+                        cols.append(p[names[name]] @ E if we is None else we[k][names[name]])
+                    else:
+                        cols.append(p["r"][int(name[1:]) - 1][:, None])
+                U = np.concatenate(cols, axis=1)
+                Q = U.T @ U
+            y[qoff:qoff + N * N] = Q.ravel()
+        if woff >= 0:
+            y[woff:woff + lay.P ** 2] = (E.T @ p["W"] @ E if we is None else we[k]["W"]).ravel()
+        if voff >= 0:
             wt = p["w"] @ E if we is None else we[k]["w"]
-            y[off:off + wt.size] = wt.ravel()
-        if lay.hi[k, R.H_AOFF] >= 0:
-            y[int(lay.hi[k, R.H_AOFF])] = float(p["a"])
+            y[voff:voff + wt.size] = wt.ravel()
+        if aoff >= 0:
+            y[aoff] = float(p["a"])
     return y
