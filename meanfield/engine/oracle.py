@@ -29,11 +29,23 @@ The network (the conventions of :class:`meanfield.engine.description.Head`):
 * loss per sequence: logistic log(1 + e^{-y f}); squared 1/2 |f - y|^2;
   cross_entropy logsumexp(f) - f_y; the total is sum_s weight_s loss_s.
 
+How it is computed. Every token is x = E t, so the network reads each weight
+only through its product with E: the wide weights through M_K = W_K E,
+M_Q = W_Q E, M_V = M_V E (m x P, formed from the explicit weights at every step,
+cost m d P: the d x d matrix W_K^T W_Q is never formed), the neurons through
+E^T w, a merged W through E^T W E. So z_il = scale t_i^T M_K^T M_Q t_l,
+w^T zbar = (E^T w)^T tbar, M_V zbar = M_V E tbar, and dL/datt_i = dL/dzbar . x_i
+= (E^T dL/dzbar) . t_i. Every gradient of a wide weight or neuron is a matrix
+times E^T (an outer product, cost m P d), and the weights themselves are
+updated explicitly: W <- W - eta (A B) with B a P x d matrix.
+
 Backward pass (written out here): dL/df -> dL/dout_j = a_j dL/df,
-dL/da_j = sum_s dL/df . out_j; value gradients; dL/dzbar; dL/dp_il =
+dL/da_j = sum_s dL/df . out_j; value gradients (dL/dw = (sum_s du_s tbar_s) E^T,
+dL/dM_V = (sum_s dh_s tbar_s^T) E^T, dL/dr_c); E^T dL/dzbar; dL/dp_il =
 q_l dL/dzbar . x_i; softmax dL/dz_il = p_il (dL/dp_il - sum_k p_kl dL/dp_kl),
 linear dL/dz_il = c_i dL/dp_il / L_eff; with Z = scale sum dL/dz_il x_i x_l^T
-(d x d): dL/dW_K = W_Q Z^T, dL/dW_Q = W_K Z, dL/dW = Z.
+= E Zt E^T, Zt = scale sum dL/dz_il t_i t_l^T (P x P): dL/dW_K = W_Q Z^T =
+M_Q (Zt^T E^T), dL/dW_Q = W_K Z = M_K (Zt E^T), dL/dW = E Zt E^T.
 
 Projection to the reduced variables (per head): S = E^T W_K^T W_Q E,
 A = E^T W_K^T W_K E, B = E^T W_Q^T W_Q E (separate) or W~ = E^T W E (merged);
@@ -41,8 +53,12 @@ w~ = E^T w; for a value matrix V = E^T M_V^T M_V E, R_c = E^T M_V^T r_c,
 rr = [r_c . r_c'] (and the cross blocks with keys/queries, which the loss
 never reads).
 
-Public: :func:`embedding`, :class:`Oracle` (``loss_grads``, ``step``,
-``project``, ``run``), :func:`sample_weights`.
+Public: :func:`embedding`, :class:`Oracle` (``products``, ``loss_grads``,
+``step``, ``project``, ``run``), :func:`sample_weights`, :func:`pack`. It drives
+``meanfield model particles`` and ``meanfield mixture particles``
+(``meanfield.engine.finite.ParticleSystem``: two preallocated sets of weights
+stepped in turn, the products of each updated weight formed block by block
+right after its update).
 """
 
 from __future__ import annotations
@@ -110,6 +126,11 @@ class _Head:
 _FACTORED = ("WK", "WQ", "MV", "w")
 #: the wide weights (m x d), in the order of their columns in the products' U
 _WIDE = ("WK", "WQ", "MV")
+#: multiply-adds per matrix product in the per-step passes over m rows: OpenBLAS runs a
+#: product of at most 65536 x 4 on the calling thread; above it spreads thin m x P products
+#: over its threads, which is slower than one thread (several times on a busy machine:
+#: m = 1e5, d = 5: 15 steps/s with 2 BLAS threads, 85 with one, measured on 2 loaded cores)
+_BLAS_MNK = 1 << 18
 
 
 class Oracle:
@@ -199,7 +220,15 @@ class Oracle:
         G = pe.get("_G")
         if G is None:
             U = pe["_U"]
-            G = pe["_G"] = U.T @ U
+            rows = max(1, _BLAS_MNK // (U.shape[1] ** 2))
+            if U.shape[0] <= rows:
+                G = U.T @ U
+            else:                       # by blocks of rows: each product on the calling thread
+                G = np.zeros((U.shape[1], U.shape[1]))
+                for r in range(0, U.shape[0], rows):
+                    Ub = U[r:r + rows]
+                    G += Ub.T @ Ub
+            pe["_G"] = G
         return G
 
     def _logits(self, hd: _Head, pe: dict) -> np.ndarray:
@@ -438,7 +467,8 @@ class Oracle:
             res_we.append(qe)
         return (res, res_we) if products else res
 
-    #: rows per block of :meth:`_update` (about 2 MB of weights: the block stays in cache)
+    #: rows per block of :meth:`_update`: at most about 2 MB of weights (the block stays in
+    #: cache) and at most _BLAS_MNK multiply-adds per product (each on the calling thread)
     BLOCK_BYTES = 1 << 21
 
     def _update(self, x, A, B, b, pe=None):
@@ -452,7 +482,7 @@ class Oracle:
         d = self.d
         x2, b2, A2 = x.reshape(-1, d), b.reshape(-1, d), A.reshape(-1, self.P)
         rows = b2.shape[0]
-        step = max(256, self.BLOCK_BYTES // (8 * d))
+        step = max(16, min(self.BLOCK_BYTES // (8 * d), _BLAS_MNK // (d * self.P)))
         for r in range(0, rows, step):
             sl = slice(r, r + step)
             bb = b2[sl]
