@@ -38,8 +38,10 @@ for ``softmax_scale``) and packed into the reduced layout with
 ``kernels.pack``; recorded quantities then come from THE observable function
 ``meanfield.mixture.observables.observables`` (through ``run.save``), as for
 the reduced system. Agreement with the reduced system is to rounding
-(~1e-15 relative; the arithmetic order differs from the numba sampler this
-module replaced, whose run files it reproduces to ~1e-14).
+(~1e-15 relative over hundreds of steps; tested to 1e-10). The network computes
+through the m x P products W E (every token lies in span(E)), so a step costs
+O(m d P) with the weights kept explicit in R^{m x d} (``docs/engine_oracle.md``;
+speed: ``benchmarks/bench_particles.py``).
 
 The sampler covers the configs the reduced signed-feature kernels cover
 (orthonormal features, one neuron per head, method gd); feature Grams,
@@ -219,9 +221,10 @@ def head_weights(WK, WQ, w) -> list[dict]:
 def make_particles(cfg: MixtureConfig, d: int | None = None, embed_seed: int | None = None,
                    threads: int | None = None) -> ProjectedParticles:
     """The initialised particle system of a finite-width GD config (memory:
-    about 32 m d bytes for the weights, and as much again while a step runs).
+    about 32 m d bytes per set of weights; the steps write two sets in turn).
     ``threads``: accepted for compatibility and ignored (the engine's network is
-    numpy; its BLAS threads follow ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS``)."""
+    numpy; its per-step products over the m rows go in blocks small enough that
+    BLAS runs each on the calling thread)."""
     d = _check_cfg(cfg, d)
     desc = _description(cfg)
     E = _embedding(cfg, d, embed_seed)
