@@ -9,8 +9,9 @@ this one process so that the ratios mean something on a noisy machine.
 Each case: finite-width config (omega = 0.1, eta = 0.5, zero neurons,
 ReLU'(0) = 1, seed 0), simultaneous training, no criterion, max_abs = inf;
 ``steps`` GD steps from the initial state in one ``gd_advance`` call, best of
-``repeats`` (each repeat from the same initial weights; the first two steps
-of a repeat also allocate the two sets of weights the steps write in turn).
+``repeats`` (each repeat from the same initial weights). At d = 2K + 1 the
+steps write two sets of weights in turn (the first two steps of a repeat also
+allocate them); at d = 256 (>= 4P) the wide weights are updated in place.
 The sampler is the engine's numpy network (``meanfield.engine.oracle``
 through ``meanfield.engine.finite``: logits and gradients through the m x P
 products W E, cost O(m d P) a step); its threads are BLAS's

@@ -108,6 +108,76 @@ def test_particles_divergence_matches_reduced():
     assert max(err.values()) < RTOL
 
 
+# ------------------------------------------------------------ the two ways of stepping (engine.finite)
+
+
+def _both_ways(monkeypatch, cfg, d):
+    """run_particles with the wide weights stepped in place and with two buffer sets."""
+    from meanfield.engine.finite import ParticleSystem
+
+    out = {}
+    for way, ratio in (("in place", 0), ("buffered", 10 ** 9)):
+        monkeypatch.setattr(ParticleSystem, "IN_PLACE_D_OVER_P", ratio)
+        out[way] = particles.run_particles(cfg, d=d)
+    return out
+
+
+@pytest.mark.parametrize("schedule", ["simultaneous", "three-stage"])
+def test_in_place_and_buffered_steps_equal_reduced(monkeypatch, schedule):
+    """d = 4P + 1 (the in-place way by default): both ways equal the reduced run and each other."""
+    cfg = _cfg(2, 3, 17, schedule, neuron_init="gaussian:0.3")
+    t = _both_ways(monkeypatch, cfg, 17)
+    monkeypatch.undo()
+    _compare(cfg, 17)
+    red = run.run(cfg).arrays()["y"]
+    for way, tp in t.items():
+        assert tp.status == "complete" and tp.step[-1] == 240, way
+        assert max(_rel_errors(tp.arrays()["y"], red).values()) < RTOL, way
+    a, b = (t[w].arrays()["y"] for w in ("in place", "buffered"))
+    assert np.max(np.abs(a - b)) <= 1e-12 * np.max(np.abs(b))
+
+
+def test_in_place_refused_step_writes_nothing(monkeypatch):
+    """max_abs exceeded / divergence: the in-place step is refused on the predicted
+    projection, the held weights are bitwise those of the last accepted step, and the
+    run ends where the buffered way (which decides on the projection of the result) ends."""
+    from meanfield.engine.finite import ParticleSystem
+
+    for kw in (dict(eta=1e3, steps=50, seed=1), dict(eta=0.5, omega=2.0, steps=200, max_abs=3.0)):
+        cfg = _cfg(2, 3, 5, "simultaneous", **kw)
+        t = _both_ways(monkeypatch, cfg, 9)
+        assert t["in place"].status == t["buffered"].status == run.run(cfg).status != "complete", kw
+        assert t["in place"].step == t["buffered"].step and t["in place"].message == t["buffered"].message
+        monkeypatch.setattr(ParticleSystem, "IN_PLACE_D_OVER_P", 0)
+        system = particles.make_particles(cfg, 9)
+        y = system.projection()
+        n = t["in place"].step[-1]
+        assert system.gd_advance(y, n + 5, cfg.eta, (True, True), None)[0] == n
+        held = [{k: v.copy() for k, v in p.items()} for p in system.psys._params]
+        proj = system.psys.projection()
+        assert system.gd_advance(y, 1, cfg.eta, (True, True), None)[0] == 0
+        for p, q in zip(system.psys._params, held):
+            for k in p:
+                np.testing.assert_array_equal(p[k], q[k])
+        np.testing.assert_array_equal(system.psys.projection(), proj)
+
+
+def test_in_place_never_writes_the_callers_arrays(monkeypatch):
+    from meanfield.engine.finite import ParticleSystem
+
+    monkeypatch.setattr(ParticleSystem, "IN_PLACE_D_OVER_P", 0)
+    cfg = _cfg(2, 3, 5, "simultaneous")
+    ref = particles.make_particles(cfg, 9)
+    given = ref.psys.params                       # read: now the caller's
+    copies = [{k: v.copy() for k, v in p.items()} for p in given]
+    y = ref.projection()
+    assert ref.gd_advance(y, 5, cfg.eta, (True, True), None) == (5, 0)
+    for p, q in zip(given, copies):
+        for k in p:
+            np.testing.assert_array_equal(p[k], q[k])
+    assert not np.array_equal(ref.psys.params[0]["WK"], given[0]["WK"])
+
+
 # ------------------------------------------------------------ init and weights
 
 

@@ -74,7 +74,18 @@ class ParticleSystem:
     """The explicit network as a ``meanfield.core.integrate`` system: ``y`` is the
     projection of the weights it holds (the engine's flat layout), :meth:`gd_advance`
     steps the weights and writes their projection into ``y``; criteria are
-    evaluated on the weights by the network itself. GD (flow and rk4: :class:`FlowParticleSystem`)."""
+    evaluated on the weights by the network itself. GD (flow and rk4: :class:`FlowParticleSystem`).
+
+    Two ways to step (same arithmetic up to rounding order): with d >= ``IN_PLACE_D_OVER_P``
+    P the wide weights are updated in place (``Oracle.step_in_place``: the step is
+    refused, and nothing written, when the projection predicted from the gradient
+    factors is not finite or exceeds ``max_abs``; one set of weights, one read and
+    one write of each per step); otherwise (small d, where the prediction would cost
+    as much as the pass) the steps write two preallocated sets of weights in turn
+    and the projection of the result decides."""
+
+    #: d / P from which the wide weights are stepped in place
+    IN_PLACE_D_OVER_P = 4
 
     def __init__(self, desc: Description, E: np.ndarray, params: list[dict], max_abs: float = math.inf):
         from .reduce import layout
@@ -91,6 +102,7 @@ class ParticleSystem:
         """The held weights (per-head dicts, :mod:`meanfield.engine.oracle`); once read
         here they are the caller's: later steps never write into their arrays."""
         self._bufs = [None, None]
+        self._owned = False
         return self._params
 
     @params.setter
@@ -101,6 +113,7 @@ class ParticleSystem:
         # two sets of arrays owned by the system, written in turn by the steps (no allocation per step)
         self._bufs = [None, None]
         self._turn = 0
+        self._owned = False  # the held arrays are the caller's (copied before an in-place step)
 
     def _buffers(self) -> list[dict]:
         i = self._turn
@@ -130,10 +143,35 @@ class ParticleSystem:
         net, desc, E, lay = self.net, self.desc, self.E, self.lay
         code = 0
         done = 0
+        in_place = E.shape[0] >= self.IN_PLACE_D_OVER_P * E.shape[1]
+        verdict = {}
+
+        def accept(new, we):
+            proj = orc.pack(desc, E, new, lay, we)
+            verdict["proj"] = proj
+            verdict["code"] = 0 if np.all(np.isfinite(proj)) else 2
+            if verdict["code"] == 0 and self.max_abs < math.inf and np.abs(proj).max() > self.max_abs:
+                verdict["code"] = 3
+            return verdict["code"] == 0
+
         for _ in range(int(nsteps)):
             if criterion is not None and self._criterion(criterion):
                 code = 1
                 break
+            if in_place:
+                if not self._owned:
+                    self._params = [{k: np.array(v) for k, v in p.items()} for p in self._params]
+                    self._owned = True
+                with np.errstate(over="ignore", invalid="ignore"):
+                    out = net.step_in_place(self._params, eta, groups, self._products(), accept)
+                if out is None:
+                    code = verdict["code"]
+                    break
+                new, we = out
+                self._params, self._we, self._proj = new, we, None
+                self._bufs = [None, None]
+                done += 1
+                continue
             old = self._params
             with np.errstate(over="ignore", invalid="ignore"):
                 # the new weights go into the system's own buffers (never into the held arrays)

@@ -56,9 +56,9 @@ never reads).
 Public: :func:`embedding`, :class:`Oracle` (``products``, ``loss_grads``,
 ``step``, ``project``, ``run``), :func:`sample_weights`, :func:`pack`. It drives
 ``meanfield model particles`` and ``meanfield mixture particles``
-(``meanfield.engine.finite.ParticleSystem``: two preallocated sets of weights
-stepped in turn, the products of each updated weight formed block by block
-right after its update).
+(``meanfield.engine.finite.ParticleSystem``: the wide weights stepped in place
+(:meth:`Oracle.step_in_place`) or two preallocated sets stepped in turn, the
+products of each updated weight formed block by block right after its update).
 """
 
 from __future__ import annotations
@@ -483,14 +483,70 @@ class Oracle:
         x2, b2, A2 = x.reshape(-1, d), b.reshape(-1, d), A.reshape(-1, self.P)
         rows = b2.shape[0]
         step = max(16, min(self.BLOCK_BYTES // (8 * d), _BLAS_MNK // (d * self.P)))
+        scratch = np.empty((min(step, rows), d)) if b is x else None
         for r in range(0, rows, step):
             sl = slice(r, r + step)
             bb = b2[sl]
-            np.matmul(A2[sl], B, out=bb)
-            np.subtract(x2[sl], bb, out=bb)
+            if scratch is None:
+                np.matmul(A2[sl], B, out=bb)
+                np.subtract(x2[sl], bb, out=bb)
+            else:                           # in place: x's block is read and written once
+                sc = scratch[:bb.shape[0]]
+                np.matmul(A2[sl], B, out=sc)
+                np.subtract(bb, sc, out=bb)
             if pe is not None:
                 np.matmul(bb, self.E, out=pe[sl])
         return b
+
+    def step_in_place(self, params: list[dict], eta: float, train: tuple[str, ...], we, accept):
+        """A GD step (:meth:`step`) that writes the wide weights in place: one read and
+        one write of each per step, no second set. First the products of the result are
+        predicted from the gradient factors (M - A (lr B E), m x P: the weights are not
+        touched) and ``accept(new weights, predicted products)`` decides (finite
+        projection, bounds); if it refuses, nothing is written and None is returned.
+        Else each trained wide weight is updated in place block by block and its
+        products are formed from the updated explicit weights; returns (weights, their
+        :meth:`products`). Narrow weights (neurons, merged W, read-outs, signs) are new arrays."""
+        _, cache = self.forward(params, we)
+        grads = self._backward(params, cache)
+        P = self.P
+        res, pred, plan = [], [], []
+        for j, (hd, p, g) in enumerate(zip(self.heads, params, grads)):
+            pe = we[j]
+            q = dict(p)
+            qe = {k: v for k, v in pe.items() if k != "_G"}
+            if "_U" in pe:
+                U = pe["_U"].copy()
+                for i, k in enumerate(pe["_keys"]):
+                    qe[k] = U[:, i * P:(i + 1) * P]
+                qe["_U"] = U
+            for grp in train:
+                for k in GROUP_WEIGHTS[grp]:
+                    if k not in g or k not in p or (k == "a" and not hd.train_sign):
+                        continue
+                    lr = eta * hd.n if (k == "w" and hd.value == "neuron") else eta
+                    if k in _WIDE:
+                        A, B = g[k]
+                        lrB = lr * B
+                        qe[k] -= A @ (lrB @ self.E)         # predicted (W - A lrB) E
+                        plan.append((q, qe, k, A, lrB))
+                    elif k in _FACTORED:
+                        A, B = g[k]
+                        q[k] = p[k] - A @ (lr * B)
+                        qe[k] = q[k] @ self.E
+                    else:
+                        q[k] = p[k] - lr * g[k]
+                        if k == "W":
+                            qe[k] = self.ET @ q[k] @ self.E
+            res.append(q)
+            pred.append(qe)
+        if not accept(res, pred):
+            return None
+        for q, qe, k, A, lrB in plan:
+            x = q[k]
+            self._update(x, A, lrB, x, qe[k])   # in place; the products from the updated weights
+            qe.pop("_G", None)
+        return res, pred
 
     # ------------------------------------------------------------ projection
 
