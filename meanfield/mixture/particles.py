@@ -221,7 +221,8 @@ def head_weights(WK, WQ, w) -> list[dict]:
 def make_particles(cfg: MixtureConfig, d: int | None = None, embed_seed: int | None = None,
                    threads: int | None = None) -> ProjectedParticles:
     """The initialised particle system of a finite-width GD config (memory:
-    about 32 m d bytes per set of weights; the steps write two sets in turn).
+    about 32 m d bytes of weights; with d < 4P = 8K the steps write two sets in
+    turn, with larger d they update one in place).
     ``threads``: accepted for compatibility and ignored (the engine's network is
     numpy; its per-step products over the m rows go in blocks small enough that
     BLAS runs each on the calling thread)."""
