@@ -29,6 +29,15 @@ Q' = (I - eta Xm)^T Q (I - eta Xm); narrow: w~' = w~ - eta lr Gamma g,
 W~' = W~ - eta Gamma G_W Gamma, a' = a - eta dLoss/da. Flow: the eta-linear
 part. ``mode`` is a bit mask of the trained groups: 1 attention, 2 values,
 4 readout, 8 signs.
+
+Speed without new arithmetic: the GD map skips the exact zeros of
+Ghat = G + G^T (non-zero only on the read pairs' blocks, e.g.
+[[0, G_S], [G_S^T, 0]] for keys/queries) and of the block-diagonal Gr (one
+entry per row when Gamma = I), accumulating each entry over the same terms in
+the same order, so the state is bit for bit the plain triple loops' (for
+finite states); a query with one feature reads S[a, b] c_b where a key needs
+it instead of forming the P-vector T = S x_q (the mixture's signed one-hot
+tokens); attention is written straight into ``pa``.
 """
 
 from __future__ import annotations
@@ -71,7 +80,6 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
     position l (l < 0: the fixed query vector); returns the key count L_keys.
     Scratch T (P,)."""
     L = nzn.shape[1]
-    one = nzi.shape[2] == 1  # every token has at most one feature (signed one-hot data)
     if hi[k, 1] == 0:
         base = hi[k, 8] + hi[k, 9] * hi[k, 7] + hi[k, 10]
         stride = hi[k, 7]
@@ -106,13 +114,7 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
         for i in range(L):
             if cnt[s, i] > 0.0 and i != excl:
                 z = 0.0
-                if one:
-                    if nzn[s, i] > 0:
-                        if oneq:
-                            z += nzc[s, i, 0] * (y[ob + nzi[s, i, 0] * stride] * oc)
-                        else:
-                            z += nzc[s, i, 0] * T[nzi[s, i, 0]]
-                elif oneq:
+                if oneq:
                     for t in range(nzn[s, i]):
                         z += nzc[s, i, t] * (y[ob + nzi[s, i, t] * stride] * oc)
                 else:
@@ -177,7 +179,6 @@ def eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb,
     attention of query j is kept in pa[k, j] (and its key count in lka[k, j])
     for the backward pass."""
     L = nzn.shape[1]
-    one = nzi.shape[2] == 1
     for a in range(P):
         zb[k, a] = 0.0
     for j in range(eng_nqueries(hi, L, k)):
@@ -188,12 +189,8 @@ def eng_head_forward(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, k, P, zb,
         for i in range(L):
             c = ql * pa[k, j, i]
             if c != 0.0:
-                if one:
-                    if nzn[s, i] > 0:
-                        zb[k, nzi[s, i, 0]] += c * nzc[s, i, 0]
-                else:
-                    for t in range(nzn[s, i]):
-                        zb[k, nzi[s, i, t]] += c * nzc[s, i, t]
+                for t in range(nzn[s, i]):
+                    zb[k, nzi[s, i, t]] += c * nzc[s, i, t]
 
 
 @_hot
@@ -334,15 +331,10 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                 nz = True
         if not nz:
             continue
-        one = nzi.shape[2] == 1
         for i in range(L):
             acc = 0.0
-            if one:
-                if nzn[s, i] > 0:
-                    acc += om[nzi[s, i, 0]] * nzc[s, i, 0]
-            else:
-                for t in range(nzn[s, i]):
-                    acc += om[nzi[s, i, t]] * nzc[s, i, t]
+            for t in range(nzn[s, i]):
+                acc += om[nzi[s, i, t]] * nzc[s, i, t]
             v[i] = acc
         scale = hf[k, 0]
         for j in range(eng_nqueries(hi, L, k)):
@@ -359,12 +351,8 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                 for i in range(L):
                     dz = ql * pa[k, j, i] * (v[i] - vbar)
                     if dz != 0.0:
-                        if one:
-                            if nzn[s, i] > 0:
-                                tk[nzi[s, i, 0]] += dz * nzc[s, i, 0]
-                        else:
-                            for t in range(nzn[s, i]):
-                                tk[nzi[s, i, t]] += dz * nzc[s, i, t]
+                        for t in range(nzn[s, i]):
+                            tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             else:
                 for i in range(L):
                     if cnt[s, i] > 0.0:
