@@ -50,6 +50,7 @@ R0 = 1.0  # relu'(0): with zero neurons every pre-activation starts exactly at 0
 TARGET_STEP_US = 5.0
 TARGET_RATIO = 100.0
 CHUNKS = 20  # calls per timed repeat of the reduced map
+ENGINE_ALTERNATIONS = 15  # engine / fast path comparison: alternating rounds
 
 # (K, L, steps per call, repeats) for the full and the quick run
 CASES_FULL = [(2, 3, 20000, 15), (8, 3, 1000, 7), (3, 4, 5000, 7), (4, 4, 2000, 7)]
@@ -291,10 +292,12 @@ def main(argv=None) -> int:
         if (K, L) != (2, 3):
             print(f"{f'reduced GD step K={K} L={L} (us)':<34} {r['best_us']:>12.3f} {'':>10}")
     # the engine (meanfield.engine: one generic kernel for every description) on the mixture description,
-    # measured now, alternating with the fast path so both see the same machine load
+    # measured now, alternating with the fast path so both see the same machine load; each side's best
+    # of ENGINE_ALTERNATIONS x 3 short repeats (a few ms each), so that a burst of other load on a shared
+    # machine hits some repeats of both, not one side's whole measurement
     K2 = cases[0]
     eng, fast = [], []
-    for _ in range(3):
+    for _ in range(ENGINE_ALTERNATIONS):
         eng.append(bench_engine(2, 3, max(200, K2[2] // 10), 3)["best_us"])
         fast.append(bench_reduced(2, 3, max(200, K2[2] // 10), 3, chunks=1)["best_us"])
     e, f = min(eng), min(fast)
