@@ -254,19 +254,31 @@ def make_particles(desc: Description, d: int | None = None, embed_seed=None) -> 
     return ParticleSystem(desc, E, params, desc.training.max_abs)
 
 
+def _solve(desc: Description, psys, monitor=None):
+    """The particle system's trajectory as the solver leaves it (flow: records of
+    the flat weights; GD: projected states)."""
+    from .system import save_at, solver, stages
+
+    y0 = psys.y0 if isinstance(psys, FlowParticleSystem) else psys.projection()
+    return solver(desc).solve(psys, y0, stages(desc), save_at(desc), monitor)
+
+
+def _projected(desc: Description, psys, traj):
+    """``traj`` with projected records: as is for GD; for the flow a copy whose
+    records are the projections of the recorded weights (``traj`` is not changed)."""
+    if not isinstance(psys, FlowParticleSystem):
+        return traj
+    return replace(traj, y=[orc.pack(desc, psys.E, psys.unflat(v)) for v in traj.y])
+
+
 def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=None):
     """Train the explicit network of ``desc`` (finite width, GD) and return an engine
     :class:`~meanfield.engine.runs.Run` of its projected states (``run.S["+", "c1", "v1"]`` ...)."""
     from .runs import Run
-    from .system import save_at, solver, stages, system_of
+    from .system import system_of
 
     psys = make_particles(desc, d, embed_seed)
-    if isinstance(psys, FlowParticleSystem):
-        traj = solver(desc).solve(psys, psys.y0, stages(desc), save_at(desc), monitor)
-        traj.y = [orc.pack(desc, psys.E, psys.unflat(v)) for v in traj.y]  # records: projected weights
-    else:
-        traj = solver(desc).solve(psys, psys.projection(), stages(desc), save_at(desc), monitor)
-    r = Run(desc, system_of(desc), traj)
+    r = Run(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
     r.particles = psys
     return r
 
@@ -274,10 +286,12 @@ def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=
 def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=None, progress: bool = True,
                       checkpoint_s: float = 60.0):
     """:func:`particles` written as a run file (the engine's schema; attrs ``particles`` = 1,
-    ``d``, ``embed_seed``): progress on stderr for long runs, a checkpoint (status
-    interrupted) every ``checkpoint_s`` seconds, SIGINT/SIGTERM end the run with a valid
-    file (status interrupted), a blow-up with status diverged."""
-    from ..core import integrate
+    ``d``, ``embed_seed``) through the shared harness (``meanfield.core.harness.run_to_file``):
+    progress on stderr for long runs, a checkpoint (status interrupted, naming the step or
+    time reached; one that fails is a warning and the run goes on) every ``checkpoint_s``
+    seconds, SIGINT/SIGTERM end the run with a valid file (status interrupted), a blow-up
+    with status diverged."""
+    from ..core import harness
     from .runs import Run, save
     from .system import system_of
 
@@ -286,19 +300,18 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
         raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {str(out)!r}")
     dd = _check(desc, d)
     attrs = {"particles": 1, "d": int(dd), "embed_seed": int(desc.init.seed if embed_seed is None else embed_seed)}
+    psys = make_particles(desc, dd, embed_seed)
+    system = system_of(desc)
 
-    def ckpt(traj):
-        save(out, desc, Run(desc, system_of(desc), traj), status="interrupted",
-             message=f"checkpoint at step {traj.step[-1]}: the run was still going when this was written; "
-                     "if you read this, it ended early", extra_attrs=attrs)
+    def result(traj):
+        r = Run(desc, system, _projected(desc, psys, traj))
+        r.particles = psys
+        return r
 
-    gd = desc.training.method == "gd"
-    mon = integrate.Monitor(total=desc.training.horizon, unit="step" if gd else "t",
-                            quiet_s=2.0 if progress else math.inf, checkpoint=ckpt if gd else None,
-                            checkpoint_s=checkpoint_s)
-    with mon:
-        r = particles(desc, dd, embed_seed, mon)
-    return r, save(out, desc, r, extra_attrs=attrs)
+    return harness.run_to_file(
+        desc.training, lambda mon: _solve(desc, psys, mon),
+        lambda r, status=None, message=None: save(out, desc, r, status=status, message=message, extra_attrs=attrs),
+        progress=progress, checkpoint_s=checkpoint_s, label="particles ", result=result)
 
 
 # ------------------------------------------------------------------ width sweep

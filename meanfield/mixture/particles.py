@@ -57,12 +57,11 @@ run file), :func:`make_particles` / :class:`ProjectedParticles` (the system
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 
-from ..core import integrate
+from ..core import harness, integrate
 from ..core.config import ConfigError
 from . import kernels
 from . import run as _run
@@ -255,19 +254,15 @@ def particles_to_file(cfg: MixtureConfig, out: str | Path, d: int | None = None,
     (``run.save``: system "mixture", recorded quantities from the shared
     observable function) with attrs particles = 1, d, width, seed, embed_seed
     (-1: E drawn from child 3 of SeedSequence(seed)). Progress on stderr and a
-    checkpoint file (status "interrupted") every ``checkpoint_s`` seconds, as
-    ``run.run_to_file``. Returns (trajectory, path)."""
+    checkpoint file (status "interrupted", naming the step reached) every
+    ``checkpoint_s`` seconds, through the shared harness
+    (``meanfield.core.harness.run_to_file``, as ``run.run_to_file``: a
+    checkpoint that fails is a warning and the run goes on). Returns
+    (trajectory, path)."""
     d = _check_cfg(cfg, d)
     attrs = _attrs(cfg, d, embed_seed)
-
-    def ckpt(traj):
-        _run.save(out, cfg, traj, status="interrupted",
-                  message=f"checkpoint at step {traj.step[-1]}: the run was still going when this was written; "
-                          f"if you read this, it ended early", extra_attrs=attrs)
-
-    mon = integrate.Monitor(total=cfg.horizon, unit="step", quiet_s=2.0 if progress else math.inf,
-                            checkpoint=ckpt, checkpoint_s=checkpoint_s, label="particles ")
-    with mon:
-        traj = run_particles(cfg, d, embed_seed, monitor=mon, threads=threads)
-    path = _run.save(out, cfg, traj, extra_attrs=attrs)
-    return traj, path
+    return harness.run_to_file(
+        cfg, lambda mon: run_particles(cfg, d, embed_seed, monitor=mon, threads=threads),
+        lambda traj, status=None, message=None: _run.save(out, cfg, traj, status=status, message=message,
+                                                          extra_attrs=attrs),
+        progress=progress, checkpoint_s=checkpoint_s, label="particles ")
