@@ -81,24 +81,82 @@ def write_bytes_atomic(path: str | Path, payload) -> Path:
     return path
 
 
+#: arrays totalling more raw bytes than this are written by HDF5 straight to the
+#: tmp file (no in-memory image: it would double the memory of a large file)
+IN_MEMORY_MAX = 256 << 20
+
+
+def _nbytes(content: dict[str, Any]) -> int:
+    """The raw size estimate of datasets / groups (name -> array or dict), in bytes."""
+    total = 0
+    for val in content.values():
+        if isinstance(val, dict):
+            total += _nbytes(val)
+            continue
+        arr = np.asarray(val)
+        if arr.dtype.kind == "O":
+            total += 16 * arr.size + sum(len(str(x).encode()) for x in np.ravel(arr))
+        else:
+            total += arr.nbytes
+    return total
+
+
+def _fill(f: h5py.File, attrs: dict[str, Any], data: dict[str, Any]) -> None:
+    for k, v in attrs.items():
+        f.attrs[k] = _attr(v)
+    _write_group(f, data)
+
+
+def _write_h5_direct(path: Path, attrs: dict[str, Any], data: dict[str, Any], need: int) -> Path:
+    """HDF5 writes ``PATH.tmp-PID`` itself (after checking that the folder has
+    ``need`` bytes free), then it is renamed over ``path`` with signals held."""
+    import errno
+    import shutil
+
+    from .guard import clean_stale_tmp, deferred_signals
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_tmp(path)
+    free = shutil.disk_usage(path.parent).free
+    if free < need:  # HDF5 must never see a failing write (it then crashes at interpreter shutdown)
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({need} bytes needed, {free} free): "
+                      "the file was not written (an earlier file there is kept)", str(path))
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            _fill(f, attrs, data)
+        with deferred_signals():  # a signal now is handled once the file is in place
+            os.replace(tmp, path)
+    except OSError as e:
+        raise OSError(e.errno, f"{e.strerror or e}: the file was not written (an earlier file there is kept)",
+                      str(path)) from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
 def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any]) -> Path:
     """Write an HDF5 file atomically (tmp file in the same folder, then rename):
     root attributes and datasets / groups (name -> array or dict).
 
-    The HDF5 image is built in memory and written by :func:`write_bytes_atomic`:
-    a full disk is one clean ``OSError`` naming ``path``; the HDF5 library never
-    sees a failing write (it then crashes at interpreter shutdown)."""
+    Arrays totalling at most :data:`IN_MEMORY_MAX` bytes: the HDF5 image is
+    built in memory (signals not held: nothing is written yet) and written by
+    :func:`write_bytes_atomic` (signals held): a full disk is one clean
+    ``OSError`` naming ``path``; the HDF5 library never sees a failing write
+    (it then crashes at interpreter shutdown). Larger: HDF5 writes the tmp
+    file itself after a check that the folder has the raw size free (if not,
+    one ``OSError`` naming ``path``, nothing written); signals are held only
+    around the final rename."""
     import io
 
-    from .guard import deferred_signals
-
-    with deferred_signals():  # a signal now is handled once the file is whole
-        buf = io.BytesIO()
-        with h5py.File(buf, "w") as f:
-            for k, v in attrs.items():
-                f.attrs[k] = _attr(v)
-            _write_group(f, data)
-        return write_bytes_atomic(path, buf.getbuffer())
+    need = _nbytes(data) + sum(len(str(_attr(v)).encode()) for v in attrs.values())
+    if need > IN_MEMORY_MAX:
+        return _write_h5_direct(Path(path), attrs, data, need)
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        _fill(f, attrs, data)
+    return write_bytes_atomic(path, buf.getbuffer())
 
 
 def write_run(path: str | Path, *, system: str, config: dict, status: str, message: str,
