@@ -125,7 +125,8 @@ def test_backend_resolution_and_refusals():
         "method flow": make_config(method="flow", steps=10),
         "with method rk4 are not batched": make_config(method="rk4", steps=10, criterion="loss<=0.1", record_every=1),
         "record_every only": make_config(method="rk4", steps=10),
-        "dense path": make_config(steps=10, n_neurons=2),
+        "dense path .* is not batched here; dense configs run on the engine, which batches them: "
+        "meanfield model sweep meanfield/models/mixture.toml --chunked": make_config(steps=10, n_neurons=2),
     }
     for msg, cfg in bad.items():
         assert batched.batchable(cfg) is not None
@@ -135,6 +136,20 @@ def test_backend_resolution_and_refusals():
     assert batched.batchable(make_config(steps=5)) is None
     with pytest.raises(ConfigError, match="record less often"):
         batched.run_batch([make_config(steps=1000, record_every=1)], "cpu", max_bytes=1e5)
+
+
+def test_chunked_mixture_sweep_of_a_dense_config_names_the_engine_sweep(tmp_path, capsys):
+    """A dense config in ``meanfield mixture sweep --chunked`` is one line, exit 2, naming the
+    engine's sweep command (which batches dense configs), nothing written."""
+    from meanfield.cli import main
+
+    out = tmp_path / "s"
+    rc = main(["mixture", "sweep", "--chunked", "--feature-gram", "cc:0.2", "--param", "omega=0.3,0.5",
+               "--steps", "10", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert "meanfield model sweep meanfield/models/mixture.toml --chunked" in err, err
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_portable_functions_rebuild_for_another_target():

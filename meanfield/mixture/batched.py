@@ -351,7 +351,9 @@ def batchable(cfg: MixtureConfig) -> str | None:
     from .run import save_at
 
     if cfg.dense:
-        return ("the dense path (feature_gram, n_train or n_neurons > 1) is not batched; run it unbatched")
+        return ("the dense path (feature_gram, n_train or n_neurons > 1) is not batched here; dense configs run "
+                "on the engine, which batches them: meanfield model sweep meanfield/models/mixture.toml --chunked "
+                "(the same options and --param), or run it unbatched")
     if cfg.softmax_scale != "1":
         return "softmax_scale 1/sqrt(m) is not batched; run it unbatched"
     if cfg.method == "flow":
