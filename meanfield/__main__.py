@@ -6,4 +6,8 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+try:
+    _rc = main()
+except KeyboardInterrupt:  # pragma: no cover - main() catches its own; a last guard for the exit code
+    _rc = 130
+sys.exit(_rc)

@@ -40,6 +40,8 @@ def program_signals(when: str | None = None) -> None:
         _interrupted_exit.when = when
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
+            if signal.getsignal(sig) == signal.SIG_IGN:  # inherited ignored (a shell's background job,
+                continue  # nohup-like set-ups): honoured, as Python and POSIX tools do
             signal.signal(sig, _interrupted_exit)
         except (ValueError, OSError):  # pragma: no cover - not the main thread
             pass
@@ -656,7 +658,15 @@ def main(argv=None) -> int:
 
     setup_logging(1 if verbose else -1 if words and words[0] in ("-q", "--quiet") else 0)
     program = argv is None and _as_program()
-    rc = barrier(command, verbose=verbose, after_work=_after_work if program else None)
+    try:
+        rc = barrier(command, verbose=verbose, after_work=_after_work if program else None)
+    except KeyboardInterrupt:  # a signal in the barrier's own set-up or tear-down (outside its try)
+        try:
+            print("meanfield: interrupted (SIGINT/SIGTERM); files are written whole or not at all",
+                  file=sys.stderr)
+        except (OSError, ValueError):  # pragma: no cover
+            pass
+        rc = 130
     if program:  # the work is done: a signal during the interpreter's shutdown is one line, exit 130
         _after_work()
     return rc

@@ -531,6 +531,8 @@ class deferred_signals:
             return self
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
+                if signal.getsignal(sig) is None:  # a handler not installed from Python (embedding code):
+                    continue  # it could not be put back; leave it alone
                 self.old[sig] = signal.signal(sig, self._hold)
             except (ValueError, OSError):  # pragma: no cover
                 pass
@@ -660,14 +662,16 @@ def barrier(call, verbose: bool = False, after_work=None) -> int:
         old_int = signal.getsignal(signal.SIGINT)
     except ValueError:  # pragma: no cover
         old_term = old_int = None
-    terminate_as_interrupt()
-    # SIGINT -> KeyboardInterrupt even when this process inherited SIGINT ignored (a background job of a
-    # non-interactive shell, e.g. a test suite run with '&'): Python then installs no handler of its own,
-    # and a run's Monitor or a sweep would restore 'ignored' and never stop (exit 130 is the promise)
-    try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    except ValueError:  # pragma: no cover - not the main thread
-        pass
+    if old_term != signal.SIG_IGN:
+        terminate_as_interrupt()
+    # SIGINT -> KeyboardInterrupt for the command's duration (the start-up handler exits at once), unless
+    # the process was started with SIGINT ignored (a background job of a non-interactive shell, `trap ''
+    # INT`): that choice is honoured, as Python itself and POSIX tools do; SIGTERM still stops the run
+    if old_int != signal.SIG_IGN:
+        try:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        except ValueError:  # pragma: no cover - not the main thread
+            pass
     try:
         return _barrier_body(call, debug, after_work)
     finally:

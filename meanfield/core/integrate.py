@@ -146,6 +146,8 @@ class Monitor:
         self._first = None
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
+                if signal.getsignal(sig) in (signal.SIG_IGN, None):  # ignored on purpose (honoured), or a
+                    continue  # handler not installed from Python (it could not be put back)
                 self._old[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not in the main thread
                 pass
