@@ -316,3 +316,30 @@ def test_cuda_backend_in_simulator_matches_cpu(tmp_path):
     np.testing.assert_array_equal(g["steps_end"], c["steps_end"])
     for k in ("loss_end", "min_margin_end", "t_end"):
         np.testing.assert_allclose(g[k], c[k], rtol=1e-12, atol=1e-14, err_msg=k)
+
+
+def test_full_disk_before_the_reduce_is_one_line_and_keeps_the_chunks(tmp_path, capsys, monkeypatch):
+    """sweep.h5 is streamed through h5py, which cannot fail cleanly on a full disk: with less free space
+    than the chunk files hold, the reduce refuses before writing (one line naming sweep.h5, exit 2, no
+    tmp file); the chunk files stay, and the same command with room again finishes without rerunning."""
+    import shutil
+    from collections import namedtuple
+
+    out = tmp_path / "sw"
+    argv = ["mixture", "sweep", "--chunked", "--param", "omega=0.1,0.2", "--steps", "50", "--out", str(out),
+            "--workers", "1", "--quiet"]
+    real = shutil.disk_usage
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda p: usage(1 << 30, 1 << 30, 100) if "sw" in str(p) else real(p))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "sweep.h5" in err and "no space left" in err, err
+    assert not (out / "sweep.h5").exists() and not list(out.glob("sweep.h5.tmp-*"))
+    chunks = sorted((out / "chunks").glob("*.h5"))
+    assert chunks
+    monkeypatch.setattr(shutil, "disk_usage", real)
+    mtimes = [c.stat().st_mtime_ns for c in chunks]
+    assert main(argv) == 0
+    assert (out / "sweep.h5").exists()
+    assert [c.stat().st_mtime_ns for c in chunks] == mtimes  # finished chunks were not run again

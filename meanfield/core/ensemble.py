@@ -792,6 +792,25 @@ def _axis_values(vals: list) -> np.ndarray:
         return np.array([str(v) for v in vals], dtype=object)
 
 
+def _room_for(path: Path, chunks: Path, plan: dict) -> None:
+    """sweep.h5 is streamed through h5py (one chunk in memory at a time), which
+    cannot fail cleanly on a full disk: refuse before writing when the free
+    space is below the chunk files' total size (sweep.h5 holds what they hold,
+    plus the axes), as one OSError naming the path."""
+    import errno
+    import shutil
+
+    need = sum(f.stat().st_size for f in chunks.glob("*.h5")) + 8 * int(plan.get("n", 0)) + (1 << 20)
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:  # pragma: no cover - the folder vanished: the write below says so
+        return
+    if need > free:
+        raise OSError(errno.ENOSPC, f"no space left for sweep.h5 (needs about {need / 2**20:.3g} MiB, "
+                                    f"{free / 2**20:.3g} MiB free); the chunk files are kept: free space and "
+                                    "rerun the same command (finished chunks are not run again)", str(path))
+
+
 def reduce(out: str | Path, problem: EnsembleProblem | None = None, status: str | None = None) -> dict:
     """Stream the plan's chunk files into ``out/sweep.h5`` (written atomically),
     one chunk in memory at a time. Without ``problem`` the plan
@@ -806,6 +825,7 @@ def reduce(out: str | Path, problem: EnsembleProblem | None = None, status: str 
     N = int(plan["n"])
     outputs = plan["outputs"]
     tmp = P["sweep"].with_name(f"sweep.h5.tmp-{os.getpid()}")
+    _room_for(P["sweep"], P["chunks"], plan)  # a full disk under h5py is a crash: refuse it before writing
     counts: dict[str, int] = {}
     invalid: dict[str, str] = {}
     acc = problem.reduction_init if problem is not None else None
