@@ -75,8 +75,8 @@ def _induction_cfg(argv):
 
 def test_cli_alias_flags_and_toml_keys(tmp_path, capsys):
     base = ["--n-train", "40", "--n-test", "0", "--L", "12"]
-    want = _induction_cfg(base + ["--schedule", "simultaneous", "--stage-etas", "1,2,3"])
-    got = _induction_cfg(base + ["--schedule", "joint", "--phase-etas", "1,2,3"])
+    want = _induction_cfg(base + ["--schedule", "three-stage", "--stage-etas", "1,2,3"])
+    got = _induction_cfg(base + ["--schedule", "three-phase", "--phase-etas", "1,2,3"])
     assert got == want
     notes = capsys.readouterr().err.strip().splitlines()
     assert len(notes) == 2 and all(n.startswith("meanfield: warning:") for n in notes), notes

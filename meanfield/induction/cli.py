@@ -97,7 +97,11 @@ def config_from_args(args):
     data = load_toml(args.config) if getattr(args, "config", None) else {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cfg = make_config(data, **{f: getattr(args, f, None) for f in (*_fields(), *_aliases())})
+        flags = {f: getattr(args, f, None) for f in (*_fields(), *_aliases())}
+        cfg = make_config(data, **flags)
+    from .config import check_applicable
+
+    check_applicable({**data, **{k: v for k, v in flags.items() if v is not None}}, cfg)  # ignored keys: errors
     from ..core.guard import cli_log
 
     for w in caught:

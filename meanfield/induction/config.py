@@ -196,6 +196,44 @@ class InductionConfig:
         return out
 
 
+def _staged(c) -> bool:
+    return c.schedule != "simultaneous"
+
+
+#: config keys that only some schedules / methods read: key -> (predicate on the
+#: resolved config, what it applies to and what to give instead); the run command
+#: refuses a key its config ignores (``meanfield.core.guard.check_applicable``,
+#: the rule of ``meanfield mixture run``)
+APPLICABLE = {
+    "steps": (lambda c: not _staged(c),
+              "the simultaneous schedule (staged schedules such as three-stage: give --stage-steps)"),
+    "eta": (lambda c: not _staged(c),
+            "the simultaneous schedule (staged schedules such as three-stage: give --stage-etas)"),
+    "criterion": (lambda c: not _staged(c),
+                  "the simultaneous schedule (staged schedules such as three-stage: give --stage-criteria)"),
+    "t_end": (lambda c: c.method != "gd" and not _staged(c),
+              "a flow or rk4 run with the simultaneous schedule (gd: give --steps; staged schedules: "
+              "--stage-times)"),
+    "stage_etas": (_staged, "a staged schedule such as three-stage (simultaneous: give --eta)"),
+    "stage_steps": (_staged, "a staged schedule such as three-stage (simultaneous: give --steps)"),
+    "stage_criteria": (_staged, "a staged schedule such as three-stage (simultaneous: give --criterion)"),
+    "stage_times": (lambda c: c.method != "gd" and _staged(c),
+                    "a flow or rk4 run with a staged schedule (gd: give --stage-steps; simultaneous: --t-end)"),
+    "dt": (lambda c: c.method == "rk4", "method rk4"),
+    "rtol": (lambda c: c.method == "flow", "method flow"),
+    "atol": (lambda c: c.method == "flow", "method flow"),
+}
+
+
+def check_applicable(given: dict, cfg: InductionConfig) -> None:
+    """A key the user set (``given``: TOML keys and flags, old names allowed)
+    that ``cfg``'s schedule or method ignores is a one-line ConfigError naming
+    it and what to give instead."""
+    from ..core.guard import check_applicable as _check
+
+    _check({FIELD_ALIASES.get(k, k): v for k, v in given.items()}, cfg, rules=APPLICABLE)
+
+
 def _int_tuple(name, v, n=None, lo=None):
     return tuple(as_int(name, x, lo=lo) for x in as_list(name, v, n))
 
