@@ -661,11 +661,9 @@ def main(argv=None) -> int:
     try:
         rc = barrier(command, verbose=verbose, after_work=_after_work if program else None)
     except KeyboardInterrupt:  # a signal in the barrier's own set-up or tear-down (outside its try)
-        try:
-            print("meanfield: interrupted (SIGINT/SIGTERM); files are written whole or not at all",
-                  file=sys.stderr)
-        except (OSError, ValueError):  # pragma: no cover
-            pass
+        import logging
+
+        logging.getLogger("meanfield").error("interrupted (SIGINT/SIGTERM); files are written whole or not at all")
         rc = 130
     if program:  # the work is done: a signal during the interpreter's shutdown is one line, exit 130
         _after_work()

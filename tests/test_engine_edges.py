@@ -84,6 +84,10 @@ CASES = [
      "size"),
     ("multiclass-L-1e8", ["model", "run", "mixture_multiclass", "--L", "100000000", "--out", "x.h5"], "size"),
     ("multiclass-K-1e8", ["model", "run", "mixture_multiclass", "--K", "100000000", "--out", "x.h5"], "size"),
+    # --force passes the estimate; the builder's own count must still refuse at once (it was an exact integer
+    # power of L = 1e8: a hang)
+    ("multiclass-L-1e8-force", ["model", "run", "mixture_multiclass", "--L", "100000000", "--force", "--out", "x.h5"],
+     "data.function"),
     ("derive-maxmargin-n-1e9", ["model", "derive", "maxmargin", "--n", "1000000000"], "size"),
     ("model-is-a-directory", ["model", "run", "DIR.h5", "--out", "x.h5"], "model"),
 ]

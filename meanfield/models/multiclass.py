@@ -23,6 +23,8 @@ Conventions (docs/models.md), chosen so that C = 2 is exactly the binary mixture
 
 from __future__ import annotations
 
+import math
+
 import itertools
 
 import numpy as np
@@ -55,8 +57,11 @@ def samples(features, K: int = 3, C: int = 3, L: int = 3) -> dict:
     K, C, L = int(K), int(C), int(L)
     if K < 2 or C < 2 or L < 2:
         raise ValueError("multiclass.samples: need K >= 2, C >= 2, L >= 2")
-    n_seq = K * C * ((K - 1) * C) ** (L - 2)
-    if n_seq > MAX_SEQUENCES:
+    # counted in logs first: the exact integer power for L = 1e8 would not finish
+    log_n = math.log(K * C) + (L - 2) * math.log((K - 1) * C)
+    n_seq = K * C * ((K - 1) * C) ** (L - 2) if log_n < math.log(MAX_SEQUENCES) + 1 else None
+    if n_seq is None or n_seq > MAX_SEQUENCES:
+        n_seq = n_seq if n_seq is not None else f"about 10^{log_n / math.log(10):.3g}"
         raise ValueError(f"L: K = {K} groups, C = {C} classes and L = {L} tokens give {n_seq} sequences "
                          f"(K C ((K - 1) C)^(L - 2)), more than {MAX_SEQUENCES}; choose a smaller L")
     names = feature_names(K, C)
