@@ -197,7 +197,7 @@ def cmd_chi2(args) -> int:
     if not seed:
         raise ConfigError("seed: needs at least one non-negative integer")
     res = chi2_table(cfg.d, cfg.pa, cfg.alpha, lags, cfg.D, n, seed, exps)
-    print(f"modified chi-square MI  I~_k(S) = E_pi sum_z mu(z)^k (sum_e mu(e|z)^2/mu(e) - 1)")
+    print("modified chi-square MI  I~_k(S) = E_pi sum_z mu(z)^k (sum_e mu(e|z)^2/mu(e) - 1)")
     print(f"d={cfg.d}, pa={list(cfg.pa)}, alpha={cfg.alpha:g}, candidate lags {list(res.lags)} "
           f"({'--lags' if args.lags is not None else 'union of the head windows'}), |S| <= {cfg.D}, "
           f"{n} kernels (seed {list(seed)}), exact stationary laws"
