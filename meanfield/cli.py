@@ -667,7 +667,29 @@ def main(argv=None) -> int:
         rc = 130
     if program:  # the work is done: a signal during the interpreter's shutdown is one line, exit 130
         _after_work()
+        _exit_now(rc)
     return rc
+
+
+def _exit_now(rc: int) -> None:  # pragma: no cover - exercised through subprocesses
+    """End the ``meanfield`` command with exactly ``rc``: every file is written
+    and closed, so flush the streams and the logging handlers and leave without
+    the interpreter's finalisation. CPython ends a process whose main code saw
+    a KeyboardInterrupt by killing itself with SIGINT (exit -2), and resets the
+    signal handlers while it finalises; either turned a handled interrupt
+    (exit 130, its one line printed) into a death by signal now and then."""
+    import logging
+
+    try:
+        logging.shutdown()
+    except Exception:  # pragma: no cover
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0 if rc is None else int(rc) if isinstance(rc, int) else 1)  # as sys.exit(rc) would
 
 
 def _after_work() -> None:

@@ -109,3 +109,35 @@ def test_induction_data_reacts_to_sigint_within_seconds(tmp_path):
     _clean_130(p, so, se)
     assert reacted < 5.0, reacted
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_swallowed_interrupt_still_stops_the_next_run():
+    """A signal whose KeyboardInterrupt third-party code swallowed (one landing in a C extension's module
+    initialisation is cleared there: seen as a lost SIGTERM during `import numba`) is remembered by the
+    barrier's handler; a run's Monitor that starts afterwards stops at once instead of running on."""
+    import signal as sg
+
+    from meanfield.core import guard, integrate
+    from meanfield.core.errors import PENDING
+
+    try:
+        try:
+            guard._raise_interrupt(sg.SIGTERM, None)
+        except KeyboardInterrupt:
+            pass  # swallowed, as numpy.random's abc registration did
+        with integrate.Monitor(total=10, quiet_s=1e9) as mon:
+            assert mon.stop_requested and mon.signal == sg.SIGTERM
+    finally:
+        PENDING["signal"] = None
+    with integrate.Monitor(total=10, quiet_s=1e9) as mon:  # cleared: a later run is not stopped
+        assert not mon.stop_requested
+
+
+def test_the_barrier_clears_a_remembered_interrupt():
+    from meanfield.core.errors import PENDING
+    from meanfield.core.guard import barrier
+
+    PENDING["signal"] = 15
+    seen = []
+    assert barrier(lambda: seen.append(PENDING["signal"]) or 0) == 0
+    assert seen == [None] and PENDING["signal"] is None

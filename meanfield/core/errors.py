@@ -11,3 +11,13 @@ from __future__ import annotations
 
 class ConfigError(ValueError):
     """Bad user input: a one-line message naming the field and what is allowed."""
+
+
+#: the signal (SIGINT / SIGTERM) the ``meanfield`` command received while its
+#: work runs, or None. The barrier's handler sets it before raising
+#: KeyboardInterrupt: third-party code can swallow that exception (a signal
+#: landing inside a C extension's module initialisation, e.g. numpy.random's
+#: abc registrations during ``import numba``, is cleared there), so a run's
+#: Monitor also reads this flag when it starts and stops at once. The barrier
+#: clears it when a command starts and ends.
+PENDING = {"signal": None}

@@ -512,6 +512,9 @@ def validate_mixture_run(run, path) -> None:
 
 
 def _raise_interrupt(signum, frame):
+    from .errors import PENDING
+
+    PENDING["signal"] = signum  # remembered: the exception below may be swallowed by third-party code
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -669,12 +672,16 @@ def barrier(call, verbose: bool = False, after_work=None) -> int:
     # INT`): that choice is honoured, as Python itself and POSIX tools do; SIGTERM still stops the run
     if old_int != signal.SIG_IGN:
         try:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, _raise_interrupt)
         except ValueError:  # pragma: no cover - not the main thread
             pass
+    from .errors import PENDING
+
+    PENDING["signal"] = None
     try:
         return _barrier_body(call, debug, after_work)
     finally:
+        PENDING["signal"] = None
         for sig, old in ((signal.SIGTERM, old_term), (signal.SIGINT, old_int)):
             if old is not None:
                 try:

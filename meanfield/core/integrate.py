@@ -151,6 +151,10 @@ class Monitor:
                 self._old[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not in the main thread
                 pass
+        from .errors import PENDING
+
+        if PENDING["signal"] is not None:  # the command was interrupted before this run started, and the
+            self.signal = PENDING["signal"]  # KeyboardInterrupt was swallowed on the way: stop at once
         return self
 
     def __exit__(self, *exc):
