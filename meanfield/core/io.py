@@ -13,6 +13,7 @@ Datasets and groups are system-specific (see the README's schema section).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -56,29 +57,38 @@ def write_bytes_atomic(path: str | Path, payload) -> Path:
     file-size limit (ENOSPC, EFBIG, EDQUOT) is one clean ``OSError`` naming
     ``path``, the tmp file removed and any earlier file at ``path`` kept.
     Signals are held until the file is whole (seconds at most)."""
-    from .guard import clean_stale_tmp, deferred_signals
+    from .guard import deferred_signals
 
-    path = Path(path)
+    with deferred_signals(), _tmp_beside(Path(path)) as tmp:  # a signal now is handled once the file is whole
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            view = memoryview(payload).cast("B")
+            while len(view):
+                view = view[os.write(fd, view[: 1 << 26]):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def _tmp_beside(path: Path):
+    """``PATH.tmp-PID`` in the folder of ``path`` (created; a stale tmp of a
+    killed run there removed) for a write-then-rename; an OSError inside is one
+    clean OSError naming ``path``; the tmp file never outlives the block."""
+    from .guard import clean_stale_tmp
+
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_tmp(path)  # left by a killed run at this path
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with deferred_signals():  # a signal now is handled once the file is whole
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-            try:
-                view = memoryview(payload).cast("B")
-                while len(view):
-                    view = view[os.write(fd, view[: 1 << 26]):]
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except OSError as e:
-            raise OSError(e.errno, f"{e.strerror or e}: the file was not written (an earlier file there is kept)",
-                          str(path)) from None
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-    return path
+    try:
+        yield tmp
+    except OSError as e:
+        raise OSError(e.errno, f"{e.strerror or e}: the file was not written (an earlier file there is kept)",
+                      str(path)) from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 #: arrays totalling more raw bytes than this are written by HDF5 straight to the
@@ -113,26 +123,16 @@ def _write_h5_direct(path: Path, attrs: dict[str, Any], data: dict[str, Any], ne
     import errno
     import shutil
 
-    from .guard import clean_stale_tmp, deferred_signals
+    from .guard import deferred_signals
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_tmp(path)
-    free = shutil.disk_usage(path.parent).free
-    if free < need:  # HDF5 must never see a failing write (it then crashes at interpreter shutdown)
-        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({need} bytes needed, {free} free): "
-                      "the file was not written (an earlier file there is kept)", str(path))
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
+    with _tmp_beside(path) as tmp:
+        free = shutil.disk_usage(path.parent).free
+        if free < need:  # HDF5 must never see a failing write (it then crashes at interpreter shutdown)
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} ({need} bytes needed, {free} free)")
         with h5py.File(tmp, "w") as f:
             _fill(f, attrs, data)
         with deferred_signals():  # a signal now is handled once the file is in place
             os.replace(tmp, path)
-    except OSError as e:
-        raise OSError(e.errno, f"{e.strerror or e}: the file was not written (an earlier file there is kept)",
-                      str(path)) from None
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path
 
 
