@@ -14,6 +14,7 @@ import pytest
 
 from meanfield.core.config import ConfigError
 from meanfield.engine.description import description_from_dict, load_description
+from proc_signals import wait_until_catches
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXTURE = ROOT / "meanfield" / "models" / "mixture.toml"
@@ -270,17 +271,7 @@ def test_cli_sigint_leaves_an_interrupted_valid_file(tmp_path):
                              "--record-every", "500", "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # wait until the run's Monitor has installed its SIGINT handler (SigCgt in /proc), then let it step
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 60 and proc.poll() is None:
-            try:
-                caught = [ln for ln in open(f"/proc/{proc.pid}/status") if ln.startswith("SigCgt")]
-                if caught and int(caught[0].split()[1], 16) & (1 << (signal.SIGTERM - 1)):
-                    break
-            except OSError:
-                if time.monotonic() - t0 > 8:
-                    break
-            time.sleep(0.05)
+        wait_until_catches(proc)  # the run's Monitor has installed its handlers: then let it step
         assert proc.poll() is None, proc.communicate()
         # the CLI's guard catches SIGTERM from the start, the run's Monitor only once the run is set up
         # (imports, description, cached kernels: about a second, more on a loaded machine)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from proc_signals import wait_until_catches
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "meanfield" / "models"
@@ -224,17 +225,7 @@ def test_particles_sigint_leaves_an_interrupted_valid_file(tmp_path):
                              "--steps", "100000000", "--record-every", "500", "--force", "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # wait until the run's Monitor has installed its handlers (SigCgt in /proc), then let it step
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 60 and proc.poll() is None:
-            try:
-                caught = [ln for ln in open(f"/proc/{proc.pid}/status") if ln.startswith("SigCgt")]
-                if caught and int(caught[0].split()[1], 16) & (1 << (signal.SIGTERM - 1)):
-                    break
-            except OSError:
-                if time.monotonic() - t0 > 8:
-                    break
-            time.sleep(0.05)
+        wait_until_catches(proc)  # the run's Monitor has installed its handlers: then let it step
         assert proc.poll() is None, proc.communicate()
         time.sleep(6.0)  # the CLI's guard catches SIGTERM from the start, the Monitor once the run is set up
         proc.send_signal(signal.SIGINT)

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from meanfield.core.io import read_run
 from meanfield.mixture import run as mrun
 from meanfield.mixture.config import make_config
 from meanfield.mixture.run import run_to_file
+from proc_signals import wait_until_catches
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -310,18 +310,6 @@ def test_cli_diverging_run_exit_3(tmp_path, capsys):
 # ------------------------------------------------------------------ signals (subprocess)
 
 
-def _handler_installed(pid, sig):
-    """True once the process catches ``sig`` (Linux /proc SigCgt mask)."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
-    except OSError:
-        return False
-    return False
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_cli_signal_interrupts_and_writes_file(tmp_path, sig):
     out = tmp_path / "long.h5"
@@ -332,16 +320,7 @@ def test_cli_signal_interrupts_and_writes_file(tmp_path, sig):
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # the run's Monitor catches SIGTERM (Python itself only catches SIGINT): wait for it
-        t0 = time.monotonic()
-        have_proc = os.path.exists(f"/proc/{proc.pid}/status")
-        while time.monotonic() - t0 < 30:
-            if proc.poll() is not None:
-                break
-            if have_proc and _handler_installed(proc.pid, signal.SIGTERM):
-                break
-            if not have_proc and time.monotonic() - t0 > 4:
-                break
-            time.sleep(0.05)
+        wait_until_catches(proc, timeout=30, no_proc_s=4)
         assert proc.poll() is None, proc.communicate()
         # SIGTERM is handled from the start of main() (issue 14); wait for the run's own progress line,
         # so the signal reaches the integration (a signal before it is a clean exit 130 with no file)

@@ -16,19 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+from proc_signals import catches
 
 MEANFIELD = [sys.executable, "-m", "meanfield"]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
-
-
-def _catches_sigterm(pid: int) -> bool:
-    try:
-        for ln in open(f"/proc/{pid}/status"):
-            if ln.startswith("SigCgt"):
-                return bool(int(ln.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
-    except OSError:
-        pass
-    return False
 
 
 def _clean_130(p, so, se):
@@ -49,7 +40,7 @@ def test_signal_while_starting_is_one_line_exit_130(tmp_path, sig):
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             t0 = time.monotonic()
-            while not _catches_sigterm(p.pid) and p.poll() is None and time.monotonic() - t0 < 30:
+            while not catches(p.pid) and p.poll() is None and time.monotonic() - t0 < 30:
                 time.sleep(0.001)
             time.sleep(delay)  # 0: inside the imports; later: parsing, config, compiling, running
             p.send_signal(sig)
