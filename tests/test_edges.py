@@ -21,12 +21,12 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import h5py
 import pytest
+from cli_cases import run_cases
 
 MEANFIELD = [sys.executable, "-m", "meanfield"]
 CASE_SECONDS = 10.0  # each case is a validation, not a run: seconds on a loaded 2-core machine
@@ -118,28 +118,6 @@ CASES = [
      "t_end"),
 ]
 
-DRIVER = textwrap.dedent(r"""
-    import contextlib, io, json, os, resource, sys, time
-    from pathlib import Path
-    from meanfield.cli import main
-
-    cases = json.loads(sys.argv[1])
-    out = []
-    for cid, argv in cases:
-        so, se = io.StringIO(), io.StringIO()
-        t0 = time.perf_counter()
-        with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
-            try:
-                rc = main(argv)
-            except SystemExit as e:
-                rc = e.code
-        out.append({"id": cid, "rc": rc, "stdout": so.getvalue(), "stderr": se.getvalue(),
-                    "seconds": time.perf_counter() - t0})
-    out.append({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
-    print("@@RESULTS@@" + json.dumps(out))
-""")
-
-
 def _make_runs(d: Path) -> None:
     """good.h5 (a real run) and three files that open but are wrong."""
     r = subprocess.run(MEANFIELD + ["mixture", "run", "--steps", "20", "--quiet", "--out", str(d / "good.h5")],
@@ -173,16 +151,10 @@ def edge_results(tmp_path_factory):
     (d / "three.toml").write_text('schedule = "three-stage"\nsteps = 100\n')
     _make_runs(d)
     before = _files(d)
-    env = dict(os.environ, MEANFIELD_DEBUG="")
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([(c, a) for c, a, _ in CASES])], cwd=d,
-                       capture_output=True, text=True, timeout=600, env=env)
+    results, peak = run_cases([(c, a) for c, a, _ in CASES], d)
     wall = time.perf_counter() - t0
-    assert "@@RESULTS@@" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
-    res = json.loads(r.stdout.split("@@RESULTS@@", 1)[1])
-    after = _files(d)
-    return {"results": {x["id"]: x for x in res[:-1]}, "peak_rss_mb": res[-1]["peak_rss_mb"], "new": after - before,
-            "wall": wall, "dir": d}
+    return {"results": results, "peak_rss_mb": peak, "new": _files(d) - before, "wall": wall, "dir": d}
 
 
 @pytest.mark.parametrize("cid,argv,field", CASES, ids=[c[0] for c in CASES])

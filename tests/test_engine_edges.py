@@ -11,18 +11,16 @@ within seconds and without allocating the size it was asked for.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from proc_signals import wait_until_catches
+from cli_cases import run_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "meanfield" / "models"
@@ -93,27 +91,6 @@ CASES = [
     ("model-is-a-directory", ["model", "run", "DIR.h5", "--out", "x.h5"], "model"),
 ]
 
-DRIVER = textwrap.dedent(r"""
-    import contextlib, io, json, resource, sys, time
-    from meanfield.cli import main
-
-    cases = json.loads(sys.argv[1])
-    out = []
-    for cid, argv in cases:
-        so, se = io.StringIO(), io.StringIO()
-        t0 = time.perf_counter()
-        with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
-            try:
-                rc = main(argv)
-            except SystemExit as e:
-                rc = e.code
-        out.append({"id": cid, "rc": rc, "stdout": so.getvalue(), "stderr": se.getvalue(),
-                    "seconds": time.perf_counter() - t0})
-    out.append({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
-    print("@@RESULTS@@" + json.dumps(out))
-""")
-
-
 def _files(d: Path) -> set[str]:
     return {str(p.relative_to(d)) for p in d.rglob("*")}
 
@@ -129,12 +106,8 @@ def edge_results(tmp_path_factory):
     assert "\n[parameters]\n" in text
     (d / "crit_staged.toml").write_text(text.replace("\n[parameters]\n", '\n[parameters]\ncriterion = "loss<=0.6"\n'))
     before = _files(d)
-    r = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([(c, a) for c, a, _ in CASES])], cwd=d,
-                       capture_output=True, text=True, timeout=600, env=dict(os.environ, MEANFIELD_DEBUG=""))
-    assert "@@RESULTS@@" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
-    res = json.loads(r.stdout.split("@@RESULTS@@", 1)[1])
-    return {"results": {x["id"]: x for x in res[:-1]}, "peak_rss_mb": res[-1]["peak_rss_mb"],
-            "new": _files(d) - before, "dir": d}
+    results, peak = run_cases([(c, a) for c, a, _ in CASES], d)
+    return {"results": results, "peak_rss_mb": peak, "new": _files(d) - before, "dir": d}
 
 
 @pytest.mark.parametrize("cid,argv,field", CASES, ids=[c[0] for c in CASES])

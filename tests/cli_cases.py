@@ -1,0 +1,44 @@
+"""Test helper: run many bad-input CLI cases in one fresh interpreter.
+
+Each case is ``(id, argv)``; ``run_cases`` runs ``meanfield.cli.main(argv)``
+for every case in one child process (one import, so hundreds of cases take
+seconds) with stdout / stderr captured per case, and returns
+``(results by id, the child's peak RSS in MiB)``. The child's peak RSS is how
+the edge tests show that no absurd size was allocated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+DRIVER = textwrap.dedent(r"""
+    import contextlib, io, json, resource, sys, time
+    from meanfield.cli import main
+
+    cases = json.loads(sys.argv[1])
+    out = []
+    for cid, argv in cases:
+        so, se = io.StringIO(), io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+            try:
+                rc = main(argv)
+            except SystemExit as e:
+                rc = e.code
+        out.append({"id": cid, "rc": rc, "stdout": so.getvalue(), "stderr": se.getvalue(),
+                    "seconds": time.perf_counter() - t0})
+    out.append({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    print("@@RESULTS@@" + json.dumps(out))
+""")
+
+
+def run_cases(cases, cwd, timeout: float = 600.0) -> tuple[dict, float]:
+    r = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([list(c) for c in cases])], cwd=cwd,
+                       capture_output=True, text=True, timeout=timeout, env=dict(os.environ, MEANFIELD_DEBUG=""))
+    assert "@@RESULTS@@" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+    res = json.loads(r.stdout.split("@@RESULTS@@", 1)[1])
+    return {x["id"]: x for x in res[:-1]}, res[-1]["peak_rss_mb"]
