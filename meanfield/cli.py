@@ -74,6 +74,14 @@ from .core.config import ConfigError, load_toml  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
+    """Every parser of the command line: one-line errors (exit 2) and no
+    prefix matching of long options (``--step 5`` is not ``--steps``: an
+    abbreviation that works today could become ambiguous tomorrow)."""
+
+    def __init__(self, *a, **kw):
+        kw["allow_abbrev"] = False
+        super().__init__(*a, **kw)
+
     def error(self, message):  # one line, exit 2
         self.exit(2, f"{self.prog}: error: {message}\n")
 
@@ -291,9 +299,9 @@ def _base_from_args(args) -> dict:
 
 
 def _workers(args):
-    from .core.config import as_int
+    from .core.guard import check_workers
 
-    return as_int("workers", args.workers, lo=1) if args.workers is not None else None
+    return check_workers(args.workers)
 
 
 def _cmd_sweep(args) -> int:
@@ -410,8 +418,10 @@ def _cmd_study(args) -> int:
         raise ConfigError("quick: not used by study k-mixtures (set --K, --steps, --widths, --seeds instead)")
     check_output_dir(args.out if args.name == "k-mixtures" or args.out != "runs/study_k_mixtures"
                      else f"runs/study_{args.name}", "out")
-    args.K, args.L, args.steps = args.K or "3,4,8", args.L or "3", args.steps or "4000"
-    args.widths, args.seeds = args.widths or "16,64,256,1024,4096", args.seeds or "4"
+    for k, default in (("K", "3,4,8"), ("L", "3"), ("steps", "4000"), ("widths", "16,64,256,1024,4096"),
+                       ("seeds", "4")):  # an empty value given is refused below, not replaced by the default
+        if getattr(args, k) is None:
+            setattr(args, k, default)
 
     if args.name == "robustness":
         from .mixture.robustness import robustness_study
@@ -432,11 +442,18 @@ def _cmd_study(args) -> int:
             raise ConfigError(str(e)) from None
         print(f"report: {out / 'report.md'}")
         return 0
-    Ks = [as_int("K", v, lo=2) for v in as_list("K", args.K)]
-    widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
-    rep = studies.k_mixtures(Ks, Path(args.out), L=as_int("L", args.L, lo=2),
-                             steps=as_int("steps", args.steps, lo=1), widths=widths,
-                             seeds=as_int("seeds", args.seeds, lo=1))
+    from .core.guard import check_list, check_mixture_size
+    from .mixture.config import make_config
+
+    Ks = [as_int("K", v, lo=2) for v in check_list("K", as_list("K", args.K))]
+    widths = [as_int("widths", v, lo=1) for v in check_list("widths", as_list("widths", args.widths))]
+    L, steps, seeds = as_int("L", args.L, lo=2), as_int("steps", args.steps, lo=1), as_int("seeds", args.seeds, lo=1)
+    for K in Ks:  # every run of the study estimated before the first: one per K, then 2 x seeds per width at Ks[0]
+        cfg = make_config({}, K=K, L=L, steps=steps, record_every=max(1, steps // 400))
+        check_mixture_size(cfg, what="size", copies=1.0 + (2.0 * seeds * len(widths) + 2 if K == Ks[0] else 0))
+    check_mixture_size(make_config({}, K=Ks[0], L=L, steps=steps, record_every=steps, width=max(widths)),
+                       copies=2.0 * seeds * len(widths))
+    rep = studies.k_mixtures(Ks, Path(args.out), L=L, steps=steps, widths=widths, seeds=seeds)
     for r in rep["rows"]:
         print(f"K={r['K']}: same-group {r['same_group_mean']:.4g}, between-group {r['between_group_mean']:.4g}")
     return 0
@@ -467,7 +484,15 @@ def _cmd_escape(args) -> int:
     cfg = None if args.run_file else _config_from_args(args)
     eps = as_float("eps", args.eps, positive=True)
     theta = as_float("theta", args.theta, positive=True)
-    omegas = [as_float("omegas", v, positive=True) for v in args.omegas.split(",")] if args.omegas else None
+    from .core.config import as_list
+    from .core.guard import MAX_OMEGAS, check_list, check_mixture_size
+
+    omegas = None
+    if args.omegas is not None:  # "" is an empty list, refused (not the default list)
+        omegas = [as_float("omegas", v, positive=True)
+                  for v in check_list("omegas", as_list("omegas", args.omegas), 1, MAX_OMEGAS)]
+    if cfg is not None:  # the stage runs plus one run per omega, estimated before any of them
+        check_mixture_size(cfg, args.force, copies=2.0 + len(omegas or (1, 2, 3, 4)))
     return escape_cli(cfg, args.stage, run_path=args.run_file, json_path=args.json, eps=eps, omegas=omegas,
                       theta=theta)
 

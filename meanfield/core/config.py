@@ -53,7 +53,9 @@ def _ascii_number(name: str, v, what: str) -> None:
         raise ConfigError(f"{name}: must be {what} in ASCII digits, got {_short(v)}")
 
 
-def as_int(name: str, v, lo: int | None = None) -> int:
+def as_int(name: str, v, lo: int | None = None, hi: int | None = None) -> int:
+    """``v`` as an integer, at least ``lo`` and at most ``hi`` when given (a
+    ConfigError naming ``name`` and the range otherwise)."""
     if isinstance(v, bool):
         raise ConfigError(f"{name}: must be an integer, got {_short(v)}")
     _ascii_number(name, v, "an integer")
@@ -67,14 +69,19 @@ def as_int(name: str, v, lo: int | None = None) -> int:
             raise ConfigError(f"{name}: must be an integer, got {_short(v)}") from None
     if i != f:
         raise ConfigError(f"{name}: must be an integer, got {_short(v)}")
-    if lo is not None and i < lo:
+    if lo is not None and i < lo and hi is None:
         raise ConfigError(f"{name}: must be an integer >= {lo}, got {_short(v)}")
+    if hi is not None and ((lo is not None and i < lo) or i > hi):
+        rng = f"in [{lo}, {hi}]" if lo is not None else f"<= {hi}"
+        raise ConfigError(f"{name}: must be an integer {rng}, got {_short(v)}")
     if abs(i) > INT_MAX:
         raise ConfigError(f"{name}: must be an integer below 2^63 (stored as int64), got {_short(v)}")
     return i
 
 
-def as_float(name: str, v, positive: bool = False, nonneg: bool = False) -> float:
+def as_float(name: str, v, positive: bool = False, nonneg: bool = False, hi: float | None = None) -> float:
+    """``v`` as a finite float (> 0 with ``positive``, >= 0 with ``nonneg``,
+    <= ``hi`` when given), or a ConfigError naming ``name``."""
     if isinstance(v, bool):
         raise ConfigError(f"{name}: must be a number, got {_short(v)}")
     _ascii_number(name, v, "a number")
@@ -88,6 +95,8 @@ def as_float(name: str, v, positive: bool = False, nonneg: bool = False) -> floa
         raise ConfigError(f"{name}: must be > 0, got {_short(v)}")
     if nonneg and f < 0:
         raise ConfigError(f"{name}: must be >= 0, got {_short(v)}")
+    if hi is not None and f > hi:
+        raise ConfigError(f"{name}: must be <= {hi:g}, got {_short(v)}")
     return f
 
 

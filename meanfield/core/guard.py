@@ -224,6 +224,76 @@ def read_config_text(path, field: str = "config", max_bytes: int = CONFIG_MAX_BY
     return data
 
 
+# ------------------------------------------------------------------ ceilings of resource arguments
+# Every argument that sets an amount of work or of processes has a stated ceiling
+# here (once), or goes through an estimate (below) refused before the work starts.
+
+MAX_LIST = 1000  # values in one comma-separated list (--widths, --K of a study, ...)
+MAX_OMEGAS = 100  # escape --omegas: one run per omega (a slope needs a few; 100 is far beyond a figure)
+
+
+def max_workers() -> int:
+    """Most local worker processes a command may start: 4 per core (more only
+    queue for the same cores, and each costs an interpreter's memory)."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_workers(v, field: str = "workers"):
+    """``--workers`` as an integer in [1, :func:`max_workers`] (None stays None).
+
+    Parameters
+    ----------
+    v : str, int or None
+        The value given.
+    field : str
+        The flag named in the message.
+
+    Returns
+    -------
+    int or None
+
+    Example
+    -------
+    >>> check_workers("2")
+    2
+    """
+    if v is None:
+        return None
+    from .config import as_int
+
+    return as_int(field, v, lo=1, hi=max_workers())
+
+
+def check_list(field: str, items, lo: int = 1, hi: int = MAX_LIST) -> list:
+    """A list of values of ``field`` with between ``lo`` and ``hi`` items.
+
+    Parameters
+    ----------
+    field : str
+        The flag named in the message.
+    items : list
+        The parsed values.
+    lo, hi : int
+        Fewest and most items.
+
+    Returns
+    -------
+    list
+        ``items``.
+
+    Example
+    -------
+    >>> check_list("widths", [4, 8])
+    [4, 8]
+    """
+    n = len(items)
+    if n < lo:
+        raise ConfigError(f"{field}: give at least {lo} comma-separated value{'s' if lo > 1 else ''}, got {n}")
+    if n > hi:
+        raise ConfigError(f"{field}: at most {hi} comma-separated values, got {n}")
+    return items
+
+
 # ------------------------------------------------------------------ sizes
 
 # Cost model of one evaluation of the reduced mixture dynamics (loss and
@@ -396,6 +466,37 @@ def induction_estimate(cfg) -> dict:
         steps = 0.0
     per = n if cfg.sampling == "fixed" else float(cfg.batch)
     return {"bytes": mem, "seconds": steps * _T_IND * per * L * heads, "steps": steps}
+
+
+# ``induction full``: the simplified model and the official code's full transformer, trained side by side;
+# the quick study (300 sequences of L = 20, 300 steps) takes about a minute here: ~3.3e-5 s per
+# (sequence x position x step).
+_T_FULL = 3.3e-5
+
+
+def full_study_estimate(steps: int, n: int, L: int, force: bool = False) -> dict:
+    """Refuse an ``induction full`` study estimated beyond :data:`MAX_SECONDS`.
+
+    Parameters
+    ----------
+    steps, n, L : int
+        GD steps, training sequences and their length.
+    force : bool
+        Go past the estimate on purpose.
+
+    Returns
+    -------
+    dict
+        ``bytes`` and ``seconds``.
+
+    Example
+    -------
+    >>> full_study_estimate(300, 300, 20)["seconds"] < 3600
+    True
+    """
+    est = {"bytes": 64.0 * n * (L + 1), "seconds": _T_FULL * float(steps) * n * (L + 1)}
+    check_size(est, "steps", force, f" (induction full: {steps:.3g} steps on {n} sequences of L = {L})")
+    return est
 
 
 def check_induction_size(cfg, force: bool = False) -> dict:

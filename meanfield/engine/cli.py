@@ -243,7 +243,9 @@ def _cmd_sweep(args) -> int:
         n_points *= len(v)
     desc = description_from_args(args, size={"copies": n_points})  # the base must be valid on its own
     base = _overrides(args, raw, path)
-    workers = as_int("workers", args.workers, lo=1) if args.workers is not None else None
+    from ..core.guard import check_workers
+
+    workers = check_workers(args.workers)
     del desc
     from ..core.ensemble_cli import chunked_requested, cmd_sweep
 
@@ -313,7 +315,9 @@ def _cmd_width_sweep(args) -> int:
                f" (width-sweep: {n_jobs:.3g} particle runs, {len(widths)} widths x {n_seeds} seeds)")
     desc = description_from_args(args, size={"particles_d": _particles_d(args), "width": max(widths),
                                              "copies": len(widths) * n_seeds + 1})
-    workers = as_int("workers", args.workers, lo=1) if args.workers is not None else 1
+    from ..core.guard import check_workers
+
+    workers = check_workers(args.workers) or 1
     s = width_sweep(desc, widths, args.seeds, Path(args.out), d=args.d, workers=workers, progress=not args.quiet)
     print(s["message"])
     for f in s["files"]:

@@ -251,6 +251,11 @@ def cmd_full(args) -> int:
     settings = {}
     if args.steps is not None:
         settings["steps"] = as_int("steps", args.steps, lo=1)
+    from ..core.guard import full_study_estimate
+    from .full import FULL_SETTINGS
+
+    S = dict(FULL_SETTINGS["quick" if args.quick else "full"], **settings)
+    full_study_estimate(S["steps"], S["n_train"], S["L"], force=args.force)  # before any step
     if args.loss is not None:
         if args.loss not in ("official-ce", "nll"):
             raise ConfigError(f"loss: must be one of official-ce, nll; got {args.loss!r}")
@@ -339,5 +344,6 @@ def add_parser(systems):
     f.add_argument("--steps", default=None, help="simultaneous GD steps (default 300 quick; 2000 with L = 20 and 1000 sequences)")
     f.add_argument("--loss", default=None, help="official-ce (default, the official code's) | nll")
     f.add_argument("--quiet", action="store_true", help="no progress lines")
+    f.add_argument("--force", action="store_true", help="run even when the estimated time is beyond a day")
     f.set_defaults(func=cmd_full)
     return ind
