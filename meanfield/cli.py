@@ -343,7 +343,9 @@ def _cmd_width_sweep(args) -> int:
     from .core.config import as_float, as_int, as_list
     from .mixture.widths import width_sweep
 
-    widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
+    from .core.guard import check_list
+
+    widths = [as_int("widths", v, lo=1) for v in check_list("widths", as_list("widths", args.widths))]
     seeds = as_int("seeds", args.seeds, lo=1)
     tol = as_float("kink_tol", args.kink_tol, positive=True)
     base = _base_from_args(args)

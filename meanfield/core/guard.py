@@ -232,6 +232,47 @@ MAX_LIST = 1000  # values in one comma-separated list (--widths, --K of a study,
 MAX_OMEGAS = 100  # escape --omegas: one run per omega (a slope needs a few; 100 is far beyond a figure)
 
 
+MAX_HORIZON = 1e9  # time units of a flow / rk4 run: every shipped model settles by t ~ 1e5 at its defaults
+
+
+def check_run_numbers(out: dict) -> None:
+    """Shared checks of a resolved training's numbers (the mixture config's and
+    an engine description's ``parameters``): a horizon a run can reach, an
+    initial scale whose square (the initial A = B = omega^2 I) is below the
+    divergence threshold ``max_abs``, a stage plan that trains at all.
+
+    Parameters
+    ----------
+    out : dict
+        The resolved fields (``omega``, ``max_abs``, ``t_end``, ``stage_steps``,
+        ``stage_times``; absent ones are skipped).
+
+    Returns
+    -------
+    None
+        Raises ConfigError naming the field.
+
+    Example
+    -------
+    >>> check_run_numbers({"omega": 0.1, "max_abs": 1e6, "t_end": 10.0})
+    """
+    om, mx = out.get("omega"), out.get("max_abs")
+    if om is not None and mx is not None and not om * om < mx:
+        raise ConfigError(f"omega: must be below sqrt(max_abs) = {math.sqrt(mx):.3g} (the initial A = B = "
+                          f"omega^2 I would already count as diverged), got {om:.3g}")
+    for name in ("t_end", "stage_times"):
+        v = out.get(name)
+        if v is None:
+            continue
+        tot = float(sum(v)) if isinstance(v, (tuple, list)) else float(v)
+        if not tot <= MAX_HORIZON:
+            raise ConfigError(f"{name}: at most {MAX_HORIZON:.0e} time units in all, got {tot:.3g}")
+    for name in ("stage_steps", "stage_times"):
+        v = out.get(name)
+        if v is not None and len(v) and not sum(v) > 0:
+            raise ConfigError(f"{name}: at least one stage must train (> 0), got {','.join(map(str, v))}")
+
+
 def max_workers() -> int:
     """Most local worker processes a command may start: 4 per core (more only
     queue for the same cores, and each costs an interpreter's memory)."""
@@ -496,6 +537,50 @@ def full_study_estimate(steps: int, n: int, L: int, force: bool = False) -> dict
     """
     est = {"bytes": 64.0 * n * (L + 1), "seconds": _T_FULL * float(steps) * n * (L + 1)}
     check_size(est, "steps", force, f" (induction full: {steps:.3g} steps on {n} sequences of L = {L})")
+    return est
+
+
+def chi2_estimate(d: int, pa, lags, D: int, n: int, force: bool = False) -> dict:
+    """Refuse an ``induction chi2`` table that would not fit or finish: the
+    exact stationary joint law of a window W = max(pa, lags) holds d^(W+1)
+    floats per kernel (1000 kernels at a time), the kernels n d^(|pa|+1), and
+    every subset of the lags with |S| <= D is scored on every kernel (about
+    1e-8 s per law entry and subset). Logs throughout: d = 1e6 must not overflow.
+
+    Parameters
+    ----------
+    d : int
+        Alphabet size.
+    pa, lags : sequences of int
+        Parent lags and candidate lags.
+    D : int
+        Largest subset size.
+    n : int
+        Monte Carlo kernels.
+    force : bool
+        Go past the estimate on purpose.
+
+    Returns
+    -------
+    dict
+        ``bytes`` and ``seconds``.
+
+    Example
+    -------
+    >>> chi2_estimate(3, (1, 2), (1, 2, 3), 2, 2000)["bytes"] < 1e9
+    True
+    """
+    W = max(max(pa), max(lags))
+    ld = math.log(max(d, 1))
+    n_sub = sum(math.comb(len(lags), j) for j in range(0, min(D, len(lags)) + 1)) if len(lags) < 10_000 else math.inf
+
+    def ex(x):
+        return math.exp(min(x, 700.0))
+
+    law = ex((W + 1) * ld)
+    est = {"bytes": 8.0 * (2.0 * min(n, 1000) * law + n * ex((len(pa) + 1) * ld)),
+           "seconds": 1e-8 * n * law * n_sub}
+    check_size(est, "size", force, f" (chi2: alphabet d = {d}, window {W}, {len(lags)} lags, {n} kernels)")
     return est
 
 

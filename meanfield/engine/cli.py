@@ -306,7 +306,9 @@ def _cmd_width_sweep(args) -> int:
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     for suffix in (".json", ".png"):  # written beside it
         check_output_file(out.with_suffix(suffix), "out")
-    widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
+    from ..core.guard import check_list
+
+    widths = [as_int("widths", v, lo=1) for v in check_list("widths", as_list("widths", args.widths))]
     n_seeds = as_int("seeds", args.seeds, lo=1)
     from ..core.guard import check_size
 

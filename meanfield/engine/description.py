@@ -150,14 +150,14 @@ def make_params(raw: dict) -> RunParams:
     out = {}
     out["method"] = as_choice("method", d["method"], METHODS)
     out["eta"] = as_float("eta", d["eta"], positive=True)
-    out["steps"] = as_int("steps", d["steps"], lo=0)
+    out["steps"] = as_int("steps", d["steps"], lo=1)
     out["t_end"] = as_float("t_end", d["t_end"], positive=True) if d["t_end"] is not None else (
         out["steps"] * out["eta"] if out["method"] != "gd" else None)
     out["dt"] = as_float("dt", d["dt"], positive=True) if d["dt"] is not None else (
         out["eta"] if out["method"] == "rk4" else None)
     out["rtol"] = as_float("rtol", d["rtol"], positive=True)
     out["atol"] = as_float("atol", d["atol"], positive=True)
-    out["h_min"] = as_float("h_min", d["h_min"], nonneg=True) if d["h_min"] is not None else None
+    out["h_min"] = as_float("h_min", d["h_min"], positive=True) if d["h_min"] is not None else None
     out["max_abs"] = as_float("max_abs", d["max_abs"], positive=True)
     crit = d["criterion"]
     out["criterion"] = None if parse_criterion("criterion", crit, CRITERIA) is None else str(crit).replace(" ", "")
@@ -176,6 +176,9 @@ def make_params(raw: dict) -> RunParams:
         if d["stage_steps"] is not None else None
     out["stage_times"] = tuple(as_float("stage_times", v, nonneg=True) for v in as_list("stage_times", d["stage_times"])) \
         if d["stage_times"] is not None else None
+    from ..core.guard import check_run_numbers
+
+    check_run_numbers(out)
     if out["stage_steps"] is not None and out["method"] != "gd":
         raise ConfigError(f"stage_steps: only for method gd; with {out['method']} give stage_times")
     if out["stage_times"] is not None and out["method"] == "gd":

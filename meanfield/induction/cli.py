@@ -196,6 +196,9 @@ def cmd_chi2(args) -> int:
     seed = tuple(as_int("seed", v, lo=0) for v in as_list("seed", args.seed))
     if not seed:
         raise ConfigError("seed: needs at least one non-negative integer")
+    from ..core.guard import chi2_estimate
+
+    chi2_estimate(cfg.d, cfg.pa, lags, cfg.D, n, force=args.force)  # before any kernel is drawn
     res = chi2_table(cfg.d, cfg.pa, cfg.alpha, lags, cfg.D, n, seed, exps)
     print("modified chi-square MI  I~_k(S) = E_pi sum_z mu(z)^k (sum_e mu(e|z)^2/mu(e) - 1)")
     print(f"d={cfg.d}, pa={list(cfg.pa)}, alpha={cfg.alpha:g}, candidate lags {list(res.lags)} "
@@ -318,6 +321,7 @@ def add_parser(systems):
     x.add_argument("--n-kernels", dest="n_kernels", default="2000", help="Monte Carlo kernels from the prior")
     x.add_argument("--seed", default="0", help="seed of the kernels (an int or comma-separated ints)")
     x.add_argument("--json", default=None, help="also write the table (means, standard errors, rankings) here")
+    x.add_argument("--force", action="store_true", help="run even when the estimated memory or time is too large")
     x.set_defaults(func=cmd_chi2)
 
     c = verbs.add_parser("check", help="rerun the paper's claims; report.md, report.json, figures, run.h5; "
