@@ -624,11 +624,13 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--out", default="runs/study_k_mixtures")
     st.set_defaults(func=_cmd_study)
 
+    from .core.bounds import _ATOM_FORMS, FUNCTIONS, VARIABLES
+
     b = verbs.add_parser("bound", help="check an inequality over a run: holds / violated, worst slack, first violation",
-                         description="Expressions use the paper's names: S+[c1,v1], A-[v2,v2], B+[v1,v2], w+[c1], "
-                                     "loss, margin[i], g[i], u+[i], t, omega, eta, m, K, L, T1, T2, T3, ...; "
-                                     "operators + - * / ** and abs exp log sqrt min max. Exit 0 if every bound "
-                                     "holds, 1 if one is violated, 2 on bad input.")
+                         description="Expressions use the paper's names. Variables: " + ", ".join(VARIABLES)
+                                     + ". Bracketed forms: " + _ATOM_FORMS + ". Operators + - * / ** and functions "
+                                     + " ".join(FUNCTIONS) + ". Exit 0 if every bound holds, 1 if one is violated, "
+                                     "2 on bad input.")
     b.add_argument("run", help="run file (.h5)")
     b.add_argument("expr", nargs="?", help='the inequality, e.g. "loss <= log(2) * exp(-(t - T2) / 1000)"')
     b.add_argument("--file", help="a TOML file of [[bound]] tables (name, expr, during, tmin, tmax)")

@@ -19,7 +19,7 @@ DRIVER = textwrap.dedent(r"""
     import contextlib, io, json, resource, sys, time
     from meanfield.cli import main
 
-    cases = json.loads(sys.argv[1])
+    cases = json.loads(sys.stdin.read())  # stdin: a case may be longer than one argv string may be
     out = []
     for cid, argv in cases:
         so, se = io.StringIO(), io.StringIO()
@@ -37,7 +37,7 @@ DRIVER = textwrap.dedent(r"""
 
 
 def run_cases(cases, cwd, timeout: float = 600.0) -> tuple[dict, float]:
-    r = subprocess.run([sys.executable, "-c", DRIVER, json.dumps([list(c) for c in cases])], cwd=cwd,
+    r = subprocess.run([sys.executable, "-c", DRIVER], input=json.dumps([list(c) for c in cases]), cwd=cwd,
                        capture_output=True, text=True, timeout=timeout, env=dict(os.environ, MEANFIELD_DEBUG=""))
     assert "@@RESULTS@@" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
     res = json.loads(r.stdout.split("@@RESULTS@@", 1)[1])

@@ -35,7 +35,9 @@ def check_keys(cls, data: dict[str, Any], where: str) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     for k in data:
         if k not in names:
-            raise ConfigError(f"{where}: unknown key '{k}'; allowed: {', '.join(names)}")
+            from .guard import unknown_name
+
+            raise unknown_name(where, "key", k, names, "the command's --help (one flag per key)")
 
 
 INT_MAX = 2**63 - 1  # every integer field is stored as an int64 (HDF5 attributes, numpy seeds)

@@ -53,6 +53,46 @@ def one_line(msg: str, n: int = 400) -> str:
     return s
 
 
+def unknown_name(where: str, what: str, name, allowed, pointer: str = "--help") -> ConfigError:
+    """The one-line error for an unknown ``name`` among ``allowed``: the list
+    itself when it is short, else the close matches, the count and where the
+    full list is (``pointer``).
+
+    Parameters
+    ----------
+    where : str
+        The field named first in the message.
+    what : str
+        What ``name`` is ("key", "config field").
+    name : object
+        The unknown name.
+    allowed : iterable of str
+        The valid names.
+    pointer : str
+        Where the full list is shown.
+
+    Returns
+    -------
+    ConfigError
+        To raise.
+
+    Example
+    -------
+    >>> str(unknown_name("param", "config field", "omga", ["omega", "eta"]))
+    "param: unknown config field 'omga'; allowed: omega, eta"
+    """
+    import difflib
+
+    allowed = [str(a) for a in allowed]
+    full = ", ".join(allowed)
+    if len(full) <= 120:
+        return ConfigError(f"{where}: unknown {what} {excerpt(str(name))}; allowed: {full}")
+    near = difflib.get_close_matches(str(name), allowed, n=3)
+    return ConfigError(f"{where}: unknown {what} {excerpt(str(name))}"
+                       + (f" (did you mean {', '.join(near)}?)" if near else "")
+                       + f"; {len(allowed)} allowed, listed by {pointer}")
+
+
 # ------------------------------------------------------------------ output paths
 
 

@@ -101,7 +101,9 @@ def parse_params(items: list[str], allowed: list[str]) -> dict[str, list]:
         if not eq:
             raise ConfigError(f"param: expected NAME=VALUES, got {it!r}")
         if name not in allowed:
-            raise ConfigError(f"param: unknown config field {name!r}; allowed: {', '.join(allowed)}")
+            from .guard import unknown_name
+
+            raise unknown_name("param", "config field", name, allowed, "the sweep's --help (one run flag per field)")
         if name in out:
             raise ConfigError(f"param: {name} given twice")
         out[name] = parse_values(name, spec)

@@ -102,8 +102,13 @@ def _overrides(args, raw, path) -> dict:
     given.update(getattr(args, "declared", None) or {})
     for name in given:
         if name not in allowed:
-            raise ConfigError(f"--{name.replace('_', '-')}: not a parameter of model {path.name}; its parameters: "
-                              + ", ".join("--" + a.replace("_", "-") for a in sorted(allowed)))
+            import difflib
+
+            flag, flags = "--" + name.replace("_", "-"), ["--" + a.replace("_", "-") for a in sorted(allowed)]
+            near = difflib.get_close_matches(flag, flags, n=3)
+            raise ConfigError(f"{flag}: not a parameter of model {path.name}"
+                              + (f" (did you mean {', '.join(near)}?)" if near else "")
+                              + f"; its {len(flags)} parameters: meanfield model run {path.stem} --help")
     return given
 
 
@@ -197,16 +202,28 @@ def outcome_of(path, desc) -> list[str]:
 
 
 def _plot(path: Path, out: Path) -> list:
+    from ..core.guard import excerpt
     from ..core.io import read_run
 
     try:
         r = read_run(path)
     except (FileNotFoundError, ValueError, OSError) as e:
         raise ConfigError(f"run: {path} is not a readable run file ({e})") from None
-    if r.attrs.get("system") == "mixture":
+    system = r.attrs.get("system")
+    if system == "mixture":
         from ..mixture.plot import plot_run
 
-        return plot_run(path, out)
+        try:
+            return plot_run(path, out)
+        except (FileNotFoundError, ValueError) as e:
+            raise ConfigError(f"run: {e}") from None
+    if system != "engine":
+        raise ConfigError(f"run: {excerpt(str(path))} is a {excerpt(system)} run file; plot it with "
+                          f"`meanfield {system} plot` (`meanfield --help` lists the systems)")
+    missing = [k for k in ("t", "loss", "margin", "features") if k not in r]
+    if missing:  # an incomplete or foreign file: refused before the figure folder is made
+        raise ConfigError(f"run: {excerpt(str(path))} lacks dataset(s) {', '.join(missing)} (not a complete "
+                          f"model run file)")
     from .plot import plot_engine_run
 
     return plot_engine_run(r, path, out)

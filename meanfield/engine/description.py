@@ -144,7 +144,9 @@ def make_params(raw: dict) -> RunParams:
     names = [f.name for f in dataclasses.fields(RunParams)]
     for k in raw:
         if k not in names:
-            raise ConfigError(f"parameters: unknown key '{k}'; allowed: {', '.join(names)}")
+            from ..core.guard import unknown_name
+
+            raise unknown_name("parameters", "key", k, names, "meanfield model run --help (one flag per key)")
     d = {f.name: f.default for f in dataclasses.fields(RunParams)}
     d.update({k: v for k, v in raw.items() if v is not None})
     out = {}
