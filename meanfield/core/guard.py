@@ -953,7 +953,7 @@ def _barrier_body(call, debug: bool, after_work=None) -> int:
         if debug:
             traceback.print_exc()
         where = e.filename if e.filename is not None else ""
-        say(f"error: {excerpt(str(where)) + ': ' if where else ''}{e.strerror or e}")
+        say(f"error: {excerpt(str(where), 240) + ': ' if where else ''}{e.strerror or e}")
         return 2
     except RecursionError:
         if debug:

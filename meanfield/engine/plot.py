@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.io import save_figure
+
 
 def plot_engine_run(r, path: Path, out: Path) -> list[Path]:
     import matplotlib
@@ -27,7 +29,7 @@ def plot_engine_run(r, path: Path, out: Path) -> list[Path]:
     ax[1].set_title("margins")
     f = out / "loss.png"
     fig.tight_layout()
-    fig.savefig(f, dpi=110)
+    save_figure(fig, f, dpi=110)
     plt.close(fig)
     files.append(f)
     feats = [str(x) for x in r["features"]]
@@ -45,7 +47,7 @@ def plot_engine_run(r, path: Path, out: Path) -> list[Path]:
         fig.suptitle(f"{Path(path).name} (features {', '.join(feats)})", fontsize=9)
         fig.tight_layout()
         f = out / f"variables_{head}.png"
-        fig.savefig(f, dpi=110)
+        save_figure(fig, f, dpi=110)
         plt.close(fig)
         files.append(f)
     return files
