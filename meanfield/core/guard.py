@@ -932,6 +932,12 @@ def _barrier_body(call, debug: bool, after_work=None) -> int:
             after_work()
         return rc
     except ConfigError as e:
+        from .errors import PENDING
+
+        if PENDING["signal"] is not None:  # a failed import (the signal's KeyboardInterrupt inside it) named as
+            say("interrupted (SIGINT/SIGTERM); files are written whole or not at all, so any file at the "
+                "output path is a complete or checkpoint file")  # bad input: the signal is the cause
+            return 130
         say(f"error: {e}")
         return 2
     except KeyboardInterrupt:
@@ -963,6 +969,12 @@ def _barrier_body(call, debug: bool, after_work=None) -> int:
     except Exception as e:  # a bug: visible, but one line unless asked
         if debug:
             traceback.print_exc()
+        from .errors import PENDING
+
+        if PENDING["signal"] is not None:  # the signal's KeyboardInterrupt was turned into another error on the
+            say("interrupted (SIGINT/SIGTERM); files are written whole or not at all, so any file at the "
+                "output path is a complete or checkpoint file")  # way (raised inside a class's creation, ...)
+            return 130
         say(f"internal error: {type(e).__name__}: {e} (a bug in meanfield; rerun with -v or MEANFIELD_DEBUG=1 "
             "for the traceback)")
         return EXIT_INTERNAL

@@ -167,6 +167,10 @@ class Monitor:
 
     def _handle(self, signum, frame):
         self.signal = signum
+        if getattr(self, "_first", None) is None:  # no chunk done yet: the first one is compiling or loading
+            # the numba kernels (seconds, more on a loaded machine), which never looks at the flag; stop
+            # now (exit 130 within 2 s), as a signal during set-up does: nothing is computed, nothing written
+            raise KeyboardInterrupt(f"signal {signum}")
 
     @property
     def stop_requested(self) -> bool:
