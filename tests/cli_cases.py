@@ -29,7 +29,11 @@ DRIVER = textwrap.dedent(r"""
     signal.signal(signal.SIGALRM, on_alarm)
     cases = json.loads(sys.stdin.read())  # stdin: a case may be longer than one argv string may be
     out = []
+    progress = os.environ.get("CLI_CASE_PROGRESS")  # a file that names each case as it starts (debugging)
     for cid, argv in cases:
+        if progress:
+            with open(progress, "a") as pf:
+                pf.write(cid + "\n")
         so, se = io.StringIO(), io.StringIO()
         t0 = time.perf_counter()
         with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):

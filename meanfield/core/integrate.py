@@ -113,6 +113,15 @@ class Trajectory:
         }
 
 
+def _numba_compiling() -> bool:
+    """True while numba's compiler lock is held (a kernel is being compiled)."""
+    mod = sys.modules.get("numba.core.compiler_lock")
+    try:
+        return bool(mod is not None and mod.global_compiler_lock.is_locked())
+    except Exception:  # pragma: no cover - another numba
+        return False
+
+
 class Monitor:
     """Progress line on stderr for runs longer than ``quiet_s`` seconds, a stop
     flag set by SIGINT/SIGTERM while active (use as a context manager), and an
@@ -167,9 +176,9 @@ class Monitor:
 
     def _handle(self, signum, frame):
         self.signal = signum
-        if getattr(self, "_first", None) is None:  # no chunk done yet: the first one is compiling or loading
-            # the numba kernels (seconds, more on a loaded machine), which never looks at the flag; stop
-            # now (exit 130 within 2 s), as a signal during set-up does: nothing is computed, nothing written
+        if getattr(self, "_first", None) is None and _numba_compiling():  # no chunk done yet and the first
+            # one is compiling its numba kernels (seconds, a minute on a loaded machine), which never looks at
+            # the flag: stop now (exit 130 within 2 s), as a signal during set-up does; nothing is computed yet
             raise KeyboardInterrupt(f"signal {signum}")
 
     @property
