@@ -79,6 +79,10 @@ CASES = [
     ("abbreviated-flag", ["mixture", "run", "--step", "5", "--out", "x.h5"], "--step"),
     ("induction-abbreviated-flag", ["induction", "run", "--step", "5", "--out", "x.h5"], "--step"),
     ("model-abbreviated-flag", ["model", "run", "incontext", "--step", "5", "--out", "x.h5"], "--step"),
+    ("chunk-size-without-chunked", ["mixture", "sweep", "--param", "omega=0.1,0.2", "--chunk-size", "4",
+                                    "--out", "sw"], "chunk_size"),
+    ("model-keep-records-without-chunked", ["model", "sweep", "mixture", "--param", "omega=0.1,0.2",
+                                            "--keep-records", "1", "--out", "sw"], "keep_records"),
     # long lists in error lines: the flag, close matches, where the list is
     ("bound-unknown-name", ["mixture", "bound", "mix.h5", "nosuch <= 1"], "--help"),
     ("sweep-unknown-param", ["mixture", "sweep", "--param", "omga=1,2", "--out", "sw"], "omega"),
