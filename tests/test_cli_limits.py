@@ -162,3 +162,22 @@ def test_a_short_valid_sweep_still_runs_with_workers_at_the_ceiling(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "sw" / "sweep.json").is_file()
+
+
+@pytest.mark.parametrize("count", [1e300, 1e7, float("inf")])
+def test_a_description_with_huge_token_counts_is_refused(count):
+    """issue 26: token counts are multiplicities (their log enters the logits): at most MAX_COUNT."""
+    import copy
+
+    from meanfield.core.config import ConfigError
+    from meanfield.engine.description import MAX_COUNT, description_from_dict
+
+    raw = {"dictionary": {"features": ["a", "b"]},
+           "data": {"rows": [{"tokens": ["a", "b"], "target": 1, "counts": [1, 2]},
+                             {"tokens": ["b", "a"], "target": -1}]},
+           "heads": [{"name": "h"}], "model": {"loss": "logistic"}, "parameters": {"steps": 3}}
+    description_from_dict(copy.deepcopy(raw))  # the same description with sane counts is fine
+    raw["data"]["rows"][0]["counts"] = [1, count]
+    with pytest.raises(ConfigError, match=r"data.rows\[0\].counts: must be"):
+        description_from_dict(raw)
+    assert count > MAX_COUNT

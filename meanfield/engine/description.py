@@ -287,7 +287,7 @@ def _data_from_table(raw: dict, features: tuple[str, ...]) -> Data:
         cnt = r.get("counts", [1] * len(toks))
         if not isinstance(cnt, list) or len(cnt) != len(toks):
             raise ConfigError(f"{where}.counts: must be {len(toks)} counts (one per token)")
-        counts[s, :len(toks)] = [as_float(f"{where}.counts", c, nonneg=True) for c in cnt]
+        counts[s, :len(toks)] = [as_float(f"{where}.counts", c, nonneg=True, hi=MAX_COUNT) for c in cnt]
         if "target" not in r:
             raise ConfigError(f"{where}.target: required (a label, a number or a list of numbers)")
         targets.append(r["target"])
@@ -317,6 +317,11 @@ def _import_function(field: str, ref):
     if not inspect.isfunction(f):
         raise ConfigError(f"{field}: {s} must be a Python function (def); got {type(f).__name__}")
     return f
+
+
+#: a position stands for at most this many identical tokens (its log enters the attention logits; far
+#: beyond any sequence a described model's data stand for, and still exact in float64 sums)
+MAX_COUNT = 1e6
 
 
 def _feature_names(v):
