@@ -32,7 +32,14 @@ def _files(d: Path) -> set[str]:
 # (id, argv, text the one line must contain: the flag)
 CASES = [
     # hangs (no answer within 60 s before)
-    ("width-sweep-seeds-1e9", ["mixture", "width-sweep", "--seeds", "1e9", "--out", "w.h5"], "size"),
+    ("width-sweep-seeds-1e9", ["mixture", "width-sweep", "--seeds", "1e9", "--out", "w.h5"], "seeds"),
+    ("model-width-sweep-seeds-1e9", ["model", "width-sweep", "incontext", "--seeds", "1e9", "--out", "w.h5"],
+     "seeds"),
+    ("induction-H-1e9", ["induction", "chi2", "--H", "1e9"], "H"),
+    ("induction-d-1e9", ["induction", "run", "--d", "1e9", "--out", "x.h5"], "size"),
+    ("induction-data-d-1e9", ["induction", "data", "--d", "1e9", "--out", "x.h5"], "size"),
+    ("induction-record-log-1e9", ["induction", "run", "--schedule", "simultaneous", "--steps", "3", "--record-log",
+                                  "1e9", "--out", "x.h5"], "size"),
     ("escape-K-1000", ["mixture", "escape", "--K", "1000"], "K=1000"),
     ("sweep-workers-1e9", ["mixture", "sweep", "--workers", "1e9", "--param", "omega=0.1,0.2", "--out", "sw"],
      "workers"),
@@ -44,7 +51,7 @@ CASES = [
     ("study-K-1000", ["mixture", "study", "k-mixtures", "--K", "1000", "--out", "st"], "K=1000"),
     ("study-L-1e6", ["mixture", "study", "k-mixtures", "--L", "1e6", "--out", "st"], "L=1000000"),
     ("study-steps-1e15", ["mixture", "study", "k-mixtures", "--steps", "1e15", "--out", "st"], "1e+15 steps"),
-    ("study-seeds-1e9", ["mixture", "study", "k-mixtures", "--seeds", "1e9", "--out", "st"], "runs"),
+    ("study-seeds-1e9", ["mixture", "study", "k-mixtures", "--seeds", "1e9", "--out", "st"], "seeds"),
     ("escape-omegas-25000", ["mixture", "escape", "--omegas", ",".join(f"{0.001 + i * 1e-6:.7g}"
                                                                        for i in range(25000))], "omegas"),
     ("flow-t-end-1e300", ["mixture", "run", "--method", "flow", "--t-end", "1e300", "--out", "x.h5"], "t_end"),

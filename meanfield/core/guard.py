@@ -269,6 +269,8 @@ def read_config_text(path, field: str = "config", max_bytes: int = CONFIG_MAX_BY
 # here (once), or goes through an estimate (below) refused before the work starts.
 
 MAX_LIST = 1000  # values in one comma-separated list (--widths, --K of a study, ...)
+MAX_SEEDS = 1000  # seeds per width of a width sweep or study (the spread over seeds is settled far sooner)
+MAX_HEADS = 256  # induction heads H (the model's features are the subsets of at most D heads)
 MAX_OMEGAS = 100  # escape --omegas: one run per omega (a slope needs a few; 100 is far beyond a figure)
 
 
@@ -546,7 +548,13 @@ def induction_estimate(cfg) -> dict:
     else:
         steps = 0.0
     per = n if cfg.sampling == "fixed" else float(cfg.batch)
-    return {"bytes": mem, "seconds": steps * _T_IND * per * L * heads, "steps": steps}
+    # the model's features: every subset of at most D heads; a sequence's kernel: d^(|pa| + 1) floats
+    n_feat = float(sum(math.comb(cfg.H, j) for j in range(0, cfg.D + 1)))
+    kernel = math.exp(min((len(cfg.pa) + 1) * math.log(max(cfg.d, 1)), 700.0))
+    rec = cfg.record_log if cfg.record_log is not None else (steps / cfg.record_every if cfg.record_every
+                                                             else min(steps, 1000.0))
+    mem += 8.0 * (4.0 * kernel + float(rec + 4) * (cfg.H * cfg.M + n_feat + 8.0))
+    return {"bytes": mem, "seconds": steps * _T_IND * per * L * heads * max(1.0, n_feat / 7.0), "steps": steps}
 
 
 # ``induction full``: the simplified model and the official code's full transformer, trained side by side;
@@ -633,8 +641,9 @@ def check_induction_size(cfg, force: bool = False) -> dict:
 def induction_data_estimate(N: int, d: int, L: int, n_parents: int, kernels: bool, force: bool = False) -> dict:
     """``induction data``: tokens N (L + 1) int64, kernels N d^(|pa| + 1) floats;
     generation about 3.2e-8 s per token (README: 32 ms for 10,000 x 100)."""
-    k = float(d) ** (n_parents + 1) if kernels else 0.0
-    est = {"bytes": 3.0 * 8.0 * float(N) * ((L + 1) + k), "seconds": 3.2e-8 * float(N) * (L + 1 + k)}
+    k1 = math.exp(min((n_parents + 1) * math.log(max(d, 1)), 700.0))  # one sequence's kernel, always drawn
+    k = k1 if kernels else 0.0
+    est = {"bytes": 3.0 * 8.0 * (float(N) * ((L + 1) + k) + k1), "seconds": 3.2e-8 * float(N) * (L + 1 + k1)}
     check_size(est, "size", force, f" (induction data: {N} sequences of L = {L})")
     return est
 

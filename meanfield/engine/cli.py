@@ -322,7 +322,9 @@ def _cmd_width_sweep(args) -> int:
     from ..core.guard import check_list
 
     widths = [as_int("widths", v, lo=1) for v in check_list("widths", as_list("widths", args.widths))]
-    n_seeds = as_int("seeds", args.seeds, lo=1)
+    from ..core.guard import MAX_SEEDS
+
+    n_seeds = as_int("seeds", args.seeds, lo=1, hi=MAX_SEEDS)
     from ..core.guard import check_size
 
     n_jobs = float(len(widths)) * n_seeds  # each particle run holds a description and its errors: >= 10 KiB

@@ -283,7 +283,9 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
     if len(set(pa)) != len(pa):
         raise ConfigError(f"pa: parent lags must be distinct, got {d['pa']!r}")
     out["pa"] = tuple(sorted(pa))
-    out["H"] = as_int("H", d["H"], lo=1)
+    from ...core.guard import MAX_HEADS
+
+    out["H"] = as_int("H", d["H"], lo=1, hi=MAX_HEADS)
     out["M"] = as_int("M", d["M"], lo=1)
     out["D"] = as_int("D", d["D"], lo=1)  # D = 0: only the empty subset, a model of no head
     if out["D"] > out["H"]:

@@ -278,7 +278,9 @@ def _cmd_width_sweep(args) -> int:
     from ...core.guard import check_list
 
     widths = [as_int("widths", v, lo=1) for v in check_list("widths", as_list("widths", args.widths))]
-    seeds = as_int("seeds", args.seeds, lo=1)
+    from ...core.guard import MAX_SEEDS
+
+    seeds = as_int("seeds", args.seeds, lo=1, hi=MAX_SEEDS)
     tol = as_float("kink_tol", args.kink_tol, positive=True)
     base = _base_from_args(args)
     if base.get("width") not in (None, "inf"):
@@ -376,12 +378,13 @@ def _cmd_study(args) -> int:
             raise ConfigError(str(e)) from None
         print(f"report: {out / 'report.md'}")
         return 0
-    from ...core.guard import check_list, check_mixture_size
+    from ...core.guard import MAX_SEEDS, check_list, check_mixture_size
     from .config import make_config
 
     Ks = [as_int("K", v, lo=2) for v in check_list("K", as_list("K", args.K))]
     widths = [as_int("widths", v, lo=1) for v in check_list("widths", as_list("widths", args.widths))]
-    L, steps, seeds = as_int("L", args.L, lo=2), as_int("steps", args.steps, lo=1), as_int("seeds", args.seeds, lo=1)
+    L, steps = as_int("L", args.L, lo=2), as_int("steps", args.steps, lo=1)
+    seeds = as_int("seeds", args.seeds, lo=1, hi=MAX_SEEDS)
     for K in Ks:  # every run of the study estimated before the first: one per K, then 2 x seeds per width at Ks[0]
         cfg = make_config({}, K=K, L=L, steps=steps, record_every=max(1, steps // 400))
         check_mixture_size(cfg, what="size", copies=1.0 + (2.0 * seeds * len(widths) + 2 if K == Ks[0] else 0))
