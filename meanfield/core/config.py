@@ -81,6 +81,32 @@ def as_int(name: str, v, lo: int | None = None, hi: int | None = None) -> int:
     return i
 
 
+def check_workers(v, field: str = "workers"):
+    """``--workers`` as an integer in [1, :func:`max_workers`] (None stays None).
+
+    Parameters
+    ----------
+    v : str, int or None
+        The value given.
+    field : str
+        The flag named in the message.
+
+    Returns
+    -------
+    int or None
+
+    Example
+    -------
+    >>> check_workers("2")
+    2
+    """
+    from .limits import max_workers
+
+    if v is None:
+        return None
+    return as_int(field, v, lo=1, hi=max_workers())
+
+
 def as_float(name: str, v, positive: bool = False, nonneg: bool = False, hi: float | None = None) -> float:
     """``v`` as a finite float (> 0 with ``positive``, >= 0 with ``nonneg``,
     <= ``hi`` when given), or a ConfigError naming ``name``."""

@@ -43,7 +43,7 @@ def cmd_sweep(args, base: dict, params: dict, system=None) -> int:
                           "batched already)")
     check_scheduler(args.scheduler)
     cs = as_int("chunk_size", args.chunk_size, lo=1) if args.chunk_size else None
-    from .guard import check_workers
+    from .config import check_workers
 
     workers = check_workers(args.workers) if args.workers else None
     P = paths(Path(args.out))

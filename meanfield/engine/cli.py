@@ -256,7 +256,7 @@ def _cmd_sweep(args) -> int:
         n_points *= len(v)
     desc = description_from_args(args, size={"copies": n_points})  # the base must be valid on its own
     base = _overrides(args, raw, path)
-    from ..core.guard import check_workers
+    from ..core.config import check_workers
 
     workers = check_workers(args.workers)
     del desc
@@ -332,7 +332,7 @@ def _cmd_width_sweep(args) -> int:
                f" (width-sweep: {n_jobs:.3g} particle runs, {len(widths)} widths x {n_seeds} seeds)")
     desc = description_from_args(args, size={"particles_d": _particles_d(args), "width": max(widths),
                                              "copies": len(widths) * n_seeds + 1})
-    from ..core.guard import check_workers
+    from ..core.config import check_workers
 
     workers = check_workers(args.workers) or 1
     s = width_sweep(desc, widths, args.seeds, Path(args.out), d=args.d, workers=workers, progress=not args.quiet)

@@ -231,7 +231,7 @@ def _base_from_args(args) -> dict:
 
 
 def _workers(args):
-    from ...core.guard import check_workers
+    from ...core.config import check_workers
 
     return check_workers(args.workers)
 
