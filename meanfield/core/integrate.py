@@ -176,9 +176,10 @@ class Monitor:
 
     def _handle(self, signum, frame):
         self.signal = signum
-        if getattr(self, "_first", None) is None and _numba_compiling():  # no chunk done yet and the first
-            # one is compiling its numba kernels (seconds, a minute on a loaded machine), which never looks at
-            # the flag: stop now (exit 130 within 2 s), as a signal during set-up does; nothing is computed yet
+        if getattr(self, "_first", None) is None:  # no chunk done yet: the first one is compiling or loading
+            # its numba kernels from the cache (seconds; a minute on a loaded machine; _numba_compiling() tells
+            # the two apart), which never looks at the flag: stop now (exit 130 within 2 s), as a signal during
+            # set-up does; nothing is computed yet, nothing is written
             raise KeyboardInterrupt(f"signal {signum}")
 
     @property
