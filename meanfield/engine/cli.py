@@ -208,7 +208,16 @@ def outcome_of(path, desc) -> list[str]:
     from ..core.outcome import criterion_text, outcome_lines
 
     stages = [(s.name, criterion_text(s.criterion)) for s in desc.training.stages]
-    return outcome_lines(path, stages=stages or None)
+    lines = outcome_lines(path, stages=stages or None)
+    sampled = desc.data.extra.get("sampled")
+    if sampled:  # a data family on sampled prompts (meanfield.engine.gaussian): never presented as exact
+        lines.append(f"  data: {sampled['population']}")
+    elif "population" in desc.data.extra:
+        from .gaussian import minimum_loss_of
+
+        lines.append(f"  data: exact population (closed-form Gaussian moments); smallest loss of the class "
+                     f"{minimum_loss_of(desc.data.extra['population']['law']):.12g} (attribute loss_min)")
+    return lines
 
 
 def _plot(path: Path, out: Path) -> list:
