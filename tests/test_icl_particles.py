@@ -108,6 +108,10 @@ def test_icl_cli(tmp_path):
         ("d0", ["model", "run", "icl_zfb", "--d", "0", "--out", bad], 2, "data.d"),
         ("N0", ["model", "run", "icl_zfb", "--N", "0", "--out", bad], 2, "data.N"),
         ("noise", ["model", "run", "icl_zfb", "--noise", "-1", "--out", bad], 2, "data.noise"),
+        ("batched", ["model", "sweep", "icl_zfb", "--param", "eta=0.05,0.1", "--steps", "5", "--batched",
+                     "--out", str(tmp_path / "sw")], 2, "not batched"),
+        ("chunked", ["model", "sweep", "icl_zfb", "--param", "eta=0.05,0.1", "--steps", "5", "--chunked",
+                     "--out", str(tmp_path / "sw")], 2, "not batched"),
         ("dbig", ["model", "run", "icl_zfb", "--d", "40", "--out", bad], 2, "data.d"),
     ]
     res, _ = run_cases([(c[0], c[1]) for c in cases], cwd=str(tmp_path.parent))
@@ -125,4 +129,4 @@ def test_icl_cli(tmp_path):
         assert f.attrs["exact"] == 1 and f.attrs["batch"] == 32 and f.attrs["icl_d"] == 2
     with h5py.File(tmp_path / "s.h5") as f:
         assert f.attrs["exact"] == 0 and "sampled, not exact" in f.attrs["population"] and f.attrs["samples"] == 30
-    assert not (tmp_path / "x.h5").exists()
+    assert not (tmp_path / "x.h5").exists() and not (tmp_path / "sw").exists()
