@@ -23,7 +23,7 @@ on the coefficient tensors C0, C1, C2 (:func:`task_moments`), so the moment
 tensors are exact for any Lambda, Sigma_w, sigma and N:
 
 * ``K4[a, b, c, e] = E[G_ab G_ce]`` (P^4),
-* ``M = K4 (x) Lambda``: ``E[G_ab x_qj G_ce x_ql]`` (the (P^2 d)^2 matrix of the loss' quadratic form),
+* ``M = K4 (x) Lambda``: ``E[G_ab x_qj G_ce x_ql]`` (the loss' quadratic form; used in Kronecker form),
 * ``m[a, b, j] = E[G_ab x_qj y_q]``,
 * ``c0 = E[y_q^2] = tr(Lambda Sigma_w) + sigma^2``.
 
@@ -48,7 +48,7 @@ from ..core.config import ConfigError, as_float, as_int
 
 #: keys of a ``[data]`` table with ``family = "icl_regression"``
 DATA_KEYS = ("family", "d", "N", "cov", "task_cov", "noise", "N_test", "samples", "seed")
-#: the largest d and N the exact moments are built for (M is (P^2 d)^2 floats: d = 40 is 2.8e9 entries)
+#: the largest d and N the exact moments are built for (their cost grows as P^4 d^2, a GD step's as P^4 d)
 D_MAX = 24
 N_MAX = 10 ** 9
 
@@ -222,10 +222,11 @@ def task_moments(C0, C1, C2, S):
     t2 = np.einsum("abkl,kl->ab", C2, S)                       # E[C2[w, w]] = tr(C2_ab S)
     EC = C0 + t2
     E4 = (np.einsum("ab,ce->abce", C0, C0) + np.einsum("ab,ce->abce", C0, t2) + np.einsum("ab,ce->abce", t2, C0)
-          + np.einsum("abk,kl,cel->abce", C1, S, C1)           # E[(C1 w)(C1 w)]
-          + np.einsum("ab,ce->abce", t2, t2)                   # E[w w w w]: the (kl)(mn) pairing
-          + np.einsum("abkl,km,cemn,ln->abce", C2, S, C2, S)   # (km)(ln)
-          + np.einsum("abkl,kn,cemn,lm->abce", C2, S, C2, S))  # (kn)(lm)
+          + np.einsum("abk,kl,cel->abce", C1, S, C1, optimize=True)           # E[(C1 w)(C1 w)]
+          + np.einsum("ab,ce->abce", t2, t2)                                  # E[w w w w]: the (kl)(mn) pairing
+          + np.einsum("abkl,km,cemn,ln->abce", C2, S, C2, S, optimize=True)   # (km)(ln)
+          + np.einsum("abkl,kn,cemn,lm->abce", C2, S, C2, S, optimize=True))  # (kn)(lm)
+    # (optimize: contracted pairwise, P^4 d^2 multiply-adds instead of P^4 d^4)
     return EC, E4
 
 
@@ -233,9 +234,11 @@ def task_moments(C0, C1, C2, S):
 class Moments:
     """The exact moments of a :class:`GaussianPrompts` law that a linear-attention loss needs.
 
-    Attributes: ``law``; ``K4`` (P, P, P, P) = E[G_ab G_ce]; ``M`` (P^2 d, P^2 d)
-    = E[(G (x) x_q)(G (x) x_q)^T]; ``m`` (P, P, d) = E[G_ab x_qj y_q];
-    ``c0`` = E[y_q^2]; ``EG`` (P, P) = E[G].
+    Attributes: ``law``; ``K4`` (P, P, P, P) = E[G_ab G_ce]; ``m`` (P, P, d) =
+    E[G_ab x_qj y_q]; ``c0`` = E[y_q^2]; ``EG`` (P, P) = E[G]; and the property
+    ``M`` (P^2 d, P^2 d) = E[(G (x) x_q)(G (x) x_q)^T] = K4 (x) Lambda, formed
+    only when asked for (the loss, its gradient and its minimum use the
+    Kronecker form: M T = K4 T Lambda, M^+ = K4^+ (x) Lambda^{-1}).
 
     Example
     -------
@@ -247,7 +250,6 @@ class Moments:
 
     law: GaussianPrompts
     K4: np.ndarray
-    M: np.ndarray
     m: np.ndarray
     c0: float
     EG: np.ndarray
@@ -262,31 +264,45 @@ class Moments:
         EC, E4 = task_moments(C0, C1, C2, S)
         # E[G_ab G_ce] = E_w[C_ab C_ce + (C_ac C_be + C_ae C_bc) / N]
         K4 = E4 + (np.einsum("acbe->abce", E4) + np.einsum("aebc->abce", E4)) / N
-        M = np.einsum("abce,jl->abjcel", K4, Lam).reshape(P * P * d, P * P * d)
-        M = 0.5 * (M + M.T)
+        K4 = 0.5 * (K4 + K4.transpose(2, 3, 0, 1))
         # E[G_ab x_qj y_q] = E_w[C_ab (Lambda w)_j] = C1_ab S Lambda (the odd part of C times w)
         m = np.einsum("abk,kl,lj->abj", C1, S, Lam)
         c0 = float(np.trace(Lam @ S) + law.sigma ** 2)
-        return cls(law=law, K4=K4, M=np.ascontiguousarray(M), m=np.ascontiguousarray(m), c0=c0, EG=EC)
+        return cls(law=law, K4=np.ascontiguousarray(K4), m=np.ascontiguousarray(m), c0=c0, EG=EC)
+
+    @property
+    def M(self) -> np.ndarray:
+        """E[(G (x) x_q)(G (x) x_q)^T] = K4 (x) Lambda as a (P^2 d, P^2 d) matrix (formed once, on demand)."""
+        if "M" not in self._cache:
+            P, d = self.law.P, self.law.d
+            M = np.einsum("abce,jl->abjcel", self.K4, np.asarray(self.law.Lambda, float))
+            self._cache["M"] = np.ascontiguousarray(M.reshape(P * P * d, P * P * d))
+        return self._cache["M"]
+
+    def _MT(self, T: np.ndarray) -> np.ndarray:
+        P, d = self.law.P, self.law.d
+        Tm = np.asarray(T, float).reshape(P * P, d)
+        return self.K4.reshape(P * P, P * P) @ Tm @ np.asarray(self.law.Lambda, float)
 
     def loss(self, T: np.ndarray) -> float:
         """(1/2) E[(yhat - y_q)^2] of yhat = sum T_abj G_ab x_qj (T of shape (P, P, d))."""
         t = np.asarray(T, float).ravel()
-        return 0.5 * float(t @ self.M @ t - 2.0 * self.m.ravel() @ t + self.c0)
+        return 0.5 * float(t @ self._MT(T).ravel() - 2.0 * self.m.ravel() @ t + self.c0)
 
     def grad(self, T: np.ndarray) -> np.ndarray:
         """dL/dT = M T - m, shape (P, P, d)."""
-        t = np.asarray(T, float).ravel()
-        return (self.M @ t - self.m.ravel()).reshape(self.m.shape)
+        return (self._MT(T) - self.m.reshape(-1, self.law.d)).reshape(self.m.shape)
 
     def minimum_loss(self) -> float:
         """The smallest population loss of any prediction linear in G (x) x_q:
         (1/2) (c0 - m . M^+ m) (the best T; what every linear-attention head with
         the query out of the keys can reach at most)."""
         if "Lmin" not in self._cache:
-            mv = self.m.ravel()
-            sol = np.linalg.lstsq(self.M, mv, rcond=None)[0]
-            self._cache["Lmin"] = 0.5 * float(self.c0 - mv @ sol)
+            P, d = self.law.P, self.law.d
+            mm = self.m.reshape(P * P, d)
+            Kp = np.linalg.pinv(self.K4.reshape(P * P, P * P), hermitian=True)
+            sol = Kp @ mm @ np.linalg.inv(np.asarray(self.law.Lambda, float))   # M^+ m, M = K4 (x) Lambda
+            self._cache["Lmin"] = 0.5 * float(self.c0 - np.sum(mm * sol))
         return self._cache["Lmin"]
 
 
@@ -324,7 +340,7 @@ def law_from_table(raw: dict) -> tuple[GaussianPrompts, dict]:
             raise ConfigError(f"data.{k}: required with family icl_regression (a positive integer)")
     d = as_int("data.d", raw["d"], lo=1)
     if d > D_MAX:
-        raise ConfigError(f"data.d: at most {D_MAX} (the exact moments hold (P^2 d)^2 floats); got {d}")
+        raise ConfigError(f"data.d: at most {D_MAX} (the exact moments cost P^4 d^2, each step P^4 d); got {d}")
     N = as_int("data.N", raw["N"], lo=1)
     if N > N_MAX:
         raise ConfigError(f"data.N: at most {N_MAX}; got {N}")
@@ -413,7 +429,7 @@ def sampled_bytes(law: GaussianPrompts, n: int) -> float:
 def check_sizes(law: GaussianPrompts, samples: int, force: bool = False) -> None:
     """Refuse (one line) moment tensors or sampled sets beyond memory before building them."""
     P, d = law.P, law.d
-    mom = 8.0 * (P ** 4 * 2 + (P * P * d) ** 2)
+    mom = 8.0 * (P ** 4 * 2 + P * P * d * d)
     if mom > 4e9 and not force:
         raise ConfigError(f"data.d: the exact moments at d = {d} need {mom / 1e9:.1f} GB; choose a smaller d")
     if samples:
