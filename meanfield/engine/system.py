@@ -127,6 +127,10 @@ class EngineSystem:
 
 
 def system_of(desc: Description) -> EngineSystem:
+    if "population" in desc.data.extra:  # the exact population of Gaussian prompts (meanfield.engine.population)
+        from .population import PopulationSystem
+
+        return PopulationSystem(desc)
     return EngineSystem(pack(desc), desc.training.max_abs)
 
 
