@@ -24,6 +24,10 @@ CHECKS = {
     "incontext": "meanfield.models.incontext:check",
     "maxmargin": "meanfield.models.maxmargin:check",
     "mixture_multiclass": "meanfield.models.multiclass:check",
+    "icl_zfb": "meanfield.models.icl.zfb:check",
+    "icl_onestep": "meanfield.models.icl.onestep:check",
+    "icl_saddles": "meanfield.models.icl.saddles:check",
+    "icl_softmax": "meanfield.models.icl.softmax:check",
 }
 
 

@@ -22,10 +22,10 @@ def engine_run(path, **overrides):
     """Load the description at ``path`` with ``overrides`` (declared parameters
     and run knobs) and run the engine. Returns (desc, run); a run that does not
     complete is an error naming its status."""
-    from ...engine.description import load
+    from ...engine.description import load_description
     from ...engine.runs import run
 
-    desc = load(str(path), **overrides)
+    desc = load_description(str(path), overrides)
     r = run(desc)
     if r.status != "complete":
         raise RuntimeError(f"engine run {r.status}: {r.message}")
