@@ -155,3 +155,32 @@ def jl(x):
     if isinstance(x, (np.floating, np.integer)):
         return x.item()
     return x
+
+
+def predict(T, x, y, xq) -> np.ndarray:
+    """The prediction yhat = sum_{a,b,j} T_abj G_ab x_qj on sampled prompts
+    (x (n, N, d), y (n, N), xq (n, d)), G = (1/N) sum_i z_i z_i^T, z_i = (x_i, y_i):
+    the trained network's output computed from the prompt itself (no moment).
+
+    Example
+    -------
+    >>> T = np.zeros((2, 2, 1)); T[1, 0, 0] = 1.0        # yhat = x_q (1/N) sum y_i x_i
+    >>> float(predict(T, np.ones((1, 2, 1)), np.array([[1.0, 3.0]]), np.ones((1, 1)))[0])
+    2.0
+    """
+    z = np.concatenate([np.asarray(x, float), np.asarray(y, float)[..., None]], axis=-1)
+    G = np.einsum("nia,nib->nab", z, z) / z.shape[1]
+    return np.einsum("abj,nab,nj->n", np.asarray(T, float), G, np.asarray(xq, float))
+
+
+def gd_step_prediction(P, x, y, xq) -> np.ndarray:
+    """One step of preconditioned GD from w = 0 on (1/2) sum_i (y_i - w^T x_i)^2,
+    w_1 = P sum_i y_i x_i, read at the query: x_q^T w_1 (Mahankali; Ahn).
+
+    Example
+    -------
+    >>> float(gd_step_prediction(np.eye(1), np.ones((1, 2, 1)), np.array([[1.0, 3.0]]), np.ones((1, 1)))[0])
+    4.0
+    """
+    w1 = np.einsum("jk,nik,ni->nj", np.asarray(P, float), np.asarray(x, float), np.asarray(y, float))
+    return np.einsum("nj,nj->n", np.asarray(xq, float), w1)
