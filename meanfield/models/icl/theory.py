@@ -358,3 +358,17 @@ def isfinite(x) -> bool:
         return math.isfinite(float(x))
     except (TypeError, ValueError):
         return False
+
+
+def aligned_time_to(b: float, a: float, u0: float, fraction: float) -> float:
+    """Time for an aligned head (``aligned_head_rates``) started at u0 to reach
+    p = u^3 = fraction x p* (p* = b / a): ``aligned_transition_time`` with the
+    fraction of the way from u0^3 it covers.
+
+    Example
+    -------
+    >>> round(aligned_time_to(1.0, 1.0, 1e-3, 0.5), 3)
+    999.15
+    """
+    p0, pstar = u0 ** 3, b / a
+    return aligned_transition_time(b, a, u0, frac=(fraction * pstar - p0) / (pstar - p0))
