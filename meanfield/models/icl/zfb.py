@@ -94,7 +94,7 @@ def claims_from(runs: list[dict], shift: dict | None, setting: dict) -> list:
               and s["floor_shift_large_N"] >= 0.5 * s["floor_shift_small_N"] and s["limit_agrees"])
         claims.append(Claim(
             "zfb_covariate_shift", status(ok),
-            "Covariate shift at test time (ZFB Section 5, their experiments; expected here): the trained "
+            "Covariate shift at test time (ZFB Section 4.2, covariate shifts; expected here): the trained "
             "transformer, tested on prompts whose inputs have another covariance (Lambda's eigenvalues reversed), "
             "keeps an error floor as the test context grows (N_test -> infinity), more than twice the in-distribution "
             "floor, and training on longer prompts lowers the in-distribution floor but not the shifted one (it stays "
