@@ -209,3 +209,13 @@ def test_softmax_quick_check(tmp_path):
     claims, _ = run_check(MODELS / "icl_softmax.toml", tmp_path, quick=True, log=lambda *a: None)
     assert claims[0].source == "expected" and "SAMPLED, NOT EXACT" in claims[0].statement
     assert claims[0].numbers["criteria"]["forward_matches_engine"]
+
+
+def test_a_diverging_run_is_a_fail_not_a_crash(tmp_path):
+    from meanfield.models.checks import run_check
+
+    p = tmp_path / "icl_zfb.toml"
+    p.write_text((MODELS / "icl_zfb.toml").read_text().replace("eta = 0.5", "eta = 500.0"))
+    claims, report = run_check(p, tmp_path / "out", quick=True, log=lambda *a: None)
+    assert claims and not any(c.passed for c in claims)
+    assert "did not complete" in claims[0].statement and "diverged" in claims[0].numbers["run_status"]

@@ -28,7 +28,7 @@ def engine_run(path, **overrides):
     desc = load_description(str(path), overrides)
     r = run(desc)
     if r.status != "complete":
-        raise RuntimeError(f"engine run {r.status}: {r.message}")
+        raise RunFailed(f"engine run {r.status}: {r.message}")
     return desc, r
 
 
@@ -184,3 +184,15 @@ def gd_step_prediction(P, x, y, xq) -> np.ndarray:
     """
     w1 = np.einsum("jk,nik,ni->nj", np.asarray(P, float), np.asarray(x, float), np.asarray(y, float))
     return np.einsum("nj,nj->n", np.asarray(xq, float), w1)
+
+
+class RunFailed(RuntimeError):
+    """An engine run of a check did not complete (diverged, interrupted): its claims are FAIL, not a crash."""
+
+
+def failed_claim(name: str, source: str, statement: str, err: Exception, setting: dict):
+    """The FAIL claim of a check whose run did not complete, with the run's own message as the mechanism."""
+    from ...core.report import Claim
+
+    return Claim(name, "FAIL", statement + f" NOT MEASURED: the engine run did not complete ({err}).", setting,
+                 {"run_status": str(err)}, None, source)
