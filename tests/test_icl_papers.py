@@ -219,3 +219,12 @@ def test_a_diverging_run_is_a_fail_not_a_crash(tmp_path):
     claims, report = run_check(p, tmp_path / "out", quick=True, log=lambda *a: None)
     assert claims and not any(c.passed for c in claims)
     assert "did not complete" in claims[0].statement and "diverged" in claims[0].numbers["run_status"]
+
+
+def test_docstring_examples():
+    import doctest
+    import importlib
+
+    for m in ("theory", "common", "onestep", "saddles", "softmax", "zfb"):
+        r = doctest.testmod(importlib.import_module(f"meanfield.models.icl.{m}"), optionflags=doctest.ELLIPSIS)
+        assert r.failed == 0, m

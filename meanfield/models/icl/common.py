@@ -21,7 +21,19 @@ LEARNED_FRACTION = 0.5
 def engine_run(path, **overrides):
     """Load the description at ``path`` with ``overrides`` (declared parameters
     and run knobs) and run the engine. Returns (desc, run); a run that does not
-    complete is an error naming its status."""
+    complete is an error naming its status.
+
+    Parameters
+    ----------
+    path : str or Path
+        The description.
+    **overrides
+        Declared parameters and run knobs.
+
+    Example
+    -------
+    >>> # desc, r = engine_run('meanfield/models/icl_zfb.toml', steps=10)
+    """
     from ...engine.description import load_description
     from ...engine.runs import run
 
@@ -38,6 +50,16 @@ def predictor_of_T(T) -> tuple[np.ndarray, float]:
     G_{y b} = G_{b y} = h_b (b < d), so yhat = x_q^T A h + (the rest) with
     A[j, b] = T[y, b, j] + T[b, y, j]; ``leak`` is max |T| over the rest
     (the G_xx and G_yy terms, which the papers' predictor does not have).
+
+    Parameters
+    ----------
+    T : array_like
+        (P, P, d) prediction tensor.
+
+    Returns
+    -------
+    (numpy.ndarray, float)
+        A (d, d) and the largest unread entry.
 
     Example
     -------
@@ -56,7 +78,21 @@ def predictor_of_T(T) -> tuple[np.ndarray, float]:
 
 
 def predictor_series(r) -> tuple[np.ndarray, np.ndarray]:
-    """A (R, d, d) and leak (R,) at every record of a population run ``r``."""
+    """A (R, d, d) and leak (R,) at every record of a population run ``r``.
+
+    Parameters
+    ----------
+    r : meanfield.engine.runs.Run
+        A population run.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+
+    Example
+    -------
+    >>> # As, leaks = predictor_series(r)
+    """
     sys = r.system
     As, leaks = [], []
     for y in r.y:
@@ -68,14 +104,46 @@ def predictor_series(r) -> tuple[np.ndarray, np.ndarray]:
 
 def predictor_bound(loss, loss_min, Lam, Mh) -> float:
     """The largest ||A - A*||_F a loss gap allows: L(A) - L* = (1/2) tr(D^T Lambda D Mh)
-    >= (1/2) lambda_min(Lambda) lambda_min(Mh) ||D||_F^2 for D = A - A*."""
+    >= (1/2) lambda_min(Lambda) lambda_min(Mh) ||D||_F^2 for D = A - A*.
+
+    Parameters
+    ----------
+    loss, loss_min : float
+        Final loss and the minimum.
+    Lam, Mh : array_like
+        Lambda and E[h h^T].
+
+    Returns
+    -------
+    float
+
+    Example
+    -------
+    >>> predictor_bound(1.5, 1.0, np.eye(1), np.eye(1))
+    1.0
+    """
     gap = max(float(loss) - float(loss_min), 0.0)
     c = float(np.linalg.eigvalsh(np.asarray(Lam, float)).min() * np.linalg.eigvalsh(np.asarray(Mh, float)).min())
     return math.sqrt(2.0 * gap / c)
 
 
 def bands(levels) -> np.ndarray:
-    """Half-width of each level's band: BAND_FRACTION x the gap to its nearest neighbour."""
+    """Half-width of each level's band: BAND_FRACTION x the gap to its nearest neighbour.
+
+    Parameters
+    ----------
+    levels : array_like
+        The predicted levels.
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Example
+    -------
+    >>> bands([1.0, 0.6, 0.0]).tolist()
+    [0.1, 0.1, 0.15]
+    """
     lv = np.asarray(levels, float)
     gaps = np.abs(np.diff(lv))
     out = np.empty(len(lv))
@@ -107,7 +175,26 @@ def plateau_table(t, loss, levels) -> list[dict]:
     first level: the run starts in it; the last: the run ends in it), the
     measured level (the loss at the record nearest the geometric middle of the
     dwell, the arithmetic middle for the first level) and the transition time
-    into level m (first crossing of the midpoint between L_{m-1} and L_m)."""
+    into level m (first crossing of the midpoint between L_{m-1} and L_m).
+
+    Parameters
+    ----------
+    t, loss : array_like
+        A run's records.
+    levels : array_like
+        The predicted plateau levels, descending.
+
+    Returns
+    -------
+    list of dict
+        One row per level.
+
+    Example
+    -------
+    >>> rows = plateau_table([0, 1, 2, 3], [1.0, 1.0, 0.0, 0.0], [1.0, 0.0])
+    >>> [r['visited'] for r in rows]
+    [True, True]
+    """
     t, loss = np.asarray(t, float), np.asarray(loss, float)
     lv = np.asarray(levels, float)
     hb = bands(lv)
@@ -140,7 +227,25 @@ def plateau_table(t, loss, levels) -> list[dict]:
 def components_learned(A, Lam, N, Sigma_w=None, sigma=0.0) -> np.ndarray:
     """The coefficient of A on each principal component of Lambda (descending
     eigenvalues) as a fraction of its value at the global minimum:
-    c_i = (U^T A U)_ii / (U^T A* U)_ii."""
+    c_i = (U^T A U)_ii / (U^T A* U)_ii.
+
+    Parameters
+    ----------
+    A : array_like
+        Predictor.
+    Lam, N, Sigma_w, sigma
+        The prompt law.
+
+    Returns
+    -------
+    numpy.ndarray
+        (d,) in descending eigenvalue order.
+
+    Example
+    -------
+    >>> components_learned(np.zeros((1, 1)), [1.0], 2).tolist()
+    [0.0]
+    """
     from . import theory
 
     _, U = theory.eigen(Lam)
@@ -149,7 +254,21 @@ def components_learned(A, Lam, N, Sigma_w=None, sigma=0.0) -> np.ndarray:
 
 
 def jl(x):
-    """A JSON-friendly copy of numbers / arrays."""
+    """A JSON-friendly copy of numbers / arrays.
+
+    Parameters
+    ----------
+    x : object
+
+    Returns
+    -------
+    object
+
+    Example
+    -------
+    >>> jl(np.arange(2))
+    [0, 1]
+    """
     if isinstance(x, np.ndarray):
         return x.tolist()
     if isinstance(x, (np.floating, np.integer)):
@@ -161,6 +280,18 @@ def predict(T, x, y, xq) -> np.ndarray:
     """The prediction yhat = sum_{a,b,j} T_abj G_ab x_qj on sampled prompts
     (x (n, N, d), y (n, N), xq (n, d)), G = (1/N) sum_i z_i z_i^T, z_i = (x_i, y_i):
     the trained network's output computed from the prompt itself (no moment).
+
+    Parameters
+    ----------
+    T : array_like
+        (P, P, d).
+    x, y, xq : array_like
+        Prompts.
+
+    Returns
+    -------
+    numpy.ndarray
+        (n,).
 
     Example
     -------
@@ -177,6 +308,18 @@ def gd_step_prediction(P, x, y, xq) -> np.ndarray:
     """One step of preconditioned GD from w = 0 on (1/2) sum_i (y_i - w^T x_i)^2,
     w_1 = P sum_i y_i x_i, read at the query: x_q^T w_1 (Mahankali; Ahn).
 
+    Parameters
+    ----------
+    P : array_like
+        d x d preconditioner.
+    x, y, xq : array_like
+        Prompts.
+
+    Returns
+    -------
+    numpy.ndarray
+        (n,).
+
     Example
     -------
     >>> float(gd_step_prediction(np.eye(1), np.ones((1, 2, 1)), np.array([[1.0, 3.0]]), np.ones((1, 1)))[0])
@@ -187,11 +330,45 @@ def gd_step_prediction(P, x, y, xq) -> np.ndarray:
 
 
 class RunFailed(RuntimeError):
-    """An engine run of a check did not complete (diverged, interrupted): its claims are FAIL, not a crash."""
+    """An engine run of a check did not complete (diverged, interrupted): its claims are FAIL, not a crash.
+
+    Parameters
+    ----------
+    message : str
+        The run's status and message.
+
+    Returns
+    -------
+    RunFailed
+
+    Example
+    -------
+    >>> str(RunFailed("engine run diverged: ..."))
+    'engine run diverged: ...'
+    """
 
 
 def failed_claim(name: str, source: str, statement: str, err: Exception, setting: dict):
-    """The FAIL claim of a check whose run did not complete, with the run's own message as the mechanism."""
+    """The FAIL claim of a check whose run did not complete, with the run's own message as the mechanism.
+
+    Parameters
+    ----------
+    name, source, statement : str
+        The claim.
+    err : Exception
+        Why the run stopped.
+    setting : dict
+
+    Returns
+    -------
+    meanfield.core.report.Claim
+        status FAIL.
+
+    Example
+    -------
+    >>> failed_claim('c', 'proved', 'S.', RuntimeError('diverged'), {}).status
+    'FAIL'
+    """
     from ...core.report import Claim
 
     return Claim(name, "FAIL", statement + f" NOT MEASURED: the engine run did not complete ({err}).", setting,

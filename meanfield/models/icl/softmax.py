@@ -35,7 +35,21 @@ SETTINGS = {"quick": {"samples": 200, "steps": 200}, "full": {"samples": 1000, "
 
 
 def heads_of(desc, r) -> list[tuple[np.ndarray, np.ndarray, float]]:
-    """(W~ (P, P), v (P,), sign) of every head at the run's last record."""
+    """(W~ (P, P), v (P,), sign) of every head at the run's last record.
+
+    Parameters
+    ----------
+    desc, r
+        The description and its run.
+
+    Returns
+    -------
+    list of (W, v, sign)
+
+    Example
+    -------
+    >>> # heads_of(desc, r)
+    """
     out = []
     for h in desc.model.heads:
         W = np.asarray(r.var(h.name, "W")[-1], float)
@@ -47,6 +61,17 @@ def heads_of(desc, r) -> list[tuple[np.ndarray, np.ndarray, float]]:
 def forward(heads, Z) -> np.ndarray:
     """yhat of softmax heads on prompts Z (n, N + 1, P), the query last, not a key:
     logits x_i^T W~ x_q over the N context tokens, yhat = sum_h a_h v_h^T sum_i p_i z_i.
+
+    Parameters
+    ----------
+    heads : list of (W, v, sign)
+    Z : array_like
+        (n, N + 1, P) prompts.
+
+    Returns
+    -------
+    numpy.ndarray
+        (n,).
 
     Example
     -------
@@ -66,7 +91,21 @@ def forward(heads, Z) -> np.ndarray:
 
 
 def measure(desc, r) -> dict:
-    """Train loss (engine and forward), test loss with its standard error, the references."""
+    """Train loss (engine and forward), test loss with its standard error, the references.
+
+    Parameters
+    ----------
+    desc, r
+        A sampled softmax run.
+
+    Returns
+    -------
+    dict
+
+    Example
+    -------
+    >>> # measure(desc, r)
+    """
     law = desc.data.extra["law"]
     icl = desc.data.extra["icl"]
     heads = heads_of(desc, r)
@@ -89,13 +128,45 @@ def measure(desc, r) -> dict:
 
 
 def ok(m: dict) -> tuple[bool, dict]:
+    """ok.
+
+    Parameters
+    ----------
+    m : dict
+        ``measure``.
+
+    Returns
+    -------
+    (bool, dict)
+
+    Example
+    -------
+    >>> ok({'forward_rel_err': 0.0, 'improvement_over_zero': 1.0, 'improvement_se': 0.1})[0]
+    True
+    """
     parts = {"forward_matches_engine": m["forward_rel_err"] <= 1e-9,
              "learns_in_context": m["improvement_over_zero"] > N_SE * m["improvement_se"]}
     return all(parts.values()), parts
 
 
 def check(path, out, quick: bool = False, log=print):
-    """The sampled softmax claim on the description at ``path``."""
+    """The sampled softmax claim on the description at ``path``.
+
+    Parameters
+    ----------
+    path : Path
+    out : Path
+    quick : bool
+    log : callable
+
+    Returns
+    -------
+    (list of Claim, dict)
+
+    Example
+    -------
+    >>> # meanfield model check icl_softmax --quick --out DIR
+    """
     from ...core.report import Claim, status
     from ...engine.description import load_description
     from ...engine.runs import run

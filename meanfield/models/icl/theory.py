@@ -99,6 +99,22 @@ def sbs_moment(B, Lam, N: int) -> np.ndarray:
 def h_moment(Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> np.ndarray:
     """Mh = E[h h^T] = E[S Sigma_w S] + sigma^2/N Lambda.
 
+    Parameters
+    ----------
+    Lam : array_like
+        Input covariance (or its eigenvalues).
+    N : int
+        Context length.
+    Sigma_w : array_like or None
+        Task covariance (default I).
+    sigma : float
+        Label noise.
+
+    Returns
+    -------
+    numpy.ndarray
+        d x d.
+
     Example
     -------
     >>> np.allclose(h_moment(np.diag([1.0, 0.5]), 4), gamma(np.diag([1.0, 0.5]), 4) @ np.diag([1.0, 0.5]))
@@ -138,6 +154,18 @@ def linear_loss(A, Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> float:
 def linear_loss_grad(A, Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> np.ndarray:
     """dL/dA = Lambda A Mh - Lambda Sigma_w Lambda.
 
+    Parameters
+    ----------
+    A : array_like
+        d x d predictor.
+    Lam, N, Sigma_w, sigma
+        The prompt law.
+
+    Returns
+    -------
+    numpy.ndarray
+        d x d.
+
     Example
     -------
     >>> np.allclose(linear_loss_grad(optimal_A([1.0, 0.5], 3), [1.0, 0.5], 3), 0)
@@ -150,6 +178,16 @@ def linear_loss_grad(A, Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> np.nda
 
 def optimal_A(Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> np.ndarray:
     """The global minimiser A* = Sigma_w Lambda Mh^{-1} (Gamma^{-1} for Sigma_w = I, sigma = 0).
+
+    Parameters
+    ----------
+    Lam, N, Sigma_w, sigma
+        The prompt law (Sigma_w default I).
+
+    Returns
+    -------
+    numpy.ndarray
+        d x d.
 
     Example
     -------
@@ -164,6 +202,15 @@ def optimal_A(Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> np.ndarray:
 def min_loss(Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> float:
     """L(A*), the smallest population loss of any predictor x_q^T A h.
 
+    Parameters
+    ----------
+    Lam, N, Sigma_w, sigma
+        The prompt law.
+
+    Returns
+    -------
+    float
+
     Example
     -------
     >>> round(min_loss([1.0, 0.5, 0.25], 8), 12)
@@ -174,6 +221,17 @@ def min_loss(Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> float:
 
 def zfb_min_loss(Lam, N: int) -> float:
     """ZFB's closed form L* = (1/2) (tr Lambda - tr(Lambda Gamma^{-1} Lambda)) (Sigma_w = I, no noise).
+
+    Parameters
+    ----------
+    Lam : array_like
+        Input covariance.
+    N : int
+        Context length.
+
+    Returns
+    -------
+    float
 
     Example
     -------
@@ -192,6 +250,19 @@ def onestep_step_size(d: int, N: int, sigma: float = 0.0, task_var: float = 1.0)
     predictor is one GD step from w = 0 on (1/2) sum_i (y_i - w^T x_i)^2,
     yhat = eta x_q^T sum_i y_i x_i, with eta = 1 / (N + d + 1 + sigma^2 / s).
 
+    Parameters
+    ----------
+    d, N : int
+        Dimension and context length.
+    sigma : float
+        Label noise.
+    task_var : float
+        s, the task variance (Sigma_w = s I).
+
+    Returns
+    -------
+    float
+
     Example
     -------
     >>> onestep_step_size(3, 8)
@@ -206,6 +277,16 @@ def preconditioner(Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> np.ndarray:
     Ahn et al. (Sigma_w = I, sigma = 0): P* = Gamma^{-1}/N; with Sigma_w = Lambda^{-1}
     (Mahankali's non-isotropic case): P* = Lambda^{-1} / (N + d + 1 + sigma^2).
 
+    Parameters
+    ----------
+    Lam, N, Sigma_w, sigma
+        The prompt law.
+
+    Returns
+    -------
+    numpy.ndarray
+        d x d.
+
     Example
     -------
     >>> L = np.diag([1.0, 0.5])
@@ -219,7 +300,23 @@ def preconditioner(Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> np.ndarray:
 
 
 def eigen(Lam):
-    """Eigenvalues (descending) and eigenvectors (columns) of Lambda."""
+    """Eigenvalues (descending) and eigenvectors (columns) of Lambda.
+
+    Parameters
+    ----------
+    Lam : array_like
+        Input covariance.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Eigenvalues (d,) descending and eigenvectors (d, d) as columns.
+
+    Example
+    -------
+    >>> eigen([0.5, 1.0])[0].tolist()
+    [1.0, 0.5]
+    """
     ev, U = np.linalg.eigh(_mat(Lam))
     o = np.argsort(-ev, kind="stable")
     return ev[o], U[:, o]
@@ -228,6 +325,19 @@ def eigen(Lam):
 def restricted_optimum(Lam, N: int, U, Sigma_w=None, sigma: float = 0.0) -> np.ndarray:
     """The best A = U C U^T with C free (U: d x m orthonormal columns):
     (U^T Lambda U) C (U^T Mh U) = U^T Lambda Sigma_w Lambda U.
+
+    Parameters
+    ----------
+    Lam, N : the law
+    U : array_like
+        d x m orthonormal columns.
+    Sigma_w, sigma
+        The rest of the law.
+
+    Returns
+    -------
+    numpy.ndarray
+        d x d.
 
     Example
     -------
@@ -251,6 +361,16 @@ def plateau_levels(Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> np.ndarray:
     Sigma_w = I, sigma = 0: L_m = (1/2) (tr Lambda - sum_{i <= m} lambda_i^2 / Gamma_i),
     Gamma_i = (1 + 1/N) lambda_i + tr(Lambda)/N.
 
+    Parameters
+    ----------
+    Lam, N, Sigma_w, sigma
+        The prompt law.
+
+    Returns
+    -------
+    numpy.ndarray
+        (d + 1,) levels, descending.
+
     Example
     -------
     >>> np.round(plateau_levels([1.0, 0.5], 10**9), 6).tolist()   # N -> inf: the tail sums
@@ -264,6 +384,16 @@ def plateau_levels(Lam, N: int, Sigma_w=None, sigma: float = 0.0) -> np.ndarray:
 
 def tail_sums(Lam) -> np.ndarray:
     """(1/2) sum_{i > m} lambda_i, m = 0..d: the plateau levels' N -> infinity limit.
+
+    Parameters
+    ----------
+    Lam : array_like
+        Input covariance.
+
+    Returns
+    -------
+    numpy.ndarray
+        (d + 1,).
 
     Example
     -------
@@ -281,6 +411,11 @@ def aligned_head_rates(Lam, N: int, Sigma_w=None, sigma: float = 0.0):
     gradient flow on the three factors keeps them equal and gives the scalar ODE
     du/dt = u^2 (b_i - a_i u^3) (fixed point p* = b_i / a_i). Returns (b, a) in the
     eigenvalue order (descending); exact when Lambda, Sigma_w commute.
+
+    Parameters
+    ----------
+    Lam, N, Sigma_w, sigma
+        The prompt law.
 
     Example
     -------
@@ -303,6 +438,21 @@ def aligned_transition_time(b: float, a: float, u0: float, frac: float = 0.5, n:
     of that component): t = int du / (u^2 (b - a u^3)), by the substitution
     s = 1/u (smooth integrand) and Simpson's rule on n points (relative error
     ~1e-12 at the default n).
+
+    Parameters
+    ----------
+    b, a : float
+        The head's rates (``aligned_head_rates``).
+    u0 : float
+        Initial u (0 < u0^3 < b/a).
+    frac : float
+        Fraction of the way from u0^3 to p*.
+    n : int
+        Simpson points.
+
+    Returns
+    -------
+    float
 
     Example
     -------
@@ -332,6 +482,19 @@ def shift_loss_limit(A, Lam_test, Sigma_w=None, sigma: float = 0.0) -> float:
     L = (1/2) E[(x_q^T (A Lam_test - I) w)^2] + sigma^2/2
       = (1/2) tr(Lam_test (A Lam_test - I) Sigma_w (A Lam_test - I)^T) + sigma^2/2.
 
+    Parameters
+    ----------
+    A : array_like
+        The fixed d x d predictor.
+    Lam_test : array_like
+        Test input covariance.
+    Sigma_w, sigma
+        Task covariance and noise.
+
+    Returns
+    -------
+    float
+
     Example
     -------
     >>> shift_loss_limit(np.eye(2), np.eye(2))   # A = Lambda^{-1}: no error left
@@ -344,16 +507,62 @@ def shift_loss_limit(A, Lam_test, Sigma_w=None, sigma: float = 0.0) -> float:
 
 
 def bayes_limit_loss(sigma: float = 0.0) -> float:
-    """The N_test -> inf loss of a consistent in-context estimator (least squares): sigma^2 / 2."""
+    """The N_test -> inf loss of a consistent in-context estimator (least squares): sigma^2 / 2.
+
+    Parameters
+    ----------
+    sigma : float
+        Label noise.
+
+    Returns
+    -------
+    float
+
+    Example
+    -------
+    >>> bayes_limit_loss(0.0)
+    0.0
+    """
     return 0.5 * sigma ** 2
 
 
 def relerr(a: float, b: float) -> float:
-    """|a - b| / max(|b|, tiny)."""
+    """|a - b| / max(|b|, tiny).
+
+    Parameters
+    ----------
+    a, b : float
+        Value and reference.
+
+    Returns
+    -------
+    float
+
+    Example
+    -------
+    >>> relerr(1.1, 1.0) < 0.11
+    True
+    """
     return abs(a - b) / max(abs(b), 1e-300)
 
 
 def isfinite(x) -> bool:
+    """isfinite.
+
+    Parameters
+    ----------
+    x : object
+        Anything.
+
+    Returns
+    -------
+    bool
+
+    Example
+    -------
+    >>> isfinite(None), isfinite(1.0)
+    (False, True)
+    """
     try:
         return math.isfinite(float(x))
     except (TypeError, ValueError):
@@ -364,6 +573,17 @@ def aligned_time_to(b: float, a: float, u0: float, fraction: float) -> float:
     """Time for an aligned head (``aligned_head_rates``) started at u0 to reach
     p = u^3 = fraction x p* (p* = b / a): ``aligned_transition_time`` with the
     fraction of the way from u0^3 it covers.
+
+    Parameters
+    ----------
+    b, a, u0 : float
+        As ``aligned_transition_time``.
+    fraction : float
+        Target p as a fraction of p*.
+
+    Returns
+    -------
+    float
 
     Example
     -------

@@ -34,7 +34,21 @@ def _law_of(desc):
 
 
 def measure(desc, r) -> dict:
-    """The numbers every ZFB claim reads from one population run."""
+    """The numbers every ZFB claim reads from one population run.
+
+    Parameters
+    ----------
+    desc, r
+        The description and its population run.
+
+    Returns
+    -------
+    dict
+
+    Example
+    -------
+    >>> # m = measure(*common.engine_run('meanfield/models/icl_zfb.toml'))
+    """
     law = _law_of(desc)
     Lam, N = np.asarray(law.Lambda), law.N
     As, leaks = common.predictor_series(r)
@@ -52,7 +66,24 @@ def measure(desc, r) -> dict:
 
 
 def claims_from(runs: list[dict], shift: dict | None, setting: dict) -> list:
-    """The ZFB claims from measured runs (``measure``) and the shift study (``shift_study``)."""
+    """The ZFB claims from measured runs (``measure``) and the shift study (``shift_study``).
+
+    Parameters
+    ----------
+    runs : list of dict
+        ``measure`` per run.
+    shift : dict or None
+        ``shift_study``.
+    setting : dict
+
+    Returns
+    -------
+    list of Claim
+
+    Example
+    -------
+    >>> # claims_from([measure(desc, r)], None, {})
+    """
     from ...core.report import Claim, status
 
     claims = []
@@ -109,7 +140,21 @@ def claims_from(runs: list[dict], shift: dict | None, setting: dict) -> list:
 
 def shift_study(desc_small, r_small, desc_large, r_large) -> dict:
     """Test losses of two trained runs (training N and a longer one) in distribution
-    and under the reversed-spectrum covariance, over N_TEST."""
+    and under the reversed-spectrum covariance, over N_TEST.
+
+    Parameters
+    ----------
+    desc_small, r_small, desc_large, r_large
+        Two trained runs (training N and a longer one).
+
+    Returns
+    -------
+    dict
+
+    Example
+    -------
+    >>> # shift_study(d0, r0, d1, r1)
+    """
     out = {}
     for tag, desc, r in (("small_N", desc_small, r_small), ("large_N", desc_large, r_large)):
         law = _law_of(desc)
@@ -138,7 +183,23 @@ def shift_study(desc_small, r_small, desc_large, r_large) -> dict:
 
 
 def check(path, out, quick: bool = False, log=print):
-    """The ZFB claims on the description at ``path`` (icl_zfb.toml as shipped)."""
+    """The ZFB claims on the description at ``path`` (icl_zfb.toml as shipped).
+
+    Parameters
+    ----------
+    path : Path
+    out : Path
+    quick : bool
+    log : callable
+
+    Returns
+    -------
+    (list of Claim, dict)
+
+    Example
+    -------
+    >>> # meanfield model check icl_zfb --quick --out DIR
+    """
     S = SETTINGS["quick" if quick else "full"]
     measured, first = [], None
     for over in S["runs"]:
