@@ -199,3 +199,29 @@ def test_icl_zfb_flags_are_parameters():
     assert abs(run.loss[-1] - zfb_minimum([2, 0.5], 4)) <= 1e-6 * zfb_minimum([2, 0.5], 4)
     noisy = me.load("meanfield/models/icl_zfb.toml", d=2, N=4, cov="2,0.5", noise=0.5, steps=10)
     assert noisy.data.extra["population"]["law"].sigma == 0.5
+
+
+def test_test_time_context_length():
+    """N_test: the run file's loss_test is the population loss at the test-time N, here held to the closed form
+    of the ZFB predictor x_q^T A h at another N (spec: L(A) = (1/2)[tr Lambda - 2 tr(Lambda A Lambda)
+    + tr(A^T Lambda A Gamma' Lambda)], Gamma' = (1 + 1/N') Lambda + tr(Lambda)/N' I) at the end of a converged run."""
+    import h5py
+
+    from meanfield.engine.runs import run_to_file
+
+    ev, N, Nt = [1.0, 0.5, 0.25], 8, 20
+    desc = me.load("meanfield/models/icl_zfb.toml", N=N, N_test=Nt)
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        r, path = run_to_file(desc, Path(tmp) / "t.h5", progress=False)
+        with h5py.File(path) as f:
+            lt = f["loss_test"][:]
+            lmin_t = float(f.attrs["loss_min_test"])
+    Lam = np.diag(ev)
+    A = np.linalg.inv((1 + 1 / N) * Lam + np.trace(Lam) / N * np.eye(3))     # the trained predictor (train N)
+    Gt = (1 + 1 / Nt) * Lam + np.trace(Lam) / Nt * np.eye(3)
+    closed = 0.5 * (np.trace(Lam) - 2 * np.trace(Lam @ A @ Lam) + np.trace(A.T @ Lam @ A @ Gt @ Lam))
+    assert abs(lt[-1] - closed) <= 1e-9 * closed
+    assert abs(lmin_t - zfb_minimum(ev, Nt)) <= 1e-12 and lt[-1] > lmin_t   # not the best predictor at N'
