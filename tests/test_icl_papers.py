@@ -188,7 +188,7 @@ def test_softmax_forward_convention():
 
 @pytest.mark.parametrize("name", ["icl_zfb", "icl_onestep", "icl_saddles"])
 def test_quick_checks_write_reports(tmp_path, name):
-    from meanfield.models.checks import run_check
+    from meanfield.engine.checks import run_check
 
     claims, report = run_check(MODELS / f"{name}.toml", tmp_path, quick=True, log=lambda *a: None)
     text = report.read_text()
@@ -204,7 +204,7 @@ def test_quick_checks_write_reports(tmp_path, name):
 
 @pytest.mark.slow
 def test_softmax_quick_check(tmp_path):
-    from meanfield.models.checks import run_check
+    from meanfield.engine.checks import run_check
 
     claims, _ = run_check(MODELS / "icl_softmax.toml", tmp_path, quick=True, log=lambda *a: None)
     assert claims[0].source == "expected" and "SAMPLED, NOT EXACT" in claims[0].statement
@@ -212,7 +212,7 @@ def test_softmax_quick_check(tmp_path):
 
 
 def test_a_diverging_run_is_a_fail_not_a_crash(tmp_path):
-    from meanfield.models.checks import run_check
+    from meanfield.engine.checks import run_check
 
     p = tmp_path / "icl_zfb.toml"
     import re
