@@ -230,3 +230,30 @@ def test_docstring_examples():
     for m in ("theory", "common", "onestep", "saddles", "softmax", "zfb"):
         r = doctest.testmod(importlib.import_module(f"meanfield.models.icl.{m}"), optionflags=doctest.ELLIPSIS)
         assert r.failed == 0, m
+
+
+def test_explicit_rank_one_network_equals_the_engine_where_the_engine_stays_rank_one():
+    """explicit_run (the oracle's rank-one weights) against the engine from the aligned init
+    (whose Gram state stays rank one): same losses and predictors over 300 GD steps."""
+    path = MODELS / "icl_saddles.toml"
+    desc, t, loss, As = saddles.explicit_run(path, "aligned", 0.3, 0, steps=300)
+    d_e, r = saddles.run_from(path, "aligned", 0.3, 0, steps=300, record_every=1)
+    assert saddles.rank_leak(d_e, r) <= 1e-12
+    Ae, _ = common.predictor_series(r)
+    idx = [int(round(x / d_e.training.eta)) for x in t]
+    np.testing.assert_allclose(loss, r.loss[idx], rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(As, Ae[idx], rtol=1e-9, atol=1e-12)
+
+
+def test_rank_leak_sees_a_rank_two_state():
+    path = MODELS / "icl_saddles.toml"
+    d_e, r = saddles.run_from(path, "aligned", 0.05, 0, steps=2)
+    from meanfield.engine import reduce as R
+
+    lay = R.layout(d_e)
+    y = r.y[-1].copy()
+    off, N = int(lay.hi[0, R.H_QOFF]), int(lay.hi[0, R.H_N])
+    Q = y[off:off + N * N].reshape(N, N) + 1e-3 * np.eye(N)  # not a rank-one Gram any more
+    y[off:off + N * N] = Q.ravel()
+    r.y = np.vstack([r.y, y])
+    assert saddles.rank_leak(d_e, r) > 1e-3
