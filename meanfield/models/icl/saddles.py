@@ -35,7 +35,6 @@ interval plus the flow's rtol x t is the tolerance of the scalar-ODE times.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
