@@ -225,3 +225,10 @@ def test_test_time_context_length():
     closed = 0.5 * (np.trace(Lam) - 2 * np.trace(Lam @ A @ Lam) + np.trace(A.T @ Lam @ A @ Gt @ Lam))
     assert abs(lt[-1] - closed) <= 1e-9 * closed
     assert abs(lmin_t - zfb_minimum(ev, Nt)) <= 1e-12 and lt[-1] > lmin_t   # not the best predictor at N'
+
+
+def test_derive_names_the_data():
+    out = me.derive(me.load("meanfield/models/icl_zfb.toml"), latex=False)
+    assert out["data"]["exact"] == 1 and abs(out["data"]["loss_min"] - zfb_minimum([1, 0.5, 0.25], 8)) < 1e-12
+    out = me.derive(me.load("meanfield/models/icl_zfb.toml", samples=7), latex=False)
+    assert out["data"]["exact"] == 0 and "sampled, not exact: 7 prompts" in out["data"]["population"]

@@ -216,7 +216,7 @@ def task_moments(C0, C1, C2, S):
     Example
     -------
     >>> C0, C1, C2 = np.zeros((1, 1)), np.zeros((1, 1, 1)), np.ones((1, 1, 1, 1))
-    >>> task_moments(C0, C1, C2, np.eye(1))[1][0, 0, 0, 0]   # E[w^4] = 3
+    >>> float(task_moments(C0, C1, C2, np.eye(1))[1][0, 0, 0, 0])   # E[w^4] = 3
     3.0
     """
     t2 = np.einsum("abkl,kl->ab", C2, S)                       # E[C2[w, w]] = tr(C2_ab S)

@@ -37,12 +37,42 @@ from .finite import ParticleSystem
 
 
 def is_population(desc) -> bool:
-    """Whether ``desc`` is the exact population of an icl_regression family."""
+    """Whether ``desc`` is the exact population of an icl_regression family.
+
+    Parameters
+    ----------
+    desc : Description
+
+    Returns
+    -------
+    bool
+
+    Example
+    -------
+    >>> import meanfield.engine as me
+    >>> is_population(me.load("meanfield/models/icl_zfb.toml"))
+    True
+    """
     return "population" in desc.data.extra
 
 
 def is_icl(desc) -> bool:
-    """Whether ``desc``'s data are the icl_regression family (exact or sampled)."""
+    """Whether ``desc``'s data are the icl_regression family (exact or sampled).
+
+    Parameters
+    ----------
+    desc : Description
+
+    Returns
+    -------
+    bool
+
+    Example
+    -------
+    >>> import meanfield.engine as me
+    >>> is_icl(me.load("meanfield/models/icl_zfb.toml", samples=10))
+    True
+    """
     return "icl" in desc.data.extra
 
 
@@ -151,7 +181,28 @@ class PopulationOracle(orc.Oracle):
 
 
 def batch_data(desc, tokens, target):
-    """``desc``'s sampled data replaced by ``tokens`` (n, N + 1, P) and targets y_q (n,) (weights 1/n)."""
+    """``desc`` with its data replaced by sampled prompts (weights 1/n).
+
+    Parameters
+    ----------
+    desc : Description
+    tokens : numpy.ndarray
+        (n, N + 1, P) prompts as engine tokens, the query (x_q, 0) last.
+    target : numpy.ndarray
+        (n,) the query labels y_q.
+
+    Returns
+    -------
+    Description
+
+    Example
+    -------
+    >>> import meanfield.engine as me
+    >>> desc = me.load("meanfield/models/icl_zfb.toml")
+    >>> Z, yq = desc.data.extra["population"]["law"].tokens(4, np.random.default_rng(0))
+    >>> batch_data(desc, Z, yq).data.tokens.shape
+    (4, 9, 4)
+    """
     from .objects import make_data
 
     data = make_data(tokens, target, None, None, None, None, desc.P)
@@ -214,7 +265,26 @@ class OnlineParticleSystem(ParticleSystem):
 
 
 def check_batch(desc, batch, batch_seed):
-    """The --batch / --batch-seed of ``particles`` checked (one line, exit 2 otherwise); (batch or None, seed)."""
+    """The ``--batch`` / ``--batch-seed`` of ``particles``, checked (a one-line ConfigError otherwise).
+
+    Parameters
+    ----------
+    desc : Description
+    batch : int, str or None
+        Prompts per SGD step (None: no online SGD).
+    batch_seed : int, str or None
+        Seed of the batches (only with ``batch``; default 0).
+
+    Returns
+    -------
+    (int or None, int)
+
+    Example
+    -------
+    >>> import meanfield.engine as me
+    >>> check_batch(me.load("meanfield/models/icl_zfb.toml"), "64", None)
+    (64, 0)
+    """
     if batch is None:
         if batch_seed is not None:
             raise ConfigError("batch-seed: only with --batch B (online SGD on sampled batches)")
@@ -239,7 +309,26 @@ def check_batch(desc, batch, batch_seed):
 
 
 def make_system(desc, E, params, batch, batch_seed):
-    """The particle system of an icl_regression description (module docstring), or None (not online)."""
+    """The online-SGD particle system of an icl_regression description, or None without ``batch``.
+
+    Parameters
+    ----------
+    desc : Description
+    E : numpy.ndarray
+        The embedding (d x P).
+    params : list of dict
+        Initial explicit weights.
+    batch : int or None
+    batch_seed : int
+
+    Returns
+    -------
+    OnlineParticleSystem or None
+
+    Example
+    -------
+    >>> # make_system(desc, E, params, 256, 0)
+    """
     if batch is None:
         return None
     pool = None if is_population(desc) else (np.asarray(desc.data.tokens, float), np.asarray(desc.data.target, float))
@@ -247,7 +336,24 @@ def make_system(desc, E, params, batch, batch_seed):
 
 
 def attrs_of(desc, batch, batch_seed) -> dict:
-    """Run-file attributes of an icl particle run: how it was trained, what its loss is."""
+    """Run-file attributes of an icl particle run: how it was trained, what its loss is.
+
+    Parameters
+    ----------
+    desc : Description
+    batch : int or None
+    batch_seed : int
+
+    Returns
+    -------
+    dict
+
+    Example
+    -------
+    >>> import meanfield.engine as me
+    >>> attrs_of(me.load("meanfield/models/icl_zfb.toml"), None, 0)["particles_training"][:15]
+    'full-batch GD o'
+    """
     if batch is not None:
         src = ("fresh Gaussian prompts" if is_population(desc) else
                f"the {desc.data.tokens.shape[0]} sampled prompts of the description")
