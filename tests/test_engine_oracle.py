@@ -32,11 +32,13 @@ WIDTHS = (1, 3, 50)
 # ------------------------------------------------------------------ random descriptions
 
 def random_raw(seed: int, m: int | None = 3, eta: float = 0.05, steps: int = STEPS, staged: bool | None = None,
-               pad: bool = True, onehot: bool = False) -> dict:
+               pad: bool = True, onehot: bool = False, rates: bool = False) -> dict:
     """A random description within the class (as the TOML table): random dictionary
     Gram, random weighted sequences of different lengths with counts, 1-3 heads
     with random attention/kq/query/value choices, a random loss, signs fixed or
-    trainable, and (``staged``) stages training subsets of the groups."""
+    trainable, and (``staged``) stages training subsets of the groups; ``rates``: learning rates
+    per group, per stage and schedules (``meanfield.engine.rates``; drawn from a stream of their own,
+    so the rest of the description is the one without rates)."""
     rng = np.random.default_rng(seed)
     zero_rng = np.random.default_rng(10_000 + seed)
     P = int(rng.integers(2, 5))
@@ -101,7 +103,38 @@ def random_raw(seed: int, m: int | None = 3, eta: float = 0.05, steps: int = STE
                                       {"name": "attention", "train": ["attention", "readout", "signs"], "steps": a},
                                       {"name": "all", "train": ["attention", "values", "readout", "signs"],
                                        "steps": steps - 2 * a}]}
+    if rates:
+        _add_rates(raw, seed, eta)
     return raw
+
+
+#: run-level schedules of the random descriptions with rates, by seed % 6 (stages add step:30:0.7)
+RATE_SCHEDULES = (None, "cosine:0.2", "warmup:15+cosine", "step:40:0.8", "inverse:50", "warmup:10")
+#: SEEDS have a merged head each (one attention rate); 25 (staged, linear) and 8 (neuron) have none
+RATE_SEEDS = (0, 1, 4, 5, 10, 14, 25, 8)
+
+
+def _add_rates(raw, seed, eta):
+    """Group rates eta x U(0.3, 1.6) for a random subset of the groups (keys and queries
+    apart unless a head is merged: then one attention rate), a run schedule, and for staged
+    descriptions a stage step size (a number), a stage table of group rates with its default,
+    and a stage schedule."""
+    rng = np.random.default_rng(20_000 + seed)
+    merged = any(h.get("kq") == "merged" for h in raw["heads"])
+    groups = (["attention"] if merged else ["keys", "queries"]) + ["values", "readout", "signs"]
+    pick = [g for g in groups if rng.random() < 0.7] or groups[:1]
+    if not merged and "keys" not in pick:
+        pick.append("keys")  # keys and queries at different rates in every unmerged description
+    raw["parameters"]["group_eta"] = ",".join(f"{g}={eta * rng.uniform(0.3, 1.6):.4f}" for g in pick)
+    sched = RATE_SCHEDULES[seed % len(RATE_SCHEDULES)]
+    if sched is not None:
+        raw["parameters"]["eta_schedule"] = sched
+    st = raw.get("training", {}).get("stages")
+    if st:
+        st[0]["eta"] = round(eta * rng.uniform(0.5, 1.5), 4)
+        st[1]["eta"] = {"default": round(eta * rng.uniform(0.5, 1.5), 4), "readout": round(eta * 1.3, 4),
+                        "values": round(eta * 0.6, 4)}
+        st[2]["eta_schedule"] = "step:30:0.7"
 
 
 #: seeds whose descriptions together cover every choice of the class (checked below)
@@ -138,6 +171,34 @@ def test_random_descriptions_cover_the_class():
     assert seen["query_self"] == {True, False}
     assert seen["staged"] == {True, False}
     assert True in seen["zero_count"]  # padded positions (count 0) inside sequences
+
+
+def test_random_descriptions_with_rates_cover_the_groups():
+    """The random descriptions with rates (below) cover every rate construct: keys and queries at
+    different rates, every group with a rate of its own, a stage step size as a number and as a
+    table's default, a stage table of group rates, a run schedule of every kind and a stage schedule."""
+    from meanfield.engine.rates import RATE_GROUPS, stage_group_rates
+
+    seen = {k: set() for k in ("kq_apart", "groups", "stage_eta", "stage_table", "run_schedule", "stage_schedule",
+                               "merged")}
+    for seed in RATE_SEEDS:
+        d = _desc(random_raw(seed, rates=True))
+        tr = d.training
+        seen["merged"].add(any(h.kq == "merged" for h in d.model.heads))
+        seen["groups"].update(g for g, _ in tr.group_eta)
+        for st in tr.stages:
+            r = stage_group_rates(tr, st)
+            seen["kq_apart"].add(r["keys"] != r["queries"])
+            seen["stage_eta"].add(st.eta is not None)
+            seen["stage_table"].add(bool(st.group_eta))
+            if st.eta_schedule:
+                seen["stage_schedule"].add(st.eta_schedule.split(":")[0])
+        seen["run_schedule"].update(p.split(":")[0] for p in (tr.eta_schedule or "constant").split("+"))
+    assert seen["groups"] == set(RATE_GROUPS)
+    assert seen["kq_apart"] == {True, False} and seen["merged"] == {True, False}
+    assert seen["stage_eta"] == {True, False} and seen["stage_table"] == {True, False}
+    assert seen["run_schedule"] | seen["stage_schedule"] == {"constant", "step", "cosine", "warmup", "inverse"}
+    assert seen["stage_schedule"] == {"step"}
 
 
 # ------------------------------------------------------------------ the oracle on its own
@@ -261,6 +322,40 @@ def test_engine_equals_explicit_network_random_descriptions(seed, m):
     assert ends == [e["step"] for e in res["stage_ends"]]
 
 
+@pytest.mark.parametrize("m", WIDTHS)
+@pytest.mark.parametrize("seed", RATE_SEEDS)
+def test_engine_equals_explicit_network_with_group_rates(seed, m):
+    """A rate per group, per stage and schedules: the engine's GD map with the block metric
+    Gamma_r H / eta (``meanfield.engine.rates``) against the explicit network stepping each weight
+    with its group's rate times the schedule (``Oracle.run``), 200 steps, 1e-10."""
+    d = _desc(random_raw(seed, m=m, rates=True))
+    arr, traj = _engine_run(d)
+    res, Z, _, _ = _oracle_run(d, seed)
+    assert traj.status == "complete" and res["status"] == "ok"
+    assert len(arr["y"]) == len(Z) == STEPS + 1
+    assert np.all(np.diff(res["loss"]) <= 1e-12), "the comparison assumes a stable (monotone) GD run"
+    assert _rel_err(Z, arr["y"]) <= RTOL
+
+
+def test_wrong_group_rates_are_caught():
+    """The comparison can fail: the engine with the keys' and queries' rates swapped, or with
+    the run's schedule dropped, leaves the explicit network."""
+    import dataclasses
+
+    seed, m = 25, 3
+    d = _desc(random_raw(seed, m=m, rates=True))
+    res, Z, _, _ = _oracle_run(d, seed)
+    r = dict(d.training.group_eta)
+    r["keys"], r["queries"] = r["queries"], r["keys"]
+    swapped = dataclasses.replace(d, training=dataclasses.replace(d.training, group_eta=tuple(sorted(r.items()))))
+    assert _rel_err(Z, _engine_run(swapped)[0]["y"]) > 1e3 * RTOL
+    d4 = _desc(random_raw(4, m=m, rates=True))
+    assert d4.training.eta_schedule
+    res4, Z4, _, _ = _oracle_run(d4, 4)
+    flat = dataclasses.replace(d4, training=dataclasses.replace(d4.training, eta_schedule=None))
+    assert _rel_err(Z4, _engine_run(flat)[0]["y"]) > 1e3 * RTOL
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_engine_equals_explicit_network_onehot_tokens(seed):
     """Every head choice on signed one-hot tokens (one feature per token, the mixture's kind of data): the
@@ -380,6 +475,51 @@ def test_flow_rhs_equals_explicit_gradient_flow(seed):
         rhs = sysm.rhs(orc.pack(d, E, params), esys.mode_of(st.train))
         ref = _pack_derivative(d, E, on, params, st.train)
         assert np.abs(rhs - ref).max() <= 1e-9 * max(1.0, np.abs(ref).max())
+
+
+@pytest.mark.parametrize("seed", RATE_SEEDS)
+def test_flow_with_group_rates_is_the_explicit_flow_rescaled_per_group(seed):
+    """Method flow with group rates: each weight moves at -(rate_g / eta) dLoss/dweight (its
+    group's time rescaled by rate / eta); the engine's right-hand side in every stage equals that
+    explicit derivative (exact central difference, 1e-9)."""
+    from meanfield.engine import system as esys
+    from meanfield.engine.rates import stage_base_eta, weight_rates
+
+    raw = random_raw(seed, m=3, rates=True)
+    raw["parameters"].update(method="flow", t_end=1.0)
+    for k in ("steps", "record_every", "eta_schedule"):
+        raw["parameters"].pop(k, None)
+    for st in raw.get("training", {}).get("stages", []):
+        st["time"] = st.pop("steps") * 0.01
+        st.pop("eta_schedule", None)
+        if isinstance(st.get("eta"), dict):
+            st["eta"].pop("default")
+        else:
+            st.pop("eta", None)
+    d = _desc(raw)
+    sysm = esys.system_of(d)
+    stages = esys.stages(d)
+    E = orc.embedding(d.dictionary.Gamma, d.P + 2, seed)
+    on = orc.Oracle(d, E)
+    rng = np.random.default_rng(seed)
+    params = orc.weights_from_engine_init(d, E, seed_orth=seed)
+    for h, p in zip(d.model.heads, params):
+        for k in p:
+            if k != "a" or h.train_sign:
+                p[k] = p[k] + 0.2 * rng.normal(size=np.shape(p[k]))
+    _, g, _ = on.loss_grads(params)
+    caught = False
+    for st, ist in zip(d.training.stages, stages):
+        rate = {k: r / stage_base_eta(d.training, st) for k, r in weight_rates(d.training, st).items()}
+        hh = 1e-3
+        plus = on.step(params, {k: hh * r for k, r in rate.items()}, st.train, grads=g)
+        minus = on.step(params, {k: -hh * r for k, r in rate.items()}, st.train, grads=g)
+        ref = (orc.pack(d, E, plus) - orc.pack(d, E, minus)) / (2 * hh)
+        rhs = sysm.rhs(orc.pack(d, E, params), ist.mode)
+        assert np.abs(rhs - ref).max() <= 1e-9 * max(1.0, np.abs(ref).max())
+        plain = esys.EngineSystem(sysm.pk).rhs(orc.pack(d, E, params), ist.mode & 15)  # without the rates
+        caught = caught or np.abs(plain - ref).max() > 1e-6
+    assert caught, "the rates change the flow (the comparison can fail)"
 
 
 @pytest.mark.parametrize("seed", (0, 1, 2))

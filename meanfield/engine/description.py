@@ -76,6 +76,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
+from .rates import check_training, parse_group_eta
+from .rates import stage_rates as _stage_rates
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, QUERIES,  # noqa: F401
                       VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
                       make_data)
@@ -126,6 +128,8 @@ class RunParams:
     record_dt: float | None = None
     stage_steps: tuple | None = None  # gd: every [[training.stages]]'s length, in order (--stage-steps 100,2000)
     stage_times: tuple | None = None  # flow / rk4: every stage's time, in order
+    group_eta: str | None = None  # rates per group for the run: "keys=0.1,values=2" (meanfield.engine.rates)
+    eta_schedule: str | None = None  # the run's learning-rate schedule: cosine, step:E:G, warmup:W+cosine, inverse:T0
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -176,6 +180,10 @@ def make_params(raw: dict) -> RunParams:
         if d["stage_steps"] is not None else None
     out["stage_times"] = tuple(as_float("stage_times", v, nonneg=True) for v in as_list("stage_times", d["stage_times"])) \
         if d["stage_times"] is not None else None
+    from .rates import format_group_eta, parse_group_eta, parse_schedule
+
+    out["group_eta"] = format_group_eta(parse_group_eta("group_eta", d["group_eta"]))
+    out["eta_schedule"] = parse_schedule("eta_schedule", d["eta_schedule"])
     if out["stage_steps"] is not None and out["method"] != "gd":
         raise ConfigError(f"stage_steps: only for method gd; with {out['method']} give stage_times")
     if out["stage_times"] is not None and out["method"] == "gd":
@@ -431,7 +439,7 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
             raise ConfigError("training.stages: must be a list of [[training.stages]] tables")
         for i, s in enumerate(stages_raw):
             where = f"training.stages[{i}]"
-            _check_table(where, s, ("name", "train", "steps", "time", "criterion"))
+            _check_table(where, s, ("name", "train", "steps", "time", "criterion", "eta", "eta_schedule"))
             train = []
             for g in as_list(f"{where}.train", s.get("train", list(GROUPS))):
                 g = GROUP_ALIASES.get(str(g), str(g))
@@ -441,7 +449,8 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
                 raise ConfigError(f"{where}.{key}: required with method {params.method}")
             length = as_int(f"{where}.steps", s["steps"], lo=0) if gd else as_float(f"{where}.time", s["time"], nonneg=True)
             crit = parse_criterion(f"{where}.criterion", s.get("criterion"), CRITERIA)
-            stages.append(StageSpec(str(s.get("name", f"stage{i + 1}")), tuple(train), length, crit))
+            stages.append(StageSpec(str(s.get("name", f"stage{i + 1}")), tuple(train), length, crit,
+                                    *_stage_rates(where, s)))
     else:
         stages.append(StageSpec("simultaneous", GROUPS, params.steps if gd else params.t_end,
                                 parse_criterion("criterion", params.criterion, CRITERIA)))
@@ -457,10 +466,14 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
         stages = [dataclasses.replace(s, length=v) for s, v in zip(stages, given)]
     H = sum(s.length for s in stages)
     h_min = params.h_min if params.h_min is not None else (1e-4 * H if params.method == "flow" else None)
-    return Training(method=params.method, eta=params.eta, stages=tuple(stages),
-                    schedule="simultaneous" if len(stages) == 1 else "staged", dt=params.dt, rtol=params.rtol,
-                    atol=params.atol, h_min=h_min, max_abs=params.max_abs, record_every=params.record_every,
-                    record_log=params.record_log, record_dt=params.record_dt)
+    tr = Training(method=params.method, eta=params.eta, stages=tuple(stages),
+                  schedule="simultaneous" if len(stages) == 1 else "staged", dt=params.dt, rtol=params.rtol,
+                  atol=params.atol, h_min=h_min, max_abs=params.max_abs, record_every=params.record_every,
+                  record_log=params.record_log, record_dt=params.record_dt,
+                  group_eta=parse_group_eta("group_eta", params.group_eta), eta_schedule=params.eta_schedule)
+    check_training(tr, heads)
+    return tr
+
 
 
 # ------------------------------------------------------------------ loading
@@ -724,7 +737,9 @@ def describe(desc: Description) -> dict:
         "heads": [dataclasses.asdict(h) for h in desc.model.heads], "loss": desc.model.loss,
         "init": dataclasses.asdict(desc.init),
         "training": {"method": desc.training.method, "eta": desc.training.eta,
-                     "stages": [{"name": s.name, "train": list(s.train), "length": s.length,
+                     "group_eta": dict(desc.training.group_eta), "eta_schedule": desc.training.eta_schedule,
+                     "stages": [{"name": s.name, "train": list(s.train), "length": s.length, "eta": s.eta,
+                                 "group_eta": dict(s.group_eta), "eta_schedule": s.eta_schedule,
                                  "criterion": None if s.criterion is None else "".join(map(str, s.criterion))}
                                 for s in desc.training.stages]},
     }

@@ -28,7 +28,9 @@ each head's Gram: Xm = Ghat Gamma_r D (D: the trained wide objects),
 Q' = (I - eta Xm)^T Q (I - eta Xm); narrow: w~' = w~ - eta lr Gamma g,
 W~' = W~ - eta Gamma G_W Gamma, a' = a - eta dLoss/da. Flow: the eta-linear
 part. ``mode`` is a bit mask of the trained groups: 1 attention, 2 values,
-4 readout, 8 signs.
+4 readout, 8 signs. Rates per group (``meanfield.engine.rates``): ``Gr`` then
+holds Gamma_r H / eta (each wide object's columns times its rate over eta) and
+``hf`` columns 3, 4, 5 the same factor for W~, w~ and a (1 by default).
 
 Speed without new arithmetic: the GD map skips the exact zeros of
 Ghat = G + G^T (non-zero only on the read pairs' blocks, e.g.
@@ -525,13 +527,13 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                     for c in range(P):
                         acc += Gam[a, c] * tmp[c, b]
                     if exact:
-                        out[wo + a * P + b] = y[wo + a * P + b] - eta * acc
+                        out[wo + a * P + b] = y[wo + a * P + b] - eta * hf[k, 3] * acc
                     else:
-                        out[wo + a * P + b] = -acc
+                        out[wo + a * P + b] = -hf[k, 3] * acc
         vo = hi[k, 14]
         if vo >= 0 and tr_val:
             rows = hi[k, 6] * hi[k, 5]
-            lr = hf[k, 2]
+            lr = hf[k, 2] * hf[k, 4]  # mean-field neuron scale n times the values' rate factor
             for row in range(rows):
                 for a in range(P):
                     acc = 0.0
@@ -545,9 +547,9 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
         ao = hi[k, 15]
         if ao >= 0 and tr_sgn:
             if exact:
-                out[ao] = y[ao] - eta * gflat[ao]
+                out[ao] = y[ao] - eta * hf[k, 5] * gflat[ao]
             else:
-                out[ao] = -gflat[ao]
+                out[ao] = -hf[k, 5] * gflat[ao]
 
 
 @_root

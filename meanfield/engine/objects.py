@@ -154,6 +154,9 @@ class StageSpec:
     train: tuple[str, ...]
     length: float
     criterion: tuple[str, str, float] | None = None
+    eta: float | None = None          # the stage's step size (None: the run's eta)
+    group_eta: tuple = ()             # (group, rate) pairs of this stage (meanfield.engine.rates)
+    eta_schedule: str | None = None   # the stage's own schedule (counted from its first step)
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,8 @@ class Training:
     record_every: int | None = None
     record_log: int | None = None
     record_dt: float | None = None
+    group_eta: tuple = ()             # (group, rate) pairs for the whole run (meanfield.engine.rates)
+    eta_schedule: str | None = None   # the run's schedule (counted from step 0 over the horizon)
 
     @property
     def horizon(self) -> float:

@@ -72,6 +72,12 @@ import numpy as np
 GROUP_WEIGHTS = {"attention": ("WK", "WQ", "W"), "values": ("w", "MV"), "readout": ("r",), "signs": ("a",)}
 
 
+def _lr(eta, k: str) -> float:
+    """The step size of weight ``k``: ``eta`` a number (every weight) or a dict of the
+    weights' own rates (keys WK, WQ, W, w, MV, r, a; ``meanfield.engine.rates.weight_rates``)."""
+    return eta[k] if isinstance(eta, dict) else eta
+
+
 def embedding(Gamma: np.ndarray, d: int, seed) -> np.ndarray:
     """E (d x P) with E^T E = Gamma: a random orthonormal frame O (d x P, from
     ``default_rng(seed)``) times chol(Gamma)^T."""
@@ -438,7 +444,7 @@ class Oracle:
                     if k == "a" and not hd.train_sign:
                         continue
                     trained.add(k)
-                    lr = eta * hd.n if (k == "w" and hd.value == "neuron") else eta
+                    lr = _lr(eta, k) * hd.n if (k == "w" and hd.value == "neuron") else _lr(eta, k)
                     x = p[k]
                     b = _writable(buf.get(k), x)
                     if factored and k in _FACTORED:
@@ -524,7 +530,7 @@ class Oracle:
                 for k in GROUP_WEIGHTS[grp]:
                     if k not in g or k not in p or (k == "a" and not hd.train_sign):
                         continue
-                    lr = eta * hd.n if (k == "w" and hd.value == "neuron") else eta
+                    lr = _lr(eta, k) * hd.n if (k == "w" and hd.value == "neuron") else _lr(eta, k)
                     if k in _WIDE:
                         A, B = g[k]
                         lrB = lr * B
@@ -608,10 +614,19 @@ class Oracle:
 
         record(params)
         status = "ok"
+        from .rates import has_rates, schedule_factor, weight_rates
+
+        rated = has_rates(tr)
         for i, st in enumerate(stages):
             n = int(st.length)
             reason = "length"
+            start = nstep
+            spec, origin, horizon = (st.eta_schedule, None, float(st.length)) if st.eta_schedule else (
+                tr.eta_schedule, 0, float(tr.horizon))
             for _ in range(n):
+                if rated:  # each weight its group's rate, times the schedule at this step
+                    eta = weight_rates(tr, st, schedule_factor(spec, nstep - (start if origin is None else origin),
+                                                               horizon))
                 if st.criterion is not None:
                     name, op, val = st.criterion
                     v = self.criterion_value(params, name)

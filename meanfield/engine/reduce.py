@@ -53,7 +53,7 @@ GROUP_CODE = {"attention": 0, "values": 1, "readout": 2}
 (H_ATT, H_KQ, H_QRY, H_QSELF, H_VAL, H_NN, H_C, H_N, H_QOFF, H_IK, H_IQ, H_IV, H_IR, H_WOFF, H_VOFF,
  H_AOFF) = range(16)
 # columns of the float head table
-F_SCALE, F_SIGN, F_LR = range(3)
+F_SCALE, F_SIGN, F_LR, F_RW, F_RV, F_RA = range(6)  # F_R*: group rate / step size (engine.rates)
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def layout(desc: Description) -> Layout:
     H = len(heads)
     Gamma = desc.dictionary.Gamma
     hi = np.full((H, 16), -1, dtype=np.int64)
-    hf = np.zeros((H, 3))
+    hf = np.zeros((H, 6))
     qv = np.zeros((H, P))
     objects = []
     off = 0
@@ -164,6 +164,7 @@ def layout(desc: Description) -> Layout:
         hf[k, F_SCALE] = h.scale
         hf[k, F_SIGN] = h.sign
         hf[k, F_LR] = float(h.n_neurons)  # mean-field neuron scale: step eta * n
+        hf[k, F_RW] = hf[k, F_RV] = hf[k, F_RA] = 1.0  # rate factors of W~, w~, a (meanfield.engine.rates)
         if h.query_vector is not None:
             qv[k] = h.query_vector
     Gr = np.zeros((H, Nmax, Nmax))

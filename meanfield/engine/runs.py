@@ -189,6 +189,12 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
     }
     if engine_tag:
         common.update({"engine": 1, "model": desc.name})
+    from .rates import has_rates, stage_group_rates
+
+    if has_rates(desc.training):  # each stage's rate per group and schedule (meanfield.engine.rates)
+        tr = desc.training
+        common["stage_rates"] = [{"stage": s.name, "eta": stage_group_rates(tr, s),
+                                  "eta_schedule": s.eta_schedule or tr.eta_schedule} for s in tr.stages]
     if desc.family == "mixture":
         cfg = desc.parameters
         data, attrs = mixture_datasets(desc, r)
