@@ -32,13 +32,15 @@ WIDTHS = (1, 3, 50)
 # ------------------------------------------------------------------ random descriptions
 
 def random_raw(seed: int, m: int | None = 3, eta: float = 0.05, steps: int = STEPS, staged: bool | None = None,
-               pad: bool = True, onehot: bool = False, rates: bool = False) -> dict:
+               pad: bool = True, onehot: bool = False, rates: bool = False, heldout: bool = False) -> dict:
     """A random description within the class (as the TOML table): random dictionary
     Gram, random weighted sequences of different lengths with counts, 1-3 heads
     with random attention/kq/query/value choices, a random loss, signs fixed or
     trainable, and (``staged``) stages training subsets of the groups; ``rates``: learning rates
     per group, per stage and schedules (``meanfield.engine.rates``; drawn from a stream of their own,
-    so the rest of the description is the one without rates)."""
+    so the rest of the description is the one without rates); ``heldout``: a held-out set
+    (``meanfield.engine.heldout``): for even seeds a ``[test]`` table of sequences drawn like the
+    training ones from a stream of their own, for odd seeds a seeded ``train_frac`` split of ``[data]``."""
     rng = np.random.default_rng(seed)
     zero_rng = np.random.default_rng(10_000 + seed)
     P = int(rng.integers(2, 5))
@@ -70,27 +72,32 @@ def random_raw(seed: int, m: int | None = 3, eta: float = 0.05, steps: int = STE
                 h["outputs"] = P
         if loss == "logistic":
             loss = "squared"
-    rows = []
-    for s in range(int(rng.integers(3, 6))):
-        L = int(rng.integers(2, 5))
-        toks = [(0.6 * rng.normal(size=P)).round(3).tolist() for _ in range(L)]
-        if onehot:  # signed one-hot tokens (one feature each, as the mixture's data): the kernels' one-feature paths
-            toks = [(np.sign(t[int(np.argmax(np.abs(t)))]) * np.eye(P)[int(np.argmax(np.abs(t)))]).tolist()
-                    for t in toks]
-        counts = rng.integers(1, 3, size=L)
-        # padding: a position with count 0 is absent (the prompts of multiset models use it); drawn from a
-        # stream of its own so the rest of the description is unchanged; the first and last positions stay
-        # (a last-position query that is not its own key still has a key)
-        if pad:
-            counts[1:-1][zero_rng.random(max(L - 2, 0)) < 0.4] = 0
-        counts = counts.tolist()
-        if loss == "logistic":
-            t = float(rng.choice([-1, 1]))
-        elif loss == "squared":
-            t = rng.normal(size=C).tolist() if C > 1 else float(rng.normal())
-        else:
-            t = int(rng.integers(0, C))
-        rows.append(dict(tokens=toks, counts=counts, target=t, weight=float(rng.uniform(0.5, 2))))
+
+    def draw_rows(rng, n, zero_rng):
+        rows = []
+        for s in range(n):
+            L = int(rng.integers(2, 5))
+            toks = [(0.6 * rng.normal(size=P)).round(3).tolist() for _ in range(L)]
+            if onehot:  # signed one-hot tokens (one feature each, as the mixture's data): the kernels' one-feature paths
+                toks = [(np.sign(t[int(np.argmax(np.abs(t)))]) * np.eye(P)[int(np.argmax(np.abs(t)))]).tolist()
+                        for t in toks]
+            counts = rng.integers(1, 3, size=L)
+            # padding: a position with count 0 is absent (the prompts of multiset models use it); drawn from a
+            # stream of its own so the rest of the description is unchanged; the first and last positions stay
+            # (a last-position query that is not its own key still has a key)
+            if pad:
+                counts[1:-1][zero_rng.random(max(L - 2, 0)) < 0.4] = 0
+            counts = counts.tolist()
+            if loss == "logistic":
+                t = float(rng.choice([-1, 1]))
+            elif loss == "squared":
+                t = rng.normal(size=C).tolist() if C > 1 else float(rng.normal())
+            else:
+                t = int(rng.integers(0, C))
+            rows.append(dict(tokens=toks, counts=counts, target=t, weight=float(rng.uniform(0.5, 2))))
+        return rows
+
+    rows = draw_rows(rng, int(rng.integers(3, 6)), zero_rng)
     params = dict(eta=eta, steps=steps, omega=0.5, omega_v=0.5, sigma_r=1.0, seed=seed, record_every=1,
                   neuron_init="gaussian:0.3")
     if m is not None:
@@ -105,6 +112,12 @@ def random_raw(seed: int, m: int | None = 3, eta: float = 0.05, steps: int = STE
                                        "steps": steps - 2 * a}]}
     if rates:
         _add_rates(raw, seed, eta)
+    if heldout:
+        hr = np.random.default_rng(30_000 + seed)
+        if seed % 2 == 0:
+            raw["test"] = {"rows": draw_rows(hr, int(hr.integers(2, 7)), np.random.default_rng(40_000 + seed))}
+        else:
+            raw["data"].update(train_frac=0.6, split_seed=int(hr.integers(0, 100)))
     return raw
 
 
@@ -354,6 +367,55 @@ def test_wrong_group_rates_are_caught():
     res4, Z4, _, _ = _oracle_run(d4, 4)
     flat = dataclasses.replace(d4, training=dataclasses.replace(d4.training, eta_schedule=None))
     assert _rel_err(Z4, _engine_run(flat)[0]["y"]) > 1e3 * RTOL
+
+
+def test_random_descriptions_with_heldout_cover_the_kinds():
+    """The random descriptions with a held-out set (below) cover a [test] table and a train_frac split,
+    every loss, and so a recorded 0-1 error (logistic, cross-entropy) and none (squared)."""
+    seen = {"kind": set(), "loss": set(), "error": set()}
+    for seed in SEEDS:
+        raw = random_raw(seed, heldout=True)
+        d = _desc(raw)
+        assert d.test is not None and d.test.n >= 1
+        seen["kind"].add("table" if "test" in raw else "split")
+        seen["loss"].add(d.model.loss)
+        seen["error"].add(d.model.loss != "squared")
+    assert seen == {"kind": {"table", "split"}, "loss": {"logistic", "squared", "cross_entropy"},
+                    "error": {True, False}}
+
+
+@pytest.mark.parametrize("m", WIDTHS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_engine_test_set_equals_explicit_network_on_the_test_set(seed, m):
+    """Held-out set (``meanfield.engine.heldout``): the engine's recorded test loss, test margins and
+    0-1 error against the explicit network's forward pass on the test sequences at its own weights
+    after every step (200 steps, m in {1, 3, 50}); the training trajectory is the one without a test set."""
+    from meanfield.engine import heldout, runs
+
+    d = _desc(random_raw(seed, m=m, heldout=True))
+    r = runs.run(d)
+    td = heldout.test_description(d)
+    E = orc.embedding(d.dictionary.Gamma, d.P + 2, seed)
+    on, ont = orc.Oracle(d, E), orc.Oracle(td, E)
+    res = on.run(orc.weights_from_engine_init(d, E, seed_orth=seed + 100),
+                 project=lambda p: (orc.pack(d, E, p), ont.forward(p)))
+    Z = np.array([x[0] for x in res["states"]])
+    tl = np.array([x[1][0] for x in res["states"]])
+    mg = np.array([ont.margins(x[1][1]["f"]) for x in res["states"]])
+    assert len(r.test_loss) == len(tl) == STEPS + 1
+    assert _rel_err(Z, r.y) <= RTOL
+    assert np.abs(r.test_loss - tl).max() <= RTOL * max(1.0, np.abs(tl).max())
+    assert np.abs(r.test_margin - mg).max() <= RTOL * max(1.0, np.abs(mg).max())
+    if d.model.loss == "squared":
+        assert r.test_error is None
+    else:
+        w = td.data.weight
+        ok = np.abs(mg).min(axis=1) > 1e-8  # records with no margin at the tie (where rounding could flip it)
+        assert np.array_equal(r.test_error[ok], ((mg[ok] <= 0) @ w) / w.sum())
+    plain = dict(random_raw(seed, m=m, heldout=True))
+    plain.pop("test", None)
+    if seed % 2 == 0:  # a [test] table: without it the same description trains the same way (never trained on)
+        assert np.array_equal(runs.run(_desc(plain)).y, r.y)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -262,15 +262,19 @@ def parse_token(name: str, v, features: tuple[str, ...]) -> np.ndarray:
     raise ConfigError(f"{name}: a token must be a signed feature index, a feature name or {P} coefficients; got {v!r}")
 
 
-def _data_from_table(raw: dict, features: tuple[str, ...]) -> Data:
-    _check_table("data", raw, ("rows", "function", "args"))
+def _data_from_table(raw: dict, features: tuple[str, ...], where: str = "data") -> Data:
+    """A ``[data]`` (or ``[test]``: ``where``) table: rows or a data function."""
+    from .heldout import SPLIT_KEYS, TEST_KEYS
+
+    _check_table(where, raw, TEST_KEYS + (SPLIT_KEYS if where == "data" else ()))
+    data_where = where
     if ("rows" in raw) == ("function" in raw):
-        raise ConfigError("data: give exactly one of rows (a table of sequences) or function (\"package.module:function\")")
+        raise ConfigError(f"{data_where}: give exactly one of rows (a table of sequences) or function (\"package.module:function\")")
     if "function" in raw:
-        return data_from_function(raw["function"], raw.get("args", {}), features)
+        return data_from_function(raw["function"], raw.get("args", {}), features, where)
     rows = raw["rows"]
     if not isinstance(rows, list) or not rows:
-        raise ConfigError("data.rows: must be a non-empty list of {tokens = [...], target = ...} tables")
+        raise ConfigError(f"{data_where}.rows: must be a non-empty list of {{tokens = [...], target = ...}} tables")
     L = max(len(r.get("tokens", [])) if isinstance(r, dict) else 0 for r in rows)
     P = len(features)
     n = len(rows)
@@ -278,7 +282,7 @@ def _data_from_table(raw: dict, features: tuple[str, ...]) -> Data:
     counts = np.zeros((n, L))
     targets, weights, names, flags = [], [], [], {}
     for s, r in enumerate(rows):
-        where = f"data.rows[{s}]"
+        where = f"{data_where}.rows[{s}]"
         _check_table(where, r, ("tokens", "target", "weight", "counts", "name", "flags"))
         toks = r.get("tokens")
         if not isinstance(toks, list) or not toks:
@@ -299,11 +303,11 @@ def _data_from_table(raw: dict, features: tuple[str, ...]) -> Data:
     try:
         y = np.array(targets, dtype=float)
     except (TypeError, ValueError):
-        raise ConfigError("data.rows: targets must all be numbers or all lists of the same length") from None
+        raise ConfigError(f"{data_where}.rows: targets must all be numbers or all lists of the same length") from None
     w = np.array(weights)
     if w.sum() <= 0:
-        raise ConfigError("data.rows: the weights must not all be 0")
-    return make_data(X, y, w / w.sum(), counts if np.any(counts != 1) else None, names, flags, P)
+        raise ConfigError(f"{data_where}.rows: the weights must not all be 0")
+    return make_data(X, y, w / w.sum(), counts if np.any(counts != 1) else None, names, flags, P, where=data_where)
 
 
 def _import_function(field: str, ref):
@@ -342,32 +346,32 @@ def _feature_names(v):
                       "{function = \"package.module:function\", args = {...}}")
 
 
-def data_from_function(ref, args, features: tuple[str, ...]) -> Data:
+def data_from_function(ref, args, features: tuple[str, ...], where: str = "data") -> Data:
     """Import ``package.module:function`` by name (never evaluated) and call it
     with ``features`` and the ``args`` table as keywords; it returns a dict with
     tokens, target and optionally weight, counts, names, flags (or a Data)."""
     s = str(ref)
     if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", s):
-        raise ConfigError(f"data.function: must be \"package.module:function\"; got {ref!r}")
+        raise ConfigError(f"{where}.function: must be \"package.module:function\"; got {ref!r}")
     mod, _, fn = s.partition(":")
     try:
         f = getattr(importlib.import_module(mod), fn)
     except (ImportError, AttributeError) as e:
-        raise ConfigError(f"data.function: cannot import {s} ({e})") from None
+        raise ConfigError(f"{where}.function: cannot import {s} ({e})") from None
     if not inspect.isfunction(f):
-        raise ConfigError(f"data.function: {s} must be a Python function (def) returning the data; got {type(f).__name__}")
+        raise ConfigError(f"{where}.function: {s} must be a Python function (def) returning the data; got {type(f).__name__}")
     if not isinstance(args, dict):
-        raise ConfigError("data.args: must be a table of keyword arguments")
+        raise ConfigError(f"{where}.args: must be a table of keyword arguments")
     try:
         out = f(features=features, **args)
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"data.function: {s}(features=..., **args) failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        raise ConfigError(f"{where}.function: {s}(features=..., **args) failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     if isinstance(out, Data):
         return out
     if not isinstance(out, dict) or "tokens" not in out or "target" not in out:
-        raise ConfigError(f"data.function: {s} must return a dict with tokens and target (or a Data)")
+        raise ConfigError(f"{where}.function: {s} must return a dict with tokens and target (or a Data)")
     return make_data(out["tokens"], out["target"], out.get("weight"), out.get("counts"), out.get("names"),
-                     out.get("flags"), len(features))
+                     out.get("flags"), len(features), where=where)
 
 
 def make_head(raw: dict, i: int, P: int) -> Head:
@@ -478,7 +482,7 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
 
 # ------------------------------------------------------------------ loading
 
-TOP_KEYS = ("name", "family", "parameters", "dictionary", "data", "heads", "model", "training")
+TOP_KEYS = ("name", "family", "parameters", "dictionary", "data", "test", "heads", "model", "training")
 
 
 def parameter_class(raw: dict):
@@ -494,7 +498,7 @@ def parameter_class(raw: dict):
 _REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: the tables whose values may be "$name" references
-_REF_TABLES = ("dictionary", "data", "heads", "model", "training")
+_REF_TABLES = ("dictionary", "data", "test", "heads", "model", "training")
 #: options of the ``meanfield model`` verbs themselves: not available as parameter names
 RESERVED = ("out", "plot", "quiet", "d", "widths", "seeds", "workers", "format", "param", "help", "model", "run",
             "expr", "file", "during", "tmin", "tmax", "verb", "func", "declared", "force")
@@ -684,7 +688,7 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     if family is not None:
         if family != "mixture":
             raise ConfigError(f"family: must be mixture (the built-in family); got {family!r}")
-        for k in ("dictionary", "data", "heads", "model", "training"):
+        for k in ("dictionary", "data", "test", "heads", "model", "training"):
             if k in raw:
                 raise ConfigError(f"{k}: not with family = mixture (the family builds it from [parameters])")
         from ..mixture.config import make_config
@@ -710,6 +714,9 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     if "data" not in raw:
         raise ConfigError("data: required ([data] with rows = [...] or function = \"package.module:function\")")
     data = _data_from_table(raw["data"], feats)
+    from .heldout import check_targets, held_out
+
+    data, test = held_out(raw, data, feats, _data_from_table)  # [test] or the train_frac split (engine.heldout)
     heads_raw = raw.get("heads")
     if not isinstance(heads_raw, list):
         raise ConfigError("heads: required, a list of [[heads]] tables")
@@ -717,13 +724,15 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     mraw = raw.get("model", {})
     _check_table("model", mraw, ("loss",) + tuple(_OUT_OF_CLASS))
     model = make_model(heads, mraw.get("loss", "logistic"), params.relu_prime_at_zero, data.target, P)
+    if test is not None:
+        check_targets(test, data, model)
     traw = raw.get("training", {})
     _check_table("training", traw, ("stages",))
     training = training_from(params, traw.get("stages"), heads)
     init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
                 sigma_r=params.sigma_r, neuron_init=params.neuron_init)
     return Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
-                       family=None, parameters=params, source=source,
+                       family=None, test=test, parameters=params, source=source,
                        declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
 
 

@@ -193,6 +193,7 @@ class Description:
     parameters: Any = None  # the validated parameters (a MixtureConfig for the mixture family, else RunParams)
     source: str | None = None
     declared: tuple = ()  # the description's own declared parameters as (name, value) pairs, after overrides
+    test: Data | None = None  # a held-out test set, never trained on (meanfield.engine.heldout)
 
     @property
     def P(self) -> int:
