@@ -76,7 +76,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
-from .rates import check_training, parse_group_eta
+from .heldout import SPLIT_KEYS, TEST_KEYS, check_targets, held_out
+from .rates import check_training, format_group_eta, has_rates, parse_group_eta, parse_schedule
 from .rates import stage_rates as _stage_rates
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, QUERIES,  # noqa: F401
                       VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
@@ -180,8 +181,6 @@ def make_params(raw: dict) -> RunParams:
         if d["stage_steps"] is not None else None
     out["stage_times"] = tuple(as_float("stage_times", v, nonneg=True) for v in as_list("stage_times", d["stage_times"])) \
         if d["stage_times"] is not None else None
-    from .rates import format_group_eta, parse_group_eta, parse_schedule
-
     out["group_eta"] = format_group_eta(parse_group_eta("group_eta", d["group_eta"]))
     out["eta_schedule"] = parse_schedule("eta_schedule", d["eta_schedule"])
     if out["stage_steps"] is not None and out["method"] != "gd":
@@ -264,8 +263,6 @@ def parse_token(name: str, v, features: tuple[str, ...]) -> np.ndarray:
 
 def _data_from_table(raw: dict, features: tuple[str, ...], where: str = "data") -> Data:
     """A ``[data]`` (or ``[test]``: ``where``) table: rows or a data function."""
-    from .heldout import SPLIT_KEYS, TEST_KEYS
-
     _check_table(where, raw, TEST_KEYS + (SPLIT_KEYS if where == "data" else ()))
     data_where = where
     if ("rows" in raw) == ("function" in raw):
@@ -374,7 +371,7 @@ def data_from_function(ref, args, features: tuple[str, ...], where: str = "data"
                      out.get("flags"), len(features), where=where)
 
 
-def make_head(raw: dict, i: int, P: int) -> Head:
+def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -> Head:
     where = f"heads[{i}]"
     names = [f.name for f in dataclasses.fields(Head)]
     _check_table(where, raw, names)
@@ -410,6 +407,17 @@ def make_head(raw: dict, i: int, P: int) -> Head:
         out["outputs"] = P
     out["sign"] = as_float(f"{where}.sign", d["sign"])
     out["train_sign"] = _as_bool(f"{where}.train_sign", d["train_sign"])
+    if dictionary is not None:  # initial values of the head's blocks (meanfield.engine.inits)
+        from . import inits
+
+        feats, groups = dictionary.features, dictionary.groups
+        if d["init_W"] is not None and out["kq"] != "merged":
+            raise ConfigError(f"{where}.init_W: only with kq = merged (separate keys and queries: init_gram S)")
+        if d["init_w"] is not None and out["value"] not in ("linear", "neuron"):
+            raise ConfigError(f"{where}.init_w: only with value = linear or neuron (a value matrix: init_gram)")
+        out["init_W"] = inits.init_W(f"{where}.init_W", d["init_W"], feats, groups)
+        out["init_w"] = inits.init_w(f"{where}.init_w", d["init_w"], feats, groups)
+        out["init_gram"] = inits.init_gram(f"{where}.init_gram", d["init_gram"])
     return Head(**out)
 
 
@@ -521,7 +529,7 @@ def declared_parameters(raw: dict) -> dict:
             continue
         if not _NAME.match(k):
             raise ConfigError(f"parameters.{k}: a parameter name must be letters, digits and _ (not starting with a digit)")
-        if k in RESERVED:
+        if k in RESERVED and not (k == "d" and _data_family(raw) is not None):  # a data family's d is its own
             raise ConfigError(f"parameters.{k}: reserved (an option of the model verbs); reserved: {', '.join(RESERVED)}")
         ok = isinstance(v, (bool, int, float, str)) or (
             isinstance(v, list) and v and all(isinstance(x, (int, float, str)) and not isinstance(x, bool) for x in v))
@@ -532,6 +540,12 @@ def declared_parameters(raw: dict) -> dict:
             raise ConfigError(f"parameters.{k}: a default must be a value, not a reference ({v!r})")
         out[k] = v
     return out
+
+
+def _data_family(raw: dict):
+    """The ``family`` of a description's [data] table (e.g. icl_regression), or None."""
+    data = raw.get("data") if isinstance(raw, dict) else None
+    return data.get("family") if isinstance(data, dict) else None
 
 
 def coerce_parameter(name: str, default, v):
@@ -697,6 +711,54 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         return mixture_description(make_config(params_raw), name=name, source=source)
     params = make_params(params_raw)
     dic = raw.get("dictionary")
+    data_family = raw.get("data", {}).get("family") if isinstance(raw.get("data"), dict) else None
+    if data_family is not None:  # a data family builds the dictionary and the data (meanfield.engine.gaussian)
+        from .gaussian import family_data
+
+        dictionary, data = family_data(raw["data"], dic)
+        P = dictionary.P
+    elif dic is None:
+        raise ConfigError("dictionary: required ([dictionary] with features = [...])")
+    else:
+        dictionary, data = _dictionary_and_data(raw, dic)
+        P = dictionary.P
+    test = None
+    if data_family is not None and "test" in raw:
+        raise ConfigError("test: not with a data family (data.family builds its own data; give its N_test)")
+    if data_family is None:
+        data, test = held_out(raw, data, dictionary.features, _data_from_table)  # [test] / train_frac split
+    heads_raw = raw.get("heads")
+    if not isinstance(heads_raw, list):
+        raise ConfigError("heads: required, a list of [[heads]] tables")
+    heads = [make_head(h, i, P, dictionary) for i, h in enumerate(heads_raw)]
+    mraw = raw.get("model", {})
+    _check_table("model", mraw, ("loss",) + tuple(_OUT_OF_CLASS))
+    model = make_model(heads, mraw.get("loss", "logistic"), params.relu_prime_at_zero, data.target, P)
+    if test is not None:
+        check_targets(test, data, model)
+    traw = raw.get("training", {})
+    _check_table("training", traw, ("stages",))
+    training = training_from(params, traw.get("stages"), heads)
+    init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
+                sigma_r=params.sigma_r, neuron_init=params.neuron_init)
+    desc = Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
+                       family=None, test=test, parameters=params, source=source,
+                       declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
+    if data_family is not None:
+        from .gaussian import check_description
+
+        check_description(desc)
+        if has_rates(training):
+            raise ConfigError("group_eta: group rates, stage eta and schedules are not with a data family yet "
+                              "(its exact population map steps every group with one eta)")
+    if any(h.init_gram for h in heads) and desc.init.width is not None:
+        raise ConfigError("heads.init_gram: only at infinite width (width = inf); at finite width m the Gram is "
+                          "U^T U of the sampled weights")
+    return desc
+
+
+def _dictionary_and_data(raw: dict, dic) -> tuple[Dictionary, Data]:
+    """The [dictionary] and [data] tables of a general description."""
     if dic is None:
         raise ConfigError("dictionary: required ([dictionary] with features = [...])")
     _check_table("dictionary", dic, ("features", "gram"))
@@ -713,27 +775,7 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     dictionary = Dictionary(features=feats, gram=gram)
     if "data" not in raw:
         raise ConfigError("data: required ([data] with rows = [...] or function = \"package.module:function\")")
-    data = _data_from_table(raw["data"], feats)
-    from .heldout import check_targets, held_out
-
-    data, test = held_out(raw, data, feats, _data_from_table)  # [test] or the train_frac split (engine.heldout)
-    heads_raw = raw.get("heads")
-    if not isinstance(heads_raw, list):
-        raise ConfigError("heads: required, a list of [[heads]] tables")
-    heads = [make_head(h, i, P) for i, h in enumerate(heads_raw)]
-    mraw = raw.get("model", {})
-    _check_table("model", mraw, ("loss",) + tuple(_OUT_OF_CLASS))
-    model = make_model(heads, mraw.get("loss", "logistic"), params.relu_prime_at_zero, data.target, P)
-    if test is not None:
-        check_targets(test, data, model)
-    traw = raw.get("training", {})
-    _check_table("training", traw, ("stages",))
-    training = training_from(params, traw.get("stages"), heads)
-    init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
-                sigma_r=params.sigma_r, neuron_init=params.neuron_init)
-    return Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
-                       family=None, test=test, parameters=params, source=source,
-                       declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
+    return dictionary, _data_from_table(raw["data"], feats)
 
 
 def describe(desc: Description) -> dict:

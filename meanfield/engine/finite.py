@@ -92,7 +92,7 @@ class ParticleSystem:
 
         self.desc = desc
         self.E = np.asarray(E, float)
-        self.net = orc.Oracle(desc, self.E)
+        self.net = oracle_of(desc, self.E)
         self.lay = layout(desc)
         self.max_abs = max_abs
         self.params = params
@@ -211,7 +211,7 @@ class FlowParticleSystem:
     def __init__(self, desc: Description, E: np.ndarray, params: list[dict], max_abs: float = math.inf):
         self.desc = desc
         self.E = np.asarray(E, float)
-        self.net = orc.Oracle(desc, self.E)
+        self.net = oracle_of(desc, self.E)
         self.keys = [sorted(p) for p in params]
         self.shapes = [[np.shape(p[k]) for k in ks] for p, ks in zip(params, self.keys)]
         self.y0 = self.flat(params)
@@ -257,14 +257,31 @@ def stage_rho(desc: Description) -> list[dict] | None:
     return [{k: r / stage_base_eta(tr, s) for k, r in weight_rates(tr, s).items()} for s in tr.stages]
 
 
-def make_particles(desc: Description, d: int | None = None, embed_seed=None) -> ParticleSystem:
+def oracle_of(desc: Description, E: np.ndarray):
+    """The explicit network of ``desc``: the oracle on its data, or, for the exact
+    population of Gaussian prompts, on the population loss (``meanfield.engine.icl_particles``)."""
+    if "population" in desc.data.extra:
+        from .icl_particles import PopulationOracle
+
+        return PopulationOracle(desc, E)
+    return orc.Oracle(desc, E)
+
+
+def make_particles(desc: Description, d: int | None = None, embed_seed=None, batch=None,
+                   batch_seed=None) -> ParticleSystem:
     """The initialised particle system of a finite-width GD description: embedding
     E (d x P) from ``default_rng(embed_seed)`` (default: the init seed), weights from
-    the engine's initial Gram plus an orthogonal part (seed: the init seed + 1)."""
+    the engine's initial Gram plus an orthogonal part (seed: the init seed + 1);
+    ``batch``: online SGD on sampled prompt batches (icl_regression data only,
+    ``meanfield.engine.icl_particles``)."""
     d = _check(desc, d)
     seed = desc.init.seed if embed_seed is None else embed_seed
     E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
     params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])
+    if batch is not None:
+        from .icl_particles import check_batch, make_system
+
+        return make_system(desc, E, params, *check_batch(desc, batch, batch_seed))
     if desc.training.method != "gd":
         return FlowParticleSystem(desc, E, params, desc.training.max_abs)
     return ParticleSystem(desc, E, params, desc.training.max_abs)
@@ -287,20 +304,21 @@ def _projected(desc: Description, psys, traj):
     return replace(traj, y=[orc.pack(desc, psys.E, psys.unflat(v)) for v in traj.y])
 
 
-def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=None):
-    """Train the explicit network of ``desc`` (finite width, GD) and return an engine
+def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=None, batch=None, batch_seed=None):
+    """Train the explicit network of ``desc`` (finite width, GD; ``batch``: online SGD on
+    sampled prompt batches, icl_regression data) and return an engine
     :class:`~meanfield.engine.runs.Run` of its projected states (``run.S["+", "c1", "v1"]`` ...)."""
     from .runs import Run
     from .system import system_of
 
-    psys = make_particles(desc, d, embed_seed)
+    psys = make_particles(desc, d, embed_seed, batch, batch_seed)
     r = Run(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
     r.particles = psys
     return r
 
 
 def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=None, progress: bool = True,
-                      checkpoint_s: float = 60.0):
+                      checkpoint_s: float = 60.0, batch=None, batch_seed=None):
     """:func:`particles` written as a run file (the engine's schema; attrs ``particles`` = 1,
     ``d``, ``embed_seed``) through the shared harness (``meanfield.core.harness.run_to_file``):
     progress on stderr for long runs, a checkpoint (status interrupted, naming the step or
@@ -316,7 +334,11 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
         raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {str(out)!r}")
     dd = _check(desc, d)
     attrs = {"particles": 1, "d": int(dd), "embed_seed": int(desc.init.seed if embed_seed is None else embed_seed)}
-    psys = make_particles(desc, dd, embed_seed)
+    psys = make_particles(desc, dd, embed_seed, batch, batch_seed)
+    if "icl" in desc.data.extra:  # how the explicit network was trained, what its loss is
+        from .icl_particles import attrs_of, check_batch
+
+        attrs.update(attrs_of(desc, *check_batch(desc, batch, batch_seed)))
     system = system_of(desc)
 
     def result(traj):

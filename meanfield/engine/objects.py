@@ -37,6 +37,7 @@ class Dictionary:
     gram: np.ndarray | None = None
     report: np.ndarray | None = None
     report_names: tuple[str, ...] | None = None
+    groups: tuple = ()  # named groups of features, ((name, (feature, ...)), ...): e.g. the icl_regression x and y
 
     @property
     def P(self) -> int:
@@ -121,6 +122,9 @@ class Head:
     outputs: int = 1
     sign: float = 1.0
     train_sign: bool = False
+    init_W: tuple | None = None     # merged: W~ at t = 0 (P x P nested tuple; None = 0)  (meanfield.engine.inits)
+    init_w: tuple | None = None     # value vectors at t = 0 (P floats; None = neuron_init)
+    init_gram: tuple | None = None  # ((block name, value), ...): Gram blocks at t = 0 (infinite width)
 
     @property
     def n_out(self) -> int:

@@ -16,7 +16,8 @@ w~_h (C n P, neuron/linear values), a_h (1, trainable sign)].
 Initial state (:func:`initial_state`):
 
 * infinite width: Q_h = blockdiag(omega^2 Gamma (K), omega^2 Gamma (Q),
-  omega_v^2 Gamma (V), sigma_r^2 (each r_c)), i.e. the expectation;
+  omega_v^2 Gamma (V), sigma_r^2 (each r_c)), i.e. the expectation, with the
+  head's ``init_gram`` blocks set (``meanfield.engine.inits``);
 * finite width m (:func:`initial_weights`): ``SeedSequence(seed).spawn(2)``;
   the first stream draws, head by head and object by object in the order
   K, Q, V, r_1..r_C, Z = standard_normal((m, width_a)) and sets
@@ -26,7 +27,8 @@ Initial state (:func:`initial_state`):
   M_a with M_a E = U_a (e.g. M_a = U_a Gamma^{-1} E^T, the smallest such) starts
   from the same Gram state. For the mixture this is exactly the stream and
   order of ``meanfield.mixture.init`` / the dense path;
-* narrow: W~ = 0; value vectors from ``neuron_init`` (zero | const | gaussian
+* narrow: W~ = 0 (or the head's ``init_W``); value vectors from the head's
+  ``init_w`` or ``neuron_init`` (zero | const | gaussian
   drawn from the second stream as ``sigma * standard_normal((H, C n, R))``),
   given in report coordinates and mapped to the smallest ambient vector with
   those coordinates (w~ = Gamma C (C^T Gamma C)^{-1} w_rep); signs their value.
@@ -276,13 +278,21 @@ def initial_state(desc: Description, lay: Layout | None = None) -> np.ndarray:
                 for name, s, w, g in lay.objects[k]:
                     om = desc.init.omega if g == "attention" else desc.init.omega_v if g == "values" else desc.init.sigma_r
                     Q[s:s + w, s:s + w] = om ** 2 * (G if w == lay.P else 1.0)
+                if h.init_gram:  # the description's initial blocks (meanfield.engine.inits; infinite width)
+                    from .inits import apply_gram
+
+                    Q = apply_gram(Q, h, k, lay, desc.dictionary.features, desc.dictionary.groups)
             else:
                 Q = U[k].T @ U[k]
             off = int(lay.hi[k, H_QOFF])
             y[off:off + N * N] = Q.ravel()
+        if lay.hi[k, H_WOFF] >= 0 and h.init_W is not None:
+            off = int(lay.hi[k, H_WOFF])
+            y[off:off + lay.P ** 2] = np.asarray(h.init_W, dtype=float).ravel()
         if lay.hi[k, H_VOFF] >= 0:
             off = int(lay.hi[k, H_VOFF])
-            y[off:off + vals[k].size] = vals[k].ravel()
+            v = vals[k] if h.init_w is None else np.broadcast_to(np.asarray(h.init_w, float), vals[k].shape)
+            y[off:off + vals[k].size] = np.ravel(v)
         if lay.hi[k, H_AOFF] >= 0:
             y[int(lay.hi[k, H_AOFF])] = h.sign
     return y

@@ -235,6 +235,11 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
             td.names if td.names is not None else [f"t{i}" for i in range(td.n)], dtype=object)}
     attrs = dict(common)
     attrs["family"] = desc.family or ""
+    if hasattr(r.system, "extra_datasets"):  # the exact population (meanfield.engine.population)
+        more, more_attrs = r.system.extra_datasets(r)
+        data.update(more)
+        attrs.update(more_attrs)
+    attrs.update(desc.data.extra.get("sampled") or {})  # sampled prompts: "sampled, not exact"
     attrs.update(extra_attrs or {})
     config = {"parameters": desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {},
               "declared": {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared},

@@ -138,6 +138,10 @@ class EngineSystem:
 
 
 def system_of(desc: Description) -> EngineSystem:
+    if "population" in desc.data.extra:  # the exact population of Gaussian prompts (meanfield.engine.population)
+        from .population import PopulationSystem
+
+        return PopulationSystem(desc)
     from .rates import has_rates, rate_arrays
 
     pk = pack(desc)
