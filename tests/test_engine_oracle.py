@@ -418,6 +418,48 @@ def test_engine_test_set_equals_explicit_network_on_the_test_set(seed, m):
         assert np.array_equal(runs.run(_desc(plain)).y, r.y)
 
 
+def _factors(Q, m):
+    """Some U (m x N) with U^T U = Q: the top m eigenpairs of the Gram (its rank is <= m)."""
+    lam, V = np.linalg.eigh(Q)
+    lam, V = lam[::-1][:m], V[:, ::-1][:, :m]
+    U = np.zeros((m, Q.shape[0]))
+    U[:len(lam)] = (V * np.sqrt(np.maximum(lam, 0.0))).T
+    return U
+
+
+@pytest.mark.parametrize("m", WIDTHS)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_init_from_a_run_file_equals_the_explicit_network_and_the_continued_run(seed, m, tmp_path):
+    """``init_from`` (``meanfield.engine.initfrom``): 100 steps to a run file, then 100 steps from its
+    last state; equal to the 200-step run's second half (the continued run), and to the explicit
+    network started from weights whose Gram is the file's state (factors of Q, narrow objects and
+    signs from the file), m in {1, 3, 50}, 1e-10."""
+    from meanfield.engine import reduce as R
+    from meanfield.engine import runs
+
+    raw = random_raw(seed, m=m, staged=False)
+    raw["parameters"]["steps"] = STEPS // 2
+    runs.run_to_file(_desc(raw), tmp_path / "a.h5", progress=False)
+    raw2 = random_raw(seed, m=m, staged=False)
+    raw2["parameters"].update(steps=STEPS // 2, init_from=str(tmp_path / "a.h5"))
+    d2 = _desc(raw2)
+    arr, traj = _engine_run(d2)
+    full, _ = _engine_run(_desc(random_raw(seed, m=m, staged=False)))
+    assert _rel_err(full["y"][STEPS // 2:], arr["y"]) <= 1e-12
+    lay = R.layout(d2)
+    y0 = R.initial_state(d2, lay)
+    U = []
+    for k in range(len(d2.model.heads)):
+        N, off = int(lay.hi[k, R.H_N]), int(lay.hi[k, R.H_QOFF])
+        U.append(_factors(y0[off:off + N * N].reshape(N, N), m) if N else np.zeros((m, 0)))
+    E = orc.embedding(d2.dictionary.Gamma, d2.P + 2, seed)
+    on = orc.Oracle(d2, E)
+    res = on.run(orc.weights_from_engine_init(d2, E, seed_orth=seed + 100, U=U), project=lambda p: orc.pack(d2, E, p))
+    Z = np.array(res["states"])
+    assert len(Z) == len(arr["y"]) == STEPS // 2 + 1
+    assert _rel_err(Z, arr["y"]) <= RTOL
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_engine_equals_explicit_network_onehot_tokens(seed):
     """Every head choice on signed one-hot tokens (one feature per token, the mixture's kind of data): the

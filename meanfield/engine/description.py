@@ -131,6 +131,7 @@ class RunParams:
     stage_times: tuple | None = None  # flow / rk4: every stage's time, in order
     group_eta: str | None = None  # rates per group for the run: "keys=0.1,values=2" (meanfield.engine.rates)
     eta_schedule: str | None = None  # the run's learning-rate schedule: cosine, step:E:G, warmup:W+cosine, inverse:T0
+    init_from: str | None = None  # a run file whose last state is the initial state (meanfield.engine.initfrom)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -183,6 +184,7 @@ def make_params(raw: dict) -> RunParams:
         if d["stage_times"] is not None else None
     out["group_eta"] = format_group_eta(parse_group_eta("group_eta", d["group_eta"]))
     out["eta_schedule"] = parse_schedule("eta_schedule", d["eta_schedule"])
+    out["init_from"] = None if d["init_from"] in (None, "") else str(d["init_from"])
     if out["stage_steps"] is not None and out["method"] != "gd":
         raise ConfigError(f"stage_steps: only for method gd; with {out['method']} give stage_times")
     if out["stage_times"] is not None and out["method"] == "gd":
@@ -740,7 +742,7 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     _check_table("training", traw, ("stages",))
     training = training_from(params, traw.get("stages"), heads)
     init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
-                sigma_r=params.sigma_r, neuron_init=params.neuron_init)
+                sigma_r=params.sigma_r, neuron_init=params.neuron_init, init_from=params.init_from)
     desc = Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
                        family=None, test=test, parameters=params, source=source,
                        declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
@@ -751,6 +753,10 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         if has_rates(training):
             raise ConfigError("group_eta: group rates, stage eta and schedules are not with a data family yet "
                               "(its exact population map steps every group with one eta)")
+    if params.init_from is not None:
+        from .initfrom import check
+
+        check(desc, params.init_from)
     if any(h.init_gram for h in heads) and desc.init.width is not None:
         raise ConfigError("heads.init_gram: only at infinite width (width = inf); at finite width m the Gram is "
                           "U^T U of the sampled weights")

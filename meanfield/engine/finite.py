@@ -58,6 +58,9 @@ def default_d(desc: Description) -> int:
 def _check(desc: Description, d: int | None) -> int:
     if desc.init.width is None:
         raise ConfigError("width: the explicit network needs a finite width m (--width M)")
+    if desc.init.init_from is not None:
+        raise ConfigError("init_from: not for the explicit network (a run file holds the weights' Gram, which does "
+                          "not determine the weights); run the engine")
     d = default_d(desc) if d is None else as_int("d", d, lo=1)
     if d <= desc.P:
         raise ConfigError(f"d: the ambient dimension must be > P = {desc.P} (the number of features); got {d}")

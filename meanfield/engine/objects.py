@@ -150,6 +150,7 @@ class Init:
     omega_v: float = 0.1
     sigma_r: float = 1.0
     neuron_init: str = "zero"
+    init_from: str | None = None  # a run file: its last state is the initial state (meanfield.engine.initfrom)
 
 
 @dataclass(frozen=True)

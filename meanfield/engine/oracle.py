@@ -682,7 +682,7 @@ def sample_weights(desc, E: np.ndarray, m: int, seed, neurons=None) -> list[dict
 
 # ------------------------------------------------------------ the engine's initial state and layout
 
-def weights_from_engine_init(desc, E: np.ndarray, seed_orth=None, lay=None) -> list[dict]:
+def weights_from_engine_init(desc, E: np.ndarray, seed_orth=None, lay=None, U=None) -> list[dict]:
     """Explicit weights that start from the engine's initial state (finite width).
 
     Wide objects: the engine's sampled factors U_h = [U_K, U_Q, U_V, u_r...]
@@ -691,14 +691,15 @@ def weights_from_engine_init(desc, E: np.ndarray, seed_orth=None, lay=None) -> l
     drawn from ``default_rng(seed_orth)`` (an orthogonal part the loss never
     sees; None: no orthogonal part), so M_a E = U_a; readouts r_c = u_rc.
     Narrow objects and signs: the engine's initial values (``reduce.initial_state``),
-    neurons as the smallest ambient vectors w = E Gamma^{-1} w~; merged W = E Gamma^{-1} W~ Gamma^{-1} E^T."""
+    neurons as the smallest ambient vectors w = E Gamma^{-1} w~; merged W = E Gamma^{-1} W~ Gamma^{-1} E^T.
+    ``U``: per head the wide factors (m x N_h) to use instead (e.g. factors of a Gram read from a run file)."""
     from . import reduce as R
 
     lay = lay or R.layout(desc)
     m = desc.init.width
     if m is None:
         raise ValueError("weights_from_engine_init: the explicit network needs a finite width m")
-    U = R.initial_weights(desc, lay)
+    U = R.initial_weights(desc, lay) if U is None else U
     y0 = R.initial_state(desc, lay)
     d, P = E.shape
     Gi = np.linalg.inv(E.T @ E)

@@ -266,6 +266,10 @@ def _neuron_values(desc: Description, lay: Layout) -> list[np.ndarray | None]:
 
 def initial_state(desc: Description, lay: Layout | None = None) -> np.ndarray:
     lay = lay or layout(desc)
+    if desc.init.init_from is not None:  # a run file's last state (meanfield.engine.initfrom)
+        from .initfrom import initial_state as from_file
+
+        return from_file(desc, lay)
     y = np.zeros(lay.size)
     G = desc.dictionary.Gamma
     U = initial_weights(desc, lay) if desc.init.width is not None else None

@@ -199,6 +199,10 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
     }
     if engine_tag:
         common.update({"engine": 1, "model": desc.name})
+    if desc.family is None:  # what a file must share to start another run (meanfield.engine.initfrom)
+        from .initfrom import structure
+
+        common["structure"] = structure(desc)
     from .rates import has_rates, stage_group_rates
 
     if has_rates(desc.training):  # each stage's rate per group and schedule (meanfield.engine.rates)
