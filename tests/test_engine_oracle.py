@@ -32,7 +32,8 @@ WIDTHS = (1, 3, 50)
 # ------------------------------------------------------------------ random descriptions
 
 def random_raw(seed: int, m: int | None = 3, eta: float = 0.05, steps: int = STEPS, staged: bool | None = None,
-               pad: bool = True, onehot: bool = False, rates: bool = False, heldout: bool = False) -> dict:
+               pad: bool = True, onehot: bool = False, rates: bool = False, heldout: bool = False,
+               positions: bool = False) -> dict:
     """A random description within the class (as the TOML table): random dictionary
     Gram, random weighted sequences of different lengths with counts, 1-3 heads
     with random attention/kq/query/value choices, a random loss, signs fixed or
@@ -40,7 +41,10 @@ def random_raw(seed: int, m: int | None = 3, eta: float = 0.05, steps: int = STE
     per group, per stage and schedules (``meanfield.engine.rates``; drawn from a stream of their own,
     so the rest of the description is the one without rates); ``heldout``: a held-out set
     (``meanfield.engine.heldout``): for even seeds a ``[test]`` table of sequences drawn like the
-    training ones from a stream of their own, for odd seeds a seeded ``train_frac`` split of ``[data]``."""
+    training ones from a stream of their own, for odd seeds a seeded ``train_frac`` split of ``[data]``;
+    ``positions``: absolute positional features (``meanfield.engine.positions``: added with a random
+    Gram to the tokens for even seeds, concatenated for odd) and a causal mask on every head with a
+    query at a position (no head may output the token then: its P would change)."""
     rng = np.random.default_rng(seed)
     zero_rng = np.random.default_rng(10_000 + seed)
     P = int(rng.integers(2, 5))
@@ -112,6 +116,8 @@ def random_raw(seed: int, m: int | None = 3, eta: float = 0.05, steps: int = STE
                                        "steps": steps - 2 * a}]}
     if rates:
         _add_rates(raw, seed, eta)
+    if positions:
+        _add_positions(raw, seed)
     if heldout:
         hr = np.random.default_rng(30_000 + seed)
         if seed % 2 == 0:
@@ -119,6 +125,30 @@ def random_raw(seed: int, m: int | None = 3, eta: float = 0.05, steps: int = STE
         else:
             raw["data"].update(train_frac=0.6, split_seed=int(hr.integers(0, 100)))
     return raw
+
+
+def _add_positions(raw, seed):
+    pr = np.random.default_rng(50_000 + seed)
+    P = len(raw["dictionary"]["features"])
+    L = max(len(r["tokens"]) for r in raw["data"]["rows"])
+    A = 0.3 * pr.normal(size=(L, L)) + np.eye(L)
+    B = 0.3 * pr.normal(size=(P, L))   # added: cross = C B, gram = B^T B + A A^T with Gamma = C C^T (positive definite)
+    C = np.linalg.cholesky(np.array(raw["dictionary"]["gram"]))
+    pos = {"mode": "added" if seed % 2 == 0 else "concatenated", "gram": (A @ A.T).tolist()}
+    if seed % 2 == 0:
+        pos["cross"] = (C @ B).tolist()
+        pos["gram"] = (B.T @ B + A @ A.T).tolist()
+    raw["positions"] = pos
+    for h in raw["heads"]:
+        assert h["value"] != "token"
+        if h["query"] == "fixed":
+            h["query_vector"] = h["query_vector"] + pr.normal(size=L).round(3).tolist()
+        else:
+            h["mask"] = "causal"
+
+
+#: seeds with no token-output head (their descriptions take positions; see random_raw)
+POS_SEEDS = (0, 1, 4, 12, 16, 33)
 
 
 #: run-level schedules of the random descriptions with rates, by seed % 6 (stages add step:30:0.7)
@@ -458,6 +488,43 @@ def test_init_from_a_run_file_equals_the_explicit_network_and_the_continued_run(
     Z = np.array(res["states"])
     assert len(Z) == len(arr["y"]) == STEPS // 2 + 1
     assert _rel_err(Z, arr["y"]) <= RTOL
+
+
+def test_random_descriptions_with_positions_cover_the_kinds():
+    """The random descriptions with positions cover added (with a Gram between tokens and positions)
+    and concatenated features, and a causal mask on softmax and linear heads with every query
+    (mean) and the last one."""
+    seen = set()
+    for seed in POS_SEEDS:
+        raw = random_raw(seed, positions=True)
+        d = _desc(raw)
+        mode = raw["positions"]["mode"]
+        L = max(len(r["tokens"]) for r in raw["data"]["rows"])
+        assert d.P == len(raw["dictionary"]["features"]) + L
+        if mode == "added":
+            assert np.abs(d.dictionary.Gamma[:d.P - L, d.P - L:]).max() > 0
+        seen.add(mode)
+        seen.update(f"causal:{h.attention}:{h.query}" for h in d.model.heads if h.mask == "causal")
+    assert {"added", "concatenated", "causal:softmax:mean", "causal:linear:mean", "causal:softmax:last",
+            "causal:linear:last"} <= seen, seen
+
+
+@pytest.mark.parametrize("m", WIDTHS)
+@pytest.mark.parametrize("seed", POS_SEEDS)
+def test_engine_equals_explicit_network_with_positions(seed, m):
+    """Absolute positional features (the enlarged dictionary) and causal masks: the engine against the
+    explicit network (whose attention masks keys after the query itself), 200 steps, 1e-10; the mask
+    changes the run (the comparison can fail)."""
+    d = _desc(random_raw(seed, m=m, positions=True))
+    arr, traj = _engine_run(d)
+    res, Z, _, _ = _oracle_run(d, seed)
+    assert traj.status == "complete" and res["status"] == "ok"
+    assert len(arr["y"]) == len(Z) == STEPS + 1
+    assert _rel_err(Z, arr["y"]) <= RTOL
+    raw = random_raw(seed, m=m, positions=True)
+    for h in raw["heads"]:
+        h.pop("mask", None)
+    assert _rel_err(Z, _engine_run(_desc(raw))[0]["y"]) > 1e3 * RTOL
 
 
 @pytest.mark.parametrize("seed", SEEDS)

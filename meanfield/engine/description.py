@@ -76,7 +76,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
-from .heldout import SPLIT_KEYS, TEST_KEYS, check_targets, held_out
+from .datatables import _data_from_table, data_from_function, parse_token  # noqa: F401
+from .heldout import check_targets, held_out
 from .rates import check_training, format_group_eta, has_rates, parse_group_eta, parse_schedule
 from .rates import stage_rates as _stage_rates
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, QUERIES,  # noqa: F401
@@ -236,79 +237,6 @@ def check_gram(name: str, G: np.ndarray) -> np.ndarray:
     return G
 
 
-def parse_token(name: str, v, features: tuple[str, ...]) -> np.ndarray:
-    """A token: a signed 1-based feature index (``2``, ``-3``), a feature name
-    with an optional sign (``"c1"``, ``"-v2"``) or a coefficient vector."""
-    P = len(features)
-    x = np.zeros(P)
-    if isinstance(v, bool):
-        raise ConfigError(f"{name}: a token must be a signed feature index, a feature name or {P} coefficients; got {v!r}")
-    if isinstance(v, int):
-        if v == 0 or abs(v) > P:
-            raise ConfigError(f"{name}: feature index must be +-1..{P}; got {v}")
-        x[abs(v) - 1] = 1.0 if v > 0 else -1.0
-        return x
-    if isinstance(v, str):
-        s = v.strip()
-        sign = -1.0 if s.startswith("-") else 1.0
-        s = s.lstrip("+-")
-        if s not in features:
-            raise ConfigError(f"{name}: unknown feature {v!r}; features: {', '.join(features)}")
-        x[features.index(s)] = sign
-        return x
-    if isinstance(v, (list, tuple)):
-        if len(v) != P:
-            raise ConfigError(f"{name}: a coefficient vector needs {P} numbers (one per feature); got {len(v)}")
-        return np.array([as_float(name, c) for c in v])
-    raise ConfigError(f"{name}: a token must be a signed feature index, a feature name or {P} coefficients; got {v!r}")
-
-
-def _data_from_table(raw: dict, features: tuple[str, ...], where: str = "data") -> Data:
-    """A ``[data]`` (or ``[test]``: ``where``) table: rows or a data function."""
-    _check_table(where, raw, TEST_KEYS + (SPLIT_KEYS if where == "data" else ()))
-    data_where = where
-    if ("rows" in raw) == ("function" in raw):
-        raise ConfigError(f"{data_where}: give exactly one of rows (a table of sequences) or function (\"package.module:function\")")
-    if "function" in raw:
-        return data_from_function(raw["function"], raw.get("args", {}), features, where)
-    rows = raw["rows"]
-    if not isinstance(rows, list) or not rows:
-        raise ConfigError(f"{data_where}.rows: must be a non-empty list of {{tokens = [...], target = ...}} tables")
-    L = max(len(r.get("tokens", [])) if isinstance(r, dict) else 0 for r in rows)
-    P = len(features)
-    n = len(rows)
-    X = np.zeros((n, L, P))
-    counts = np.zeros((n, L))
-    targets, weights, names, flags = [], [], [], {}
-    for s, r in enumerate(rows):
-        where = f"{data_where}.rows[{s}]"
-        _check_table(where, r, ("tokens", "target", "weight", "counts", "name", "flags"))
-        toks = r.get("tokens")
-        if not isinstance(toks, list) or not toks:
-            raise ConfigError(f"{where}.tokens: must be a non-empty list of tokens")
-        for i, t in enumerate(toks):
-            X[s, i] = parse_token(f"{where}.tokens[{i}]", t, features)
-        cnt = r.get("counts", [1] * len(toks))
-        if not isinstance(cnt, list) or len(cnt) != len(toks):
-            raise ConfigError(f"{where}.counts: must be {len(toks)} counts (one per token)")
-        counts[s, :len(toks)] = [as_float(f"{where}.counts", c, nonneg=True) for c in cnt]
-        if "target" not in r:
-            raise ConfigError(f"{where}.target: required (a label, a number or a list of numbers)")
-        targets.append(r["target"])
-        weights.append(as_float(f"{where}.weight", r.get("weight", 1.0), nonneg=True))
-        names.append(str(r.get("name", f"x{s}")))
-        for k, v in (r.get("flags") or {}).items():
-            flags.setdefault(k, [False] * n)[s] = _as_bool(f"{where}.flags.{k}", v)
-    try:
-        y = np.array(targets, dtype=float)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{data_where}.rows: targets must all be numbers or all lists of the same length") from None
-    w = np.array(weights)
-    if w.sum() <= 0:
-        raise ConfigError(f"{data_where}.rows: the weights must not all be 0")
-    return make_data(X, y, w / w.sum(), counts if np.any(counts != 1) else None, names, flags, P, where=data_where)
-
-
 def _import_function(field: str, ref):
     s = str(ref)
     if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", s):
@@ -345,34 +273,6 @@ def _feature_names(v):
                       "{function = \"package.module:function\", args = {...}}")
 
 
-def data_from_function(ref, args, features: tuple[str, ...], where: str = "data") -> Data:
-    """Import ``package.module:function`` by name (never evaluated) and call it
-    with ``features`` and the ``args`` table as keywords; it returns a dict with
-    tokens, target and optionally weight, counts, names, flags (or a Data)."""
-    s = str(ref)
-    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", s):
-        raise ConfigError(f"{where}.function: must be \"package.module:function\"; got {ref!r}")
-    mod, _, fn = s.partition(":")
-    try:
-        f = getattr(importlib.import_module(mod), fn)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"{where}.function: cannot import {s} ({e})") from None
-    if not inspect.isfunction(f):
-        raise ConfigError(f"{where}.function: {s} must be a Python function (def) returning the data; got {type(f).__name__}")
-    if not isinstance(args, dict):
-        raise ConfigError(f"{where}.args: must be a table of keyword arguments")
-    try:
-        out = f(features=features, **args)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}.function: {s}(features=..., **args) failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    if isinstance(out, Data):
-        return out
-    if not isinstance(out, dict) or "tokens" not in out or "target" not in out:
-        raise ConfigError(f"{where}.function: {s} must return a dict with tokens and target (or a Data)")
-    return make_data(out["tokens"], out["target"], out.get("weight"), out.get("counts"), out.get("names"),
-                     out.get("flags"), len(features), where=where)
-
-
 def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -> Head:
     where = f"heads[{i}]"
     names = [f.name for f in dataclasses.fields(Head)]
@@ -395,6 +295,10 @@ def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -
     else:
         out["query_vector"] = None
     out["query_self"] = _as_bool(f"{where}.query_self", d["query_self"])
+    out["mask"] = as_choice(f"{where}.mask", d["mask"], ("none", "causal"))
+    if out["mask"] == "causal" and out["query"] == "fixed":
+        raise ConfigError(f"{where}.mask: causal needs a query at a position (query = mean or last); a fixed "
+                          "query vector has none")
     out["scale"] = as_float(f"{where}.scale", d["scale"])
     if d["value"] == "mlp":
         raise ConfigError(f"{where}.value: 'mlp' is outside the Gram-closure class: {_OUT_OF_CLASS['hidden_activation']}")
@@ -492,7 +396,8 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
 
 # ------------------------------------------------------------------ loading
 
-TOP_KEYS = ("name", "family", "parameters", "dictionary", "data", "test", "heads", "model", "training")
+TOP_KEYS = ("name", "family", "parameters", "dictionary", "data", "test", "positions", "heads", "model",
+            "training")
 
 
 def parameter_class(raw: dict):
@@ -508,7 +413,7 @@ def parameter_class(raw: dict):
 _REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: the tables whose values may be "$name" references
-_REF_TABLES = ("dictionary", "data", "test", "heads", "model", "training")
+_REF_TABLES = ("dictionary", "data", "test", "positions", "heads", "model", "training")
 #: options of the ``meanfield model`` verbs themselves: not available as parameter names
 RESERVED = ("out", "plot", "quiet", "d", "widths", "seeds", "workers", "format", "param", "help", "model", "run",
             "expr", "file", "during", "tmin", "tmax", "verb", "func", "declared", "force")
@@ -704,7 +609,7 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     if family is not None:
         if family != "mixture":
             raise ConfigError(f"family: must be mixture (the built-in family); got {family!r}")
-        for k in ("dictionary", "data", "test", "heads", "model", "training"):
+        for k in ("dictionary", "data", "test", "positions", "heads", "model", "training"):
             if k in raw:
                 raise ConfigError(f"{k}: not with family = mixture (the family builds it from [parameters])")
         from ..mixture.config import make_config
@@ -729,6 +634,13 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         raise ConfigError("test: not with a data family (data.family builds its own data; give its N_test)")
     if data_family is None:
         data, test = held_out(raw, data, dictionary.features, _data_from_table)  # [test] / train_frac split
+        if "positions" in raw:  # absolute positional features: an enlarged dictionary (engine.positions)
+            from .positions import apply
+
+            dictionary, data, test = apply(raw["positions"], dictionary, data, test)
+            P = dictionary.P
+    elif "positions" in raw:
+        raise ConfigError("positions: not with a data family (data.family builds its own dictionary)")
     heads_raw = raw.get("heads")
     if not isinstance(heads_raw, list):
         raise ConfigError("heads: required, a list of [[heads]] tables")
@@ -750,6 +662,9 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         from .gaussian import check_description
 
         check_description(desc)
+        if any(h.mask != "none" for h in heads):
+            raise ConfigError("heads.mask: a causal mask is not with a data family (its population loss is "
+                              "for unmasked attention)")
         if has_rates(training):
             raise ConfigError("group_eta: group rates, stage eta and schedules are not with a data family yet "
                               "(its exact population map steps every group with one eta)")

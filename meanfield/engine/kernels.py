@@ -110,11 +110,14 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
     excl = -1
     if hi[k, 2] == 1 and hi[k, 3] == 0:
         excl = last[s]
+    lim = L  # keys i < lim: a causal mask (column 16) keeps i <= l (meanfield.engine.positions)
+    if hi[k, 16] == 1 and l >= 0:
+        lim = l + 1
     lk = 0.0
     if hi[k, 0] == 0:
         mx = -math.inf
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 z = 0.0
                 if oneq:
                     for t in range(nzn[s, i]):
@@ -128,7 +131,7 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
                     mx = z
         den = 0.0
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 e = cnt[s, i] * math.exp(pa[k, j, i] - mx)
                 pa[k, j, i] = e
                 den += e
@@ -139,10 +142,10 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
             pa[k, j, i] /= den
     else:
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 lk += cnt[s, i]
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 z = 0.0
                 if oneq:
                     for t in range(nzn[s, i]):
@@ -359,7 +362,7 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                 for i in range(L):
                     if cnt[s, i] > 0.0:
                         excl = qry == 1 and qself == 0 and i == last[s]
-                        if cnt[s, i] > 0.0 and not excl:
+                        if cnt[s, i] > 0.0 and not excl and (hi[k, 16] != 1 or l < 0 or i <= l):
                             dz = ql * cnt[s, i] * v[i] / lk
                             for t in range(nzn[s, i]):
                                 tk[nzi[s, i, t]] += dz * nzc[s, i, t]

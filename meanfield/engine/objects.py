@@ -19,6 +19,7 @@ from ..core.config import ConfigError
 ATTENTIONS = ("softmax", "linear")
 KQ = ("separate", "merged")
 QUERIES = ("mean", "last", "fixed")
+MASKS = ("none", "causal")
 VALUES = ("neuron", "linear", "matrix", "token")
 LOSSES = ("logistic", "squared", "cross_entropy")
 METHODS = ("gd", "flow", "rk4")
@@ -122,6 +123,7 @@ class Head:
     outputs: int = 1
     sign: float = 1.0
     train_sign: bool = False
+    mask: str = "none"              # "causal": query l attends to keys i <= l (meanfield.engine.positions)
     init_W: tuple | None = None     # merged: W~ at t = 0 (P x P nested tuple; None = 0)  (meanfield.engine.inits)
     init_w: tuple | None = None     # value vectors at t = 0 (P floats; None = neuron_init)
     init_gram: tuple | None = None  # ((block name, value), ...): Gram blocks at t = 0 (infinite width)

@@ -188,6 +188,15 @@ class Oracle:
                 qw = np.ones((S, 1))
             C = P if h.value == "token" else int(h.outputs)
             Leff = ck.sum(axis=1)
+            if h.mask == "causal" and h.query == "mean":  # key i visible to query l iff i <= l
+                vis = np.tril(np.ones((L, L), bool)).T[None] | (self.c[:, None, :] == 0)   # (S, L keys, L queries)
+                ck3 = ck[:, :, None] * vis
+                Lq = ck3.sum(axis=1, keepdims=True)                                  # (S, 1, Lq)
+                self.heads.append(_Head(h.name, h.attention, h.kq, h.query, float(h.scale), h.value,
+                                        int(h.n_neurons), C, bool(h.train_sign), Xq, Tq, qw, ck, Leff,
+                                        TqT=np.ascontiguousarray(Tq.transpose(0, 2, 1)), qw3=qw[:, :, None].copy(),
+                                        ck3=ck3, lin3=ck3 / Lq, every_key=False, unit_counts=False))
+                continue
             self.heads.append(_Head(h.name, h.attention, h.kq, h.query, float(h.scale), h.value, int(h.n_neurons), C,
                                     bool(h.train_sign), Xq, Tq, qw, ck, Leff,
                                     TqT=np.ascontiguousarray(Tq.transpose(0, 2, 1)), qw3=qw[:, :, None].copy(),

@@ -53,7 +53,7 @@ GROUP_CODE = {"attention": 0, "values": 1, "readout": 2}
 
 # columns of the integer head table
 (H_ATT, H_KQ, H_QRY, H_QSELF, H_VAL, H_NN, H_C, H_N, H_QOFF, H_IK, H_IQ, H_IV, H_IR, H_WOFF, H_VOFF,
- H_AOFF) = range(16)
+ H_AOFF, H_MASK) = range(17)  # H_MASK: 1 causal (meanfield.engine.positions)
 # columns of the float head table
 F_SCALE, F_SIGN, F_LR, F_RW, F_RV, F_RA = range(6)  # F_R*: group rate / step size (engine.rates)
 
@@ -118,7 +118,7 @@ def layout(desc: Description) -> Layout:
     heads = desc.model.heads
     H = len(heads)
     Gamma = desc.dictionary.Gamma
-    hi = np.full((H, 16), -1, dtype=np.int64)
+    hi = np.full((H, 17), -1, dtype=np.int64)
     hf = np.zeros((H, 6))
     qv = np.zeros((H, P))
     objects = []
@@ -143,6 +143,7 @@ def layout(desc: Description) -> Layout:
         hi[k, H_KQ] = KQC[h.kq]
         hi[k, H_QRY] = QRY[h.query]
         hi[k, H_QSELF] = 1 if h.query_self else 0
+        hi[k, H_MASK] = 1 if getattr(h, "mask", "none") == "causal" else 0
         hi[k, H_VAL] = VAL[h.value]
         hi[k, H_NN] = h.n_neurons
         hi[k, H_C] = h.outputs
