@@ -145,6 +145,9 @@ def _add_positions(raw, seed):
             h["query_vector"] = h["query_vector"] + pr.normal(size=L).round(3).tolist()
         else:
             h["mask"] = "causal"
+            h["rpe"] = True  # trainable relative positional biases b[l - i]
+    if seed % 3 == 0:  # the biases at a rate of their own
+        raw["parameters"]["group_eta"] = f"positions={raw['parameters']['eta'] * pr.uniform(0.5, 3.0):.4f}"
 
 
 #: seeds with no token-output head (their descriptions take positions; see random_raw)
@@ -237,7 +240,7 @@ def test_random_descriptions_with_rates_cover_the_groups():
             if st.eta_schedule:
                 seen["stage_schedule"].add(st.eta_schedule.split(":")[0])
         seen["run_schedule"].update(p.split(":")[0] for p in (tr.eta_schedule or "constant").split("+"))
-    assert seen["groups"] == set(RATE_GROUPS)
+    assert seen["groups"] == set(RATE_GROUPS) - {"positions"}  # positions: the descriptions with positions
     assert seen["kq_apart"] == {True, False} and seen["merged"] == {True, False}
     assert seen["stage_eta"] == {True, False} and seen["stage_table"] == {True, False}
     assert seen["run_schedule"] | seen["stage_schedule"] == {"constant", "step", "cosine", "warmup", "inverse"}
@@ -492,8 +495,8 @@ def test_init_from_a_run_file_equals_the_explicit_network_and_the_continued_run(
 
 def test_random_descriptions_with_positions_cover_the_kinds():
     """The random descriptions with positions cover added (with a Gram between tokens and positions)
-    and concatenated features, and a causal mask on softmax and linear heads with every query
-    (mean) and the last one."""
+    and concatenated features, a causal mask and trainable relative positional biases on softmax and
+    linear heads with every query (mean) and the last one, and the biases' own rate."""
     seen = set()
     for seed in POS_SEEDS:
         raw = random_raw(seed, positions=True)
@@ -505,16 +508,22 @@ def test_random_descriptions_with_positions_cover_the_kinds():
             assert np.abs(d.dictionary.Gamma[:d.P - L, d.P - L:]).max() > 0
         seen.add(mode)
         seen.update(f"causal:{h.attention}:{h.query}" for h in d.model.heads if h.mask == "causal")
+        seen.update(f"rpe:{h.attention}:{h.query}" for h in d.model.heads if h.rpe)
+        seen.update(f"rate:{g}" for g, _ in d.training.group_eta)
     assert {"added", "concatenated", "causal:softmax:mean", "causal:linear:mean", "causal:softmax:last",
-            "causal:linear:last"} <= seen, seen
+            "causal:linear:last", "rpe:softmax:mean", "rpe:linear:mean", "rpe:softmax:last", "rpe:linear:last",
+            "rate:positions"} <= seen, seen
 
 
 @pytest.mark.parametrize("m", WIDTHS)
 @pytest.mark.parametrize("seed", POS_SEEDS)
 def test_engine_equals_explicit_network_with_positions(seed, m):
-    """Absolute positional features (the enlarged dictionary) and causal masks: the engine against the
-    explicit network (whose attention masks keys after the query itself), 200 steps, 1e-10; the mask
-    changes the run (the comparison can fail)."""
+    from meanfield.engine import reduce as R
+
+    """Absolute positional features (the enlarged dictionary), causal masks and relative positional
+    biases: the engine against the explicit network (whose attention masks keys after the query
+    itself and adds b[l - i] to its logits, its own gradient of b), 200 steps, 1e-10; the mask and the
+    biases change the run (the comparison can fail)."""
     d = _desc(random_raw(seed, m=m, positions=True))
     arr, traj = _engine_run(d)
     res, Z, _, _ = _oracle_run(d, seed)
@@ -525,6 +534,8 @@ def test_engine_equals_explicit_network_with_positions(seed, m):
     for h in raw["heads"]:
         h.pop("mask", None)
     assert _rel_err(Z, _engine_run(_desc(raw))[0]["y"]) > 1e3 * RTOL
+    lay = R.layout(d)
+    assert any(np.abs(lay.get(arr["y"][-1], h.name, "b")).max() > 1e-6 for h in d.model.heads if h.rpe)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -66,10 +66,14 @@ def test_tokens_are_the_positional_vectors_in_the_enlarged_dictionary(mode):
 
 
 def test_python_run_and_the_mask_changes_it():
+    """A causal head with relative positional biases (rpe = true: 2 x 3 - 1 = 5 offsets, recorded as
+    the head's variable b); without the mask the run differs."""
     import meanfield.engine as me
 
-    r = me.run(description_from_dict(_raw()))
     raw = _raw()
+    raw["heads"][0]["rpe"] = True
+    r = me.run(description_from_dict(raw))
+    assert r.var("h", "b").shape == (r.t.size, 5) and np.abs(r.var("h", "b")[-1]).max() > 0
     raw["heads"][0]["mask"] = "none"
     r0 = me.run(description_from_dict(raw))
     assert r.status == "complete" and np.abs(r.loss[-1] - r0.loss[-1]) > 1e-6
@@ -90,6 +94,10 @@ def test_python_run_and_the_mask_changes_it():
     (lambda r: r["heads"][0].update(mask="future"), "heads[0].mask: "),
     (lambda r: r["heads"][0].update(query="fixed", query_vector=[1, 0, 0, 0, 0]),
      "heads[0].mask: causal needs a query at a position"),
+    (lambda r: r["heads"][0].update(mask="none", rpe=True, query="fixed", query_vector=[1, 0, 0, 0, 0]),
+     "heads[0].rpe: relative positions need a query at a position"),
+    (lambda r: r["heads"][0].update(rpe=2), "heads[0].rpe: 2 offsets do not reach the longest sequence (3)"),
+    (lambda r: r["heads"][0].update(rpe=-1), "heads[0].rpe: "),
 ])
 def test_bad_positions_are_one_line(edit, field):
     raw = _raw()

@@ -93,9 +93,9 @@ def test_per_group_map_is_the_explicit_step():
         assert np.abs(Q1 - U1.T @ U1).max() <= 1e-12 * np.abs(Q1).max()
         # the kernel's update with Gr replaced by Gr H / eta and step eta
         eta = 0.05
-        hi = np.full((1, 16), -1, np.int64)
+        hi = np.full((1, 19), -1, np.int64)  # the layout's head table (reduce.H_*)
         hi[0, 7], hi[0, 8] = N, 0
-        hf = np.ones((1, 6))
+        hf = np.ones((1, 7))
         grp = np.array([[0, 0, 0, 0, 0, 0, 1, 1, 1, 2]], np.int64)
         out = np.empty(N * N)
         kernels.eng_update(Q.ravel().copy(), out, hi, hf, (Gr @ H / eta)[None], grp, Gamma, G[None], np.zeros(N * N),

@@ -296,6 +296,9 @@ def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -
         out["query_vector"] = None
     out["query_self"] = _as_bool(f"{where}.query_self", d["query_self"])
     out["mask"] = as_choice(f"{where}.mask", d["mask"], ("none", "causal"))
+    out["rpe"] = -1 if d["rpe"] is True else 0 if d["rpe"] is False else as_int(f"{where}.rpe", d["rpe"], lo=0)
+    if out["rpe"] and out["query"] == "fixed":
+        raise ConfigError(f"{where}.rpe: relative positions need a query at a position (query = mean or last)")
     if out["mask"] == "causal" and out["query"] == "fixed":
         raise ConfigError(f"{where}.mask: causal needs a query at a position (query = mean or last); a fixed "
                           "query vector has none")
@@ -645,6 +648,12 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     if not isinstance(heads_raw, list):
         raise ConfigError("heads: required, a list of [[heads]] tables")
     heads = [make_head(h, i, P, dictionary) for i, h in enumerate(heads_raw)]
+    Lmax = max(data.L, test.L if test is not None else 0)
+    for i, h in enumerate(heads):  # rpe = true: offsets up to the longest sequence (engine.positions)
+        if h.rpe and 0 < h.rpe < Lmax:
+            raise ConfigError(f"heads[{i}].rpe: {h.rpe} offsets do not reach the longest sequence ({Lmax}); give "
+                              f">= {Lmax} or true")
+        heads[i] = dataclasses.replace(h, rpe=Lmax) if h.rpe == -1 else h
     mraw = raw.get("model", {})
     _check_table("model", mraw, ("loss",) + tuple(_OUT_OF_CLASS))
     model = make_model(heads, mraw.get("loss", "logistic"), params.relu_prime_at_zero, data.target, P)
@@ -662,7 +671,7 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         from .gaussian import check_description
 
         check_description(desc)
-        if any(h.mask != "none" for h in heads):
+        if any(h.mask != "none" or h.rpe for h in heads):
             raise ConfigError("heads.mask: a causal mask is not with a data family (its population loss is "
                               "for unmasked attention)")
         if has_rates(training):

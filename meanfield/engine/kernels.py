@@ -110,6 +110,7 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
     excl = -1
     if hi[k, 2] == 1 and hi[k, 3] == 0:
         excl = last[s]
+    boff = hi[k, 17] if l >= 0 else -1
     lim = L  # keys i < lim: a causal mask (column 16) keeps i <= l (meanfield.engine.positions)
     if hi[k, 16] == 1 and l >= 0:
         lim = l + 1
@@ -126,6 +127,8 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
                     for t in range(nzn[s, i]):
                         z += nzc[s, i, t] * T[nzi[s, i, t]]
                 z *= scale
+                if boff >= 0:  # a relative positional bias b[l - i] (column 17: its offset; 18: L - 1)
+                    z += y[boff + l - i + hi[k, 18]]
                 pa[k, j, i] = z
                 if z > mx:
                     mx = z
@@ -153,7 +156,10 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
                 else:
                     for t in range(nzn[s, i]):
                         z += nzc[s, i, t] * T[nzi[s, i, t]]
-                pa[k, j, i] = cnt[s, i] * scale * z / lk
+                if boff >= 0:
+                    pa[k, j, i] = cnt[s, i] * (scale * z + y[boff + l - i + hi[k, 18]]) / lk
+                else:
+                    pa[k, j, i] = cnt[s, i] * scale * z / lk
             else:
                 pa[k, j, i] = 0.0
     return lk
@@ -356,6 +362,8 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                 for i in range(L):
                     dz = ql * pa[k, j, i] * (v[i] - vbar)
                     if dz != 0.0:
+                        if hi[k, 17] >= 0 and l >= 0:  # dLoss/db[l - i] (relative positional bias)
+                            gflat[hi[k, 17] + l - i + hi[k, 18]] += dz
                         for t in range(nzn[s, i]):
                             tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             else:
@@ -364,6 +372,8 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                         excl = qry == 1 and qself == 0 and i == last[s]
                         if cnt[s, i] > 0.0 and not excl and (hi[k, 16] != 1 or l < 0 or i <= l):
                             dz = ql * cnt[s, i] * v[i] / lk
+                            if hi[k, 17] >= 0 and l >= 0:
+                                gflat[hi[k, 17] + l - i + hi[k, 18]] += dz
                             for t in range(nzn[s, i]):
                                 tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             oneq = l >= 0 and nzn[s, l] == 1
@@ -553,6 +563,13 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                 out[ao] = y[ao] - eta * hf[k, 5] * gflat[ao]
             else:
                 out[ao] = -hf[k, 5] * gflat[ao]
+        bo = hi[k, 17]
+        if bo >= 0 and tr_att:  # relative positional biases train with the attention, at rate factor hf[k, 6]
+            for t in range(2 * hi[k, 18] + 1):
+                if exact:
+                    out[bo + t] = y[bo + t] - eta * hf[k, 6] * gflat[bo + t]
+                else:
+                    out[bo + t] = -hf[k, 6] * gflat[bo + t]
 
 
 @_root

@@ -124,6 +124,7 @@ class Head:
     sign: float = 1.0
     train_sign: bool = False
     mask: str = "none"              # "causal": query l attends to keys i <= l (meanfield.engine.positions)
+    rpe: int = 0                    # R > 0: trainable relative positional biases b[l - i], |l - i| < R (engine.positions)
     init_W: tuple | None = None     # merged: W~ at t = 0 (P x P nested tuple; None = 0)  (meanfield.engine.inits)
     init_w: tuple | None = None     # value vectors at t = 0 (P floats; None = neuron_init)
     init_gram: tuple | None = None  # ((block name, value), ...): Gram blocks at t = 0 (infinite width)

@@ -17,7 +17,8 @@ schedules"):
   horizon its length).
 
 Groups: ``keys`` (W_K), ``queries`` (W_Q), ``values`` (alias ``neurons``: w, M_V),
-``readout`` (r), ``signs`` (a); ``attention`` sets keys and queries (and is the
+``readout`` (r), ``signs`` (a), ``positions`` (relative positional biases b, which
+train in the stages that train ``attention``); ``attention`` sets keys and queries (and is the
 rate of a merged W = W_K^T W_Q, which needs equal keys and queries rates).
 The rate of group g in a stage: the stage's table entry for g, else the run's
 ``group_eta`` entry, else the stage's step size (its number or ``default``),
@@ -51,12 +52,12 @@ import numpy as np
 from ..core.config import ConfigError, as_float
 
 #: the groups that can have a rate of their own (and what each moves)
-RATE_GROUPS = ("keys", "queries", "values", "readout", "signs")
+RATE_GROUPS = ("keys", "queries", "values", "readout", "signs", "positions")
 RATE_ALIASES = {"neurons": ("values",), "neuron": ("values",), "value": ("values",), "attention": ("keys", "queries"),
                 "kq": ("keys", "queries"), "sign": ("signs",), "key": ("keys",), "query": ("queries",)}
 #: explicit weights of the explicit network (``meanfield.engine.oracle``) -> the group whose rate they step with
 WEIGHT_GROUP = {"WK": "keys", "WQ": "queries", "W": "keys", "w": "values", "MV": "values", "r": "readout",
-                "a": "signs"}
+                "a": "signs", "b": "positions"}
 SCHEDULES = ("constant", "step", "cosine", "warmup", "inverse")
 _NUM = r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?"
 
@@ -238,7 +239,7 @@ def rate_arrays(lay, training, stage) -> tuple[np.ndarray, np.ndarray]:
     object's columns scaled by rho = rate / base (Gamma_r H / eta), and the float
     head table with the narrow rates' rho (merged W: F_RW, neurons/values: F_RV,
     signs: F_RA). rho = 1 everywhere leaves the arrays as the layout's."""
-    from .reduce import F_RA, F_RV, F_RW
+    from .reduce import F_RA, F_RB, F_RV, F_RW
 
     base = stage_base_eta(training, stage)
     r = stage_group_rates(training, stage)
@@ -254,6 +255,7 @@ def rate_arrays(lay, training, stage) -> tuple[np.ndarray, np.ndarray]:
         hf[k, F_RW] = rho["keys"]
         hf[k, F_RV] = rho["values"]
         hf[k, F_RA] = rho["signs"]
+        hf[k, F_RB] = rho["positions"]
     return np.ascontiguousarray(Gr), np.ascontiguousarray(hf)
 
 
