@@ -98,6 +98,11 @@ _OUT_OF_CLASS = {
              "blocks E^T M_a^T M_b E",
     "l1_penalty": "an entrywise penalty on a wide matrix is not a function of its Gram blocks",
 }
+#: why trainable token embeddings are refused (docs/engine.md, "Trainable embeddings")
+TRAINABLE_EMBEDDINGS = ("a step of trainable token embeddings E moves them by sum_a M_a^T dLoss/dU_a, so the next "
+                        "blocks M_b E' read M_b M_a^T, i.e. the wide weights off span(E) that a fixed E never sees; "
+                        "the state closes only when every wide row stays in span(E) (then in Q and Gamma, "
+                        "docs/engine.md, Trainable embeddings), which the engine does not hold yet")
 
 
 # ------------------------------------------------------------------ the run knobs of a general description
@@ -708,6 +713,8 @@ def _dictionary_and_data(raw: dict, dic) -> tuple[Dictionary, Data]:
     """The [dictionary] and [data] tables of a general description."""
     if dic is None:
         raise ConfigError("dictionary: required ([dictionary] with features = [...])")
+    if isinstance(dic, dict) and dic.get("trainable"):  # trainable embeddings: refused with the reason
+        raise ConfigError(f"dictionary.trainable: outside the Gram-closure class: {TRAINABLE_EMBEDDINGS}")
     _check_table("dictionary", dic, ("features", "gram"))
     feats = _feature_names(dic.get("features"))
     if not isinstance(feats, list) or not feats or not all(isinstance(f, str) and f for f in feats):

@@ -68,11 +68,12 @@ def apply(raw: dict, dictionary, data, test=None):
 
     if not isinstance(raw, dict):
         raise ConfigError("positions: must be a table ([positions] mode = \"added\" or \"concatenated\")")
-    _check_table("positions", raw, POSITION_KEYS)
+    _check_table("positions", raw, POSITION_KEYS)  # (trainable = false is accepted)
     if raw.get("trainable"):
-        raise ConfigError("positions.trainable: learned position vectors are trainable embeddings, outside the "
-                          "Gram-closure class the engine holds (its state would need the Gram of the embeddings "
-                          "with the wide weights); give fixed position vectors")
+        from .description import TRAINABLE_EMBEDDINGS
+
+        raise ConfigError(f"positions.trainable: learned position vectors are trainable embeddings: "
+                          f"{TRAINABLE_EMBEDDINGS}")
     if "mode" not in raw:
         raise ConfigError("positions.mode: required, added (x_i = token + p_i) or concatenated (x_i = [token; p_i])")
     mode = as_choice("positions.mode", raw["mode"], MODES)
