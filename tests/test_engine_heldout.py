@@ -70,6 +70,7 @@ def test_run_file_test_loss_equals_explicit_network_on_the_test_set(tmp_path):
     r = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", p, "--quiet", "--out", out],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    assert "test (held out, 3 sequences): loss" in r.stdout and "0-1 error" in r.stdout, r.stdout
     d = description_from_dict(_raw())
     tl, mg, ont = _oracle_test_losses(d)
     with h5py.File(out, "r") as f:
