@@ -212,7 +212,22 @@ def outcome_of(path, desc) -> list[str]:
 
         lines.append(f"  data: exact population (closed-form Gaussian moments); smallest loss of the class "
                      f"{minimum_loss_of(desc.data.extra['population']['law']):.12g} (attribute loss_min)")
+    if getattr(desc, "test", None) is not None:  # the held-out set (meanfield.engine.heldout)
+        lines.append(_test_line(path))
     return lines
+
+
+def _test_line(path) -> str:
+    """The held-out set's last test loss (and 0-1 error) from a run file."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        if "test_loss" not in f or f["test_loss"].shape[0] == 0:
+            return "  test: no records"
+        s = f"  test (held out, {f['test_margin'].shape[1]} sequences): loss {float(f['test_loss'][-1]):.6g}"
+        if "test_error" in f:
+            s += f", 0-1 error {float(f['test_error'][-1]):.4g}"
+    return s
 
 
 def _plot(path: Path, out: Path) -> list:

@@ -58,6 +58,9 @@ def default_d(desc: Description) -> int:
 def _check(desc: Description, d: int | None) -> int:
     if desc.init.width is None:
         raise ConfigError("width: the explicit network needs a finite width m (--width M)")
+    if desc.init.init_from is not None:
+        raise ConfigError("init_from: not for the explicit network (a run file holds the weights' Gram, which does "
+                          "not determine the weights); run the engine")
     d = default_d(desc) if d is None else as_int("d", d, lo=1)
     if d <= desc.P:
         raise ConfigError(f"d: the ambient dimension must be > P = {desc.P} (the number of features); got {d}")
@@ -96,6 +99,7 @@ class ParticleSystem:
         self.lay = layout(desc)
         self.max_abs = max_abs
         self.params = params
+        self.rho = stage_rho(desc)
 
     @property
     def params(self) -> list[dict]:
@@ -140,6 +144,8 @@ class ParticleSystem:
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
+        if self.rho is not None:  # each weight its group's rate (the stage's index is mode >> 4)
+            eta = {k: eta * r for k, r in self.rho[int(mode) >> 4].items()}
         net, desc, E, lay = self.net, self.desc, self.E, self.lay
         code = 0
         done = 0
@@ -213,6 +219,7 @@ class FlowParticleSystem:
         self.shapes = [[np.shape(p[k]) for k in ks] for p, ks in zip(params, self.keys)]
         self.y0 = self.flat(params)
         self.max_abs = max_abs
+        self.rho = stage_rho(desc)
 
     def flat(self, params) -> np.ndarray:
         return np.concatenate([np.ravel(p[k]) for p, ks in zip(params, self.keys) for k in ks]).astype(float)
@@ -232,13 +239,25 @@ class FlowParticleSystem:
         groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
         ps = self.unflat(y)
         _, g, _ = self.net.loss_grads(ps)
-        return self.flat(self.net.step(ps, 1.0, groups, grads=g)) - y
+        rate = 1.0 if self.rho is None else self.rho[int(mode) >> 4]  # a group's rate: its time scale
+        return self.flat(self.net.step(ps, rate, groups, grads=g)) - y
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         raise NotImplementedError("FlowParticleSystem integrates the flow (method flow or rk4)")
 
     def criterion_value(self, y, name):
         return self.net.criterion_value(self.unflat(y), name)
+
+
+def stage_rho(desc: Description) -> list[dict] | None:
+    """Per stage, each explicit weight's rate over the stage's step size
+    (``meanfield.engine.rates``); None when every rate is the step size."""
+    from .rates import has_rates, stage_base_eta, weight_rates
+
+    tr = desc.training
+    if not has_rates(tr):
+        return None
+    return [{k: r / stage_base_eta(tr, s) for k, r in weight_rates(tr, s).items()} for s in tr.stages]
 
 
 def oracle_of(desc: Description, E: np.ndarray):
