@@ -246,6 +246,11 @@ def make_particles(desc: Description, d: int | None = None, embed_seed=None) -> 
     E (d x P) from ``default_rng(embed_seed)`` (default: the init seed), weights from
     the engine's initial Gram plus an orthogonal part (seed: the init seed + 1)."""
     d = _check(desc, d)
+    if getattr(desc.training, "normalise", "none") != "none":
+        from ..core.config import ConfigError
+
+        raise ConfigError("normalise: the explicit network (particles) runs plain GD only; use normalise = none "
+                          "or the engine's own run (exact at every width)")
     seed = desc.init.seed if embed_seed is None else embed_seed
     E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
     params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])

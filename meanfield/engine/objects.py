@@ -22,6 +22,9 @@ QUERIES = ("mean", "last", "fixed")
 VALUES = ("neuron", "linear", "matrix", "token")
 LOSSES = ("logistic", "squared", "cross_entropy")
 METHODS = ("gd", "flow", "rk4")
+#: gradient normalisation of method gd: none (plain GD) | parameter (normalised GD: each trained parameter
+#: matrix's step is eta * grad / (||grad||_F + eps), K and Q separately, as Tarzanagh et al.'s experiments)
+NORMALISE = ("none", "parameter")
 GROUPS = ("attention", "values", "readout", "signs")
 GROUP_ALIASES = {"neurons": "values", "neuron": "values", "value": "values", "kq": "attention", "sign": "signs"}
 #: stop criteria (the mixture system's names)
@@ -146,6 +149,7 @@ class Init:
     omega_v: float = 0.1
     sigma_r: float = 1.0
     neuron_init: str = "zero"
+    omega_q: float | None = None  # the queries' scale when it differs from the keys' (None: omega; 0: Q = 0)
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,7 @@ class StageSpec:
 class Training:
     method: str = "gd"
     eta: float = 0.5
+    normalise: str = "none"  # method gd only: none | parameter (normalised GD, see NORMALISE)
     stages: tuple[StageSpec, ...] = ()
     schedule: str = "simultaneous"
     dt: float | None = None

@@ -82,11 +82,17 @@ def pack(desc: Description) -> Packed:
                   r0=float(desc.model.relu_prime_at_zero), R=R, C=C)
 
 
-def mode_of(train) -> int:
+#: the stage-mode bit of normalised GD (``training.normalise = "parameter"``; kernels.eng_update)
+NORMALISED = 16
+
+
+def mode_of(train, normalise: str = "none") -> int:
+    """The bit mask of a stage: its trained groups (1 attention, 2 values, 4
+    readout, 8 signs), plus 16 for normalised GD."""
     m = 0
     for g in train:
         m |= GROUP_BIT[g]
-    return m
+    return m | (NORMALISED if normalise != "none" else 0)
 
 
 @dataclass
@@ -131,7 +137,8 @@ def system_of(desc: Description) -> EngineSystem:
 
 
 def stages(desc: Description) -> list[integrate.Stage]:
-    return [integrate.Stage(i + 1, mode_of(s.train), s.length, s.criterion, s.name)
+    norm = getattr(desc.training, "normalise", "none")
+    return [integrate.Stage(i + 1, mode_of(s.train, norm), s.length, s.criterion, s.name)
             for i, s in enumerate(desc.training.stages)]
 
 
