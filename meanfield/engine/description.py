@@ -120,6 +120,7 @@ class RunParams:
     omega: float = 0.1
     omega_v: float = 0.1
     omega_q: float | None = None  # separate K/Q: the queries' init scale (None: omega; 0: Q(0) = 0)
+    symmetry: str = "refuse"  # an infinite-width start that GD cannot leave by symmetry: refuse | allow (engine.symmetry)
     sigma_r: float = 1.0
     neuron_init: str = "zero"
     relu_prime_at_zero: float = 1.0
@@ -172,6 +173,7 @@ def make_params(raw: dict) -> RunParams:
     out["omega"] = as_float("omega", d["omega"], positive=True)
     out["omega_v"] = as_float("omega_v", d["omega_v"], positive=True)
     out["omega_q"] = as_float("omega_q", d["omega_q"], nonneg=True) if d["omega_q"] is not None else None
+    out["symmetry"] = as_choice("symmetry", d["symmetry"], ("refuse", "allow"))
     out["sigma_r"] = as_float("sigma_r", d["sigma_r"], nonneg=True)
     if not _NEURON_RE.match(str(d["neuron_init"]).strip()):
         raise ConfigError(f"neuron_init: must be zero, const:V1,...,VP or gaussian:SIGMA; got {d['neuron_init']!r}")
