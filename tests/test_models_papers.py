@@ -205,6 +205,11 @@ def test_incontext_claims_pass_and_fail_on_constructed_runs():
     assert st(_runs(Tm=(30, 20, 20, 20)))[1] == "FAIL"            # the dominant feature not first
     assert st(_runs(nm=(1, 3, 3, 3)))[1] == "FAIL"                # the dominant feature in two phases
     assert st(_runs(nm=(0, 2, 2, 2)))[2] == "FAIL"                # three phases, not four
+    # sources: the balanced and dominant-first statements are the paper's theorems; its fourth phase is
+    # delimited by its proof's thresholds, which cannot be read here: expected, with the evidence written
+    cl = ic.claims_from(_runs(), {})
+    assert [c.source for c in cl] == ["proved", "proved", "expected"]
+    assert "cannot be checked" in cl[2].numbers["evidence"] and all("Source:" in c.statement for c in cl)
 
 
 # ------------------------------------------------------------------ maxmargin: SVMs and claims
