@@ -19,8 +19,12 @@ times the largest movement) while it moves from the perturbed start (above
 ``EPS * 1e-3`` times it: a first-order response to the perturbation, far above
 rounding) is pinned by an exact symmetry of the start: no structural zero (a
 pair of features that never interacts) moves in either run.
-:func:`refuse_symmetric_start` turns a non-empty answer into one line (exit 2)
-naming what to change; ``symmetry = "allow"`` (``--symmetry allow``) runs anyway.
+:func:`pinned_ties` asks the same of the margins: a sample whose margin is 0 at the start and stays
+exactly 0 while it moves from the perturbed start is a tie that GD cannot break (the flat line);
+parameter pins alone can be harmless (the infinite-width isotropy keeps S in the span the query
+allows, independent groups keep K^T V = 0), tied margins are not.
+:func:`refuse_symmetric_start` turns tied margins into one line (exit 2) naming what to change;
+``symmetry = "allow"`` (``--symmetry allow``) runs anyway.
 """
 
 from __future__ import annotations
@@ -135,14 +139,66 @@ def pinned_entries(desc, y0=None, system=None, seed: int = 0) -> list[str]:
     return out
 
 
+def pinned_ties(desc, y0=None, system=None, seed: int = 0) -> list[str]:
+    """The samples whose margin the start pins at a tie by symmetry: margin 0 (below TOL times the largest
+    margin movement) at the start and after PROBE_STEPS GD steps with every group of the model trained, while it moves
+    from the EPS-perturbed start (above EPS * 1e-3 times that scale). Only classification losses (logistic,
+    cross-entropy: a margin 0 is an undecided prediction). A tie that GD cannot break is what a symmetric
+    fixed point costs; a symmetry that only pins parameters the data does not need (the infinite-width
+    isotropy, K^T V = 0 between independent groups) pins no margin.
+
+    Parameters
+    ----------
+    desc : Description
+    y0 : array, optional (default: the initial state)
+    system : EngineSystem, optional
+    seed : int
+
+    Returns
+    -------
+    list of str: the tied samples' names (or indices)
+
+    Example
+    -------
+    >>> pinned_ties(load_description("mixture_multiclass"))[:1]   # doctest: +SKIP
+    ['g1y1|v2y2']
+    """
+    from .reduce import initial_state
+    from .system import mode_of, system_of
+
+    if desc.model.loss not in ("logistic", "cross_entropy"):
+        return []
+    system = system or system_of(desc)
+    lay = system.pk.lay
+    y0 = initial_state(desc, lay) if y0 is None else np.asarray(y0, float)
+    # every group the model has, whatever the schedule trains: a tie is pinned by the start and the data when no
+    # training breaks it (a stage that leaves attention fixed keeps ties by design, as the mixture's neuron stage)
+    mode, eta = mode_of(("attention", "values", "readout", "signs")), float(desc.training.eta)
+    ys, yp = y0.copy(), _perturb(y0, lay, np.random.default_rng(seed))
+    with np.errstate(all="ignore"):
+        m0 = np.asarray(system.loss_and_grads(y0)[3], float)
+        if system.gd_advance(ys, PROBE_STEPS, eta, mode, None)[1] == 2:
+            return []
+        if system.gd_advance(yp, PROBE_STEPS, eta, mode, None)[1] == 2:
+            return []
+        ms = np.asarray(system.loss_and_grads(ys)[3], float)
+        mp = np.asarray(system.loss_and_grads(yp)[3], float)
+    scale = max(float(np.abs(ms - m0).max()), float(np.abs(mp - m0).max()))
+    if not (np.all(np.isfinite(ms)) and np.all(np.isfinite(mp)) and scale > 0):
+        return []
+    hit = (np.abs(m0) <= TOL * scale) & (np.abs(ms) <= TOL * scale) & (np.abs(mp) >= 1e-3 * EPS * scale)
+    names = list(getattr(desc.data, "names", None) or [])
+    return [names[i] if i < len(names) else str(i) for i in np.nonzero(hit)[0]]
+
+
 def refuse_symmetric_start(desc, system=None) -> None:
-    """Raise ConfigError (one line) when the run starts at infinite width from a symmetric point whose
-    symmetry pins trained parameters (:func:`pinned_entries`), unless ``symmetry = "allow"``.
-    A finite width (a random start) is never refused."""
+    """Raise ConfigError (one line) when the run starts at infinite width from a symmetric point that pins
+    margins at a tie GD cannot break (:func:`pinned_ties`), unless ``symmetry = "allow"``. A finite width
+    (a random start) is never refused."""
     if desc.init.width is not None or getattr(desc.parameters, "symmetry", "refuse") == "allow":
         return
-    pins = sorted(pinned_entries(desc, system=system), key=lambda e: ":S[" not in e)  # the scores first
-    if pins:
+    ties = pinned_ties(desc, system=system)
+    if ties:
         raise ConfigError(
-            f"symmetry: the infinite-width start is symmetric and GD cannot leave it ({len(pins)} trained entries "
-            f"such as {pins[0]} stay exactly 0); use a finite --width M or --symmetry allow")
+            f"symmetry: the infinite-width start is symmetric and GD cannot leave it ({len(ties)} samples such as "
+            f"{ties[0]} stay tied at margin 0); use a finite --width M or --symmetry allow")

@@ -158,11 +158,12 @@ def check(path, out, quick: bool = False, log=print):
 
         raise ConfigError("data.function: the mixture_multiclass check needs meanfield.models.multiclass:samples")
     from ..engine.description import description_from_dict
-    from ..engine.symmetry import pinned_entries
+    from ..engine.symmetry import pinned_entries, pinned_ties
 
     # the infinite-width start is symmetric under the class permutations (on every group's simplex): the engine
     # refuses it (engine.symmetry); the check runs it anyway (symmetry = allow) to report what it does
-    pins = pinned_entries(description_from_dict(raw))
+    d0 = description_from_dict(raw)
+    pins, ties = pinned_entries(d0), pinned_ties(d0)
     log(f"[check] mixture_multiclass: simultaneous GD, {S['sim_steps']} steps (infinite width) ...")
     dsim, sim = _run(raw, {"steps": S["sim_steps"], "record_every": 1, "symmetry": "allow"})
     log(f"[check] mixture_multiclass: three-stage {S['stage_steps']} (infinite width) ...")
@@ -197,6 +198,7 @@ def check(path, out, quick: bool = False, log=print):
     S2 = np.asarray(three.S)[i2 if i2 is not None else -1]  # (heads, P, P)
     sim_m["max_abs_S_c_v_after_stage2"] = float(max(np.abs(S2[:, :Kg, Kg:]).max(), np.abs(S2[:, Kg:, :Kg]).max()))
     sim_m["pinned_by_symmetry"] = pins
+    sim_m["tied_by_symmetry"] = ties
     claims = claims_from(sim_m, sn, fins, setting, S)
     claims[-1].numbers["width_error"] = width_errors(raw, S, log)
     fig = _figure(out, d3, three, fin)
@@ -278,7 +280,8 @@ def claims_from(sim_m: dict, sn: dict, fins: list, setting: dict, S: dict) -> li
         {"stage2": s2, "stage3": s3, "S_max_change": sim_m.get("S_max_change_three_stage"),
          "max_abs_S_c_v_after_stage2": sim_m.get("max_abs_S_c_v_after_stage2"),
          "pinned_by_symmetry": {"count": len(sim_m.get("pinned_by_symmetry", [])),
-                                "scores": [e for e in sim_m.get("pinned_by_symmetry", []) if ":S[" in e][:12]},
+                                "scores": [e for e in sim_m.get("pinned_by_symmetry", []) if ":S[" in e][:12],
+                                "tied_samples": len(sim_m.get("tied_by_symmetry", []))},
          "why": "the infinite-width start (S = 0, A = B = omega^2 I, neurons 0) is invariant under every permutation "
                 "of the classes acting on all groups' simplices at once; GD keeps the state invariant, which pins "
                 "the scores S[c_k, v] between group identifiers and class signals to exactly 0 (found without "
