@@ -1,6 +1,6 @@
 """meanfield: exact reduced training dynamics of small transformers.
 
-Systems live in subpackages (``meanfield.mixture``, ``meanfield.induction``);
+Systems live in subpackages (``meanfield.models.mixture``, ``meanfield.models.induction``);
 shared machinery in ``meanfield.core.integrate`` (steppers), ``meanfield.core.io`` (HDF5
 run files) and ``meanfield.cli`` (the ``meanfield`` command).
 """
