@@ -27,7 +27,7 @@ def runs(tmp_path_factory):
     me.run_to_file(me.load(ROOT / "docs" / "examples" / "majority.toml", steps=6, record_every=1), maj, progress=False)
     mc = d / "mc.h5"
     me.run_to_file(me.load(ROOT / "meanfield" / "models" / "mixture_multiclass.toml", K=2, C=3, L=2, steps=4,
-                           record_every=1, symmetry="allow"), mc, progress=False)
+                           record_every=1), mc, progress=False)
     return maj, mc
 
 
