@@ -34,6 +34,7 @@ import numpy as np
 from ..core.config import ConfigError
 
 PROBE_STEPS = 4
+PROBE_ETA = 0.5
 EPS = 1e-6
 TOL = 1e-12
 #: the trained group of each block kind: attention (S, A, B, W), values (V, w), readout (r), signs (a)
@@ -109,7 +110,7 @@ def pinned_entries(desc, y0=None, system=None, seed: int = 0) -> list[str]:
     if not groups:
         return []
     mode = mode_of(groups)
-    eta = float(desc.training.eta)
+    eta = min(float(desc.training.eta), PROBE_ETA)
     ys, yp0 = y0.copy(), _perturb(y0, lay, np.random.default_rng(seed))
     yp = yp0.copy()
     with np.errstate(all="ignore"):
@@ -173,7 +174,9 @@ def pinned_ties(desc, y0=None, system=None, seed: int = 0) -> list[str]:
     y0 = initial_state(desc, lay) if y0 is None else np.asarray(y0, float)
     # every group the model has, whatever the schedule trains: a tie is pinned by the start and the data when no
     # training breaks it (a stage that leaves attention fixed keeps ties by design, as the mixture's neuron stage)
-    mode, eta = mode_of(("attention", "values", "readout", "signs")), float(desc.training.eta)
+    # the probe's step: the description's, at most PROBE_ETA (the pinned subspace is invariant for any step; a
+    # huge step would only blow the probe up and make the relative tolerance meaningless)
+    mode, eta = mode_of(("attention", "values", "readout", "signs")), min(float(desc.training.eta), PROBE_ETA)
     ys, yp = y0.copy(), _perturb(y0, lay, np.random.default_rng(seed))
     with np.errstate(all="ignore"):
         m0 = np.asarray(system.loss_and_grads(y0)[3], float)

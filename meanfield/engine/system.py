@@ -157,10 +157,6 @@ def save_at(desc: Description) -> integrate.SaveAt:
 def integrate_description(desc: Description, y0=None, monitor=None, system: EngineSystem | None = None):
     """Integrate a description; returns (system, meanfield.core.integrate.Trajectory)."""
     system = system or system_of(desc)
-    if y0 is None:  # a start GD cannot leave by symmetry: one line (engine.symmetry), unless symmetry = "allow"
-        from .symmetry import refuse_symmetric_start
-
-        refuse_symmetric_start(desc, system)
     y = initial_state(desc, system.pk.lay) if y0 is None else np.asarray(y0, dtype=np.float64).copy()
     if y.shape != (system.pk.lay.size,):
         raise ValueError(f"y0: must have shape ({system.pk.lay.size},), got {y.shape}")
