@@ -375,7 +375,8 @@ def check(path, out, quick: bool = False, log=print):
             "svm_frobenius": {"W": Wf.tolist(), **infof}, "svm_nuclear": {"W": Wn.tolist(), **infon},
             "cos_between_svms": cos_svms,
             "why_the_svms_differ": "cos(W_F, W_*) is a property of the data, not an error: the nuclear-norm SVM "
-                                   f"has rank {infon['rank']} (singular values {np.round(infon['singular_values'], 4).tolist()}), "
+                                   f"has rank {infon['rank']} (singular values "
+                                   f"{np.round(infon['singular_values'], 4).tolist()}), "
                                    "the Frobenius one full rank; both are certified (KKT residual, duality gap) and "
                                    "equal the authors' cvxpy solver to 1.5e-10 (issue 26). The angle between them "
                                    "sets the direction checks' threshold (SEP_FRACTION)."}
