@@ -142,7 +142,7 @@ def test_width_sweep_names_a_quantity_that_does_not_converge(tmp_path):
 
     raw = _read(ROOT / "meanfield" / "models" / "mixture_multiclass.toml")
     raw["training"] = {"stages": [{"name": "neurons", "train": ["values"], "steps": 300}]}
-    desc = description_from_dict(raw, {"record_every": 10})
+    desc = description_from_dict(raw, {"record_every": 10, "symmetry": "allow"})  # the symmetric start, on purpose
     s = me.width_sweep(desc, [16, 256], 2, tmp_path / "mc.h5", progress=False, log=lambda *a: None)
     assert s["lead"] == "S" and s["exponents"]["S"]["ci"][1] < 0     # S: the frozen init error decreases
     assert "w" in s["not_decreasing"] and "NOT decreasing" in s["message"] and "w (m^" in s["message"]

@@ -27,6 +27,7 @@ from ..core import harness, integrate
 from ..core.io import write_run
 from .description import Description
 from .system import EngineSystem, integrate_description, observables, system_of
+from .symmetry import refuse_symmetric_start
 
 EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
 
@@ -120,7 +121,13 @@ class Run:
 
 
 def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) -> Run:
-    """Integrate ``desc`` (from ``y0`` if given) and return a :class:`Run`."""
+    """Integrate ``desc`` (from ``y0`` if given) and return a :class:`Run`. From the description's own start,
+    a start that GD cannot leave by symmetry is refused first (``meanfield.engine.symmetry``)."""
+    if y0 is None:
+        system = system_of(desc)
+        refuse_symmetric_start(desc, system)
+        _, traj = integrate_description(desc, None, monitor, system)
+        return Run(desc, system, traj)
     system, traj = integrate_description(desc, y0, monitor)
     return Run(desc, system, traj)
 
@@ -217,6 +224,7 @@ def run_to_file(desc: Description, out: str | Path, progress: bool = True, check
     SIGINT/SIGTERM end the run with a valid file (status interrupted), a
     blow-up with status diverged. Returns (Run, path)."""
     system = system_of(desc)
+    refuse_symmetric_start(desc, system)  # before anything is written
     return harness.run_to_file(
         desc.training, lambda mon: integrate_description(desc, None, mon, system)[1],
         lambda r, status=None, message=None: save(out, desc, r, status=status, message=message,
