@@ -274,11 +274,11 @@ def _projected(desc: Description, psys, traj):
 def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=None):
     """Train the explicit network of ``desc`` (finite width, GD) and return an engine
     :class:`~meanfield.engine.runs.Run` of its projected states (``run.S["+", "c1", "v1"]`` ...)."""
-    from .runs import Run
+    from .runs import in_memory
     from .system import system_of
 
     psys = make_particles(desc, d, embed_seed)
-    r = Run(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
+    r = in_memory(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
     r.particles = psys
     return r
 
@@ -292,7 +292,7 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
     seconds, SIGINT/SIGTERM end the run with a valid file (status interrupted), a blow-up
     with status diverged."""
     from ..core import harness
-    from .runs import Run, save
+    from .runs import in_memory, save
     from .system import system_of
 
     out = Path(out)
@@ -304,7 +304,7 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
     system = system_of(desc)
 
     def result(traj):
-        r = Run(desc, system, _projected(desc, psys, traj))
+        r = in_memory(desc, system, _projected(desc, psys, traj))
         r.particles = psys
         return r
 
