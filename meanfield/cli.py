@@ -639,7 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_induction(systems)
     from .engine.cli import add_parser as add_model
 
-    add_model(systems, RUN_FLAGS.values())
+    add_model(systems, RUN_FLAGS.values(), {field: RUN_HELP.get(flag) for flag, field in RUN_FLAGS.items()})
     return top
 
 
