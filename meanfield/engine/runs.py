@@ -93,7 +93,8 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) ->
 
 
 def stage_times(desc: Description, t, obs, stage_ends) -> dict:
-    """T1, T2, T_loss and the criteria of a recorded run (``obs``: :func:`observables`)."""
+    """T1, T2, T_loss and the criteria of a recorded run (``obs``: :func:`observables`),
+    interpolated linearly in time between the two records around each crossing."""
     from ..mixture.stagetimes import stage_times_of
 
     d = desc.data

@@ -28,6 +28,16 @@ from .stagetimes import DEFAULTS as _DEF
 #: trajectories) with the arithmetic of ``run.recorded``: losses and margins by
 #: ``forward_into``, |dLoss/dw~| by ``backward_into`` and numpy's pairwise sum,
 #: the stage-time rules of ``meanfield.mixture.stagetimes``.
+@njit(cache=True)
+def _cross(a, b, thr, t0, t1):
+    """The linear crossing of ``thr`` between (t0, a) and (t1, b): ``stagetimes.first_crossing``'s arithmetic."""
+    if not (math.isfinite(a) and math.isfinite(b)) or a == b:
+        lam = 1.0
+    else:
+        lam = min(max((thr - a) / (b - a), 0.0), 1.0)
+    return t0 + lam * (t1 - t0)
+
+
 @njit(parallel=True, cache=True)
 def _summaries(rec_t, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weight, consistent, clean,
                margin_lv, grad_ratio, loss_lv, loss_end, margin_end, mm, mmc, mmi, T1, T2, TL):
@@ -48,6 +58,10 @@ def _summaries(rec_t, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weigh
         g0 = 0.0
         i1 = -1  # first record at or after T1 (-1: T1 not yet known)
         loss = math.nan
+        p_loss = math.nan  # the previous record's loss, consistent / inconsistent margins and |dLoss/dw~|
+        p_mc = math.nan
+        p_mi = math.nan
+        p_g = math.nan
         for k in range(n):
             loss = forward_into(rec_y[b, k], P, idx, sgn, lab, weight, u, margin, logit)
             mc = math.inf
@@ -86,14 +100,35 @@ def _summaries(rec_t, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weigh
                 if k == 0:
                     g0 = g
                 if mc >= margin_lv and g <= grad_ratio * g0:
-                    t1 = rec_t[b, k]
+                    if k == 0:
+                        t1 = rec_t[b, 0]
+                    else:  # interpolated between the records k - 1 and k (stagetimes.first_crossing)
+                        ta, tb = rec_t[b, k - 1], rec_t[b, k]
+                        tc = ta
+                        if not p_mc >= margin_lv:
+                            tc = max(tc, _cross(p_mc, mc, margin_lv, ta, tb))
+                        if not p_g <= grad_ratio * g0:
+                            tc = max(tc, _cross(p_g, g, grad_ratio * g0, ta, tb))
+                        t1 = tc
+                p_g = g
+            new_i1 = False
             if i1 < 0 and not math.isnan(t1):
                 if rec_t[b, k] >= t1 - 1e-12 * max(1.0, abs(t1)):
                     i1 = k
+                    new_i1 = True
             if i1 >= 0 and math.isnan(t2) and mi >= margin_lv:
-                t2 = rec_t[b, k]
+                if new_i1 and k > 0 and p_mi < margin_lv:  # crossed between T1 and this record
+                    t2 = max(t1, max(rec_t[b, k - 1], _cross(p_mi, mi, margin_lv, rec_t[b, k - 1], rec_t[b, k])))
+                elif new_i1 or k == 0:
+                    t2 = rec_t[b, k]
+                else:
+                    t2 = max(rec_t[b, k - 1], _cross(p_mi, mi, margin_lv, rec_t[b, k - 1], rec_t[b, k]))
             if math.isnan(tl) and loss <= loss_lv:
-                tl = rec_t[b, k]
+                tl = rec_t[b, 0] if k == 0 else max(rec_t[b, k - 1], _cross(p_loss, loss, loss_lv, rec_t[b, k - 1],
+                                                                            rec_t[b, k]))
+            p_loss = loss
+            p_mc = mc
+            p_mi = mi
         loss_end[b] = loss
         m_all = math.inf
         m_c = math.inf
