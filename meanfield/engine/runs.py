@@ -92,9 +92,10 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) ->
     return in_memory(desc, system, traj)
 
 
-def stage_times(desc: Description, t, obs, stage_ends) -> dict:
+def stage_times(desc: Description, t, obs, stage_ends, step=None) -> dict:
     """T1, T2, T_loss and the criteria of a recorded run (``obs``: :func:`observables`),
-    interpolated linearly in time between the two records around each crossing."""
+    interpolated between the two records around each crossing (GD, given the
+    records' ``step``: rounded up to the step)."""
     from ..mixture.stagetimes import stage_times_of
 
     d = desc.data
@@ -102,7 +103,7 @@ def stage_times(desc: Description, t, obs, stage_ends) -> dict:
     if desc.family is None and len(desc.training.stages) > 1:
         sched = "three-stage"  # T1 = the end of stage 1
     return stage_times_of(t, obs["loss"], obs["margin"], d.flag("consistent"), obs["grad_w"], sched, stage_ends,
-                          ~d.flag("flipped"))
+                          ~d.flag("flipped"), step=step if desc.training.method == "gd" else None)
 
 
 _stage_times = stage_times  # the name meanfield.engine.sweep uses
@@ -219,7 +220,7 @@ def file_content(desc: Description, r: Run, status: str | None = None, message: 
                  extra_attrs: dict | None = None, engine_tag: bool = True) -> tuple[str, dict, dict, dict]:
     """(system, config, datasets, attributes) of the run file of ``r``: what
     :func:`save` writes (schema in the module docstring and ``docs/run-files.md``)."""
-    st = stage_times(desc, r.t, r.obs, r.stage_ends)
+    st = stage_times(desc, r.t, r.obs, r.stage_ends, r.step)
     d = desc.data
     common = {
         "eta": desc.training.eta, "method": desc.training.method,

@@ -3,7 +3,7 @@
 Documented criteria (all thresholds are arguments; defaults in
 :data:`DEFAULTS`), evaluated on the recorded states and interpolated between
 the two records around the crossing (:func:`first_crossing`; for GD runs
-rounded up to the step), so a time does not depend on the record grid beyond
+rounded up to the step: the state changes only at steps), so a time does not depend on the record grid beyond
 the interpolation (record every step for exact steps):
 
 * ``T1`` (neuron stage done). Three-stage runs: the end of stage 1 (Algorithm 1
@@ -105,7 +105,7 @@ def first_crossing(conds, t, start: int = 0, step=None) -> float:
     if step is not None and t1 > t0:
         s0, s1 = float(step[j - 1]), float(step[j])
         s = s0 + (tc - t0) / (t1 - t0) * (s1 - s0)
-        s = min(s1, math.ceil(s - 1e-9 * max(1.0, abs(s))))
+        s = min(s1, float(math.ceil(s - 1e-9 * max(1.0, abs(s)))))
         tc = t0 + (s - s0) / (s1 - s0) * (t1 - t0) if s1 > s0 else t1
     return float(tc)
 
