@@ -269,7 +269,7 @@ def check(model, out="runs/model_check", quick: bool = True, progress: bool = Tr
     >>> all(c.passed for c in claims)                                       # doctest: +SKIP
     """
     from .engine.cli import model_path
-    from .models.checks import run_check
+    from .engine.checks import run_check
 
     return run_check(model_path(str(model)), Path(out), quick=quick,
                      log=print if progress else (lambda *a, **k: None))
