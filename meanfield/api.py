@@ -154,10 +154,9 @@ def run(model, out=None, progress: bool = True, **overrides):
 
 
 def _notice(desc, kernels, echo: bool):
-    from .core.guard import first_use_notice
+    from .engine.runs import compile_notice
 
-    first_use_notice(kernels.gd_advance if desc.training.method == "gd" else kernels.flow_rhs,
-                     kernels.loss_and_grads, family="engine", echo=echo)
+    compile_notice(desc, echo=echo)
 
 
 def particles(model, d=None, out=None, progress: bool = True, **overrides):

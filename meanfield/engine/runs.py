@@ -84,6 +84,17 @@ def in_memory(desc: Description, system: EngineSystem, traj: integrate.Trajector
     return r
 
 
+def compile_notice(desc: Description, echo: bool = False) -> bool:
+    """Say "compiling kernels, about N s, once" when the engine kernels a run
+    of ``desc`` needs are neither compiled in this process nor cached
+    (``meanfield.core.guard.first_use_notice``). Returns whether they compile now."""
+    from ..core.guard import first_use_notice
+    from . import kernels
+
+    return first_use_notice(kernels.gd_advance if desc.training.method == "gd" else kernels.flow_rhs,
+                            kernels.loss_and_grads, family="engine", echo=echo)
+
+
 def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) -> Run:
     """Integrate ``desc`` (from ``y0`` if given) and return a :class:`Run`."""
     system, traj = integrate_description(desc, y0, monitor)
