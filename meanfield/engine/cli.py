@@ -223,8 +223,12 @@ def _plot(path: Path, out: Path) -> list:
     plot = registry.run_plot(str(r.attrs.get("system", "")))  # a paper's own run-file schema: its figures
     if plot is not None:
         return plot(path, out)
-    from .plot import plot_engine_run
+    if "t" not in r or len(r.t) == 0:
+        raise ConfigError(f"run: {path} has no records (an incomplete run file)")
+    from .plot import plot_engine_run, plot_generic_run
 
+    if r.system != "engine" or "variables" not in r:  # another system's file: meanfield.Run.plot, labelled
+        return plot_generic_run(r, out)
     return plot_engine_run(r, path, out)
 
 
