@@ -92,7 +92,7 @@ def _cmd_warm(args) -> int:
 def _cmd_overlay(args) -> int:
     import re
 
-    from .core.run import write_overlay
+    from .core.overlay import write_overlay
 
     # entry names hold commas inside their brackets (S[+,c1,v1]): split only on the others
     entries = [e.strip() for e in re.split(r",(?![^\[]*\])", args.entries) if e.strip()] if args.entries else None
