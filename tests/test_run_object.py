@@ -271,8 +271,12 @@ def test_progress_shows_no_rate_before_the_first_chunk():
     assert 50 / 0.5 < rate < 50 / 0.04  # measured from the first chunk on: (60 - 10) steps over ~0.05 s
 
 
-def test_compile_notice_names_its_estimate(capsys):
+def test_compile_notice_names_its_estimate(capsys, monkeypatch):
+    import logging
+
     from meanfield.core import guard
+
+    monkeypatch.setattr(logging.getLogger(guard.LOG), "handlers", [])  # as in a notebook: no CLI log handler
 
     class Cold:  # a dispatcher with nothing compiled and no cache index: a first use
         signatures = []
