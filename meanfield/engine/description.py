@@ -311,6 +311,9 @@ def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -
     else:
         out["query_vector"] = None
     out["query_self"] = _as_bool(f"{where}.query_self", d["query_self"])
+    if "query_self" in raw and out["query"] != "last":
+        raise ConfigError(f"{where}.query_self: only with query = last (it takes the last token out of the keys); "
+                          f"with query = {out['query']} it has no effect: remove it")
     out["mask"] = as_choice(f"{where}.mask", d["mask"], ("none", "causal"))
     out["rpe"] = -1 if d["rpe"] is True else 0 if d["rpe"] is False else as_int(f"{where}.rpe", d["rpe"], lo=0)
     if out["rpe"] and out["query"] == "fixed":
@@ -693,6 +696,11 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     traw = raw.get("training", {})
     _check_table("training", traw, ("stages",))
     training = training_from(params, traw.get("stages"), heads)
+    if data_family is None:  # rows given: criteria over no row, knobs no head uses (meanfield.engine.applicable)
+        from .applicable import check_criteria_rows, check_knobs_apply
+
+        check_criteria_rows(training, data)
+        check_knobs_apply(heads, {k for k, v in (overrides or {}).items() if v is not None})
     init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
                 sigma_r=params.sigma_r, neuron_init=params.neuron_init, init_from=params.init_from,
                 omega_q=params.omega_q)

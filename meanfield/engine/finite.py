@@ -317,11 +317,11 @@ def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=
     """Train the explicit network of ``desc`` (finite width, GD; ``batch``: online SGD on
     sampled prompt batches, icl_regression data) and return an engine
     :class:`~meanfield.engine.runs.Run` of its projected states (``run.S["+", "c1", "v1"]`` ...)."""
-    from .runs import Run
+    from .runs import in_memory
     from .system import system_of
 
     psys = make_particles(desc, d, embed_seed, batch, batch_seed)
-    r = Run(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
+    r = in_memory(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
     r.particles = psys
     return r
 
@@ -335,7 +335,7 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
     seconds, SIGINT/SIGTERM end the run with a valid file (status interrupted), a blow-up
     with status diverged."""
     from ..core import harness
-    from .runs import Run, save
+    from .runs import in_memory, save
     from .system import system_of
 
     out = Path(out)
@@ -351,7 +351,7 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
     system = system_of(desc)
 
     def result(traj):
-        r = Run(desc, system, _projected(desc, psys, traj))
+        r = in_memory(desc, system, _projected(desc, psys, traj))
         r.particles = psys
         return r
 
@@ -410,7 +410,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
                 workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
     """Infinite-width engine run against the particle system at every (m, seed) (module
     docstring); writes ``out`` (.h5), ``out.json``, ``out.png``; returns the summary."""
-    from ..core.widths import fit_exponent, kink_events, kink_splits, write_outputs
+    from ..core.widths import exponent_text, fit_exponent, kink_events, kink_splits, write_outputs
     from ..core.sweep import Progress, map_points
     from .runs import run as engine_run
 
@@ -492,10 +492,9 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
         summary["exponent_ci"] = fits[lead]["exponent_ci"]
         summary["exponents"] = {nm: {"exponent": f["exponent"], "ci": f["exponent_ci"], "r2": f["r2"]}
                                 for nm, f in fits.items()}
-        summary["message"] = (
-            "no kink is crossed; sup-norm error of {} ~ m^{:.3f} (95% CI [{:.3f}, {:.3f}])".format(
-                lead, fits[lead]["exponent"], *fits[lead]["exponent_ci"]) if fits[lead]["exponent"] is not None
-            else "no kink is crossed; too few widths to fit an exponent")
+        summary["message"] = ("no kink is crossed; " + exponent_text(lead, fits[lead])
+                              if fits[lead]["exponent"] is not None
+                              else "no kink is crossed; too few widths to fit an exponent")
         # a quantity whose mean error is no smaller at the largest width than at the smallest is named, whatever
         # the lead says (e.g. attention frozen: S keeps its m^-1/2 init error while the neurons leave by O(1))
         err = summary["errors"]

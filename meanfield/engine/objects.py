@@ -211,6 +211,7 @@ class Description:
     source: str | None = None
     declared: tuple = ()  # the description's own declared parameters as (name, value) pairs, after overrides
     test: Data | None = None  # a held-out test set, never trained on (meanfield.engine.heldout)
+    overrides: tuple = ()  # the (name, value) overrides it was loaded with (meanfield.load; set_parameters keeps them)
 
     @property
     def P(self) -> int:
