@@ -65,7 +65,6 @@ CASES = [
      "widths"),
     ("study-widths-empty", ["mixture", "study", "k-mixtures", "--widths", "", "--out", "st"], "widths"),
     ("study-K-empty", ["mixture", "study", "k-mixtures", "--K", "", "--out", "st"], "K"),
-    ("model-plot-induction-file", ["model", "plot", "ind.h5", "--out", "figs"], "induction plot"),
     ("model-plot-incomplete-file", ["model", "plot", "incomplete.h5", "--out", "figs"], "loss"),
     ("chi2-d-1e6", ["induction", "chi2", "--d", "1e6"], "alphabet d = 1000000"),
     ("chi2-lags-1e6", ["induction", "chi2", "--lags", "1e6"], "window 1000000"),
@@ -177,7 +176,8 @@ def test_a_description_with_huge_token_counts_is_refused(count):
     import copy
 
     from meanfield.core.config import ConfigError
-    from meanfield.engine.description import MAX_COUNT, description_from_dict
+    from meanfield.engine.datatables import MAX_COUNT
+    from meanfield.engine.description import description_from_dict
 
     raw = {"dictionary": {"features": ["a", "b"]},
            "data": {"rows": [{"tokens": ["a", "b"], "target": 1, "counts": [1, 2]},

@@ -245,11 +245,11 @@ class BatchRun:
 
     def run(self, b: int):
         """Trajectory b as an in-memory engine Run (``r.S["+", "c1", "v1"]``, ``r.loss``, ...)."""
-        from .runs import Run
+        from .runs import in_memory
         from .system import system_of
 
         d = _with_step(self.desc, float(self.eta[b]))
-        return Run(d, system_of(d), self.trajectory(b))
+        return in_memory(d, system_of(d), self.trajectory(b))
 
 
 def _step_of(desc: Description) -> float:
@@ -321,6 +321,14 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     the description. Bad input raises a one-line ConfigError naming the field."""
     be = resolve_backend(backend)
     tr = desc.training
+    if "population" in desc.data.extra:  # meanfield.engine.population's kernels, not the batch's
+        raise ConfigError("data.family: the exact Gaussian population (icl_regression) is not batched; run it "
+                          "unbatched (meanfield.engine.run)")
+    from .rates import has_rates
+
+    if has_rates(tr):
+        raise ConfigError("training: group rates, per-stage eta and eta schedules are not batched (the batch kernel "
+                          "steps every group with one eta); run it unbatched")
     if tr.method not in ("gd", "rk4"):
         raise ConfigError(f"training.method: the batch runs method gd (the exact GD map) or rk4 (fixed step); got "
                           f"{tr.method!r} (adaptive steps: run it unbatched)")
@@ -368,7 +376,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     nst = len(tr.stages)
     stage_len = np.array([int(s.length) if gd else float(s.length) for s in tr.stages],
                          np.int64 if gd else np.float64)
-    stage_mode = np.array([mode_of(s.train) for s in tr.stages], np.int64)
+    stage_mode = np.array([mode_of(s.train, tr.normalise) for s in tr.stages], np.int64)
     crit_kind = np.zeros(nst, np.int64)
     crit_op = np.ones(nst, np.int64)
     crit_thr = np.zeros(nst)

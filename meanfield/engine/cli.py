@@ -63,6 +63,8 @@ def _declared_parser(base):
     class _ModelVerbParser(base):
         def parse_known_args(self, args=None, namespace=None):
             words = list(sys.argv[1:] if args is None else args)
+            if "-h" in words or "--help" in words:
+                self._model_help(words)
             declared, rest, i = {}, [], 0
             while i < len(words):
                 a = words[i]
@@ -80,6 +82,21 @@ def _declared_parser(base):
             ns, extras = super().parse_known_args(rest, namespace)
             ns.declared = declared
             return ns, extras
+
+        def _model_help(self, words):
+            """--help with a model named: its own parameters (meanfield.engine.help)."""
+            from . import help as model_help
+
+            for w in words:
+                if w.startswith("-"):
+                    continue
+                try:
+                    path = model_path(w)
+                except ConfigError:
+                    continue
+                if path.is_file():
+                    model_help.apply(self, path)
+                return
 
     return _ModelVerbParser
 
@@ -145,7 +162,22 @@ def description_from_args(args, size: dict | None = None):
 def _particles_d(args):
     from ..core.config import as_int
 
+    _family_d(args)
     return as_int("d", args.d, lo=1) if args.d is not None else True
+
+
+def _family_d(args) -> None:
+    """A description with a data family (icl_regression) declares its own d (the input dimension):
+    there ``--d`` is that parameter, and the explicit network's ambient dimension is the default P + 2."""
+    if args.d is None:
+        return
+    from .description import read_raw
+
+    raw = read_raw(model_path(args.model))
+    data = raw.get("data") if isinstance(raw, dict) else None
+    if isinstance(data, dict) and data.get("family") is not None:
+        args.declared = dict(getattr(args, "declared", None) or {}, d=args.d)
+        args.d = None
 
 
 def _cmd_derive(args) -> int:
@@ -174,6 +206,9 @@ def _cmd_run(args) -> int:
     if args.plot:
         check_output_dir(args.plot, "plot")
     desc = description_from_args(args, size={})
+    from .runs import compile_notice
+
+    compile_notice(desc)  # "compiling kernels, about N s, once" on a first use
     r, path = run_to_file(desc, out, progress=not args.quiet)
     print(f"{path}: {r.status}: {r.message}")
     print("\n".join(outcome_of(path, desc)))
@@ -193,7 +228,31 @@ def outcome_of(path, desc) -> list[str]:
     from ..core.outcome import criterion_text, outcome_lines
 
     stages = [(s.name, criterion_text(s.criterion)) for s in desc.training.stages]
-    return outcome_lines(path, stages=stages or None)
+    lines = outcome_lines(path, stages=stages or None)
+    sampled = desc.data.extra.get("sampled")
+    if sampled:  # a data family on sampled prompts (meanfield.engine.gaussian): never presented as exact
+        lines.append(f"  data: {sampled['population']}")
+    elif "population" in desc.data.extra:
+        from .gaussian import minimum_loss_of
+
+        lines.append(f"  data: exact population (closed-form Gaussian moments); smallest loss of the class "
+                     f"{minimum_loss_of(desc.data.extra['population']['law']):.12g} (attribute loss_min)")
+    if getattr(desc, "test", None) is not None:  # the held-out set (meanfield.engine.heldout)
+        lines.append(_test_line(path))
+    return lines
+
+
+def _test_line(path) -> str:
+    """The held-out set's last test loss (and 0-1 error) from a run file."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        if "test_loss" not in f or f["test_loss"].shape[0] == 0:
+            return "  test: no records"
+        s = f"  test (held out, {f['test_margin'].shape[1]} sequences): loss {float(f['test_loss'][-1]):.6g}"
+        if "test_error" in f:
+            s += f", 0-1 error {float(f['test_error'][-1]):.4g}"
+    return s
 
 
 def _plot(path: Path, out: Path) -> list:
@@ -213,15 +272,12 @@ def _plot(path: Path, out: Path) -> list:
             return plot(path, out)
         except (FileNotFoundError, ValueError) as e:  # an incomplete file of that schema: one line
             raise ConfigError(f"run: {e}") from None
-    if system != "engine":
-        raise ConfigError(f"run: {excerpt(str(path))} is a {excerpt(system)} run file; plot it with "
-                          f"`meanfield {system} plot` (`meanfield --help` lists the systems)")
-    missing = [k for k in ("t", "loss", "margin", "features") if k not in r]
-    if missing:  # an incomplete or foreign file: refused before the figure folder is made
-        raise ConfigError(f"run: {excerpt(str(path))} lacks dataset(s) {', '.join(missing)} (not a complete "
-                          f"model run file)")
-    from .plot import plot_engine_run
+    if "t" not in r or len(r.t) == 0:
+        raise ConfigError(f"run: {path} has no records (an incomplete run file)")
+    from .plot import plot_engine_run, plot_generic_run
 
+    if r.system != "engine" or "variables" not in r:  # another system's file: meanfield.Run.plot, labelled
+        return plot_generic_run(r, out)
     return plot_engine_run(r, path, out)
 
 
@@ -304,7 +360,8 @@ def _cmd_particles(args) -> int:
 
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     desc = description_from_args(args, size={"particles_d": _particles_d(args)})
-    r, path = particles_to_file(desc, out, d=args.d, progress=not args.quiet)
+    r, path = particles_to_file(desc, out, d=args.d, progress=not args.quiet, batch=args.batch,
+                                batch_seed=args.batch_seed)
     print(f"{path}: {r.status}: {r.message} (explicit network, m = {desc.init.width})")
     print("\n".join(outcome_of(path, desc)))
     return EXIT_CODES[r.status]
@@ -402,6 +459,9 @@ def add_parser(systems) -> None:
     pa.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
     pa.add_argument("--out", default="runs/model_particles.h5", help="output run file (.h5)")
     pa.add_argument("--d", default=None, help="ambient dimension d > P (default P + 2)")
+    pa.add_argument("--batch", default=None, metavar="B", help="icl_regression data: online SGD, every step on a "
+                                                               "new batch of B sampled prompts")
+    pa.add_argument("--batch-seed", default=None, metavar="S", help="seed of the batches (default 0)")
     pa.add_argument("--quiet", action="store_true", help="no progress line")
     pa.add_argument("--force", action="store_true", help=FORCE_HELP)
     _add_param_flags(pa)

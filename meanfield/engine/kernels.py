@@ -28,7 +28,9 @@ each head's Gram: Xm = Ghat Gamma_r D (D: the trained wide objects),
 Q' = (I - eta Xm)^T Q (I - eta Xm); narrow: w~' = w~ - eta lr Gamma g,
 W~' = W~ - eta Gamma G_W Gamma, a' = a - eta dLoss/da. Flow: the eta-linear
 part. ``mode`` is a bit mask of the trained groups: 1 attention, 2 values,
-4 readout, 8 signs.
+4 readout, 8 signs. Rates per group (``meanfield.engine.rates``): ``Gr`` then
+holds Gamma_r H / eta (each wide object's columns times its rate over eta) and
+``hf`` columns 3, 4, 5 the same factor for W~, w~ and a (1 by default).
 
 Speed without new arithmetic: the GD map skips the exact zeros of
 Ghat = G + G^T (non-zero only on the read pairs' blocks, e.g.
@@ -108,11 +110,15 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
     excl = -1
     if hi[k, 2] == 1 and hi[k, 3] == 0:
         excl = last[s]
+    boff = hi[k, 17] if l >= 0 else -1
+    lim = L  # keys i < lim: a causal mask (column 16) keeps i <= l (meanfield.engine.positions)
+    if hi[k, 16] == 1 and l >= 0:
+        lim = l + 1
     lk = 0.0
     if hi[k, 0] == 0:
         mx = -math.inf
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 z = 0.0
                 if oneq:
                     for t in range(nzn[s, i]):
@@ -121,12 +127,14 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
                     for t in range(nzn[s, i]):
                         z += nzc[s, i, t] * T[nzi[s, i, t]]
                 z *= scale
+                if boff >= 0:  # a relative positional bias b[l - i] (column 17: its offset; 18: L - 1)
+                    z += y[boff + l - i + hi[k, 18]]
                 pa[k, j, i] = z
                 if z > mx:
                     mx = z
         den = 0.0
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 e = cnt[s, i] * math.exp(pa[k, j, i] - mx)
                 pa[k, j, i] = e
                 den += e
@@ -137,10 +145,10 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
             pa[k, j, i] /= den
     else:
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 lk += cnt[s, i]
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 z = 0.0
                 if oneq:
                     for t in range(nzn[s, i]):
@@ -148,7 +156,10 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
                 else:
                     for t in range(nzn[s, i]):
                         z += nzc[s, i, t] * T[nzi[s, i, t]]
-                pa[k, j, i] = cnt[s, i] * scale * z / lk
+                if boff >= 0:
+                    pa[k, j, i] = cnt[s, i] * (scale * z + y[boff + l - i + hi[k, 18]]) / lk
+                else:
+                    pa[k, j, i] = cnt[s, i] * scale * z / lk
             else:
                 pa[k, j, i] = 0.0
     return lk
@@ -351,14 +362,18 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                 for i in range(L):
                     dz = ql * pa[k, j, i] * (v[i] - vbar)
                     if dz != 0.0:
+                        if hi[k, 17] >= 0 and l >= 0:  # dLoss/db[l - i] (relative positional bias)
+                            gflat[hi[k, 17] + l - i + hi[k, 18]] += dz
                         for t in range(nzn[s, i]):
                             tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             else:
                 for i in range(L):
                     if cnt[s, i] > 0.0:
                         excl = qry == 1 and qself == 0 and i == last[s]
-                        if cnt[s, i] > 0.0 and not excl:
+                        if cnt[s, i] > 0.0 and not excl and (hi[k, 16] != 1 or l < 0 or i <= l):
                             dz = ql * cnt[s, i] * v[i] / lk
+                            if hi[k, 17] >= 0 and l >= 0:
+                                gflat[hi[k, 17] + l - i + hi[k, 18]] += dz
                             for t in range(nzn[s, i]):
                                 tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             oneq = l >= 0 and nzn[s, l] == 1
@@ -413,6 +428,60 @@ def eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight
     return loss
 
 
+#: added to a gradient norm in normalised GD (the authors' torch.finfo(float64).eps: a zero gradient stays a zero step)
+NGD_EPS = 2.220446049250313e-16
+
+
+@_hot
+def eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, T):
+    """Normalised GD for head k's wide matrices: scale the columns of Xm that
+    belong to each object o (K, Q, V: P columns each; each readout r_c: one;
+    one parameter each) by 1 / (||dL/dM_o||_F + NGD_EPS), with
+    ||dL/dM_o||_F^2 = sum_{c, d in o} (Ghat^T Q Ghat)[c, d] Gr[d, c]
+    (Ghat = G + G^T, Q = the head's Gram: dL/dM_o = M Ghat[:, o] E^T in
+    parameter space). An untrained object's columns of Xm are 0 and stay 0.
+    ``T`` is scratch (N x N)."""
+    iK, iQ, iV, iR, C = hi[k, 9], hi[k, 10], hi[k, 11], hi[k, 12], hi[k, 6]
+    for o in range(3 + C):
+        if o == 0:
+            s0, w = iK, P
+        elif o == 1:
+            s0, w = iQ, P
+        elif o == 2:
+            s0, w = iV, P
+        else:
+            s0, w = (iR + (o - 3) if iR >= 0 else -1), 1
+        if s0 < 0:
+            continue
+        s1 = s0 + w
+        nz = False
+        for a in range(N):
+            for b in range(s0, s1):
+                if Xm[a, b] != 0.0:
+                    nz = True
+        if not nz:
+            continue
+        for a in range(N):  # T[a, d] = sum_b Q[a, b] Ghat[b, d], d in o
+            for d in range(s0, s1):
+                acc = 0.0
+                for b in range(N):
+                    acc += y[off + a * N + b] * (G[k, b, d] + G[k, d, b])
+                T[a, d] = acc
+        acc = 0.0
+        for c in range(s0, s1):
+            for d in range(s0, s1):
+                gr = Gr[k, d, c]
+                if gr != 0.0:
+                    h = 0.0
+                    for a in range(N):
+                        h += (G[k, a, c] + G[k, c, a]) * T[a, d]
+                    acc += h * gr
+        sc = 1.0 / (math.sqrt(max(acc, 0.0)) + NGD_EPS)
+        for a in range(N):
+            for b in range(s0, s1):
+                Xm[a, b] *= sc
+
+
 @_root
 def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym, tmp):
     """GD map (exact: ``out`` = the next state) or flow right-hand side
@@ -430,6 +499,9 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
     tr_val = (mode & 2) != 0
     tr_r = (mode & 4) != 0
     tr_sgn = (mode & 8) != 0
+    # normalised GD (bit 16, exact map only): each trained parameter's step divided by (its gradient's
+    # Frobenius norm + NGD_EPS), the norm taken in parameter space (a wide matrix M_o: ||M Ghat_o E^T||_F)
+    nrm = exact and (mode & 16) != 0
     for k in range(H):
         N = hi[k, 7]
         if N > 0:
@@ -463,6 +535,8 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                             g = grp[k, b]
                             if gr != 0.0 and ((g == 0 and tr_att) or (g == 1 and tr_val) or (g == 2 and tr_r)):
                                 Xm[a, b] += gs * gr
+                if nrm:
+                    eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, Ym)
                 # Ym = Q Xm, accumulated row c of Xm at a time over its non-zero span (same sums, same order)
                 for a in range(N):
                     for b in range(N):
@@ -519,19 +593,36 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                     for c in range(P):
                         acc += gflat[wo + a * P + c] * Gam[c, b]
                     tmp[a, b] = acc
+            sc = 1.0
+            if nrm:  # ||E G_W E^T||_F^2 = tr(G_W^T Gamma G_W Gamma) = sum_ab G_W[a, b] (Gamma G_W Gamma)[a, b]
+                acc = 0.0
+                for a in range(P):
+                    for b in range(P):
+                        gg = 0.0
+                        for c in range(P):
+                            gg += Gam[a, c] * tmp[c, b]  # (Gamma G_W Gamma)[a, b]
+                        acc += gflat[wo + a * P + b] * gg
+                sc = 1.0 / (math.sqrt(max(acc, 0.0)) + NGD_EPS)
             for a in range(P):
                 for b in range(P):
                     acc = 0.0
                     for c in range(P):
                         acc += Gam[a, c] * tmp[c, b]
                     if exact:
-                        out[wo + a * P + b] = y[wo + a * P + b] - eta * acc
+                        out[wo + a * P + b] = y[wo + a * P + b] - eta * sc * hf[k, 3] * acc
                     else:
-                        out[wo + a * P + b] = -acc
+                        out[wo + a * P + b] = -hf[k, 3] * acc
         vo = hi[k, 14]
         if vo >= 0 and tr_val:
             rows = hi[k, 6] * hi[k, 5]
-            lr = hf[k, 2]
+            lr = hf[k, 2] * hf[k, 4]  # mean-field neuron scale n times the values' rate factor
+            if nrm:  # the head's value vectors as one parameter: velocity lr E g, norm lr sqrt(sum g^T Gamma g)
+                acc = 0.0
+                for row in range(rows):
+                    for a in range(P):
+                        for c in range(P):
+                            acc += gflat[vo + row * P + a] * Gam[a, c] * gflat[vo + row * P + c]
+                lr = lr / (lr * math.sqrt(max(acc, 0.0)) + NGD_EPS)
             for row in range(rows):
                 for a in range(P):
                     acc = 0.0
@@ -544,10 +635,19 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                         out[j] = -lr * acc
         ao = hi[k, 15]
         if ao >= 0 and tr_sgn:
-            if exact:
-                out[ao] = y[ao] - eta * gflat[ao]
+            if nrm:
+                out[ao] = y[ao] - eta * gflat[ao] / (abs(gflat[ao]) + NGD_EPS)
+            elif exact:
+                out[ao] = y[ao] - eta * hf[k, 5] * gflat[ao]
             else:
-                out[ao] = -gflat[ao]
+                out[ao] = -hf[k, 5] * gflat[ao]
+        bo = hi[k, 17]
+        if bo >= 0 and tr_att:  # relative positional biases train with the attention, at rate factor hf[k, 6]
+            for t in range(2 * hi[k, 18] + 1):
+                if exact:
+                    out[bo + t] = y[bo + t] - eta * hf[k, 6] * gflat[bo + t]
+                else:
+                    out[bo + t] = -hf[k, 6] * gflat[bo + t]
 
 
 @_root

@@ -19,9 +19,13 @@ from ..core.config import ConfigError
 ATTENTIONS = ("softmax", "linear")
 KQ = ("separate", "merged")
 QUERIES = ("mean", "last", "fixed")
+MASKS = ("none", "causal")
 VALUES = ("neuron", "linear", "matrix", "token")
 LOSSES = ("logistic", "squared", "cross_entropy")
 METHODS = ("gd", "flow", "rk4")
+#: gradient normalisation of method gd: none (plain GD) | parameter (normalised GD: each trained parameter
+#: matrix's step is eta * grad / (||grad||_F + eps), K and Q separately, as Tarzanagh et al.'s experiments)
+NORMALISE = ("none", "parameter")
 GROUPS = ("attention", "values", "readout", "signs")
 GROUP_ALIASES = {"neurons": "values", "neuron": "values", "value": "values", "kq": "attention", "sign": "signs"}
 #: stop criteria (the mixture system's names)
@@ -31,12 +35,17 @@ CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_ma
 # ------------------------------------------------------------------ objects
 
 
+#: a stage's mode: trained-group bits (1, 2, 4, 8), 16 for normalised GD, and the stage's index above them
+#: (mode = bits | (index << STAGE_SHIFT); ``meanfield.engine.system.stages``)
+STAGE_SHIFT = 5
+
 @dataclass(frozen=True)
 class Dictionary:
     features: tuple[str, ...]
     gram: np.ndarray | None = None
     report: np.ndarray | None = None
     report_names: tuple[str, ...] | None = None
+    groups: tuple = ()  # named groups of features, ((name, (feature, ...)), ...): e.g. the icl_regression x and y
 
     @property
     def P(self) -> int:
@@ -121,6 +130,11 @@ class Head:
     outputs: int = 1
     sign: float = 1.0
     train_sign: bool = False
+    mask: str = "none"              # "causal": query l attends to keys i <= l (meanfield.engine.positions)
+    rpe: int = 0                    # R > 0: trainable relative positional biases b[l - i], |l - i| < R (engine.positions)
+    init_W: tuple | None = None     # merged: W~ at t = 0 (P x P nested tuple; None = 0)  (meanfield.engine.inits)
+    init_w: tuple | None = None     # value vectors at t = 0 (P floats; None = neuron_init)
+    init_gram: tuple | None = None  # ((block name, value), ...): Gram blocks at t = 0 (infinite width)
 
     @property
     def n_out(self) -> int:
@@ -146,6 +160,8 @@ class Init:
     omega_v: float = 0.1
     sigma_r: float = 1.0
     neuron_init: str = "zero"
+    init_from: str | None = None  # a run file: its last state is the initial state (meanfield.engine.initfrom)
+    omega_q: float | None = None  # the queries' scale when it differs from the keys' (None: omega; 0: Q = 0)
 
 
 @dataclass(frozen=True)
@@ -154,12 +170,16 @@ class StageSpec:
     train: tuple[str, ...]
     length: float
     criterion: tuple[str, str, float] | None = None
+    eta: float | None = None          # the stage's step size (None: the run's eta)
+    group_eta: tuple = ()             # (group, rate) pairs of this stage (meanfield.engine.rates)
+    eta_schedule: str | None = None   # the stage's own schedule (counted from its first step)
 
 
 @dataclass(frozen=True)
 class Training:
     method: str = "gd"
     eta: float = 0.5
+    normalise: str = "none"  # method gd only: none | parameter (normalised GD, see NORMALISE)
     stages: tuple[StageSpec, ...] = ()
     schedule: str = "simultaneous"
     dt: float | None = None
@@ -170,6 +190,8 @@ class Training:
     record_every: int | None = None
     record_log: int | None = None
     record_dt: float | None = None
+    group_eta: tuple = ()             # (group, rate) pairs for the whole run (meanfield.engine.rates)
+    eta_schedule: str | None = None   # the run's schedule (counted from step 0 over the horizon)
 
     @property
     def horizon(self) -> float:
@@ -188,6 +210,8 @@ class Description:
     parameters: Any = None  # the validated parameters (a MixtureConfig for the mixture family, else RunParams)
     source: str | None = None
     declared: tuple = ()  # the description's own declared parameters as (name, value) pairs, after overrides
+    test: Data | None = None  # a held-out test set, never trained on (meanfield.engine.heldout)
+    overrides: tuple = ()  # the (name, value) overrides it was loaded with (meanfield.load; set_parameters keeps them)
 
     @property
     def P(self) -> int:
