@@ -57,6 +57,7 @@ BASE = {
                                "--out", "w.h5"],
     ("model", "plot"): ["mix.h5", "--out", "figs"],
     ("model", "bound"): ["mix.h5", "loss <= 1"],
+    ("plot",): ["mix.h5", "--out", "figs"],
 }
 #: commands whose accepted run takes minutes: the slow variant
 SLOW = {("mixture", "check"): ["--quick"], ("mixture", "demo"): ["--quick"], ("induction", "check"): ["--quick"],
