@@ -75,6 +75,8 @@ __all__ = ["Family", "FastPath", "Claims", "Command", "register_family", "regist
 
 #: the entry-point group a distribution names its plug-in modules in (setup.cfg ``[options.entry_points]``)
 ENTRY_POINT_GROUP = "meanfield.plugins"
+#: the package whose ``PLUGINS`` tuple lists the shipped papers' plug-in modules (found by name, like an entry point)
+SHIPPED = "meanfield.models"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 Ref = Any  # an object or "package.module:attr"
@@ -334,9 +336,10 @@ def register_command(name: str, add_parser: Ref, order: int = 100, replace: bool
 
     Example
     -------
-    >>> cmd = register_command("doc-example", lambda systems: None, order=999, replace=True)
-    >>> "doc-example" in [c.name for c in commands()]
-    True
+    >>> def add_parser(systems):  # doctest: +SKIP
+    ...     p = systems.add_parser("my-paper", help="my paper's verbs")
+    ...     p.set_defaults(func=lambda args: 0)
+    >>> register_command("my-paper", add_parser)  # doctest: +SKIP
     """
     cmd = Command(str(name), add_parser, int(order))
     with _LOCK:
@@ -410,7 +413,7 @@ def load_plugins(names=()) -> None:
     with _LOCK:
         if not _BUILTINS_DONE:
             _BUILTINS_DONE = True
-            shipped = getattr(importlib.import_module(__name__.rsplit(".", 2)[0] + ".models"), "PLUGINS", ())
+            shipped = getattr(importlib.import_module(SHIPPED), "PLUGINS", ())
             for mod in shipped:
                 _import_plugin(mod)
             for mod in _entry_point_modules():
