@@ -78,6 +78,10 @@ from pathlib import Path
 import numpy as np
 
 from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
+from .datatables import _data_from_table, data_from_function, parse_token  # noqa: F401
+from .heldout import check_targets, held_out
+from .rates import check_training, format_group_eta, has_rates, parse_group_eta, parse_schedule
+from .rates import stage_rates as _stage_rates
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, QUERIES,  # noqa: F401
                       VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
                       make_data)
@@ -94,6 +98,11 @@ _OUT_OF_CLASS = {
              "blocks E^T M_a^T M_b E",
     "l1_penalty": "an entrywise penalty on a wide matrix is not a function of its Gram blocks",
 }
+#: why trainable token embeddings are refused (docs/engine.md, "Trainable embeddings")
+TRAINABLE_EMBEDDINGS = ("a step of trainable token embeddings E moves them by sum_a M_a^T dLoss/dU_a, so the next "
+                        "blocks M_b E' read M_b M_a^T, i.e. the wide weights off span(E) that a fixed E never sees; "
+                        "the state closes only when every wide row stays in span(E) (then in Q and Gamma, "
+                        "docs/engine.md, Trainable embeddings), which the engine does not hold yet")
 
 
 # ------------------------------------------------------------------ the run knobs of a general description
@@ -128,6 +137,9 @@ class RunParams:
     record_dt: float | None = None
     stage_steps: tuple | None = None  # gd: every [[training.stages]]'s length, in order (--stage-steps 100,2000)
     stage_times: tuple | None = None  # flow / rk4: every stage's time, in order
+    group_eta: str | None = None  # rates per group for the run: "keys=0.1,values=2" (meanfield.engine.rates)
+    eta_schedule: str | None = None  # the run's learning-rate schedule: cosine, step:E:G, warmup:W+cosine, inverse:T0
+    init_from: str | None = None  # a run file whose last state is the initial state (meanfield.engine.initfrom)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -178,6 +190,9 @@ def make_params(raw: dict) -> RunParams:
         if d["stage_steps"] is not None else None
     out["stage_times"] = tuple(as_float("stage_times", v, nonneg=True) for v in as_list("stage_times", d["stage_times"])) \
         if d["stage_times"] is not None else None
+    out["group_eta"] = format_group_eta(parse_group_eta("group_eta", d["group_eta"]))
+    out["eta_schedule"] = parse_schedule("eta_schedule", d["eta_schedule"])
+    out["init_from"] = None if d["init_from"] in (None, "") else str(d["init_from"])
     if out["stage_steps"] is not None and out["method"] != "gd":
         raise ConfigError(f"stage_steps: only for method gd; with {out['method']} give stage_times")
     if out["stage_times"] is not None and out["method"] == "gd":
@@ -229,77 +244,6 @@ def check_gram(name: str, G: np.ndarray) -> np.ndarray:
     return G
 
 
-def parse_token(name: str, v, features: tuple[str, ...]) -> np.ndarray:
-    """A token: a signed 1-based feature index (``2``, ``-3``), a feature name
-    with an optional sign (``"c1"``, ``"-v2"``) or a coefficient vector."""
-    P = len(features)
-    x = np.zeros(P)
-    if isinstance(v, bool):
-        raise ConfigError(f"{name}: a token must be a signed feature index, a feature name or {P} coefficients; got {v!r}")
-    if isinstance(v, int):
-        if v == 0 or abs(v) > P:
-            raise ConfigError(f"{name}: feature index must be +-1..{P}; got {v}")
-        x[abs(v) - 1] = 1.0 if v > 0 else -1.0
-        return x
-    if isinstance(v, str):
-        s = v.strip()
-        sign = -1.0 if s.startswith("-") else 1.0
-        s = s.lstrip("+-")
-        if s not in features:
-            raise ConfigError(f"{name}: unknown feature {v!r}; features: {', '.join(features)}")
-        x[features.index(s)] = sign
-        return x
-    if isinstance(v, (list, tuple)):
-        if len(v) != P:
-            raise ConfigError(f"{name}: a coefficient vector needs {P} numbers (one per feature); got {len(v)}")
-        return np.array([as_float(name, c) for c in v])
-    raise ConfigError(f"{name}: a token must be a signed feature index, a feature name or {P} coefficients; got {v!r}")
-
-
-def _data_from_table(raw: dict, features: tuple[str, ...]) -> Data:
-    _check_table("data", raw, ("rows", "function", "args"))
-    if ("rows" in raw) == ("function" in raw):
-        raise ConfigError("data: give exactly one of rows (a table of sequences) or function (\"package.module:function\")")
-    if "function" in raw:
-        return data_from_function(raw["function"], raw.get("args", {}), features)
-    rows = raw["rows"]
-    if not isinstance(rows, list) or not rows:
-        raise ConfigError("data.rows: must be a non-empty list of {tokens = [...], target = ...} tables")
-    L = max(len(r.get("tokens", [])) if isinstance(r, dict) else 0 for r in rows)
-    P = len(features)
-    n = len(rows)
-    X = np.zeros((n, L, P))
-    counts = np.zeros((n, L))
-    targets, weights, names, flags = [], [], [], {}
-    for s, r in enumerate(rows):
-        where = f"data.rows[{s}]"
-        _check_table(where, r, ("tokens", "target", "weight", "counts", "name", "flags"))
-        toks = r.get("tokens")
-        if not isinstance(toks, list) or not toks:
-            raise ConfigError(f"{where}.tokens: must be a non-empty list of tokens")
-        for i, t in enumerate(toks):
-            X[s, i] = parse_token(f"{where}.tokens[{i}]", t, features)
-        cnt = r.get("counts", [1] * len(toks))
-        if not isinstance(cnt, list) or len(cnt) != len(toks):
-            raise ConfigError(f"{where}.counts: must be {len(toks)} counts (one per token)")
-        counts[s, :len(toks)] = [as_float(f"{where}.counts", c, nonneg=True) for c in cnt]
-        if "target" not in r:
-            raise ConfigError(f"{where}.target: required (a label, a number or a list of numbers)")
-        targets.append(r["target"])
-        weights.append(as_float(f"{where}.weight", r.get("weight", 1.0), nonneg=True))
-        names.append(str(r.get("name", f"x{s}")))
-        for k, v in (r.get("flags") or {}).items():
-            flags.setdefault(k, [False] * n)[s] = _as_bool(f"{where}.flags.{k}", v)
-    try:
-        y = np.array(targets, dtype=float)
-    except (TypeError, ValueError):
-        raise ConfigError("data.rows: targets must all be numbers or all lists of the same length") from None
-    w = np.array(weights)
-    if w.sum() <= 0:
-        raise ConfigError("data.rows: the weights must not all be 0")
-    return make_data(X, y, w / w.sum(), counts if np.any(counts != 1) else None, names, flags, P)
-
-
 def _import_function(field: str, ref):
     s = str(ref)
     if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", s):
@@ -336,35 +280,7 @@ def _feature_names(v):
                       "{function = \"package.module:function\", args = {...}}")
 
 
-def data_from_function(ref, args, features: tuple[str, ...]) -> Data:
-    """Import ``package.module:function`` by name (never evaluated) and call it
-    with ``features`` and the ``args`` table as keywords; it returns a dict with
-    tokens, target and optionally weight, counts, names, flags (or a Data)."""
-    s = str(ref)
-    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", s):
-        raise ConfigError(f"data.function: must be \"package.module:function\"; got {ref!r}")
-    mod, _, fn = s.partition(":")
-    try:
-        f = getattr(importlib.import_module(mod), fn)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(f"data.function: cannot import {s} ({e})") from None
-    if not inspect.isfunction(f):
-        raise ConfigError(f"data.function: {s} must be a Python function (def) returning the data; got {type(f).__name__}")
-    if not isinstance(args, dict):
-        raise ConfigError("data.args: must be a table of keyword arguments")
-    try:
-        out = f(features=features, **args)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"data.function: {s}(features=..., **args) failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-    if isinstance(out, Data):
-        return out
-    if not isinstance(out, dict) or "tokens" not in out or "target" not in out:
-        raise ConfigError(f"data.function: {s} must return a dict with tokens and target (or a Data)")
-    return make_data(out["tokens"], out["target"], out.get("weight"), out.get("counts"), out.get("names"),
-                     out.get("flags"), len(features))
-
-
-def make_head(raw: dict, i: int, P: int) -> Head:
+def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -> Head:
     where = f"heads[{i}]"
     names = [f.name for f in dataclasses.fields(Head)]
     _check_table(where, raw, names)
@@ -386,6 +302,13 @@ def make_head(raw: dict, i: int, P: int) -> Head:
     else:
         out["query_vector"] = None
     out["query_self"] = _as_bool(f"{where}.query_self", d["query_self"])
+    out["mask"] = as_choice(f"{where}.mask", d["mask"], ("none", "causal"))
+    out["rpe"] = -1 if d["rpe"] is True else 0 if d["rpe"] is False else as_int(f"{where}.rpe", d["rpe"], lo=0)
+    if out["rpe"] and out["query"] == "fixed":
+        raise ConfigError(f"{where}.rpe: relative positions need a query at a position (query = mean or last)")
+    if out["mask"] == "causal" and out["query"] == "fixed":
+        raise ConfigError(f"{where}.mask: causal needs a query at a position (query = mean or last); a fixed "
+                          "query vector has none")
     out["scale"] = as_float(f"{where}.scale", d["scale"])
     if d["value"] == "mlp":
         raise ConfigError(f"{where}.value: 'mlp' is outside the Gram-closure class: {_OUT_OF_CLASS['hidden_activation']}")
@@ -400,6 +323,17 @@ def make_head(raw: dict, i: int, P: int) -> Head:
         out["outputs"] = P
     out["sign"] = as_float(f"{where}.sign", d["sign"])
     out["train_sign"] = _as_bool(f"{where}.train_sign", d["train_sign"])
+    if dictionary is not None:  # initial values of the head's blocks (meanfield.engine.inits)
+        from . import inits
+
+        feats, groups = dictionary.features, dictionary.groups
+        if d["init_W"] is not None and out["kq"] != "merged":
+            raise ConfigError(f"{where}.init_W: only with kq = merged (separate keys and queries: init_gram S)")
+        if d["init_w"] is not None and out["value"] not in ("linear", "neuron"):
+            raise ConfigError(f"{where}.init_w: only with value = linear or neuron (a value matrix: init_gram)")
+        out["init_W"] = inits.init_W(f"{where}.init_W", d["init_W"], feats, groups)
+        out["init_w"] = inits.init_w(f"{where}.init_w", d["init_w"], feats, groups)
+        out["init_gram"] = inits.init_gram(f"{where}.init_gram", d["init_gram"])
     return Head(**out)
 
 
@@ -433,7 +367,7 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
             raise ConfigError("training.stages: must be a list of [[training.stages]] tables")
         for i, s in enumerate(stages_raw):
             where = f"training.stages[{i}]"
-            _check_table(where, s, ("name", "train", "steps", "time", "criterion"))
+            _check_table(where, s, ("name", "train", "steps", "time", "criterion", "eta", "eta_schedule"))
             train = []
             for g in as_list(f"{where}.train", s.get("train", list(GROUPS))):
                 g = GROUP_ALIASES.get(str(g), str(g))
@@ -443,7 +377,8 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
                 raise ConfigError(f"{where}.{key}: required with method {params.method}")
             length = as_int(f"{where}.steps", s["steps"], lo=0) if gd else as_float(f"{where}.time", s["time"], nonneg=True)
             crit = parse_criterion(f"{where}.criterion", s.get("criterion"), CRITERIA)
-            stages.append(StageSpec(str(s.get("name", f"stage{i + 1}")), tuple(train), length, crit))
+            stages.append(StageSpec(str(s.get("name", f"stage{i + 1}")), tuple(train), length, crit,
+                                    *_stage_rates(where, s)))
     else:
         stages.append(StageSpec("simultaneous", GROUPS, params.steps if gd else params.t_end,
                                 parse_criterion("criterion", params.criterion, CRITERIA)))
@@ -459,15 +394,20 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
         stages = [dataclasses.replace(s, length=v) for s, v in zip(stages, given)]
     H = sum(s.length for s in stages)
     h_min = params.h_min if params.h_min is not None else (1e-4 * H if params.method == "flow" else None)
-    return Training(method=params.method, eta=params.eta, stages=tuple(stages),
-                    schedule="simultaneous" if len(stages) == 1 else "staged", dt=params.dt, rtol=params.rtol,
-                    atol=params.atol, h_min=h_min, max_abs=params.max_abs, record_every=params.record_every,
-                    record_log=params.record_log, record_dt=params.record_dt)
+    tr = Training(method=params.method, eta=params.eta, stages=tuple(stages),
+                  schedule="simultaneous" if len(stages) == 1 else "staged", dt=params.dt, rtol=params.rtol,
+                  atol=params.atol, h_min=h_min, max_abs=params.max_abs, record_every=params.record_every,
+                  record_log=params.record_log, record_dt=params.record_dt,
+                  group_eta=parse_group_eta("group_eta", params.group_eta), eta_schedule=params.eta_schedule)
+    check_training(tr, heads)
+    return tr
+
 
 
 # ------------------------------------------------------------------ loading
 
-TOP_KEYS = ("name", "family", "plugins", "parameters", "dictionary", "data", "heads", "model", "training")
+TOP_KEYS = ("name", "family", "plugins", "parameters", "dictionary", "data", "test", "positions", "heads",
+            "model", "training")
 
 
 def parameter_class(raw: dict):
@@ -497,7 +437,7 @@ def _load_named_plugins(raw: dict) -> None:
 _REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: the tables whose values may be "$name" references
-_REF_TABLES = ("dictionary", "data", "heads", "model", "training")
+_REF_TABLES = ("dictionary", "data", "test", "positions", "heads", "model", "training")
 #: options of the ``meanfield model`` verbs themselves: not available as parameter names
 RESERVED = ("out", "plot", "quiet", "d", "widths", "seeds", "workers", "format", "param", "help", "model", "run",
             "expr", "file", "during", "tmin", "tmax", "verb", "func", "declared", "force")
@@ -520,7 +460,7 @@ def declared_parameters(raw: dict) -> dict:
             continue
         if not _NAME.match(k):
             raise ConfigError(f"parameters.{k}: a parameter name must be letters, digits and _ (not starting with a digit)")
-        if k in RESERVED:
+        if k in RESERVED and not (k == "d" and _data_family(raw) is not None):  # a data family's d is its own
             raise ConfigError(f"parameters.{k}: reserved (an option of the model verbs); reserved: {', '.join(RESERVED)}")
         ok = isinstance(v, (bool, int, float, str)) or (
             isinstance(v, list) and v and all(isinstance(x, (int, float, str)) and not isinstance(x, bool) for x in v))
@@ -531,6 +471,12 @@ def declared_parameters(raw: dict) -> dict:
             raise ConfigError(f"parameters.{k}: a default must be a value, not a reference ({v!r})")
         out[k] = v
     return out
+
+
+def _data_family(raw: dict):
+    """The ``family`` of a description's [data] table (e.g. icl_regression), or None."""
+    data = raw.get("data") if isinstance(raw, dict) else None
+    return data.get("family") if isinstance(data, dict) else None
 
 
 def coerce_parameter(name: str, default, v):
@@ -691,14 +637,84 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         if not isinstance(family, str):
             raise ConfigError(f"family: must be a family's name (a string); got {family!r}")
         fam = registry.family(family)
-        for k in ("dictionary", "data", "heads", "model", "training"):
+        for k in ("dictionary", "data", "test", "positions", "heads", "model", "training"):
             if k in raw:
                 raise ConfigError(f"{k}: not with family = {family} (the family builds it from [parameters])")
         return fam.build_description(params_raw, name, source)
     params = make_params(params_raw)
     dic = raw.get("dictionary")
+    data_family = raw.get("data", {}).get("family") if isinstance(raw.get("data"), dict) else None
+    if data_family is not None:  # a data family builds the dictionary and the data (meanfield.engine.gaussian)
+        from .gaussian import family_data
+
+        dictionary, data = family_data(raw["data"], dic)
+        P = dictionary.P
+    elif dic is None:
+        raise ConfigError("dictionary: required ([dictionary] with features = [...])")
+    else:
+        dictionary, data = _dictionary_and_data(raw, dic)
+        P = dictionary.P
+    test = None
+    if data_family is not None and "test" in raw:
+        raise ConfigError("test: not with a data family (data.family builds its own data; give its N_test)")
+    if data_family is None:
+        data, test = held_out(raw, data, dictionary.features, _data_from_table)  # [test] / train_frac split
+        if "positions" in raw:  # absolute positional features: an enlarged dictionary (engine.positions)
+            from .positions import apply
+
+            dictionary, data, test = apply(raw["positions"], dictionary, data, test)
+            P = dictionary.P
+    elif "positions" in raw:
+        raise ConfigError("positions: not with a data family (data.family builds its own dictionary)")
+    heads_raw = raw.get("heads")
+    if not isinstance(heads_raw, list):
+        raise ConfigError("heads: required, a list of [[heads]] tables")
+    heads = [make_head(h, i, P, dictionary) for i, h in enumerate(heads_raw)]
+    Lmax = max(data.L, test.L if test is not None else 0)
+    for i, h in enumerate(heads):  # rpe = true: offsets up to the longest sequence (engine.positions)
+        if h.rpe and 0 < h.rpe < Lmax:
+            raise ConfigError(f"heads[{i}].rpe: {h.rpe} offsets do not reach the longest sequence ({Lmax}); give "
+                              f">= {Lmax} or true")
+        heads[i] = dataclasses.replace(h, rpe=Lmax) if h.rpe == -1 else h
+    mraw = raw.get("model", {})
+    _check_table("model", mraw, ("loss",) + tuple(_OUT_OF_CLASS))
+    model = make_model(heads, mraw.get("loss", "logistic"), params.relu_prime_at_zero, data.target, P)
+    if test is not None:
+        check_targets(test, data, model)
+    traw = raw.get("training", {})
+    _check_table("training", traw, ("stages",))
+    training = training_from(params, traw.get("stages"), heads)
+    init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
+                sigma_r=params.sigma_r, neuron_init=params.neuron_init, init_from=params.init_from)
+    desc = Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
+                       family=None, test=test, parameters=params, source=source,
+                       declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
+    if data_family is not None:
+        from .gaussian import check_description
+
+        check_description(desc)
+        if any(h.mask != "none" or h.rpe for h in heads):
+            raise ConfigError("heads.mask: a causal mask is not with a data family (its population loss is "
+                              "for unmasked attention)")
+        if has_rates(training):
+            raise ConfigError("group_eta: group rates, stage eta and schedules are not with a data family yet "
+                              "(its exact population map steps every group with one eta)")
+    if params.init_from is not None:
+        from .initfrom import check
+
+        check(desc, params.init_from)
+    if any(h.init_gram for h in heads) and desc.init.width is not None:
+        raise ConfigError("heads.init_gram: only at infinite width (width = inf); at finite width m the Gram is "
+                          "U^T U of the sampled weights")
+    return desc
+
+
+def _dictionary_and_data(raw: dict, dic) -> tuple[Dictionary, Data]:
+    """The [dictionary] and [data] tables of a general description."""
     if dic is None:
         raise ConfigError("dictionary: required ([dictionary] with features = [...])")
+    if isinstance(dic, dict) and dic.get("trainable"):  # trainable embeddings: refused with the reason
+        raise ConfigError(f"dictionary.trainable: outside the Gram-closure class: {TRAINABLE_EMBEDDINGS}")
     _check_table("dictionary", dic, ("features", "gram"))
     feats = _feature_names(dic.get("features"))
     if not isinstance(feats, list) or not feats or not all(isinstance(f, str) and f for f in feats):
@@ -713,22 +729,7 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     dictionary = Dictionary(features=feats, gram=gram)
     if "data" not in raw:
         raise ConfigError("data: required ([data] with rows = [...] or function = \"package.module:function\")")
-    data = _data_from_table(raw["data"], feats)
-    heads_raw = raw.get("heads")
-    if not isinstance(heads_raw, list):
-        raise ConfigError("heads: required, a list of [[heads]] tables")
-    heads = [make_head(h, i, P) for i, h in enumerate(heads_raw)]
-    mraw = raw.get("model", {})
-    _check_table("model", mraw, ("loss",) + tuple(_OUT_OF_CLASS))
-    model = make_model(heads, mraw.get("loss", "logistic"), params.relu_prime_at_zero, data.target, P)
-    traw = raw.get("training", {})
-    _check_table("training", traw, ("stages",))
-    training = training_from(params, traw.get("stages"), heads)
-    init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
-                sigma_r=params.sigma_r, neuron_init=params.neuron_init)
-    return Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
-                       family=None, parameters=params, source=source,
-                       declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
+    return dictionary, _data_from_table(raw["data"], feats)
 
 
 def describe(desc: Description) -> dict:
@@ -741,7 +742,9 @@ def describe(desc: Description) -> dict:
         "heads": [dataclasses.asdict(h) for h in desc.model.heads], "loss": desc.model.loss,
         "init": dataclasses.asdict(desc.init),
         "training": {"method": desc.training.method, "eta": desc.training.eta,
-                     "stages": [{"name": s.name, "train": list(s.train), "length": s.length,
+                     "group_eta": dict(desc.training.group_eta), "eta_schedule": desc.training.eta_schedule,
+                     "stages": [{"name": s.name, "train": list(s.train), "length": s.length, "eta": s.eta,
+                                 "group_eta": dict(s.group_eta), "eta_schedule": s.eta_schedule,
                                  "criterion": None if s.criterion is None else "".join(map(str, s.criterion))}
                                 for s in desc.training.stages]},
     }

@@ -5,7 +5,9 @@ Run file (one schema, variable groups by name): datasets ``t``, ``step``,
 ``variables/<head>/<name>`` per reduced variable in report coordinates (S, A,
 B (T, R, R); W (T, R, R); w (T, C, n, R); a (T, 1); other Gram blocks such as
 ``V.r1`` as they are), ``features`` (the report names), ``heads``, and a
-``samples`` group (names, weight, target, flags). Attributes: model, family,
+``samples`` group (names, weight, target, flags); with a held-out set
+``test_loss`` (T,), ``test_margin`` (T, n_test), ``test_error`` (T,;
+classification losses) and a ``test_samples`` group. Attributes: model, family,
 stage_ends, T1, T2, T_loss (``meanfield.core.stagetimes.stage_times_of``), width,
 seed, eta, method, status, message.
 
@@ -67,7 +69,9 @@ class Run:
     ``status``, ``message``, ``stage_ends``; every reduced variable by name,
     stacked over heads where every head has it: ``run.S["+", "c1", "v1"]``
     (T,), ``run.w["-", "v1"]``; ``run.var("+", "V.r1")`` for any block;
-    ``run.y`` the raw states and ``run.trajectory`` the integrate.Trajectory."""
+    ``run.y`` the raw states and ``run.trajectory`` the integrate.Trajectory;
+    with a held-out set (``meanfield.engine.heldout``) ``test_loss`` (T,),
+    ``test_margin`` (T, n_test) and ``test_error`` (T,; classification), else None."""
 
     def __init__(self, desc: Description, system: EngineSystem, traj: integrate.Trajectory):
         self.desc = desc
@@ -82,6 +86,12 @@ class Run:
         self.margin = self.obs["margin"]
         self.heads = tuple(h.name for h in desc.model.heads)
         self.features = tuple(desc.dictionary.names)
+        from .heldout import observables as test_observables
+
+        self.test = test_observables(desc, self.y) if desc.test is not None else None  # the held-out set
+        self.test_loss = None if self.test is None else self.test["loss"]
+        self.test_margin = None if self.test is None else self.test["margin"]
+        self.test_error = None if self.test is None else self.test.get("error")
 
     def var(self, head: str, name: str) -> np.ndarray:
         return self.obs["blocks"][f"{head}:{name}"]
@@ -147,6 +157,16 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
     }
     if engine_tag:
         common.update({"engine": 1, "model": desc.name})
+    if desc.family is None:  # what a file must share to start another run (meanfield.engine.initfrom)
+        from .initfrom import structure
+
+        common["structure"] = structure(desc)
+    from .rates import has_rates, stage_group_rates
+
+    if has_rates(desc.training):  # each stage's rate per group and schedule (meanfield.engine.rates)
+        tr = desc.training
+        common["stage_rates"] = [{"stage": s.name, "eta": stage_group_rates(tr, s),
+                                  "eta_schedule": s.eta_schedule or tr.eta_schedule} for s in tr.stages]
     if desc.family is not None:  # a family with its own run-file schema writes it (meanfield.engine.registry)
         from . import registry
 
@@ -167,8 +187,20 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
             "heads": np.array([h.name for h in desc.model.heads], dtype=object),
             "t": r.t, "step": r.step, "stage": r.stage, "loss": r.loss, "margin": r.margin, "u": r.obs["u"],
             "variables": variables, "samples": samples}
+    if r.test is not None:  # the held-out set (meanfield.engine.heldout): never trained on
+        td = desc.test
+        data["test_loss"], data["test_margin"] = r.test["loss"], r.test["margin"]
+        if "error" in r.test:
+            data["test_error"] = r.test["error"]
+        data["test_samples"] = {"weight": td.weight, "target": td.target, "names": np.array(
+            td.names if td.names is not None else [f"t{i}" for i in range(td.n)], dtype=object)}
     attrs = dict(common)
     attrs["family"] = desc.family or ""
+    if hasattr(r.system, "extra_datasets"):  # the exact population (meanfield.engine.population)
+        more, more_attrs = r.system.extra_datasets(r)
+        data.update(more)
+        attrs.update(more_attrs)
+    attrs.update(desc.data.extra.get("sampled") or {})  # sampled prompts: "sampled, not exact"
     attrs.update(extra_attrs or {})
     config = {"parameters": desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {},
               "declared": {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared},
