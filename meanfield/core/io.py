@@ -14,6 +14,7 @@ Datasets and groups are system-specific (see the README's schema section).
 from __future__ import annotations
 
 import contextlib
+import math
 import json
 import os
 from pathlib import Path
@@ -24,8 +25,8 @@ import numpy as np
 
 from .. import __version__
 
-FORMAT = "meanfield-run"
-FORMAT_VERSION = 1
+from .run import FORMAT  # noqa: E402  "meanfield-run"
+FORMAT_VERSION = 2  # 2: width inf (was -1), initial_state, tokens and counts, description and its hash
 STATUSES = ("complete", "diverged", "interrupted")
 
 
@@ -169,47 +170,26 @@ def write_run(path: str | Path, *, system: str, config: dict, status: str, messa
     return write_h5_atomic(path, {**base, **(attrs or {})}, data)
 
 
-def _read_group(g: h5py.Group) -> dict[str, Any]:
-    out = {}
-    for k, v in g.items():
-        if isinstance(v, h5py.Group):
-            out[k] = _read_group(v)
-        else:
-            a = v[()]
-            if v.dtype.kind == "O" or h5py.check_string_dtype(v.dtype) is not None:
-                a = np.asarray(v.asstr()[()], dtype=object)
-            out[k] = a
-    return out
-
-
-class Run(dict):
-    """A run file read into memory: ``run["S"]``, ``run.attrs``, ``run.config``."""
-
-    attrs: dict[str, Any]
-    config: dict[str, Any]
+from .run import Run, read_file  # noqa: E402,F401  the one run object (meanfield.Run) and its reader
 
 
 def read_run(path: str | Path) -> Run:
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"run file not found: {path}")
-    with h5py.File(path, "r") as f:
-        if f.attrs.get("format") != FORMAT:
-            raise ValueError(f"{path}: not a meanfield run file (format attribute {f.attrs.get('format')!r})")
-        run = Run(_read_group(f))
-        attrs = {}
-        for k, v in f.attrs.items():
-            if isinstance(v, bytes):
-                v = v.decode()
-            # JSON-encoded attributes (dicts, lists, None) start with { or [ or are "null";
-            # any other string stays a string
-            if isinstance(v, str) and k not in ("message", "status", "system", "format", "meanfield_version") and \
-                    (v[:1] in ("{", "[") or v == "null"):
-                try:
-                    v = json.loads(v)
-                except json.JSONDecodeError:
-                    pass
-            attrs[k] = v
-    run.attrs = attrs
-    run.config = attrs.get("config", {})
-    return run
+    """Read a run file of any system into a :class:`meanfield.core.run.Run`
+    (``run["S"]``, ``run.attrs``, ``run.config``, ``run.records``, ``run.state(t)``,
+    ``run.to_xarray()``; see ``docs/run-files.md``): :func:`meanfield.core.run.read_file`.
+
+    Parameters
+    ----------
+    path : str or Path
+        the run file.
+
+    Returns
+    -------
+    Run
+
+    Example
+    -------
+    >>> r = read_run("runs/mixture.h5")     # doctest: +SKIP
+    >>> r["S"].shape, r.attrs["status"]     # doctest: +SKIP
+    """
+    return read_file(path)

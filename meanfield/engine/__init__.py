@@ -21,9 +21,40 @@ machinery without descriptions (``meanfield.core``). The engine imports only
 from __future__ import annotations
 
 
+_LAZY = {
+    "description": ("Description", "Dictionary", "Data", "Head", "Model", "Init", "Training", "StageSpec",
+                    "RunParams", "load_description", "description_from_dict", "make_data"),
+    "api": ("derive", "run", "Run", "run_to_file"),
+    "batched": ("run_batch", "BatchRun", "initial_states"),
+    "finite": ("particles", "particles_to_file", "width_sweep"),
+}
+__all__ = ["load"] + [n for names in _LAZY.values() for n in names]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
 def load(path, **overrides):
-    """Read a TOML description; keyword overrides replace its parameters
-    (the CLI flags: ``load("mixture.toml", K=3, width=5)``)."""
+    """Read a TOML description; keyword overrides replace its parameters.
+
+    Parameters
+    ----------
+    path : str or Path
+        the description (TOML).
+    **overrides
+        parameter values (the CLI flags): ``K=3, width=5``.
+
+    Returns
+    -------
+    Description
+
+    Example
+    -------
+    >>> import meanfield.engine as me
+    >>> me.load("meanfield/models/incontext.toml", K=2).name   # doctest: +SKIP
+    'incontext'
+    """
     from .description import load_description
 
     return load_description(path, overrides)

@@ -21,7 +21,25 @@ from .runs import Run, run, run_to_file  # noqa: F401
 def derive(desc: Description, latex: bool = True) -> dict:
     """Names and counts of the reduced variables, the GD map and flow in words,
     and (``latex``) the derivation in LaTeX from the symbolic module when it
-    provides one for a description (``latex`` is None otherwise)."""
+    provides one for a description (``latex`` is None otherwise); for a small
+    model (``meanfield.engine.symbolic_entries.supported``) also the explicit
+    loss and the GD map of each state entry.
+
+    Parameters
+    ----------
+    desc : Description
+    latex : bool
+
+    Returns
+    -------
+    dict
+
+    Example
+    -------
+    >>> import meanfield as mf
+    >>> "W[h,v1,v2]" in derive(mf.load("incontext", K=2, N=2))["latex"].replace("_{h,v1,v2}", "[h,v1,v2]")
+    True
+    """
     out = derive_summary(desc)
     out["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared}  # the declared ones
     if "population" in desc.data.extra or desc.data.extra.get("sampled"):  # a data family (meanfield.engine.gaussian)
@@ -45,4 +63,12 @@ def derive(desc: Description, latex: bool = True) -> dict:
             out["latex"] = fn(desc)
         elif hasattr(symbolic, "general_latex"):
             out["latex"] = symbolic.general_latex()
+        from . import symbolic_entries
+
+        why = symbolic_entries.supported(desc)
+        if why is None:  # a small model: the actual ODE of each state entry
+            out["latex"] = (out["latex"] or "") + "\n" + symbolic_entries.entry_latex(desc)
+        else:
+            out["latex"] = (out["latex"] or "") + (f"% no entry-by-entry ODE: {why} (it is printed for at most "
+                                                   f"{symbolic_entries.MAX_ENTRIES} narrow entries, Gram = I)\n")
     return out

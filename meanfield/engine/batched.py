@@ -245,11 +245,11 @@ class BatchRun:
 
     def run(self, b: int):
         """Trajectory b as an in-memory engine Run (``r.S["+", "c1", "v1"]``, ``r.loss``, ...)."""
-        from .runs import Run
+        from .runs import in_memory
         from .system import system_of
 
         d = _with_step(self.desc, float(self.eta[b]))
-        return Run(d, system_of(d), self.trajectory(b))
+        return in_memory(d, system_of(d), self.trajectory(b))
 
 
 def _step_of(desc: Description) -> float:
@@ -376,7 +376,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     nst = len(tr.stages)
     stage_len = np.array([int(s.length) if gd else float(s.length) for s in tr.stages],
                          np.int64 if gd else np.float64)
-    stage_mode = np.array([mode_of(s.train) for s in tr.stages], np.int64)
+    stage_mode = np.array([mode_of(s.train, tr.normalise) for s in tr.stages], np.int64)
     crit_kind = np.zeros(nst, np.int64)
     crit_op = np.ones(nst, np.int64)
     crit_thr = np.zeros(nst)

@@ -63,6 +63,8 @@ def _declared_parser(base):
     class _ModelVerbParser(base):
         def parse_known_args(self, args=None, namespace=None):
             words = list(sys.argv[1:] if args is None else args)
+            if "-h" in words or "--help" in words:
+                self._model_help(words)
             declared, rest, i = {}, [], 0
             while i < len(words):
                 a = words[i]
@@ -80,6 +82,21 @@ def _declared_parser(base):
             ns, extras = super().parse_known_args(rest, namespace)
             ns.declared = declared
             return ns, extras
+
+        def _model_help(self, words):
+            """--help with a model named: its own parameters (meanfield.engine.help)."""
+            from . import help as model_help
+
+            for w in words:
+                if w.startswith("-"):
+                    continue
+                try:
+                    path = model_path(w)
+                except ConfigError:
+                    continue
+                if path.is_file():
+                    model_help.apply(self, path)
+                return
 
     return _ModelVerbParser
 
@@ -184,6 +201,9 @@ def _cmd_run(args) -> int:
     if args.plot:
         check_output_dir(args.plot, "plot")
     desc = description_from_args(args, size={})
+    from .runs import compile_notice
+
+    compile_notice(desc)  # "compiling kernels, about N s, once" on a first use
     r, path = run_to_file(desc, out, progress=not args.quiet)
     print(f"{path}: {r.status}: {r.message}")
     print("\n".join(outcome_of(path, desc)))
@@ -242,8 +262,12 @@ def _plot(path: Path, out: Path) -> list:
     plot = registry.run_plot(str(r.attrs.get("system", "")))  # a paper's own run-file schema: its figures
     if plot is not None:
         return plot(path, out)
-    from .plot import plot_engine_run
+    if "t" not in r or len(r.t) == 0:
+        raise ConfigError(f"run: {path} has no records (an incomplete run file)")
+    from .plot import plot_engine_run, plot_generic_run
 
+    if r.system != "engine" or "variables" not in r:  # another system's file: meanfield.Run.plot, labelled
+        return plot_generic_run(r, out)
     return plot_engine_run(r, path, out)
 
 

@@ -46,6 +46,7 @@ import numpy as np
 from ..core.config import ConfigError, as_int
 from . import oracle as orc
 from .description import Description
+from .objects import STAGE_SHIFT
 
 #: mode bits of a stage (``reduce.GROUP_BIT``) -> parameter groups
 _BITS = {1: "attention", 2: "values", 4: "readout", 8: "signs"}
@@ -144,8 +145,8 @@ class ParticleSystem:
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
-        if self.rho is not None:  # each weight its group's rate (the stage's index is mode >> 4)
-            eta = {k: eta * r for k, r in self.rho[int(mode) >> 4].items()}
+        if self.rho is not None:  # each weight its group's rate (the stage's index is mode >> STAGE_SHIFT)
+            eta = {k: eta * r for k, r in self.rho[int(mode) >> STAGE_SHIFT].items()}
         net, desc, E, lay = self.net, self.desc, self.E, self.lay
         code = 0
         done = 0
@@ -239,7 +240,7 @@ class FlowParticleSystem:
         groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
         ps = self.unflat(y)
         _, g, _ = self.net.loss_grads(ps)
-        rate = 1.0 if self.rho is None else self.rho[int(mode) >> 4]  # a group's rate: its time scale
+        rate = 1.0 if self.rho is None else self.rho[int(mode) >> STAGE_SHIFT]  # a group's rate: its time scale
         return self.flat(self.net.step(ps, rate, groups, grads=g)) - y
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
@@ -278,6 +279,11 @@ def make_particles(desc: Description, d: int | None = None, embed_seed=None, bat
     ``batch``: online SGD on sampled prompt batches (icl_regression data only,
     ``meanfield.engine.icl_particles``)."""
     d = _check(desc, d)
+    if getattr(desc.training, "normalise", "none") != "none":
+        from ..core.config import ConfigError
+
+        raise ConfigError("normalise: the explicit network (particles) runs plain GD only; use normalise = none "
+                          "or the engine's own run (exact at every width)")
     seed = desc.init.seed if embed_seed is None else embed_seed
     E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
     params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])
@@ -311,11 +317,11 @@ def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=
     """Train the explicit network of ``desc`` (finite width, GD; ``batch``: online SGD on
     sampled prompt batches, icl_regression data) and return an engine
     :class:`~meanfield.engine.runs.Run` of its projected states (``run.S["+", "c1", "v1"]`` ...)."""
-    from .runs import Run
+    from .runs import in_memory
     from .system import system_of
 
     psys = make_particles(desc, d, embed_seed, batch, batch_seed)
-    r = Run(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
+    r = in_memory(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
     r.particles = psys
     return r
 
@@ -329,7 +335,7 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
     seconds, SIGINT/SIGTERM end the run with a valid file (status interrupted), a blow-up
     with status diverged."""
     from ..core import harness
-    from .runs import Run, save
+    from .runs import in_memory, save
     from .system import system_of
 
     out = Path(out)
@@ -345,7 +351,7 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
     system = system_of(desc)
 
     def result(traj):
-        r = Run(desc, system, _projected(desc, psys, traj))
+        r = in_memory(desc, system, _projected(desc, psys, traj))
         r.particles = psys
         return r
 
@@ -404,7 +410,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
                 workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
     """Infinite-width engine run against the particle system at every (m, seed) (module
     docstring); writes ``out`` (.h5), ``out.json``, ``out.png``; returns the summary."""
-    from ..core.widths import fit_exponent, kink_events, kink_splits, write_outputs
+    from ..core.widths import exponent_text, fit_exponent, kink_events, kink_splits, write_outputs
     from ..core.sweep import Progress, map_points
     from .runs import run as engine_run
 
@@ -486,10 +492,9 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
         summary["exponent_ci"] = fits[lead]["exponent_ci"]
         summary["exponents"] = {nm: {"exponent": f["exponent"], "ci": f["exponent_ci"], "r2": f["r2"]}
                                 for nm, f in fits.items()}
-        summary["message"] = (
-            "no kink is crossed; sup-norm error of {} ~ m^{:.3f} (95% CI [{:.3f}, {:.3f}])".format(
-                lead, fits[lead]["exponent"], *fits[lead]["exponent_ci"]) if fits[lead]["exponent"] is not None
-            else "no kink is crossed; too few widths to fit an exponent")
+        summary["message"] = ("no kink is crossed; " + exponent_text(lead, fits[lead])
+                              if fits[lead]["exponent"] is not None
+                              else "no kink is crossed; too few widths to fit an exponent")
         # a quantity whose mean error is no smaller at the largest width than at the smallest is named, whatever
         # the lead says (e.g. attention frozen: S keeps its m^-1/2 init error while the neurons leave by O(1))
         err = summary["errors"]

@@ -82,7 +82,7 @@ def _fingerprint(desc) -> bytes:
         h.update(repr((a.dtype.str, a.shape)).encode())
         h.update(a.tobytes())
     tr = desc.training
-    h.update(repr((pk.kind, pk.r0, lay.size, tr.method, tr.stages, tr.max_abs, save_at(desc))).encode())
+    h.update(repr((pk.kind, pk.r0, lay.size, tr.method, tr.normalise, tr.stages, tr.max_abs, save_at(desc))).encode())
     return h.digest()
 
 
@@ -130,7 +130,7 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
             for k, i in enumerate(part):
                 t1 = time.perf_counter()
                 d = descs[i]
-                r = runs.Run(d, system_of(d), br.trajectory(k))
+                r = runs.in_memory(d, system_of(d), br.trajectory(k))
                 runs.save(paths[i], d, r, extra_attrs={"sweep_point": json.dumps(overs[i], sort_keys=True),
                                                        "batched": backend})
                 s = _summary(Path(paths[i]))
@@ -282,8 +282,8 @@ class ModelEnsemble:
         o["steps_end"] = np.zeros(B, np.int64)
         o["margin_end"] = np.full((B, descs[0].data.n), np.nan)
         for k, d in enumerate(descs):
-            r = runs.Run(d, sysm, br.trajectory(k))
-            st = runs._stage_times(d, r.t, r.obs, r.stage_ends)
+            r = runs.in_memory(d, sysm, br.trajectory(k))
+            st = runs._stage_times(d, r.t, r.obs, r.stage_ends, r.step)
             m = r.margin[-1]
             c = d.data.flag("consistent")
             o["t_end"][k] = r.t[-1]
@@ -304,4 +304,4 @@ class ModelEnsemble:
         from . import runs
         from .system import system_of
 
-        runs.save(path, desc, runs.Run(desc, system_of(desc), traj))
+        runs.save(path, desc, runs.in_memory(desc, system_of(desc), traj))

@@ -103,7 +103,8 @@ def _cmd_run(args) -> int:
     check_disk(out, est["bytes"] / 3.0, "out", args.force)  # the file holds one copy of the records
     from . import kernels
 
-    first_use_notice(kernels.gd_advance if cfg.method == "gd" else kernels.flow_rhs, kernels.loss_and_grads)
+    first_use_notice(kernels.gd_advance if cfg.method == "gd" else kernels.flow_rhs, kernels.loss_and_grads,
+                     family="mixture")
     if resolve_backend(args.backend) == "cuda":
         check_batchable(cfg, "cuda")
         traj = run_batch([cfg], "cuda")[0]

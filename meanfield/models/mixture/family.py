@@ -213,8 +213,16 @@ def run_file(path, desc: Description, r, common: dict, status: str, message: str
     unchanged. ``common``: the attributes of every engine run file."""
     from ...core.io import write_run
 
+    from ...engine.runs import initial_blocks
+
     cfg = desc.parameters
     data, attrs = mixture_datasets(desc, r)
+    d = desc.data  # self-contained (docs/run-files.md): the sequences trained on and the initial state
+    data["samples"] = {**data["samples"], "tokens": np.asarray(d.tokens, dtype=float), "counts": d.count_array}
+    c = desc.model.heads[0].scale  # the recorded S, A, B are the scaled ones
+    init = initial_blocks(desc, r)
+    data["initial_state"] = {nm: np.stack([c * init[f"{h}:{nm}"] for h in ("+", "-")]) for nm in ("S", "A", "B")}
+    data["initial_state"]["w"] = np.stack([init[f"{h}:w"][0].mean(axis=0) for h in ("+", "-")])
     attrs.update({"K": cfg.K, "L": cfg.L, "omega": cfg.omega, "schedule": cfg.schedule})
     attrs.update(common)
     attrs.update(extra_attrs or {})

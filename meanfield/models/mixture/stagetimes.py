@@ -45,10 +45,10 @@ def grad_w_norm(samples: SampleSet, S, A, B, w, relu_prime_at_zero: float = 1.0)
 def stage_times(t, loss, margin, consistent, S, A, B, w, samples: SampleSet, schedule: str,
                 stage_ends: list | None = None, relu_prime_at_zero: float = 1.0,
                 margin_level: float | None = None, grad_ratio: float | None = None,
-                loss_level: float | None = None) -> dict:
+                loss_level: float | None = None, step=None) -> dict:
     """{"T1", "T2", "T_loss", "criteria"} for one recorded fast-path trajectory
     (``margin``/``consistent`` already restricted to the samples that count):
     :func:`stage_times_of` with the neuron-gradient norm from the fast kernels."""
     g = None if schedule == "three-stage" else grad_w_norm(samples, S, A, B, w, relu_prime_at_zero)
     return stage_times_of(t, loss, margin, consistent, g, schedule, stage_ends, None, margin_level, grad_ratio,
-                          loss_level)
+                          loss_level, step=step)
