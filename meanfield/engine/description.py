@@ -79,7 +79,7 @@ import numpy as np
 
 from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
 from .datatables import _data_from_table, data_from_function, parse_token  # noqa: F401
-from .heldout import check_targets, held_out
+from .heldout import held_out
 from .rates import check_training, format_group_eta, has_rates, parse_group_eta, parse_schedule
 from .rates import stage_rates as _stage_rates
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, NORMALISE, QUERIES,  # noqa: F401
@@ -307,6 +307,19 @@ def make_model(heads: list[Head], loss: str, r0: float, targets: np.ndarray, P: 
         if C < 2 or targets.ndim != 1 or not np.all((targets == np.round(targets)) & (targets >= 0) & (targets < C)):
             raise ConfigError(f"model.loss: cross_entropy needs outputs >= 2 and targets class indices 0..{C - 1}")
     return Model(heads=tuple(heads), loss=loss, relu_prime_at_zero=r0)
+
+
+def check_targets(test: Data, data: Data, model) -> None:
+    """Refuse a test set ([test], train_frac: meanfield.engine.heldout) whose targets are not of the training
+    set's kind (one line)."""
+    if np.asarray(test.target).shape[1:] != np.asarray(data.target).shape[1:]:
+        raise ConfigError(f"test.target: must have the shape of the training targets (n, {data.target.shape[1:]}); "
+                          f"got {test.target.shape}")
+    try:
+        make_model(list(model.heads), model.loss, model.relu_prime_at_zero, np.asarray(test.target),
+                   int(test.tokens.shape[2]))
+    except ConfigError as e:
+        raise ConfigError(f"test.target: {str(e).removeprefix('model.loss: ')}") from None
 
 
 def training_from(params: RunParams, stages_raw, heads) -> Training:
