@@ -670,8 +670,9 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
                               "(its exact population map steps every group with one eta)")
     if params.init_from is not None:
         from .initfrom import check
+        from .reduce import layout
 
-        check(desc, params.init_from)
+        check(desc, params.init_from, layout(desc))
     if any(h.init_gram for h in heads) and desc.init.width is not None:
         raise ConfigError("heads.init_gram: only at infinite width (width = inf); at finite width m the Gram is "
                           "U^T U of the sampled weights")
