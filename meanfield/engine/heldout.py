@@ -158,7 +158,7 @@ def observables(desc, Y: np.ndarray) -> dict | None:
     td = test_description(desc)
     if td is None:
         return None
-    from .system import EngineSystem, pack
+    from .packed import EngineSystem, pack
 
     sysm = EngineSystem(pack(td))
     Y = np.atleast_2d(np.asarray(Y, dtype=np.float64))
