@@ -31,7 +31,8 @@ import numpy as np
 from ..core import harness, integrate
 from ..core.io import write_run
 from .description import Description
-from .system import EngineSystem, integrate_description, observables, system_of
+from .packed import EngineSystem
+from .system import integrate_description, observables, system_of
 from .symmetry import refuse_symmetric_start
 
 EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
@@ -112,7 +113,7 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) ->
         system = system_of(desc)
         refuse_symmetric_start(desc, system)
         _, traj = integrate_description(desc, None, monitor, system)
-        return Run(desc, system, traj)
+        return in_memory(desc, system, traj)
     system, traj = integrate_description(desc, y0, monitor)
     return in_memory(desc, system, traj)
 

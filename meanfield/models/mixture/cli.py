@@ -541,7 +541,7 @@ def add_parser(systems) -> None:
     st.add_argument("--out", default="runs/study_k_mixtures")
     st.set_defaults(func=_cmd_study)
 
-    from ...core.bounds import _ATOM_FORMS, FUNCTIONS, VARIABLES
+    from ...core.bound_parse import _ATOM_FORMS, FUNCTIONS, VARIABLES
 
     b = verbs.add_parser("bound", help="check an inequality over a run: holds / violated, worst slack, first violation",
                          description="Expressions use the paper's names. Variables: " + ", ".join(VARIABLES)
