@@ -9,10 +9,10 @@ What lives here, used by the CLI before any work starts:
   left by killed runs are removed (:func:`clean_stale_tmp`).
 * :func:`read_config_text`: a config file is read with a size cap, must be
   UTF-8 text and is parsed by ``tomllib`` with deep nesting refused.
-* :func:`mixture_estimate` and :func:`check_size`: memory and time of a run
-  estimated from its config (sample count, state size, records, steps), and
-  a refusal quoting the estimate when it is beyond this machine (``--force``
-  goes past it on purpose).
+* :func:`check_size` (from ``meanfield.core.limits``): a refusal quoting a
+  run's estimated memory and time when it is beyond this machine (``--force``
+  goes past it on purpose); each paper's estimate from its config lives in
+  its package (``meanfield.models.<paper>.sizes``).
 * :func:`excerpt`: error messages quote at most a short excerpt of a value.
 * :func:`terminate_as_interrupt`: SIGTERM raises ``KeyboardInterrupt`` like
   SIGINT, so both end in the same clean exit 130.
@@ -23,7 +23,6 @@ on one line and exits 2).
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import signal
@@ -222,154 +221,8 @@ def read_config_text(path, field: str = "config", max_bytes: int = CONFIG_MAX_BY
 
 # ------------------------------------------------------------------ sizes
 
-# Cost model of one evaluation of the reduced mixture dynamics (loss and
-# gradients over n samples of L tokens, P = 2K features), fitted to the
-# benchmark numbers in the README (3.2 us at K = 2, L = 3; 107 us at K = 8,
-# L = 3; 40 ms at K = 8, L = 6): a, b, c below reproduce them within a factor 2,
-# which is all a refusal threshold needs.
-_T_SAMPLE = 2e-9  # seconds per (sample x token^2 x feature)
-_T_MATRIX = 1e-8  # seconds per P^3 (the GD map's matrix products)
-_T_CALL = 1e-6
-
-def _log_n_samples(K: int, L: int) -> float:
-    """log of K x 2 x C(2(K-1) + L - 3, L - 2), without forming the number."""
-    a = 2 * (K - 1) + L - 3
-    b = L - 2
-    if b < 0 or a < b:
-        return math.log(2 * K)
-    return math.log(2 * K) + math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
-
-
-def _records(cfg) -> float:
-    H = float(cfg.horizon or 0.0)
-    if cfg.record_log is not None:
-        return cfg.record_log + 4.0
-    if cfg.record_dt is not None:
-        return H / cfg.record_dt + 4.0
-    if cfg.record_every is not None:
-        if cfg.method == "gd":
-            return H / cfg.record_every + 4.0
-        return 1e3  # solver steps: unknown in advance
-    return 1004.0
-
-
-def mixture_estimate(cfg, particles_d: int | None = None) -> dict:
-    """Estimated peak memory (bytes) and compute time (s) of one mixture run
-    from its config alone. Floats, so absurd sizes do not overflow."""
-    P = 2 * cfg.K
-    if cfg.n_train is not None:
-        n = float(cfg.n_train)
-        D = float(cfg.ambient_d or (2 * cfg.K + 4))
-    else:
-        n = math.exp(min(_log_n_samples(cfg.K, cfg.L), 700.0)) * (2.0 if cfg.label_noise > 0 else 1.0)
-        D = float(P)
-    nn = float(cfg.n_neurons)
-    T = _records(cfg)
-    state = 6.0 * D * D + 2.0 * D * nn
-    per_record = state + 3.0 * n * nn + 2.0 * nn * D
-    mem = 8.0 * (3.0 * T * per_record + 4.0 * n * cfg.L + 20.0 * state)
-    if cfg.width is not None:
-        mem += 8.0 * 2 * 2 * float(cfg.width) * D * 2
-    per_eval = _T_SAMPLE * n * cfg.L * cfg.L * D * nn + _T_MATRIX * D ** 3 + _T_CALL
-    H = float(cfg.horizon or 0.0)
-    if cfg.method == "gd":
-        steps = H
-    elif cfg.method == "rk4":
-        steps = 4.0 * H / cfg.dt
-    else:
-        steps = 0.0  # adaptive: not known in advance
-    if particles_d is not None:
-        m = float(cfg.width or 0)
-        mem += 8.0 * (6.0 * m * particles_d + 4.0 * n * cfg.L * particles_d)
-        per_eval += 5e-9 * m * particles_d * n * cfg.L
-    return {"n_samples": n, "records": T, "bytes": mem, "steps": steps, "seconds": steps * per_eval}
-
-
-def check_mixture_size(cfg, force: bool = False, what: str = "size", particles_d: int | None = None,
-                       copies: float = 1.0) -> dict:
-    """:func:`mixture_estimate` x ``copies`` (runs of a sweep) through :func:`check_size`."""
-    est = mixture_estimate(cfg, particles_d)
-    est = {**est, "seconds": est["seconds"] * copies, "bytes": est["bytes"]}
-    desc = (f" (K={cfg.K}, L={cfg.L}: {est['n_samples']:.3g} samples, {est['records']:.3g} records, "
-            f"{est['steps']:.3g} steps" + (f", {copies:.3g} runs" if copies != 1 else "") + ")")
-    check_size(est, what, force, desc)
-    return est
-
-
-def derive_estimate(K: int, L: int, fmts, reduce_symmetry: bool = False, force: bool = False) -> dict:
-    """Refuse a sympy derivation that would not finish. Cost model, timed on
-    this project's 2-core machine: the LaTeX / Python formats differentiate
-    every sample's pre-activation in every score variable, about
-    2.2e-3 s x n L^2 P^2 (K = 2, L = 3: 10 s; K = 3: 23 s); JSON only lists the
-    6 P^2 + 2 P variables (~1e-4 s each); the symmetry reduction tries every
-    group permutation and sign pattern, K! 4^K candidates (~7e-5 s each)."""
-    P = 2 * K
-    log_n = _log_n_samples(K, L)
-    secs = 2.0
-    if any(f in ("latex", "python") for f in fmts):
-        secs += 2.2e-3 * math.exp(min(log_n + math.log(L * L * P * P), 700.0))
-    secs += 1e-4 * (6.0 * P * P + 2 * P)
-    if reduce_symmetry:
-        secs += 7e-5 * math.exp(min(math.lgamma(K + 1) + K * math.log(4.0), 700.0))
-    est = {"bytes": 8.0 * 50 * math.exp(min(log_n, 700.0)) * L * P, "seconds": secs}
-    check_size(est, "size", force, f" (derive K={K}, L={L}: {math.exp(min(log_n, 700.0)):.3g} samples)")
-    return est
-
-
-def construct_estimate(K: int, L: int, d: int, force: bool = False) -> dict:
-    """Refuse a Lemma 6.1 check that would not fit: it evaluates the explicit
-    network on every sample, about 48 n L d bytes and 1.3e-7 n L d K seconds
-    (timed here: K = 8, L = 8, 434112 samples: 58 s, 2.4 GB)."""
-    n = math.exp(min(_log_n_samples(K, L), 700.0))
-    est = {"bytes": 48.0 * n * L * d, "seconds": 1.3e-7 * n * L * d * K}
-    check_size(est, "size", force, f" (construct K={K}, L={L}: {n:.3g} samples)")
-    return est
-
-
-# Induction system: one full-batch gradient costs about 1.9e-8 s per (sequence x position) at the
-# default H = M = 3 (README, `bench_induction.py`: 19 ms for 10,000 sequences of L = 100).
-_T_IND = 1.9e-8
-
-
-def induction_estimate(cfg) -> dict:
-    """Estimated memory (bytes) and time (s) of an induction run from its config."""
-    L = float(cfg.L)
-    Lt = float(cfg.L_test or cfg.L)
-    n = float(cfg.n_train or 0)
-    heads = max(1.0, cfg.H * cfg.M / 9.0)
-    seqs = 8.0 * (n * (L + 1) + float(cfg.n_test) * (Lt + 1) + float(cfg.batch) * (L + 1))
-    mem = 6.0 * seqs * heads
-    if cfg.method == "gd":
-        steps = float(sum(cfg.stage_steps) if cfg.schedule != "simultaneous" else cfg.steps)
-    elif cfg.method == "rk4" and cfg.dt:
-        H = sum(cfg.stage_times) if cfg.schedule != "simultaneous" and cfg.stage_times else (cfg.t_end or 0.0)
-        steps = 4.0 * float(H) / cfg.dt
-    else:
-        steps = 0.0
-    per = n if cfg.sampling == "fixed" else float(cfg.batch)
-    # the model's features: every subset of at most D heads; a sequence's kernel: d^(|pa| + 1) floats
-    n_feat = float(sum(math.comb(cfg.H, j) for j in range(0, cfg.D + 1)))
-    kernel = math.exp(min((len(cfg.pa) + 1) * math.log(max(cfg.d, 1)), 700.0))
-    rec = cfg.record_log if cfg.record_log is not None else (steps / cfg.record_every if cfg.record_every
-                                                             else min(steps, 1000.0))
-    mem += 8.0 * (4.0 * kernel + float(rec + 4) * (cfg.H * cfg.M + n_feat + 8.0))
-    return {"bytes": mem, "seconds": steps * _T_IND * per * L * heads * max(1.0, n_feat / 7.0), "steps": steps}
-
-
-def check_induction_size(cfg, force: bool = False) -> dict:
-    est = induction_estimate(cfg)
-    check_size(est, "size", force, f" (induction: {cfg.n_train} sequences of L = {cfg.L}, {est['steps']:.3g} steps)")
-    return est
-
-
-def induction_data_estimate(N: int, d: int, L: int, n_parents: int, kernels: bool, force: bool = False) -> dict:
-    """``induction data``: tokens N (L + 1) int64, kernels N d^(|pa| + 1) floats;
-    generation about 3.2e-8 s per token (README: 32 ms for 10,000 x 100)."""
-    k1 = math.exp(min((n_parents + 1) * math.log(max(d, 1)), 700.0))  # one sequence's kernel, always drawn
-    k = k1 if kernels else 0.0
-    est = {"bytes": 3.0 * 8.0 * (float(N) * ((L + 1) + k) + k1), "seconds": 3.2e-8 * float(N) * (L + 1 + k1)}
-    check_size(est, "size", force, f" (induction data: {N} sequences of L = {L})")
-    return est
+# The size estimates of each paper's runs live in its package (meanfield.models.<paper>.sizes), built on
+# check_size (meanfield.core.limits): core/ knows no paper.
 
 
 # ------------------------------------------------------------------ one rule for inapplicable options
@@ -413,58 +266,6 @@ def check_applicable(given: dict, cfg, rules: dict | None = None) -> None:
             if given.get(steps_key) is not None and given.get(time_key) is not None:
                 raise ConfigError(f"{steps_key}: not used when {time_key} is given (for flow and rk4 runs "
                                   f"{steps_key} x eta is only the default {time_key})")
-
-
-# ------------------------------------------------------------------ run files that open but are wrong
-
-
-def validate_mixture_run(run, path) -> None:
-    """Check a mixture run file read by ``io.read_run`` against the public
-    schema (README, "HDF5 run format"): the ``config`` attribute is a JSON
-    object, every dataset a reader uses is there with a consistent shape.
-    Raises ConfigError naming the first wrong field."""
-    import numpy as np
-
-    where = excerpt(str(path))
-    cfg = run.attrs.get("config", None)
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{where}: attribute 'config' must be a JSON object, got {excerpt(cfg)}")
-    run.config = cfg
-
-    def ds(name, ndim):
-        if name not in run:
-            raise ConfigError(f"{where}: dataset '{name}' is missing")
-        a = np.asarray(run[name])
-        if a.ndim != ndim:
-            raise ConfigError(f"{where}: dataset '{name}' must have {ndim} dimension(s), has shape {a.shape}")
-        return a
-
-    t = ds("t", 1)
-    T = t.shape[0]
-    feats = ds("features", 1)
-    P = feats.shape[0]
-    if P < 4 or P % 2:
-        raise ConfigError(f"{where}: dataset 'features' must list 2K >= 4 names, has {P}")
-    samples = run.get("samples")
-    if not isinstance(samples, dict):
-        raise ConfigError(f"{where}: group 'samples' is missing")
-    for k in ("consistent", "y", "weight"):
-        if k not in samples:
-            raise ConfigError(f"{where}: dataset 'samples/{k}' is missing")
-    n = np.asarray(samples["y"]).shape[0] if np.asarray(samples["y"]).ndim == 1 else -1
-    expect = {"step": (T,), "stage": (T,), "loss": (T,), "w": (T, 2, P), "S": (T, 2, P, P), "A": (T, 2, P, P),
-              "B": (T, 2, P, P), "margin": (T, n), "u": (T, n, 2)}
-    for name, shape in expect.items():
-        if name in ("step", "u") and name not in run:  # read only by some expressions
-            continue
-        a = ds(name, len(shape))
-        if a.shape != shape:
-            raise ConfigError(f"{where}: dataset '{name}' has shape {a.shape}, expected {shape} "
-                              f"(T = {T} records, P = {P} features, n = {n} samples)")
-    for k in ("consistent", "weight"):
-        if np.asarray(samples[k]).shape != (n,):
-            raise ConfigError(f"{where}: dataset 'samples/{k}' has shape {np.asarray(samples[k]).shape}, "
-                              f"expected ({n},)")
 
 
 # ------------------------------------------------------------------ signals
@@ -577,10 +378,10 @@ def cli_log():
 
 #: seconds of the first compilation of each kernel family, measured cold (NUMBA_CACHE_DIR empty) on a
 #: loaded 2-core machine (benchmarks/bench_first_use.py prints today's numbers)
-COMPILE_S = {"mixture": 15, "engine": 30, "induction": 25}
+COMPILE_S = {"engine": 30}  # a paper passes its own (``seconds=``: meanfield.models.<paper>.sizes.COMPILE_S)
 
 
-def first_use_notice(*dispatchers, family: str | None = None, echo: bool = False) -> bool:
+def first_use_notice(*dispatchers, family: str | None = None, echo: bool = False, seconds: float | None = None) -> bool:
     """Say "compiling kernels, about N s, once" when a numba kernel about to be
     used has neither been compiled in this process nor been cached on disk
     (numba ``cache=True``): the first run after an install spends most of its
@@ -592,10 +393,12 @@ def first_use_notice(*dispatchers, family: str | None = None, echo: bool = False
     *dispatchers : numba dispatchers
         the kernels the run is about to call.
     family : str, optional
-        ``mixture`` | ``engine`` | ``induction``: N from :data:`COMPILE_S`.
+        ``engine``: N from :data:`COMPILE_S` (30 s for a name it does not hold).
     echo : bool
         also print the line on stderr when the ``meanfield`` logger has no
         handler (the Python API in a notebook).
+    seconds : float, optional
+        N itself (a paper's own kernels: its ``sizes.COMPILE_S``); overrides ``family``.
 
     Returns
     -------
@@ -622,7 +425,7 @@ def first_use_notice(*dispatchers, family: str | None = None, echo: bool = False
         except AttributeError:  # not a numba dispatcher
             continue
     if first:
-        n = COMPILE_S.get(family or "", 30)
+        n = seconds if seconds is not None else COMPILE_S.get(family or "", 30)
         msg = f"compiling kernels, about {n} s, once (later runs load them from numba's cache; `meanfield warm`)"
         log = logging.getLogger(LOG)
         if echo and not log.handlers:

@@ -69,6 +69,15 @@ def check_size(est: dict, what: str, force: bool = False, hint: str = "") -> Non
                           f"{_fmt_seconds(MAX_SECONDS)}{hint}; --force runs it anyway")
 
 
+# Cost model of one evaluation of reduced attention dynamics (loss and gradients over n samples of L
+# tokens, P features), fitted to the benchmark numbers of the mixture's fast kernels in the README
+# (3.2 us at K = 2, L = 3; 107 us at K = 8, L = 3; 40 ms at K = 8, L = 6): these reproduce them
+# within a factor 2, which is all a refusal threshold needs. The mixture's and the engine's size
+# estimates (meanfield.models.mixture.sizes, meanfield.engine.edges) use them.
+_T_SAMPLE = 2e-9  # seconds per (sample x token^2 x feature)
+_T_MATRIX = 1e-8  # seconds per P^3 (the GD map's matrix products)
+_T_CALL = 1e-6
+
 MAX_LIST = 1000  # values in one comma-separated list (--widths, --K of a study, ...)
 MAX_SEEDS = 1000  # seeds per width of a width sweep or study (the spread over seeds is settled far sooner)
 MAX_HEADS = 256  # induction heads H (the model's features are the subsets of at most D heads)

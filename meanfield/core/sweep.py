@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import hooks
 from .config import ConfigError, as_float, as_int
 from .guard import excerpt
 
@@ -287,28 +288,57 @@ def _stop_workers(ex: ProcessPoolExecutor, running: list, grace_s: float = STOP_
 # ------------------------------------------------------------------ sweeps of any system
 
 
-#: systems known by name (``module:attribute`` of their adapter, imported on first use)
-SYSTEMS = {"mixture": "meanfield.models.mixture.ensemble:MIXTURE"}
+#: systems known by name (``module:attribute`` of their adapter, imported on first use): the table of
+#: ``meanfield.core.hooks``, filled by the plug-ins (``meanfield.engine.registry.register_ensemble_system``)
+SYSTEMS = hooks.ENSEMBLE_SYSTEMS
 
 
-def register_system(name: str, target: str) -> None:
-    """Make ``EnsembleProblem(system=name)`` find the adapter ``module:attribute``."""
-    SYSTEMS[str(name)] = str(target)
+def register_system(name: str, target: str, default: bool = False) -> None:
+    """Make ``EnsembleProblem(system=name)`` find the adapter ``module:attribute``
+    (``meanfield.core.hooks.register_ensemble_system``).
+
+    Parameters
+    ----------
+    name : str
+        The system's name.
+    target : str or object
+        ``"module:attribute"`` of the adapter, or the adapter.
+    default : bool
+        What ``system=None`` means.
+
+    Returns
+    -------
+    None
+
+    Example
+    -------
+    >>> register_system("doc_example", "math:pi")
+    """
+    hooks.register_ensemble_system(name, target, default=default)
 
 
 def system_of(system) -> Any:
     """An adapter object (``meanfield.core.ensemble.EnsembleSystem``) from an
-    object, a registered name, or None (the mixture system: the default for
-    one release)."""
-    if system is None:
-        system = "mixture"
-    if isinstance(system, str):
-        if system not in SYSTEMS:
-            raise ConfigError(f"system: one of {', '.join(SYSTEMS)} or an ensemble system object; got {system!r}")
-        import importlib
+    object, a registered name, or None (the system a plug-in registered as the
+    default: the mixture's, for one release).
 
-        mod, _, attr = SYSTEMS[system].partition(":")
-        return getattr(importlib.import_module(mod), attr)
+    Parameters
+    ----------
+    system : object, str or None
+
+    Returns
+    -------
+    object
+
+    Example
+    -------
+    >>> system_of("mixture").name
+    'mixture'
+    """
+    if system is None:
+        system = hooks.default_ensemble_system()
+    if isinstance(system, str):
+        return hooks.ensemble_system(system)
     return system
 
 

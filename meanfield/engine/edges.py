@@ -26,7 +26,8 @@ import math
 import re
 from types import SimpleNamespace
 
-from ..core.guard import _T_CALL, _T_SAMPLE, check_applicable, check_size
+from ..core.guard import check_applicable, check_size
+from ..core.limits import _T_CALL, _T_SAMPLE
 
 _STAGED = "staged runs give each [[training.stages]] its own length and criterion"
 
@@ -130,7 +131,7 @@ def engine_estimate(desc, particles_d: int | None = None, copies: float = 1.0) -
     value entries) and the observables (margins, n x heads x outputs of u),
     three copies (trajectory, observables, file buffers). A step evaluates
     every sequence's attention: n L^2 P per head (the mixture's cost model,
-    ``meanfield.core.guard._T_SAMPLE``). The explicit network (``particles``)
+    ``meanfield.core.limits._T_SAMPLE``). The explicit network (``particles``)
     adds its m x d weights per head and the n L d embedded tokens."""
     d = desc.data
     n, L, P = float(d.n), float(d.L), float(desc.dictionary.P)

@@ -2,7 +2,7 @@
 
 Kept apart from the TOML loader (``meanfield.engine.description``, which
 re-exports every name here) so that the built-in families
-(``meanfield.models.mixture.family``) build descriptions without importing the
+(``meanfield.models.mixture.family``) build descriptions without reaching the
 loader. See ``meanfield.engine.description`` for what each object means.
 """
 

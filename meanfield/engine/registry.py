@@ -17,7 +17,11 @@ command find it through this module only:
   NAME`` runs (``fn(path, out, quick, log) -> (claims, meta)``);
 * a **command** (:func:`register_command`): a top-level subcommand of
   ``meanfield`` (``meanfield mixture ...`` and ``meanfield induction ...`` are
-  two), given as a function that adds its parser to the subparsers.
+  two), given as a function that adds its parser to the subparsers;
+* the **core hooks** (:func:`register_run_check`, :func:`register_ensemble_system`):
+  the schema check of a system's run files (``meanfield bound``) and a
+  system's chunked-ensemble adapter (sweeps, ``EnsembleProblem``), kept in
+  ``meanfield.core.hooks`` so that core/ finds them without importing the engine.
 
 Every callable may be given as the object or lazily as ``"package.module:attr"``
 (resolved on first use), so that registering costs an import of a small
@@ -67,11 +71,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core import hooks
 from ..core.config import ConfigError
+from ..core.hooks import resolve  # noqa: F401 (part of this API; one resolver for the registry and core's hooks)
 
 __all__ = ["Family", "FastPath", "Claims", "Command", "register_family", "register_fast_path", "register_claims",
            "register_command", "register_run_plot", "register_data_size", "data_size", "feature_count", "family", "families", "fast_paths", "claims", "commands",
-           "run_plot", "load_plugins", "resolve"]
+           "run_plot", "register_run_check", "register_ensemble_system", "load_plugins", "resolve"]
 
 #: the entry-point group a distribution names its plug-in modules in (setup.cfg ``[options.entry_points]``)
 ENTRY_POINT_GROUP = "meanfield.plugins"
@@ -80,35 +86,6 @@ SHIPPED = "meanfield.models"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 Ref = Any  # an object or "package.module:attr"
-
-
-def resolve(ref: Ref) -> Any:
-    """The object a reference names: ``ref`` itself, or for a string
-    ``"package.module:attr"`` that module's attribute (imported now).
-
-    Parameters
-    ----------
-    ref : object or str
-        An object, or ``"package.module:attr"``.
-
-    Returns
-    -------
-    object
-
-    Example
-    -------
-    >>> resolve("math:pi") > 3
-    True
-    """
-    if not isinstance(ref, str):
-        return ref
-    mod, sep, attr = ref.partition(":")
-    if not sep or not _MODULE.match(mod) or not attr:
-        raise ConfigError(f"plugins: a reference is 'package.module:attr'; got {ref!r}")
-    obj = importlib.import_module(mod)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 @dataclass(frozen=True)
@@ -373,6 +350,53 @@ def register_run_plot(system: str, plot: Ref, replace: bool = True) -> None:
     """
     with _LOCK:
         _put(_PLOTS, str(system), plot, "run plot", replace)
+
+
+def register_run_check(system: str, check: Ref) -> None:
+    """Register the schema check of run files whose attribute ``system`` is
+    ``system`` (``meanfield.core.bounds`` runs it before evaluating a bound).
+    Stored in ``meanfield.core.hooks``.
+
+    Parameters
+    ----------
+    system : str
+        The run file's ``system`` attribute.
+    check : callable or str
+        ``check(run, path) -> None``, raising ``ConfigError`` naming the first wrong field.
+
+    Returns
+    -------
+    None
+
+    Example
+    -------
+    >>> register_run_check("doc_example", "math:isfinite")
+    """
+    hooks.register_run_check(system, check)
+
+
+def register_ensemble_system(name: str, adapter: Ref, default: bool = False) -> None:
+    """Register a system's chunked-ensemble adapter (``meanfield.core.ensemble.EnsembleSystem``),
+    found by ``EnsembleProblem(system=name)`` and the sweeps. Stored in ``meanfield.core.hooks``.
+
+    Parameters
+    ----------
+    name : str
+        The system's name.
+    adapter : object or str
+        The adapter or ``"module:attr"``.
+    default : bool
+        What ``system=None`` means (the first registered with True).
+
+    Returns
+    -------
+    None
+
+    Example
+    -------
+    >>> register_ensemble_system("doc_example", "math:pi")
+    """
+    hooks.register_ensemble_system(name, adapter, default=default)
 
 
 def register_data_size(builder: str, size: Ref = None, feature_count: Ref = None, replace: bool = True) -> None:
@@ -656,3 +680,6 @@ def parameter_names() -> list[str]:
         for f in dataclasses.fields(fam.params_class()):
             out.setdefault(f.name, None)
     return list(out)
+
+
+hooks.set_loader(load_plugins)  # core/ loads the plug-ins through this registry (meanfield.core.hooks)

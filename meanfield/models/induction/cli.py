@@ -118,7 +118,7 @@ def _check_out(out: str) -> Path:
 def cmd_run(args) -> int:
     from .run import EXIT_CODES, run_to_file
 
-    from ...core.guard import check_induction_size
+    from .sizes import check_induction_size
 
     cfg = config_from_args(args)
     out = _check_out(args.out)
@@ -126,7 +126,9 @@ def cmd_run(args) -> int:
     from ...core.guard import first_use_notice
     from . import kernels as _ik
 
-    first_use_notice(_ik.gd_advance, _ik.loss_grad, family="induction")
+    from .sizes import COMPILE_S
+
+    first_use_notice(_ik.gd_advance, _ik.loss_grad, seconds=COMPILE_S)
     traj, path = run_to_file(cfg, out, progress=not args.quiet)
     print(f"{path}: {traj.status}: {traj.message}")
     from ...core.outcome import outcome_lines  # selected parent set, heads' top lags, a, criteria that never fired
@@ -155,7 +157,7 @@ def cmd_data(args) -> int:
     seed = tuple(as_int("seed", v, lo=0) for v in as_list("seed", args.seed))
     if not seed:
         raise ConfigError("seed: needs at least one non-negative integer")
-    from ...core.guard import induction_data_estimate
+    from .sizes import induction_data_estimate
 
     induction_data_estimate(N, d, L, len(pa), args.kernels, force=args.force)
     ds = generate(N, d, L, pa, alpha, seed, kernels=args.kernels)

@@ -89,7 +89,8 @@ def _cmd_run(args) -> int:
     from .batched import check_batchable, resolve_backend, run_batch
     from .run import EXIT_CODES, run_to_file, save
 
-    from ...core.guard import check_mixture_size, check_output_dir, check_output_file
+    from ...core.guard import check_output_dir, check_output_file
+    from .sizes import check_mixture_size
 
     cfg = _config_from_args(args)
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))  # before the work, not after it
@@ -99,12 +100,13 @@ def _cmd_run(args) -> int:
         raise ConfigError("format: only with --plot DIR (the figure format)")
     est = check_mixture_size(cfg, args.force)
     from ...core.guard import check_disk, first_use_notice
+    from .sizes import COMPILE_S
 
     check_disk(out, est["bytes"] / 3.0, "out", args.force)  # the file holds one copy of the records
     from . import kernels
 
     first_use_notice(kernels.gd_advance if cfg.method == "gd" else kernels.flow_rhs, kernels.loss_and_grads,
-                     family="mixture")
+                     seconds=COMPILE_S)
     if resolve_backend(args.backend) == "cuda":
         check_batchable(cfg, "cuda")
         traj = run_batch([cfg], "cuda")[0]
@@ -132,7 +134,8 @@ def _cmd_particles(args) -> int:
     from .particles import particles_to_file
     from .run import EXIT_CODES
 
-    from ...core.guard import check_mixture_size, check_output_file
+    from ...core.guard import check_output_file
+    from .sizes import check_mixture_size
 
     cfg = _config_from_args(args)
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
@@ -154,7 +157,8 @@ def _cmd_derive(args) -> int:
     K = _int_arg("K", args.K, 2)
     L = _int_arg("L", args.L, 2)
     fmts = ["latex", "json", "python"] if args.format == "all" else [args.format]
-    from ...core.guard import check_output_dir, derive_estimate
+    from ...core.guard import check_output_dir
+    from .sizes import derive_estimate
 
     if args.out:
         check_output_dir(args.out, "out")
@@ -243,7 +247,8 @@ def _cmd_sweep(args) -> int:
     from .config import MixtureConfig, make_config
     from ...core.sweep import SweepSpec, parse_params, run_sweep, sweep_paths
 
-    from ...core.guard import check_mixture_size, check_output_dir, check_output_file
+    from ...core.guard import check_output_dir, check_output_file
+    from .sizes import check_mixture_size
 
     base = _base_from_args(args)
     base_cfg = make_config(base)  # the base must be valid on its own
@@ -287,7 +292,8 @@ def _cmd_width_sweep(args) -> int:
     if base.get("width") not in (None, "inf"):
         raise ConfigError("width: not with width-sweep (use --widths)")
     pm = as_int("particles_up_to", args.particles_up_to, lo=0)
-    from ...core.guard import check_mixture_size, check_output_file
+    from ...core.guard import check_output_file
+    from .sizes import check_mixture_size
     from .config import make_config
 
     check_output_file(args.out, "out", (".h5", ".hdf5"))
@@ -315,7 +321,8 @@ def _cmd_construct(args) -> int:
     beta = as_float("beta", args.beta, nonneg=True)
     b = as_float("b", args.b, positive=True)
     d = as_int("d", args.d, lo=2 * K) if args.d is not None else None
-    from ...core.guard import check_output_file, construct_estimate
+    from ...core.guard import check_output_file
+    from .sizes import construct_estimate
 
     if args.out:
         check_output_file(args.out, "out", (".h5", ".hdf5"))
@@ -379,7 +386,8 @@ def _cmd_study(args) -> int:
             raise ConfigError(str(e)) from None
         print(f"report: {out / 'report.md'}")
         return 0
-    from ...core.guard import MAX_SEEDS, check_list, check_mixture_size
+    from ...core.guard import MAX_SEEDS, check_list
+    from .sizes import check_mixture_size
     from .config import make_config
 
     Ks = [as_int("K", v, lo=2) for v in check_list("K", as_list("K", args.K))]
@@ -423,7 +431,8 @@ def _cmd_escape(args) -> int:
     eps = as_float("eps", args.eps, positive=True)
     theta = as_float("theta", args.theta, positive=True)
     from ...core.config import as_list
-    from ...core.guard import MAX_OMEGAS, check_list, check_mixture_size
+    from ...core.guard import MAX_OMEGAS, check_list
+    from .sizes import check_mixture_size
 
     omegas = None
     if args.omegas is not None:  # "" is an empty list, refused (not the default list)

@@ -143,7 +143,7 @@ def check_options(file_values: dict, flags: dict) -> None:
 def size_first(values: dict, force: bool, particles_d=None, copies: float = 1.0, width=None) -> None:
     """Refuse an absurd size from the config alone, before the samples are
     built (``--K 1000`` would otherwise allocate first)."""
-    from ...core.guard import check_mixture_size
+    from .sizes import check_mixture_size
     from .config import make_config
 
     vals = dict(values)
@@ -157,7 +157,8 @@ def size_first(values: dict, force: bool, particles_d=None, copies: float = 1.0,
     else:
         d = None
     if copies == 0:  # derive: the samples' memory only, no steps
-        from ...core.guard import check_size, mixture_estimate
+        from ...core.guard import check_size
+        from .sizes import mixture_estimate
 
         est = {**mixture_estimate(cfg), "seconds": 0.0}
         check_size(est, "size", force, f" (derive K={cfg.K}, L={cfg.L}: {est['n_samples']:.3g} samples)")

@@ -54,7 +54,7 @@ def _load(path):
     missing = [k for k in _REQUIRED if k not in run]
     if missing:
         raise ValueError(f"{path}: mixture run file lacks dataset(s) {', '.join(missing)}")
-    from ...core.guard import validate_mixture_run
+    from .schema import validate_mixture_run
 
     validate_mixture_run(run, path)  # shapes and the config attribute; names the wrong field
     return run

@@ -1,0 +1,61 @@
+"""Size estimates of the induction paper's runs and data sets (refused before anything is allocated).
+
+Cost models from the config alone; :func:`meanfield.core.limits.check_size`
+turns them into a one-line refusal quoting the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...core.limits import check_size
+
+#: seconds of the first compilation of this paper's kernels, measured cold on a loaded 2-core machine
+#: (benchmarks/bench_first_use.py); the "compiling kernels" notice quotes it
+COMPILE_S = 25
+
+
+# Induction system: one full-batch gradient costs about 1.9e-8 s per (sequence x position) at the
+# default H = M = 3 (README, `bench_induction.py`: 19 ms for 10,000 sequences of L = 100).
+_T_IND = 1.9e-8
+
+
+def induction_estimate(cfg) -> dict:
+    """Estimated memory (bytes) and time (s) of an induction run from its config."""
+    L = float(cfg.L)
+    Lt = float(cfg.L_test or cfg.L)
+    n = float(cfg.n_train or 0)
+    heads = max(1.0, cfg.H * cfg.M / 9.0)
+    seqs = 8.0 * (n * (L + 1) + float(cfg.n_test) * (Lt + 1) + float(cfg.batch) * (L + 1))
+    mem = 6.0 * seqs * heads
+    if cfg.method == "gd":
+        steps = float(sum(cfg.stage_steps) if cfg.schedule != "simultaneous" else cfg.steps)
+    elif cfg.method == "rk4" and cfg.dt:
+        H = sum(cfg.stage_times) if cfg.schedule != "simultaneous" and cfg.stage_times else (cfg.t_end or 0.0)
+        steps = 4.0 * float(H) / cfg.dt
+    else:
+        steps = 0.0
+    per = n if cfg.sampling == "fixed" else float(cfg.batch)
+    # the model's features: every subset of at most D heads; a sequence's kernel: d^(|pa| + 1) floats
+    n_feat = float(sum(math.comb(cfg.H, j) for j in range(0, cfg.D + 1)))
+    kernel = math.exp(min((len(cfg.pa) + 1) * math.log(max(cfg.d, 1)), 700.0))
+    rec = cfg.record_log if cfg.record_log is not None else (steps / cfg.record_every if cfg.record_every
+                                                             else min(steps, 1000.0))
+    mem += 8.0 * (4.0 * kernel + float(rec + 4) * (cfg.H * cfg.M + n_feat + 8.0))
+    return {"bytes": mem, "seconds": steps * _T_IND * per * L * heads * max(1.0, n_feat / 7.0), "steps": steps}
+
+
+def check_induction_size(cfg, force: bool = False) -> dict:
+    est = induction_estimate(cfg)
+    check_size(est, "size", force, f" (induction: {cfg.n_train} sequences of L = {cfg.L}, {est['steps']:.3g} steps)")
+    return est
+
+
+def induction_data_estimate(N: int, d: int, L: int, n_parents: int, kernels: bool, force: bool = False) -> dict:
+    """``induction data``: tokens N (L + 1) int64, kernels N d^(|pa| + 1) floats;
+    generation about 3.2e-8 s per token (README: 32 ms for 10,000 x 100)."""
+    k1 = math.exp(min((n_parents + 1) * math.log(max(d, 1)), 700.0))  # one sequence's kernel, always drawn
+    k = k1 if kernels else 0.0
+    est = {"bytes": 3.0 * 8.0 * (float(N) * ((L + 1) + k) + k1), "seconds": 3.2e-8 * float(N) * (L + 1 + k1)}
+    check_size(est, "size", force, f" (induction data: {N} sequences of L = {L})")
+    return est
