@@ -1,0 +1,82 @@
+"""core/ reaches a paper's pieces only through meanfield.core.hooks (issue 21): no import of a paper,
+the run-file schema check and the ensemble adapter come from the plug-ins' registrations."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meanfield.core import hooks
+from meanfield.core.bounds import evaluate
+from meanfield.core.config import ConfigError
+from meanfield.core.io import write_run
+from meanfield.core.sweep import system_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_no_line_of_core_or_engine_imports_a_paper():
+    """The acceptance grep of issue 21 (``grep -rn mixture meanfield/engine meanfield/core | grep import``
+    finds nothing), and no import statement there names a paper package (meanfield.models...)."""
+    papers = [p.name for p in (ROOT / "meanfield" / "models").iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    assert "mixture" in papers and "induction" in papers
+    bad = []
+    for layer in ("core", "engine"):
+        for f in sorted((ROOT / "meanfield" / layer).rglob("*.py")):
+            for i, line in enumerate(f.read_text().splitlines(), 1):
+                if ("import" in line and "mixture" in line) or re.match(r"\s*(from|import)\s+\S*models\b", line):
+                    bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not bad, "\n".join(bad)
+
+
+def _toy_run(path, system):
+    write_run(path, system=system, config={"K": 2}, status="complete", message="",
+              data={"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([1.0, 0.5, 0.25])})
+    return path
+
+
+def test_bounds_use_the_registered_run_check(tmp_path):
+    path = _toy_run(tmp_path / "toy.h5", "toy_hooks_test")
+    with pytest.raises(ConfigError, match="this run's system is 'toy_hooks_test'"):
+        evaluate("loss <= 1", path)
+    seen = []
+
+    def check(run, p):
+        seen.append(Path(p).name)
+        raise ConfigError(f"{p}: dataset 'w' is missing")
+
+    hooks.register_run_check("toy_hooks_test", check)
+    try:
+        with pytest.raises(ConfigError, match=r"^run: .*dataset 'w' is missing$"):
+            evaluate("loss <= 1", path)
+        assert seen == ["toy.h5"]
+    finally:
+        hooks._RUN_CHECKS.pop("toy_hooks_test", None)
+
+
+def test_the_mixture_registers_its_run_check_and_ensemble_system(tmp_path):
+    from meanfield.models.mixture.schema import validate_mixture_run
+
+    assert hooks.run_check("mixture") is validate_mixture_run
+    path = _toy_run(tmp_path / "bad.h5", "mixture")  # a mixture file without its datasets
+    with pytest.raises(ConfigError, match="dataset 'features' is missing"):
+        evaluate("loss <= 1", path)
+    assert system_of(None).name == "mixture" == system_of("mixture").name
+    with pytest.raises(ConfigError, match=r"system: one of .*mixture.*; got 'no_such_system'"):
+        system_of("no_such_system")
+
+
+def test_core_alone_loads_the_plugins_by_name():
+    """Used without the engine imported, core's lookups still find the papers (hooks.LOADER), and importing
+    core's sweep does not import the registry."""
+    code = ("import sys, meanfield.core.sweep as s, meanfield.core.bounds\n"
+            "assert 'meanfield.engine.registry' not in sys.modules\n"
+            "print(s.system_of(None).name)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "mixture"
