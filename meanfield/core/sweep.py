@@ -46,7 +46,7 @@ import numpy as np
 
 from . import hooks
 from .config import ConfigError, as_float, as_int
-from .guard import excerpt
+from .guard import excerpt, one_line
 
 MAX_VALUES = 10**6
 
@@ -362,6 +362,79 @@ def run_summary(path: Path) -> dict:
         v = float(r.attrs.get(k, math.nan))
         out[k] = None if math.isnan(v) else v
     return out
+
+
+def run_point(write: Callable[[Path], Any], path) -> dict:
+    """One sweep point in a worker, the same for every system: ``write(path)``
+    writes the point's run file (building its config inside, so a bad point is
+    a failed point too); returns its :func:`run_summary` with ``elapsed_s``, or
+    ``status: failed`` with the exception on one line (one crashing point must
+    not abort the others).
+
+    Parameters
+    ----------
+    write : callable
+        ``write(path)``: run the point to its file.
+    path : str or Path
+        The point's run file.
+
+    Returns
+    -------
+    dict
+        The summary, with ``elapsed_s``.
+
+    Example
+    -------
+    >>> s = run_point(lambda p: 1 / 0, "nowhere.h5")
+    >>> s["status"], s["message"]
+    ('failed', 'ZeroDivisionError: division by zero')
+    """
+    t0 = time.perf_counter()
+    try:
+        write(Path(path))
+        s = run_summary(Path(path))
+    except Exception as e:  # noqa: BLE001 - one crashing point must not abort the others
+        s = {"status": "failed", "message": one_line(f"{type(e).__name__}: {e}", 300)}
+    s["elapsed_s"] = time.perf_counter() - t0
+    return s
+
+
+def finished_point(path, same: Callable[[dict], bool]) -> dict | None:
+    """The summary of an existing, finished (complete or diverged) point file
+    whose root attributes (as stored: JSON ones as strings) ``same`` accepts,
+    else None (a missing, unfinished, unreadable or different file: the point
+    runs again).
+
+    Parameters
+    ----------
+    path : str or Path
+        The point's run file.
+    same : callable
+        ``same(attrs) -> bool``: the file is this point's (its config or its
+        ``sweep_point`` attribute).
+
+    Returns
+    -------
+    dict or None
+
+    Example
+    -------
+    >>> finished_point("no/such/file.h5", lambda a: True) is None
+    True
+    """
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            attrs = dict(f.attrs)
+        if attrs.get("status") not in ("complete", "diverged") or not same(attrs):
+            return None
+        return run_summary(path)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _crashed_point(job: tuple[dict, str], exc: BaseException) -> dict:

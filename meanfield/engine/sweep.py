@@ -31,38 +31,35 @@ def _summary(path: Path) -> dict:
     return run_summary(path)
 
 
-def _run_point(job: tuple[str, dict, str]) -> dict:
-    """Worker: one point (model file, parameter overrides, run file) -> its summary."""
+def _write_point(model, over: dict, path: Path) -> None:
     from .description import load_description
     from .runs import run_to_file
 
+    desc = load_description(model, over)
+    run_to_file(desc, path, progress=False, extra_attrs={"sweep_point": json.dumps(over, sort_keys=True)})
+
+
+def _run_point(job: tuple[str, dict, str]) -> dict:
+    """Worker: one point (model file, parameter overrides, run file) -> its summary (``core.sweep.run_point``)."""
+    from functools import partial
+
+    from ..core.sweep import run_point
+
     model, over, path = job
-    t0 = time.perf_counter()
-    try:
-        desc = load_description(model, over)
-        run_to_file(desc, Path(path), progress=False, extra_attrs={"sweep_point": json.dumps(over, sort_keys=True)})
-        s = _summary(Path(path))
-    except Exception as e:  # noqa: BLE001 - one crashing point must not abort the others
-        s = {"status": "failed", "message": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
-    s["elapsed_s"] = time.perf_counter() - t0
-    return s
+    return run_point(partial(_write_point, model, over), path)
 
 
 def _finished(path: Path, over: dict) -> dict | None:
-    from ..core.io import read_run
+    """The summary of an existing, finished point file of these overrides, else None (``core.sweep.finished_point``)."""
+    from ..core.sweep import finished_point
 
-    if not path.exists():
-        return None
-    try:
-        r = read_run(path)
-    except (OSError, ValueError):
-        return None
-    if r.attrs.get("status") not in ("complete", "diverged"):
-        return None
-    if r.attrs.get("sweep_point") != json.dumps(over, sort_keys=True) and \
-            r.attrs.get("sweep_point") != json.loads(json.dumps(over)):
-        return None
-    return _summary(path)
+    key, want = json.dumps(over, sort_keys=True), json.loads(json.dumps(over))
+
+    def same(attrs: dict) -> bool:
+        sp = attrs.get("sweep_point")
+        return sp == key or (isinstance(sp, str) and json.loads(sp) == want)
+
+    return finished_point(path, same)
 
 
 def _fingerprint(desc) -> bytes:

@@ -170,42 +170,29 @@ def _summary(path: Path) -> dict:
     return run_summary(path)
 
 
-def _run_point(job: tuple[dict, str]) -> dict:
-    """Worker: run one point (config dict) to its file; return its summary."""
+def _write_point(cfg_dict: dict, path: Path) -> None:
     from .config import make_config
     from .run import run_to_file
 
-    cfg_dict, path = job
-    t0 = time.perf_counter()
-    try:
-        cfg = make_config(cfg_dict)
-        run_to_file(cfg, Path(path), progress=False)
-        s = _summary(Path(path))
-    except Exception as e:  # noqa: BLE001 - one crashing point must not abort the others
-        from ...core.guard import one_line
+    run_to_file(make_config(cfg_dict), path, progress=False)
 
-        s = {"status": "failed", "message": one_line(f"{type(e).__name__}: {e}", 300)}
-    s["elapsed_s"] = time.perf_counter() - t0
-    return s
+
+def _run_point(job: tuple[dict, str]) -> dict:
+    """Worker: run one point (config dict) to its file; return its summary (``core.sweep.run_point``)."""
+    from functools import partial
+
+    from ...core.sweep import run_point
+
+    cfg_dict, path = job
+    return run_point(partial(_write_point, cfg_dict), path)
 
 
 def _finished(path: Path, cfg_dict: dict) -> dict | None:
-    """The summary of an existing, finished point file with this config, else None."""
-    if not path.exists():
-        return None
-    try:
-        import h5py
+    """The summary of an existing, finished point file with this config, else None (``core.sweep.finished_point``)."""
+    from ...core.sweep import finished_point
 
-        with h5py.File(path, "r") as f:
-            status = f.attrs.get("status")
-            conf = json.loads(f.attrs.get("config", "{}"))
-        if status not in ("complete", "diverged"):
-            return None
-        if json.loads(json.dumps(cfg_dict, sort_keys=True, default=list)) != conf:
-            return None
-        return _summary(path)
-    except (OSError, ValueError, KeyError):
-        return None
+    want = json.loads(json.dumps(cfg_dict, sort_keys=True, default=list))
+    return finished_point(path, lambda a: want == json.loads(a.get("config", "{}")))
 
 
 def _run_batched(cfgs: list[dict], paths: list[Path], todo: list[int], backend: str, done, bar) -> None:
