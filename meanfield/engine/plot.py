@@ -122,22 +122,18 @@ def engine_figures(r) -> list[tuple[str, object]]:
 
 
 def _write(figs, out: Path) -> list[Path]:
-    import io
-
     import matplotlib.pyplot as plt
 
-    from ..core.io import write_bytes_atomic
+    from ..core.io import save_figure  # the one figure writer (atomic: a full disk is one line naming the file)
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     files = []
     for name, fig in figs:
-        f = out / f"{name}.png"
-        buf = io.BytesIO()
-        fig.savefig(buf, dpi=110, format="png")
-        plt.close(fig)
-        write_bytes_atomic(f, buf.getbuffer())  # a full disk: one line naming f, no partial file
-        files.append(f)
+        try:
+            files.append(save_figure(fig, out / f"{name}.png", dpi=110))
+        finally:
+            plt.close(fig)
     return files
 
 
