@@ -25,12 +25,6 @@ from ..core.config import ConfigError
 from ..core.sweep import _jsonable, _write_index, grid, map_points, open_sweep, sweep_paths, track_sweep
 
 
-def _summary(path: Path) -> dict:
-    from ..core.sweep import run_summary
-
-    return run_summary(path)
-
-
 def _write_point(model, over: dict, path: Path) -> None:
     from .description import load_description
     from .runs import run_to_file
@@ -106,6 +100,7 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
     """Run the points ``todo`` batched: grouped by :func:`_fingerprint`, one
     ``run_batch`` per group (or per ``chunk_size`` points), each point written
     as the ordinary run file an unbatched sweep writes."""
+    from ..core.sweep import run_summary
     from . import runs
     from .batched import _step_of, run_batch
     from .description import load_description
@@ -131,7 +126,7 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
                 r = runs.in_memory(d, system_of(d), br.trajectory(k))
                 runs.save(paths[i], d, r, extra_attrs={"sweep_point": json.dumps(overs[i], sort_keys=True),
                                                        "batched": backend})
-                s = _summary(Path(paths[i]))
+                s = run_summary(Path(paths[i]))
                 s["elapsed_s"] = per + time.perf_counter() - t1
                 on_result(i, s)
 

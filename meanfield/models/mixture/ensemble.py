@@ -164,12 +164,6 @@ def _summaries(rec_t, rec_step, gd, rec_y, n_rec, three, stage1_t, r0, P, idx, s
 # ------------------------------------------------------------------ per-point sweeps (meanfield.core.sweep)
 
 
-def _summary(path: Path) -> dict:
-    from ...core.sweep import run_summary
-
-    return run_summary(path)
-
-
 def _write_point(cfg_dict: dict, path: Path) -> None:
     from .config import make_config
     from .run import run_to_file
@@ -197,6 +191,7 @@ def _finished(path: Path, cfg_dict: dict) -> dict | None:
 
 def _run_batched(cfgs: list[dict], paths: list[Path], todo: list[int], backend: str, done, bar) -> None:
     """The points ``todo`` as batches of trajectories (chunks of 256)."""
+    from ...core.sweep import run_summary
     from .batched import run_batch
     from .config import make_config
     from .run import save
@@ -206,7 +201,7 @@ def _run_batched(cfgs: list[dict], paths: list[Path], todo: list[int], backend: 
 
     def on_result(k, traj):
         save(paths[todo[k]], mcfgs[k], traj)
-        s = _summary(paths[todo[k]])
+        s = run_summary(paths[todo[k]])
         s["elapsed_s"] = time.perf_counter() - t0
         s["backend"] = backend + " (batched)"
         done(k, s)
