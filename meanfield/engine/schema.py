@@ -225,10 +225,17 @@ def markdown() -> str:
     >>> "| `loss` |" in markdown()
     True
     """
+    from .description import _OUT_OF_CLASS
+
     out = []
     for table, what, keys in reference():
         out += [f"## `{table}`" if table != "top level" else "## Top level", "", what[0].upper() + what[1:] + ".", "",
                 "| key | type | default | meaning |", "|---|---|---|---|"]
         out += [f"| `{k.name}` | {k.type} | {k.default} | {k.meaning} |" for k in keys]
         out.append("")
-    return "\n".join(out)
+    out += ["## Keys refused with a reason", "",
+            "These keys (in `[model]` or a head) describe a model outside the Gram-closure class; the loader "
+            "refuses them with the reason closure fails, exit 2 (see [the engine](engine.md)).", "",
+            "| key | why it is outside the class |", "|---|---|"]
+    out += [f"| `{k}` | {why} |" for k, why in _OUT_OF_CLASS.items()]
+    return "\n".join(out) + "\n"

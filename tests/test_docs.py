@@ -1,0 +1,173 @@
+"""The documentation site (issue 25): the generated references cover what the
+code accepts, and the tutorial notebook runs.
+
+* The description reference (``docs/description.md``, generated from
+  :mod:`meanfield.engine.schema`) lists exactly the keys the loader accepts:
+  the loader itself is asked, table by table, by giving it an unknown key and
+  reading the allowed keys from its one-line error (an independent path: the
+  loader's own tables, not the schema module).
+* The CLI reference lists every subcommand of ``meanfield`` (walked from the
+  parser, and checked against each system's ``--help``).
+* The model catalogue has a row for every shipped description.
+* The tutorial notebook ``docs/tutorial.ipynb`` executes with nbclient
+  (marked ``docs``: ``.ci/run`` runs it after ``make docs``).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from meanfield.core.config import ConfigError
+from meanfield.engine.description import _OUT_OF_CLASS, description_from_dict, load_description
+
+ROOT = Path(__file__).resolve().parents[1]
+MAJORITY = ROOT / "docs" / "examples" / "majority.toml"
+
+
+def _hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _allowed(raw: dict, where, key="zz_not_a_key") -> set:
+    """The keys the loader accepts at ``where`` (a path into the raw description), read from its error."""
+    raw = copy.deepcopy(raw)
+    node = raw
+    for w in where:
+        node = node[w]
+    node[key] = 1
+    with pytest.raises(ConfigError) as e:
+        description_from_dict(raw)
+    msg = str(e.value)
+    assert f"unknown key '{key}'" in msg, msg
+    return set(re.search(r"allowed: (.*)$", msg).group(1).split(", ")) - set(_OUT_OF_CLASS)
+
+
+def _loader_tables() -> dict:
+    raw = tomllib.loads(MAJORITY.read_text())
+    staged = copy.deepcopy(raw)
+    staged["training"] = {"stages": [{"name": "s1", "train": ["attention"], "steps": 10}]}
+    staged["parameters"].pop("steps")
+    with pytest.raises(ConfigError) as e:
+        load_description(MAJORITY, {"zz_not_a_key": 1})
+    knobs = set(re.search(r"run knobs: (.*)$", str(e.value)).group(1).split(", "))
+    return {
+        "top level": _allowed(raw, []),
+        "[parameters]": knobs,
+        "[dictionary]": _allowed(raw, ["dictionary"]),
+        "[data]": _allowed(raw, ["data"]),
+        "[data] rows = [ {...} ]": _allowed(raw, ["data", "rows", 0]),
+        "[[heads]]": _allowed(raw, ["heads", 0]),
+        "[model]": _allowed(raw, ["model"]),
+        "[training]": _allowed(raw, ["training"]) if "training" in raw else _allowed(
+            {**raw, "training": {}}, ["training"]),
+        "[[training.stages]]": _allowed(staged, ["training", "stages", 0]),
+    }
+
+
+def test_description_reference_lists_every_key_the_loader_accepts():
+    from meanfield.engine.schema import markdown, reference
+
+    documented = {table: {k.name for k in keys} for table, _, keys in reference()}
+    accepted = _loader_tables()
+    assert set(accepted) == set(documented), (sorted(accepted), sorted(documented))
+    for table, keys in accepted.items():
+        assert keys == documented[table], (table, "accepted, not documented:", keys - documented[table],
+                                           "documented, not accepted:", documented[table] - keys)
+        for k in documented[table]:
+            assert all(getattr(key, "meaning") for key in dict((t, ks) for t, _, ks in reference())[table])
+    text = markdown()
+    for table, keys in accepted.items():
+        for k in keys:
+            assert f"| `{k}` |" in text, (table, k)
+    for k in _OUT_OF_CLASS:
+        assert f"| `{k}` |" in text, k
+
+
+def test_description_reference_fails_on_an_undocumented_field(monkeypatch):
+    from meanfield.engine import schema
+
+    monkeypatch.delitem(schema._HEAD, "scale")
+    with pytest.raises(KeyError, match="heads.scale"):
+        schema.reference()
+
+
+def test_mixture_family_table_lists_every_config_field():
+    import dataclasses
+
+    from meanfield.engine.description import parameter_class
+
+    text = _hooks().mixture_family_markdown()
+    for f in dataclasses.fields(parameter_class({"family": "mixture"})):
+        assert f"| `{f.name}` |" in text, f.name
+
+
+def test_cli_reference_lists_every_subcommand():
+    hooks = _hooks()
+    text = hooks.cli_markdown()
+    names = [n for n, _ in hooks.cli_commands()]
+    top = subprocess.run([sys.executable, "-m", "meanfield", "--help"], capture_output=True, text=True, timeout=120)
+    systems = re.search(r"\{([\w,-]+)\}", top.stdout).group(1).split(",")
+    assert systems and all(f"meanfield {s}" in names for s in systems), (systems, names)
+    for s in ("mixture", "model", "induction"):
+        h = subprocess.run([sys.executable, "-m", "meanfield", s, "--help"], capture_output=True, text=True,
+                           timeout=120).stdout
+        verbs = re.search(r"\{([\w,-]+)\}", h).group(1).split(",")
+        for v in verbs:
+            assert f"## `meanfield {s} {v}`" in text, (s, v)
+    assert len(names) >= 30, names
+
+
+def test_catalogue_has_every_shipped_description():
+    hooks = _hooks()
+    text = hooks.catalogue_markdown()
+    paths = hooks.shipped_descriptions()
+    assert len(paths) >= 4
+    for p in paths:
+        name = tomllib.loads(p.read_text()).get("name", p.stem)
+        assert f"| `{name}` | `{p.relative_to(ROOT).as_posix()}` |" in text, name
+
+
+def test_notebook_page_renders_markdown_code_and_outputs(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title"), nbformat.v4.new_code_cell("print(1 + 1)")]
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="2\n")]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    text = _hooks().notebook_markdown(path)
+    assert text.index("# Title") < text.index("```python\nprint(1 + 1)\n```") < text.index("```text\n2\n```")
+    nb.cells[1].outputs = [nbformat.v4.new_output("error", ename="ValueError", evalue="x", traceback=[])]
+    nbformat.write(nb, path)
+    with pytest.raises(ValueError, match="re-execute"):
+        _hooks().notebook_markdown(path)
+
+
+@pytest.mark.docs
+def test_tutorial_notebook_executes(tmp_path):
+    """Runs every cell of docs/tutorial.ipynb in a fresh kernel, in a scratch
+    folder holding what a clone holds (docs/, the package on the path)."""
+    import shutil
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    work = tmp_path / "clone"
+    shutil.copytree(ROOT / "docs", work / "docs", ignore=shutil.ignore_patterns("__pycache__"))
+    (work / "runs").mkdir()
+    nb = nbformat.read(ROOT / "docs" / "tutorial.ipynb", as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})"))
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors, errors
