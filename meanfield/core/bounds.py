@@ -198,8 +198,25 @@ class Ref:
 
 @dataclass(frozen=True)
 class Bound:
-    """A parsed bound: ``text`` as written, ``tree`` the private expression tree,
-    ``refs`` the bracketed atoms and ``names`` the variables it uses."""
+    """A parsed bound (made by :func:`parse_bound`).
+
+    Parameters
+    ----------
+    text : str
+        The inequality as written.
+    tree : tuple
+        The private expression tree.
+    refs : tuple of Ref
+        The bracketed atoms it uses (``S+[c1,v1]``, ``margin[3]``, ...).
+    names : frozenset of str
+        The variables it uses (``loss``, ``T2``, ...).
+
+    Examples
+    --------
+    >>> b = parse_bound("loss <= 0.5")
+    >>> str(b), sorted(b.names)
+    ('loss <= 0.5', ['loss'])
+    """
 
     text: str
     tree: tuple
@@ -398,10 +415,39 @@ class _Parser:
 
 
 def parse_bound(text: str) -> Bound:
-    """Parse a bound (an inequality, see the module docstring); a :class:`BoundError` if it is not one.
+    """Parse a bound: an inequality over a run's variables (the module docstring has the grammar).
 
     Checks everything that does not depend on a run; :func:`evaluate` checks the
-    rest (feature names, sample indices, stage ends) against the run."""
+    rest (feature names, sample indices, stage ends) against the run. Nothing
+    is evaluated as Python: the text is parsed against a whitelist.
+
+    Parameters
+    ----------
+    text : str
+        The inequality, e.g. ``"S+[c1,v1] >= 0.5 * omega**2"`` or
+        ``"min_margin >= 0.5"`` (comparisons may be chained and joined by
+        ``and`` / ``or``).
+
+    Returns
+    -------
+    Bound
+        The parsed bound.
+
+    Raises
+    ------
+    BoundError
+        One line naming the offending part (an unknown name, a forbidden
+        construct, a missing comparison, ...).
+
+    Examples
+    --------
+    >>> sorted(parse_bound("loss <= log(2) and T2 < 1000").names)
+    ['T2', 'loss']
+    >>> parse_bound("__import__('os')")
+    Traceback (most recent call last):
+    ...
+    meanfield.core.bounds.BoundError: bound "__import__('os')": call of '__import__' not allowed; functions: abs, exp, log, sqrt, min, max
+    """
     return _Parser(text).parse()
 
 
@@ -410,12 +456,37 @@ def parse_bound(text: str) -> Bound:
 
 @dataclass(frozen=True)
 class BoundResult:
-    """Outcome of a bound over the selected records.
+    """Outcome of a bound over the selected records (made by :func:`evaluate`).
 
-    holds: true at every selected time; worst_slack: the minimum slack (NaN if
-    a NaN occurred); t_worst: its (first) time; first_violation_t: the first
-    time it fails (None if it holds); n_times: selected records; n_violations:
-    how many of them fail."""
+    Parameters
+    ----------
+    text : str
+        The bound as written.
+    holds : bool
+        True at every selected time.
+    worst_slack : float
+        The minimum slack (NaN if a NaN occurred).
+    t_worst : float
+        Its (first) time.
+    first_violation_t : float or None
+        The first time it fails (None if it holds).
+    n_times : int
+        Selected records.
+    n_violations : int
+        How many of them fail.
+    during, tmin, tmax
+        The selection it was checked over.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.core.io import Run
+    >>> run = Run(t=np.array([0.0, 1.0, 2.0]), loss=np.array([0.69, 0.4, 0.1]))
+    >>> run.attrs = {"system": "mixture"}
+    >>> r = evaluate("loss <= 0.5", run)
+    >>> r.holds, r.first_violation_t, r.n_violations
+    (False, 0.0, 1)
+    """
 
     text: str
     holds: bool
@@ -757,7 +828,37 @@ def _check_during(during) -> str:
 
 
 def select(run, during: str = "all", tmin=None, tmax=None) -> np.ndarray:
-    """Boolean mask over the run's records for ``during`` / ``tmin`` / ``tmax`` (see the module docstring)."""
+    """The records a bound is checked at.
+
+    Parameters
+    ----------
+    run : meanfield.core.io.Run
+        A run read into memory (``run["t"]``, ``run["stage"]``, ``run.attrs``).
+    during : str
+        ``all``, ``stage1``, ``stage2`` or ``stage3`` (the records of that
+        stage, its start included).
+    tmin, tmax : float, str or None
+        Keep records with ``tmin <= t <= tmax``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Boolean mask of shape (T,).
+
+    Raises
+    ------
+    BoundError
+        For an unknown ``during``, ``tmin > tmax``, or a stage the run does not have.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.core.io import Run
+    >>> run = Run(t=np.array([0.0, 1.0, 2.0]), loss=np.array([0.69, 0.4, 0.1]))
+    >>> run.attrs = {"system": "mixture"}
+    >>> select(run, tmin=1).tolist()
+    [False, True, True]
+    """
     d = _check_during(during)
     tmin, tmax = _num("tmin", tmin), _num("tmax", tmax)
     if tmin is not None and tmax is not None and tmin > tmax:
@@ -785,9 +886,41 @@ def select(run, during: str = "all", tmin=None, tmax=None) -> np.ndarray:
 
 
 def evaluate(bound: Bound | str, run, during: str = "all", tmin=None, tmax=None) -> BoundResult:
-    """Check ``bound`` over the run's records selected by ``during`` ("all",
-    "stage1", "stage2", "stage3") and ``tmin <= t <= tmax``. ``run``: a
-    :class:`meanfield.core.io.Run` (or a path to a run file)."""
+    """Check a bound at every selected record of a run.
+
+    Parameters
+    ----------
+    bound : Bound or str
+        The bound (a string is parsed with :func:`parse_bound`).
+    run : meanfield.core.io.Run, str or Path
+        A run in memory, or the path of a run file (mixture or a described
+        model's run).
+    during : str
+        ``all``, ``stage1``, ``stage2`` or ``stage3``.
+    tmin, tmax : float, str or None
+        Keep records with ``tmin <= t <= tmax`` (a stage end such as
+        ``"T1"`` may be named).
+
+    Returns
+    -------
+    BoundResult
+        Whether it holds, the worst slack and where, the first violation.
+
+    Raises
+    ------
+    BoundError
+        A name or atom the run does not have, an empty selection.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.core.io import Run
+    >>> run = Run(t=np.array([0.0, 1.0, 2.0]), loss=np.array([0.69, 0.4, 0.1]))
+    >>> run.attrs = {"system": "mixture"}
+    >>> r = evaluate("loss <= log(2)", run)
+    >>> r.holds, round(r.worst_slack, 4), r.t_worst
+    (True, 0.0031, 0.0)
+    """
     if isinstance(bound, str):
         bound = parse_bound(bound)
     if isinstance(run, (str, Path)):
@@ -824,7 +957,30 @@ def evaluate(bound: Bound | str, run, during: str = "all", tmin=None, tmax=None)
 
 
 def values(text: str, run) -> np.ndarray:
-    """The value of an arithmetic expression (same grammar, no comparison) at every record, shape (T,)."""
+    """The value of an arithmetic expression at every record.
+
+    Parameters
+    ----------
+    text : str
+        An expression in the bounds grammar without a comparison
+        (``"S+[c1,v1] - S-[c1,v1]"``, ``"2 * loss"``).
+    run : meanfield.core.io.Run, str or Path
+        A run in memory or the path of a run file.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (T,), float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.core.io import Run
+    >>> run = Run(t=np.array([0.0, 1.0, 2.0]), loss=np.array([0.69, 0.4, 0.1]))
+    >>> run.attrs = {"system": "mixture"}
+    >>> values("2 * loss", run).tolist()
+    [1.38, 0.8, 0.2]
+    """
     p = _Parser(text)
     tree = p.parse_value()
     if isinstance(run, (str, Path)):
@@ -866,11 +1022,35 @@ _BOUND_KEYS = ("name", "expr", "during", "tmin", "tmax")
 
 
 def load_bounds(path: str | Path, during: str = "all", tmin=None, tmax=None) -> list[tuple]:
-    """Read ``[[bound]]`` tables (keys: name, expr, during, tmin, tmax) from a TOML file.
+    """Read the ``[[bound]]`` tables of a TOML file.
 
-    Returns a list of ``(name, text, during, tmin, tmax)``; ``during`` / ``tmin`` /
-    ``tmax`` given here are the defaults of tables that omit them. Every
-    expression is parsed; any problem is a one-line :class:`BoundError`."""
+    Parameters
+    ----------
+    path : str or Path
+        The file: ``[[bound]]`` tables with keys ``name``, ``expr`` and
+        optionally ``during``, ``tmin``, ``tmax``.
+    during, tmin, tmax
+        Defaults for the tables that omit them.
+
+    Returns
+    -------
+    list of tuple
+        ``(name, text, during, tmin, tmax)`` per table, in file order.
+
+    Raises
+    ------
+    BoundError
+        One line: a missing file, an unknown key, a duplicate name, an
+        expression that does not parse.
+
+    Examples
+    --------
+    >>> import pathlib, tempfile
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "b.toml"
+    >>> _ = p.write_text('[[bound]]\\nname = "small loss"\\nexpr = "loss <= 0.5"\\ntmin = 1\\n')
+    >>> load_bounds(p)
+    [('small loss', 'loss <= 0.5', 'all', 1.0, None)]
+    """
     from .guard import read_config_text  # size cap (/dev/zero), UTF-8, nesting depth
 
     p = Path(path)
@@ -919,7 +1099,30 @@ def load_bounds(path: str | Path, during: str = "all", tmin=None, tmax=None) -> 
 
 
 def format_result(name: str, result: BoundResult) -> str:
-    """One line: HOLDS / VIOLATED, the name, the worst slack and where, the first violation."""
+    """A bound's result as one line (what ``meanfield ... bound`` prints).
+
+    Parameters
+    ----------
+    name : str
+        The bound's name (or its text).
+    result : BoundResult
+        What :func:`evaluate` returned.
+
+    Returns
+    -------
+    str
+        ``HOLDS`` / ``VIOLATED`` / ``UNDEFINED``, the name, the worst slack
+        and where, the first violation, the selection.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.core.io import Run
+    >>> run = Run(t=np.array([0.0, 1.0, 2.0]), loss=np.array([0.69, 0.4, 0.1]))
+    >>> run.attrs = {"system": "mixture"}
+    >>> format_result("small loss", evaluate("loss <= log(2)", run))
+    'HOLDS     small loss: worst slack +0.003147 at t=0 (3 times, during=all)'
+    """
     sel = f"during={result.during}"
     if result.tmin is not None:
         sel += f", t>={result.tmin:g}"
