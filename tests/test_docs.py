@@ -171,3 +171,117 @@ def test_tutorial_notebook_executes(tmp_path):
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
+
+
+# ------------------------------------------------------------------ docstrings of the API reference
+
+SECTIONS = ("Parameters", "Returns", "Examples")
+
+
+def api_objects() -> list[str]:
+    """Dotted names of every object the API reference (docs/api.md) documents, plus ``meanfield.__all__``."""
+    import importlib
+    import inspect
+
+    import meanfield
+
+    names = [f"meanfield.{n}" for n in getattr(meanfield, "__all__", ())]
+    text = (ROOT / "docs" / "api.md").read_text()
+    for m in re.finditer(r"^::: ([\w.]+)\n((?:    .*\n)*)", text, flags=re.M):
+        target, opts = m.group(1), m.group(2)
+        members = re.search(r"members: \[([^\]]*)\]", opts)
+        try:
+            obj = importlib.import_module(target)
+        except ImportError:
+            names.append(target)
+            continue
+        if members:
+            names += [f"{target}.{x.strip()}" for x in members.group(1).split(",")]
+        else:  # a whole module: its public functions and classes defined there
+            names += [f"{target}.{n}" for n, v in vars(obj).items() if not n.startswith("_")
+                      and (inspect.isfunction(v) or inspect.isclass(v)) and v.__module__ == obj.__name__]
+    return list(dict.fromkeys(names))
+
+
+def _resolve(dotted: str):
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for p in parts[i:]:
+            obj = getattr(obj, p)
+        return obj
+    raise ImportError(dotted)
+
+
+def missing_sections(obj) -> list[str]:
+    """The numpy-docstring sections ``obj``'s docstring lacks (a class needs no Returns; a function
+    without parameters no Parameters; one returning None no Returns)."""
+    import inspect
+
+    doc = inspect.getdoc(obj) or ""
+    need = list(SECTIONS)
+    if inspect.isclass(obj):
+        need.remove("Returns")
+    else:
+        sig = inspect.signature(obj)
+        if not sig.parameters:
+            need.remove("Parameters")
+        if sig.return_annotation in (None, "None"):
+            need.remove("Returns")
+    return [s for s in need if not re.search(rf"^{s}\n-{{3,}}$", doc, flags=re.M)]
+
+
+def test_every_documented_callable_has_parameters_returns_examples():
+    names = api_objects()
+    assert len(names) >= 25, names
+    bad = {}
+    for n in names:
+        obj = _resolve(n)
+        if callable(obj):
+            miss = missing_sections(obj)
+            if miss:
+                bad[n] = miss
+    assert not bad, "docstrings without numpy sections:\n" + "\n".join(f"  {k}: {v}" for k, v in bad.items())
+
+
+def test_missing_sections_can_fail():
+    def f(x):
+        """One line."""
+
+    def g(x) -> int:
+        """Doc.
+
+        Parameters
+        ----------
+        x : int
+
+        Returns
+        -------
+        int
+
+        Examples
+        --------
+        >>> g(1)
+        """
+
+    assert missing_sections(f) == list(SECTIONS) and missing_sections(g) == []
+
+
+@pytest.mark.parametrize("module", ["meanfield.core.report", "meanfield.core.bounds", "meanfield.engine.schema",
+                                    "meanfield.engine.description", "meanfield.engine.objects"])
+def test_docstring_examples_run(module, tmp_path, monkeypatch):
+    """The Examples of the cheap modules run as doctests (paths relative to a clone's root)."""
+    import doctest
+    import importlib
+    import shutil
+
+    shutil.copytree(ROOT / "docs" / "examples", tmp_path / "docs" / "examples")
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    res = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert res.attempted > 0 and res.failed == 0, res

@@ -651,13 +651,71 @@ def _read(path) -> dict:
 
 
 def load_description(path, overrides: dict | None = None) -> Description:
-    """Read and validate a TOML description; ``overrides`` (CLI flags,
-    None values ignored) replace entries of its ``[parameters]``."""
+    """Read and validate a TOML description (what ``meanfield.engine.load`` calls).
+
+    Parameters
+    ----------
+    path : str or Path
+        The TOML file (every key: the description reference).
+    overrides : dict or None
+        Parameter values replacing those of its ``[parameters]`` (run knobs
+        and declared parameters, as the CLI flags; None values ignored).
+
+    Returns
+    -------
+    Description
+        The validated description (frozen dataclasses).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the field and the allowed values: an unknown key, a
+        bad value, an undeclared parameter, a model outside the Gram-closure
+        class (with the reason).
+
+    Examples
+    --------
+    >>> desc = load_description("docs/examples/majority.toml", {"width": 16, "overlap": 0.6})
+    >>> desc.name, desc.init.width, desc.dictionary.features
+    ('majority', 16, ('plus', 'minus', 'blank'))
+    """
     raw = read_raw(path)
     return description_from_dict(raw, overrides, source=str(path))
 
 
 def description_from_dict(raw: dict, overrides: dict | None = None, source: str | None = None) -> Description:
+    """Validate a description given as a dict (the TOML file's tables, parsed).
+
+    Parameters
+    ----------
+    raw : dict
+        The description as ``tomllib`` reads it (top-level keys ``name``,
+        ``family``, ``parameters``, ``dictionary``, ``data``, ``heads``,
+        ``model``, ``training``).
+    overrides : dict or None
+        Parameter values (as in :func:`load_description`).
+    source : str or None
+        Where it came from (the name defaults to its stem).
+
+    Returns
+    -------
+    Description
+        The validated description.
+
+    Raises
+    ------
+    ConfigError
+        As :func:`load_description`.
+
+    Examples
+    --------
+    >>> raw = {"dictionary": {"features": ["a", "b"]},
+    ...        "data": {"rows": [{"tokens": ["a", "b"], "target": 1}, {"tokens": ["b", "b"], "target": -1}]},
+    ...        "heads": [{"value": "linear"}], "parameters": {"steps": 10}}
+    >>> d = description_from_dict(raw)
+    >>> d.data.n, d.model.loss, d.model.heads[0].name
+    (2, 'logistic', 'h1')
+    """
     if not isinstance(raw, dict):
         raise ConfigError("model: a description is a TOML table")
     for k in raw:

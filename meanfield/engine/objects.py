@@ -196,8 +196,48 @@ class Description:
 
 def make_data(tokens, target, weight=None, counts=None, names=None, flags=None, P: int | None = None,
               where: str = "data") -> Data:
-    """Validate arrays into a :class:`Data` (tokens (n, L, P); target (n,) or
-    (n, C); weight default 1/n; counts default 1)."""
+    """Validate arrays into a :class:`Data`: the finite weighted set of sequences.
+
+    Parameters
+    ----------
+    tokens : array_like
+        (n, L, P): each position's coefficients over the P features.
+    target : array_like
+        (n,) labels +-1 (logistic), reals (squared) or class indices
+        (cross_entropy), or (n, C) vector targets (squared).
+    weight : array_like or None
+        (n,) weights >= 0 (default 1/n each).
+    counts : array_like or None
+        (n, L): a position stands for ``count`` identical tokens (0 = padding;
+        default 1).
+    names : sequence of str or None
+        The sequences' names.
+    flags : dict or None
+        Named boolean (n,) flags (``consistent``, ``flipped``).
+    P : int or None
+        The number of features, checked against the tokens' last axis.
+    where : str
+        The field name used in error messages.
+
+    Returns
+    -------
+    Data
+        Read-only arrays.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the field (a shape, a non-finite entry, a negative
+        weight or count).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]])   # n = 2, L = 2, P = 2
+    >>> data = make_data(X, target=[1, -1], counts=[[2, 1], [1, 1]])
+    >>> data.n, data.L, data.weight.tolist()
+    (2, 2, [0.5, 0.5])
+    """
     X = np.asarray(tokens, dtype=float)
     if X.ndim != 3 or X.shape[0] < 1 or X.shape[1] < 1:
         raise ConfigError(f"{where}.tokens: must be an (n, L, P) array with n, L >= 1; got shape {X.shape}")
