@@ -163,7 +163,8 @@ def _cmd_run(args) -> int:
     check_disk(out, est["bytes"] / 3.0, "out", args.force)  # the file holds one copy of the records
     from .mixture import kernels
 
-    first_use_notice(kernels.gd_advance if cfg.method == "gd" else kernels.flow_rhs, kernels.loss_and_grads)
+    first_use_notice(kernels.gd_advance if cfg.method == "gd" else kernels.flow_rhs, kernels.loss_and_grads,
+                     family="mixture")
     if resolve_backend(args.backend) == "cuda":
         check_batchable(cfg, "cuda")
         traj = run_batch([cfg], "cuda")[0]
@@ -630,7 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "(default 1e-4,1e-3,1e-2,1e-1)")
     es.add_argument("--theta", default="0.1", help="--stage simultaneous: the scores have moved when max |S| >= THETA")
     es.set_defaults(func=_cmd_escape)
-    wa = systems.add_parser("warm", help="compile the common numba kernels (mixture run, particles) into "
+    wa = systems.add_parser("warm", help="compile every kernel family (mixture, engine, induction, batched) into "
                             "numba's cache, so that the first real run does not wait for them")
     wa.set_defaults(func=_cmd_warm)
     from .induction.cli import add_parser as add_induction

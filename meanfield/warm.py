@@ -1,15 +1,18 @@
-"""Compile the common numba kernels into numba's on-disk cache.
+"""Compile every kernel family into numba's on-disk cache.
 
-``meanfield warm`` (or ``python -m meanfield warm``) runs a two-step
-``mixture run`` (GD, the default) in a temporary folder, so that numba
-compiles every kernel it uses and caches it (``cache=True``). That covers
-``mixture particles`` too: its network is the engine's numpy oracle, and the
-only kernels it calls (the recorded observables) are ``mixture run``'s, so a
-warm-up particles run would compile nothing (it was dropped). The kernels' types do not depend
-on the sizes, so a later run at any size loads them from the cache instead of
-compiling (see README, "First use"). ``make install``, ``make demo`` and
-``make test`` run it once after installing. Nothing is written outside the
-temporary folder and numba's cache.
+``meanfield warm`` (or ``python -m meanfield warm``, or ``meanfield.warm()``
+in Python) runs tiny commands of every kernel family in a temporary folder,
+so that numba compiles every kernel they use and caches it
+(``cache=True``): the mixture fast path (``mixture run``: GD; its
+observables are also all that ``mixture particles`` compiles), the engine
+(``model run``: its one generic GD kernel, every description shares it, and
+the flow right-hand side of ``--method rk4``), the induction head
+(``induction run``) and the batched drivers of the mixture and the engine
+(``mixture sweep --batched``, ``model sweep --batched``). The kernels' types
+do not depend on the sizes, so a later run at any size loads them from the
+cache instead of compiling. ``make install``, ``make demo`` and ``make test``
+run it once after installing. Nothing is written outside the temporary
+folder and numba's cache.
 """
 
 from __future__ import annotations
@@ -25,15 +28,48 @@ log = logging.getLogger("meanfield")
 
 #: (name, argv of ``meanfield``) of each warm-up command; tiny sizes, same kernel types as real runs
 COMMANDS = (
-    ("mixture run", ["mixture", "run", "--steps", "2", "--quiet"]),
+    ("mixture run", ["mixture", "run", "--steps", "2", "--quiet", "--out", "{tmp}/mixture.h5"]),
+    ("engine", ["model", "run", "incontext", "--K", "2", "--N", "2", "--steps", "2", "--quiet",
+                "--out", "{tmp}/engine.h5"]),
+    ("engine flow", ["model", "run", "incontext", "--K", "2", "--N", "2", "--method", "rk4", "--t-end", "0.1",
+                     "--dt", "0.05", "--quiet", "--out", "{tmp}/engine_rk4.h5"]),
+    ("induction", ["induction", "run", "--n-train", "20", "--n-test", "0", "--L", "8", "--stage-steps", "1,1,1",
+                   "--quiet", "--out", "{tmp}/induction.h5"]),
+    ("mixture batched", ["mixture", "sweep", "--param", "seed=0,1", "--width", "4", "--steps", "2", "--batched",
+                         "--quiet", "--out", "{tmp}/mixture_sweep"]),
+    ("engine batched", ["model", "sweep", "incontext", "--K", "2", "--N", "2", "--param", "eta=0.1,0.2",
+                        "--steps", "2", "--batched", "--quiet", "--out", "{tmp}/engine_sweep"]),
 )
+#: the families (``meanfield warm --only NAME,...``)
+FAMILIES = tuple(name for name, _ in COMMANDS)
 
 
 def warm(main, names=None) -> float:
-    """Run the warm-up commands (all, or those in ``names``) through ``main``
-    (``meanfield.cli.main``, passed in so that this module does not import the
-    CLI that dispatches to it); returns the seconds taken. Raises RuntimeError
-    naming the command if one of them fails."""
+    """Run the warm-up commands (all, or those in ``names``) through ``main``.
+
+    Parameters
+    ----------
+    main : callable
+        ``meanfield.cli.main`` (passed in so that this module does not import
+        the CLI that dispatches to it).
+    names : set of str, optional
+        the families to warm (:data:`FAMILIES`); default all.
+
+    Returns
+    -------
+    float
+        the seconds taken.
+
+    Raises
+    ------
+    RuntimeError
+        naming the command, if one of them fails.
+
+    Example
+    -------
+    >>> import meanfield.cli, meanfield.warm
+    >>> meanfield.warm.warm(meanfield.cli.main, names={"engine"})   # doctest: +SKIP
+    """
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="meanfield-warm-") as tmp:
         for i, (name, argv) in enumerate(COMMANDS):
@@ -42,7 +78,7 @@ def warm(main, names=None) -> float:
             t1 = time.perf_counter()
             level = log.level
             with contextlib.redirect_stdout(io.StringIO()):  # the tiny runs' outcome lines are not news
-                rc = main(["-q"] + argv + ["--out", str(Path(tmp) / f"warm{i}.h5")])
+                rc = main(["-q"] + [a.replace("{tmp}", str(Path(tmp))) for a in argv])
             log.setLevel(level)
             if rc not in (0, None):
                 raise RuntimeError(f"warm-up of '{name}' failed (exit {rc})")

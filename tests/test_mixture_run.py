@@ -118,7 +118,7 @@ def test_infinite_width_run_file_K3_flow(tmp_path):
     run = read_run(path)
     check_file_schema(run, 3, 3, T=11)
     np.testing.assert_allclose(run["t"], np.arange(11.0), atol=1e-12)
-    assert run.attrs["width"] == -1 and run.attrs["method"] == "flow"
+    assert run.attrs["width"] == float("inf") and run.attrs["method"] == "flow"
     np.testing.assert_array_equal(run["S"][0], 0)
     np.testing.assert_array_equal(run["A"][0], np.broadcast_to(0.09 * np.eye(6), (2, 6, 6)))
     check_observables(run, every=5)

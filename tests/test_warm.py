@@ -11,7 +11,7 @@ import pytest
 import meanfield.cli
 from meanfield import warm
 
-NOTICE = "compiling kernels (first use only"
+NOTICE = "compiling kernels, about"
 
 
 def _cli(args, env=None, cwd=None):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import signal
 import tempfile
 from pathlib import Path
@@ -616,11 +617,38 @@ def cli_log():
     return log
 
 
-def first_use_notice(*dispatchers) -> bool:
-    """Say "compiling kernels (first use only)" when a numba kernel about to be
+#: seconds of the first compilation of each kernel family, measured cold (NUMBA_CACHE_DIR empty) on a
+#: loaded 2-core machine (benchmarks/bench_first_use.py prints today's numbers)
+COMPILE_S = {"mixture": 15, "engine": 30, "induction": 25}
+
+
+def first_use_notice(*dispatchers, family: str | None = None, echo: bool = False) -> bool:
+    """Say "compiling kernels, about N s, once" when a numba kernel about to be
     used has neither been compiled in this process nor been cached on disk
     (numba ``cache=True``): the first run after an install spends most of its
-    time there, and its progress line would show misleading rates."""
+    time there, and a step rate measured then would be meaningless (the
+    progress line shows none until one is measured).
+
+    Parameters
+    ----------
+    *dispatchers : numba dispatchers
+        the kernels the run is about to call.
+    family : str, optional
+        ``mixture`` | ``engine`` | ``induction``: N from :data:`COMPILE_S`.
+    echo : bool
+        also print the line on stderr when the ``meanfield`` logger has no
+        handler (the Python API in a notebook).
+
+    Returns
+    -------
+    bool
+        whether the kernels compile now.
+
+    Example
+    -------
+    >>> from meanfield.engine import kernels                                  # doctest: +SKIP
+    >>> first_use_notice(kernels.gd_advance, family="engine", echo=True)      # doctest: +SKIP
+    """
     import logging
 
     first = False
@@ -636,7 +664,13 @@ def first_use_notice(*dispatchers) -> bool:
         except AttributeError:  # not a numba dispatcher
             continue
     if first:
-        logging.getLogger(LOG).info("compiling kernels (first use only; later runs load them from numba's cache) ...")
+        n = COMPILE_S.get(family or "", 30)
+        msg = f"compiling kernels, about {n} s, once (later runs load them from numba's cache; `meanfield warm`)"
+        log = logging.getLogger(LOG)
+        if echo and not log.handlers:
+            print(f"meanfield: {msg}", file=sys.stderr, flush=True)
+        else:
+            log.info(msg)
     return first
 
 

@@ -89,7 +89,8 @@ def checkpoint_message(unit: str, reached: float, last: float) -> str:
 
 def run_to_file(training, solve: Callable[[integrate.Monitor], integrate.Trajectory], save: Callable[..., Path],
                 progress: bool = True, checkpoint_s: float = 60.0, label: str = "",
-                result: Callable[[integrate.Trajectory], Any] | None = None):
+                result: Callable[[integrate.Trajectory], Any] | None = None,
+                monitor_factory: Callable[..., integrate.Monitor] | None = None):
     """Run and write a run file, the same way for every system.
 
     ``solve(monitor)`` integrates (passing ``monitor`` to the solver) and
@@ -99,7 +100,9 @@ def run_to_file(training, solve: Callable[[integrate.Monitor], integrate.Traject
     (``progress``); every ``checkpoint_s`` seconds a checkpoint file (status
     ``interrupted``) is written so that even a killed process leaves a valid
     file; SIGINT/SIGTERM end the run with status ``interrupted``. Returns
-    (result, path); the exit code is ``EXIT_CODES[trajectory.status]``."""
+    (result, path); the exit code is ``EXIT_CODES[trajectory.status]``.
+    ``monitor_factory(total=, unit=, checkpoint=, checkpoint_s=)``: another
+    monitor (the Python API's tqdm bar) instead of the stderr line."""
     unit = unit_of(training)
     wrap = result or (lambda traj: traj)
 
@@ -115,8 +118,11 @@ def run_to_file(training, solve: Callable[[integrate.Monitor], integrate.Traject
                 "checkpoint at %s %.6g not written (%s: %s); the previous file stays valid and the run goes on",
                 unit, reached, type(e).__name__, e)
 
-    mon = integrate.Monitor(total=training.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
-                            checkpoint=ckpt, checkpoint_s=checkpoint_s, label=label)
+    if monitor_factory is not None:  # the Python API's tqdm bar (meanfield.core.progress)
+        mon = monitor_factory(total=training.horizon, unit=unit, checkpoint=ckpt, checkpoint_s=checkpoint_s)
+    else:
+        mon = integrate.Monitor(total=training.horizon, unit=unit, quiet_s=2.0 if progress else math.inf,
+                                checkpoint=ckpt, checkpoint_s=checkpoint_s, label=label)
     with mon:
         traj = solve(mon)
     res = wrap(traj)

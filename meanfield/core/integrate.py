@@ -186,9 +186,12 @@ class Monitor:
         el = now - self.t0
         frac = done / self.total if self.total else 0.0
         t1, d1 = self._first
-        rate = (done - d1) / (now - t1) if now > t1 and done > d1 else (done / el if el > 0 else 0.0)
+        # no rate before one is measured after the first chunk: the first chunk's time is kernel compilation
+        # (first use: "compiling kernels, about N s, once") and set-up, and done / elapsed would be far too low
+        rate = (f"{(done - d1) / (now - t1):.3g} {self.unit}/s" if now > t1 and done > d1
+                else "rate after the first chunk")
         line = (f"{self.label}{self.unit} {done:.6g}/{self.total:.6g} ({100 * frac:5.1f}%) stage {stage} "
-                f"{info} [{el:6.1f} s, {rate:.3g} {self.unit}/s]")
+                f"{info} [{el:6.1f} s, {rate}]")
         if self._tty:
             self.stream.write("\r" + line)
         else:

@@ -14,6 +14,7 @@ Datasets and groups are system-specific (see the README's schema section).
 from __future__ import annotations
 
 import contextlib
+import math
 import json
 import os
 from pathlib import Path
@@ -182,21 +183,35 @@ def _read_group(g: h5py.Group) -> dict[str, Any]:
     return out
 
 
-class Run(dict):
-    """A run file read into memory: ``run["S"]``, ``run.attrs``, ``run.config``."""
-
-    attrs: dict[str, Any]
-    config: dict[str, Any]
+from .run import Run  # noqa: E402  the one run object (meanfield.Run); read_run returns it
 
 
 def read_run(path: str | Path) -> Run:
+    """Read a run file of any system into a :class:`meanfield.core.run.Run`
+    (``run["S"]``, ``run.attrs``, ``run.config``, ``run.records``, ``run.state(t)``,
+    ``run.to_xarray()``; see ``docs/run-files.md``).
+
+    Parameters
+    ----------
+    path : str or Path
+        the run file.
+
+    Returns
+    -------
+    Run
+
+    Example
+    -------
+    >>> r = read_run("runs/mixture.h5")     # doctest: +SKIP
+    >>> r["S"].shape, r.attrs["status"]     # doctest: +SKIP
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"run file not found: {path}")
     with h5py.File(path, "r") as f:
         if f.attrs.get("format") != FORMAT:
             raise ValueError(f"{path}: not a meanfield run file (format attribute {f.attrs.get('format')!r})")
-        run = Run(_read_group(f))
+        run = Run(_read_group(f), path=path)
         attrs = {}
         for k, v in f.attrs.items():
             if isinstance(v, bytes):
@@ -210,6 +225,7 @@ def read_run(path: str | Path) -> Run:
                 except json.JSONDecodeError:
                     pass
             attrs[k] = v
+    if attrs.get("width") == -1:  # files before format 2 wrote infinite width as -1
+        attrs["width"] = math.inf
     run.attrs = attrs
-    run.config = attrs.get("config", {})
     return run

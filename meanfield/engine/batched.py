@@ -253,11 +253,11 @@ class BatchRun:
 
     def run(self, b: int):
         """Trajectory b as an in-memory engine Run (``r.S["+", "c1", "v1"]``, ``r.loss``, ...)."""
-        from .runs import Run
+        from .runs import in_memory
         from .system import system_of
 
         d = _with_step(self.desc, float(self.eta[b]))
-        return Run(d, system_of(d), self.trajectory(b))
+        return in_memory(d, system_of(d), self.trajectory(b))
 
 
 def _step_of(desc: Description) -> float:

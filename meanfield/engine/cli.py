@@ -174,6 +174,10 @@ def _cmd_run(args) -> int:
     if args.plot:
         check_output_dir(args.plot, "plot")
     desc = description_from_args(args, size={})
+    from ..api import _notice
+    from . import kernels
+
+    _notice(desc, kernels, echo=False)  # "compiling kernels, about N s, once" on a first use
     r, path = run_to_file(desc, out, progress=not args.quiet)
     print(f"{path}: {r.status}: {r.message}")
     print("\n".join(outcome_of(path, desc)))

@@ -314,11 +314,11 @@ def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=
     >>> float(abs(net.loss - red.loss).max()) < 1e-9
     True
     """
-    from .runs import Run
+    from .runs import in_memory
     from .system import system_of
 
     psys = make_particles(desc, d, embed_seed)
-    r = Run(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
+    r = in_memory(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
     r.particles = psys
     return r
 
@@ -369,7 +369,7 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
     ('complete', 'majority_net16.h5')
     """
     from ..core import harness
-    from .runs import Run, save
+    from .runs import in_memory, save
     from .system import system_of
 
     out = Path(out)
@@ -381,7 +381,7 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
     system = system_of(desc)
 
     def result(traj):
-        r = Run(desc, system, _projected(desc, psys, traj))
+        r = in_memory(desc, system, _projected(desc, psys, traj))
         r.particles = psys
         return r
 

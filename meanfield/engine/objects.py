@@ -188,6 +188,7 @@ class Description:
     parameters: Any = None  # the validated parameters (a MixtureConfig for the mixture family, else RunParams)
     source: str | None = None
     declared: tuple = ()  # the description's own declared parameters as (name, value) pairs, after overrides
+    overrides: tuple = ()  # the (name, value) overrides it was loaded with (meanfield.load; set_parameters keeps them)
 
     @property
     def P(self) -> int:

@@ -21,6 +21,9 @@ every reader of mixture run files reads engine runs unchanged.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -33,90 +36,60 @@ from .system import EngineSystem, integrate_description, observables, system_of
 EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
 
 
-class Named:
-    """A named array: ``x["+", "c1", "v1"]`` indexes by record-free labels
-    (head name, then feature names for each P-axis); ``x.values`` is the array
-    (T, ...)."""
-
-    def __init__(self, values: np.ndarray, axes: list[tuple[str, ...]]):
-        self.values = values
-        self.axes = axes
-
-    def __getitem__(self, key):
-        key = key if isinstance(key, tuple) else (key,)
-        idx = [slice(None)]
-        for i, k in enumerate(key):
-            labels = self.axes[i]
-            if isinstance(k, str):
-                if k not in labels:
-                    raise KeyError(f"{k!r} not in {labels}")
-                idx.append(labels.index(k))
-            else:
-                idx.append(k)
-        return self.values[tuple(idx)]
-
-    @property
-    def shape(self):
-        return self.values.shape
-
-    def __array__(self, dtype=None, copy=None):
-        return np.asarray(self.values, dtype=dtype)
-
-    def __repr__(self):
-        return f"Named(shape={self.values.shape}, axes={self.axes})"
+from ..core.run import Named, Run  # noqa: E402,F401  the one run object (meanfield.Run)
 
 
-class Run:
-    """An in-memory run: ``t``, ``step``, ``stage``, ``loss``, ``margin``,
-    ``status``, ``message``, ``stage_ends``; every reduced variable by name,
-    stacked over heads where every head has it: ``run.S["+", "c1", "v1"]``
-    (T,), ``run.w["-", "v1"]``; ``run.var("+", "V.r1")`` for any block;
-    ``run.y`` the raw states and ``run.trajectory`` the integrate.Trajectory."""
+def in_memory(desc: Description, system: EngineSystem, traj: integrate.Trajectory) -> Run:
+    """The :class:`meanfield.Run` of a trajectory of ``desc``, in memory: the
+    same object :func:`meanfield.open_run` returns for its run file (its
+    datasets and attributes, what :func:`save` writes, are built on first
+    use), plus ``desc``, ``system``, ``trajectory``, ``y`` (the raw flat
+    states), ``obs`` (:func:`~meanfield.engine.system.observables`) and the
+    reduced variables in engine coordinates (``run.S["+", "c1", "v1"]``,
+    ``run.var("+", "V.r1")``).
 
-    def __init__(self, desc: Description, system: EngineSystem, traj: integrate.Trajectory):
-        self.desc = desc
-        self.system = system
-        self.trajectory = traj
-        arr = traj.arrays()
-        self.t, self.step, self.stage = arr["t"], arr["step"], arr["stage"]
-        self.y = arr["y"] if arr["y"].size else np.empty((0, system.pk.lay.size))
-        self.status, self.message, self.stage_ends = traj.status, traj.message, traj.stage_ends
-        self.obs = observables(desc, system, self.y)
-        self.loss = self.obs["loss"]
-        self.margin = self.obs["margin"]
-        self.heads = tuple(h.name for h in desc.model.heads)
-        self.features = tuple(desc.dictionary.names)
+    Parameters
+    ----------
+    desc : Description
+    system : EngineSystem
+    traj : meanfield.core.integrate.Trajectory
 
-    def var(self, head: str, name: str) -> np.ndarray:
-        return self.obs["blocks"][f"{head}:{name}"]
+    Returns
+    -------
+    Run
 
-    def _stacked(self, name: str):
-        try:
-            vals = np.stack([self.var(h, name) for h in self.heads], axis=1)
-        except KeyError:
-            raise AttributeError(name) from None
-        axes = [self.heads]
-        if name in ("S", "A", "B", "W"):
-            axes += [self.features, self.features]
-        elif name == "w":
-            nn = {h.n_neurons for h in self.desc.model.heads}
-            if self.desc.model.heads[0].outputs == 1 and nn == {1}:
-                vals = vals[:, :, 0, 0]
-                axes += [self.features]
-            else:
-                axes += [tuple(map(str, range(vals.shape[2]))), tuple(map(str, range(vals.shape[3]))), self.features]
-        return Named(vals, axes)
+    Example
+    -------
+    >>> system, traj = integrate_description(desc)      # doctest: +SKIP
+    >>> r = in_memory(desc, system, traj); r.S.shape    # doctest: +SKIP
+    """
+    arr = traj.arrays()
+    r = Run(lazy=None)
+    r.desc, r.system_obj, r.trajectory = desc, system, traj
+    r.t, r.step, r.stage = arr["t"], arr["step"], arr["stage"]
+    r.y = arr["y"] if arr["y"].size else np.empty((0, system.pk.lay.size))
+    r.status, r.message, r.stage_ends = traj.status, traj.message, traj.stage_ends
+    r.obs = observables(desc, system, r.y)
+    r.loss = r.obs["loss"]
+    r.margin = r.obs["margin"]
+    r.heads = tuple(h.name for h in desc.model.heads)
+    r.features = tuple(desc.dictionary.names)
 
-    def __getattr__(self, name):
-        if name in ("S", "A", "B", "W", "w", "a"):
-            return self._stacked(name)
-        raise AttributeError(name)
+    def fill():
+        from .. import __version__
+
+        system_name, config, data, attrs = file_content(desc, r)
+        return data, {"format": "meanfield-run", "system": system_name, "meanfield_version": __version__,
+                      "config": config, "status": r.status, "message": r.message, **attrs}
+
+    r._lazy = fill
+    return r
 
 
 def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) -> Run:
     """Integrate ``desc`` (from ``y0`` if given) and return a :class:`Run`."""
     system, traj = integrate_description(desc, y0, monitor)
-    return Run(desc, system, traj)
+    return in_memory(desc, system, traj)
 
 
 def stage_times(desc: Description, t, obs, stage_ends) -> dict:
@@ -172,56 +145,167 @@ def mixture_datasets(desc: Description, r: Run) -> tuple[dict, dict]:
     return data, attrs
 
 
-def save(path: str | Path, desc: Description, r: Run, status: str | None = None, message: str | None = None,
-         extra_attrs: dict | None = None, engine_tag: bool = True) -> Path:
-    """Write the run file of ``r`` (see the module docstring). ``engine_tag``:
-    mark the file as an engine run (attributes ``engine``, ``model``); off for
-    the mixture system's own runs of the mixture family."""
+def _jsonable(v):
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (np.integer, np.floating)):
+        return v.item()
+    if isinstance(v, tuple):
+        return list(v)
+    return str(v)
+
+
+def resolved(desc: Description) -> dict:
+    """Every resolved parameter of ``desc`` (JSON-able): the description's
+    summary (features, Gram, heads with their softmax ``scale``, loss, init,
+    training) and the run knobs and declared parameters."""
+    from .description import describe
+
+    out = json.loads(json.dumps(describe(desc), default=_jsonable))
+    params = desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {}
+    out["parameters"] = json.loads(json.dumps(params, default=_jsonable))
+    return out
+
+
+def description_hash(desc: Description) -> str:
+    """sha256 of the canonical JSON of :func:`resolved` (equal for two runs of
+    the same model, data and parameters)."""
+    blob = json.dumps(resolved(desc), sort_keys=True, default=_jsonable).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def variable_axes(desc: Description) -> dict:
+    """The labels of every axis after time of each recorded variable,
+    ``"head/name" -> [labels of axis 1, ...]`` (feature names for a feature
+    axis, object names (``r1``) for a width-1 object, output and neuron
+    numbers for value vectors)."""
+    from .reduce import layout
+
+    lay = layout(desc)
+    feats = list(desc.dictionary.names)
+    P = lay.P
+    out = {}
+    for k, h in enumerate(desc.model.heads):
+        objs = {o[0]: o[2] for o in lay.objects[k]}
+        for b in lay.blocks:
+            if b.head != h.name:
+                continue
+            if b.kind == "gram":
+                a, c = ({"A": ("K", "K"), "S": ("K", "Q"), "B": ("Q", "Q")}.get(b.name) or b.name.split(".", 1))
+                out[f"{h.name}/{b.name}"] = [feats if objs[x] == P else [x] if objs[x] == 1
+                                             else [f"{x}{i}" for i in range(objs[x])] for x in (a, c)]
+            elif b.name == "W":
+                out[f"{h.name}/W"] = [feats, feats]
+            elif b.name == "w":
+                C, n, _ = b.shape
+                out[f"{h.name}/w"] = [[f"out{c + 1}" for c in range(C)], [f"n{j + 1}" for j in range(n)], feats]
+            elif b.name == "a":
+                out[f"{h.name}/a"] = ["sign"]
+    return out
+
+
+def _initial_blocks(desc: Description, r: Run) -> dict:
+    """Every recorded variable at the initial state ("head:name" -> array)."""
+    if r.step.size and int(r.step[0]) == 0 and r.t.size and float(r.t[0]) == 0.0:
+        return {k: np.asarray(v[0]) for k, v in r.obs["blocks"].items()}
+    from .reduce import initial_state
+
+    obs = observables(desc, r.system_obj, initial_state(desc)[None, :])
+    return {k: np.asarray(v[0]) for k, v in obs["blocks"].items()}
+
+
+def file_content(desc: Description, r: Run, status: str | None = None, message: str | None = None,
+                 extra_attrs: dict | None = None, engine_tag: bool = True) -> tuple[str, dict, dict, dict]:
+    """(system, config, datasets, attributes) of the run file of ``r``: what
+    :func:`save` writes (schema in the module docstring and ``docs/run-files.md``)."""
     st = stage_times(desc, r.t, r.obs, r.stage_ends)
+    d = desc.data
     common = {
         "eta": desc.training.eta, "method": desc.training.method,
-        "width": -1 if desc.init.width is None else desc.init.width, "seed": desc.init.seed,
-        "n_samples": desc.data.n, "stage_ends": r.stage_ends,
+        "width": math.inf if desc.init.width is None else desc.init.width, "seed": desc.init.seed,
+        "n_samples": d.n, "stage_ends": r.stage_ends,
         "stopped_at_step": int(r.step[-1]) if r.step.size else 0,
         "stopped_at_t": float(r.t[-1]) if r.t.size else 0.0,
         "warnings": list(r.trajectory.warnings),
         "T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"], "stage_time_criteria": st["criteria"],
+        "head_scales": {h.name: float(h.scale) for h in desc.model.heads},
+        "description": resolved(desc), "description_hash": description_hash(desc),
     }
+    tokens = {"tokens": np.asarray(d.tokens, dtype=float), "counts": d.count_array}
+    init = _initial_blocks(desc, r)
     if engine_tag:
         common.update({"engine": 1, "model": desc.name})
     if desc.family == "mixture":
         cfg = desc.parameters
         data, attrs = mixture_datasets(desc, r)
+        c = desc.model.heads[0].scale
+        data["samples"] = {**data["samples"], **tokens}
+        data["initial_state"] = {nm: (c if nm != "w" else 1.0) * np.stack(
+            [init[f"{h}:{nm}"] if nm != "w" else init[f"{h}:w"][0].mean(axis=0) for h in ("+", "-")])
+            for nm in ("S", "A", "B", "w")}
         attrs.update({"K": cfg.K, "L": cfg.L, "omega": cfg.omega, "schedule": cfg.schedule})
         attrs.update(common)
         attrs.update(extra_attrs or {})
-        return write_run(path, system="mixture", config=cfg.to_dict(), status=status or r.status,
-                         message=message or r.message, data=data, attrs=attrs)
-    d = desc.data
-    variables = {}
+        return "mixture", cfg.to_dict(), data, attrs
+    variables, init_g = {}, {}
     for key, arr in r.obs["blocks"].items():
         h, nm = key.split(":", 1)
         variables.setdefault(h, {})[nm] = arr
+        init_g.setdefault(h, {})[nm] = init[key]
     samples = {"weight": d.weight, "target": d.target,
-               "names": np.array(d.names if d.names is not None else [f"x{i}" for i in range(d.n)], dtype=object)}
+               "names": np.array(d.names if d.names is not None else [f"x{i}" for i in range(d.n)], dtype=object),
+               **tokens}
     for k, v in d.flags.items():
         samples[k] = np.asarray(v).astype(np.int8)
     data = {"features": np.array(desc.dictionary.names, dtype=object),
             "heads": np.array([h.name for h in desc.model.heads], dtype=object),
             "t": r.t, "step": r.step, "stage": r.stage, "loss": r.loss, "margin": r.margin, "u": r.obs["u"],
-            "variables": variables, "samples": samples}
+            "variables": variables, "initial_state": init_g, "samples": samples}
     attrs = dict(common)
     attrs["family"] = desc.family or ""
+    attrs["variable_axes"] = variable_axes(desc)
     attrs.update(extra_attrs or {})
     config = {"parameters": desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {},
               "declared": {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared},
               "source": desc.source}
-    return write_run(path, system="engine", config=config, status=status or r.status,
+    return "engine", config, data, attrs
+
+
+def save(path: str | Path, desc: Description, r: Run, status: str | None = None, message: str | None = None,
+         extra_attrs: dict | None = None, engine_tag: bool = True) -> Path:
+    """Write the run file of ``r`` (see the module docstring and
+    ``docs/run-files.md``).
+
+    Parameters
+    ----------
+    path : str or Path
+        the run file (written atomically).
+    desc : Description
+    r : Run
+        an in-memory run of ``desc`` (:func:`in_memory`).
+    status, message : str, optional
+        override the run's own.
+    extra_attrs : dict, optional
+        more root attributes.
+    engine_tag : bool
+        mark the file as an engine run (attributes ``engine``, ``model``);
+        off for the mixture system's own runs of the mixture family.
+
+    Returns
+    -------
+    Path
+
+    Example
+    -------
+    >>> save("runs/m.h5", desc, run(desc))     # doctest: +SKIP
+    """
+    system, config, data, attrs = file_content(desc, r, extra_attrs=extra_attrs, engine_tag=engine_tag)
+    return write_run(path, system=system, config=config, status=status or r.status,
                      message=message or r.message, data=data, attrs=attrs)
 
 
 def run_to_file(desc: Description, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0,
-                extra_attrs: dict | None = None):
+                extra_attrs: dict | None = None, monitor_factory=None):
     """Run and write ``out`` through the shared harness
     (``meanfield.core.harness.run_to_file``): progress on stderr for long
     runs, a checkpoint (status "interrupted") every ``checkpoint_s`` seconds,
@@ -232,4 +316,5 @@ def run_to_file(desc: Description, out: str | Path, progress: bool = True, check
         desc.training, lambda mon: integrate_description(desc, None, mon, system)[1],
         lambda r, status=None, message=None: save(out, desc, r, status=status, message=message,
                                                   extra_attrs=extra_attrs),
-        progress=progress, checkpoint_s=checkpoint_s, result=lambda traj: Run(desc, system, traj))
+        progress=progress, checkpoint_s=checkpoint_s, result=lambda traj: in_memory(desc, system, traj),
+        monitor_factory=monitor_factory)

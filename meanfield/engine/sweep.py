@@ -127,7 +127,7 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
             for k, i in enumerate(part):
                 t1 = time.perf_counter()
                 d = descs[i]
-                r = runs.Run(d, system_of(d), br.trajectory(k))
+                r = runs.in_memory(d, system_of(d), br.trajectory(k))
                 runs.save(paths[i], d, r, extra_attrs={"sweep_point": json.dumps(overs[i], sort_keys=True),
                                                        "batched": backend})
                 s = _summary(Path(paths[i]))
@@ -279,7 +279,7 @@ class ModelEnsemble:
         o["steps_end"] = np.zeros(B, np.int64)
         o["margin_end"] = np.full((B, descs[0].data.n), np.nan)
         for k, d in enumerate(descs):
-            r = runs.Run(d, sysm, br.trajectory(k))
+            r = runs.in_memory(d, sysm, br.trajectory(k))
             st = runs._stage_times(d, r.t, r.obs, r.stage_ends)
             m = r.margin[-1]
             c = d.data.flag("consistent")
@@ -301,4 +301,4 @@ class ModelEnsemble:
         from . import runs
         from .system import system_of
 
-        runs.save(path, desc, runs.Run(desc, system_of(desc), traj))
+        runs.save(path, desc, runs.in_memory(desc, system_of(desc), traj))

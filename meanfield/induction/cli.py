@@ -126,7 +126,7 @@ def cmd_run(args) -> int:
     from ..core.guard import first_use_notice
     from . import kernels as _ik
 
-    first_use_notice(_ik.gd_advance, _ik.loss_grad)
+    first_use_notice(_ik.gd_advance, _ik.loss_grad, family="induction")
     traj, path = run_to_file(cfg, out, progress=not args.quiet)
     print(f"{path}: {traj.status}: {traj.message}")
     from ..core.outcome import outcome_lines  # selected parent set, heads' top lags, a, criteria that never fired

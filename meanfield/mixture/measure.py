@@ -37,10 +37,10 @@ def as_dense_run(cfg: MixtureConfig, desc, traj) -> dict:
     ``basis_dim`` and ``n_neurons``."""
     import numpy as np
 
-    from ..engine.runs import Run, mixture_datasets, stage_times
+    from ..engine.runs import in_memory, mixture_datasets, stage_times
     from ..engine.system import system_of
 
-    r = Run(desc, system_of(desc), traj)
+    r = in_memory(desc, system_of(desc), traj)
     data, extra = mixture_datasets(desc, r)
     st = stage_times(desc, r.t, r.obs, traj.stage_ends)
     out = {k: v for k, v in data.items() if k not in ("features", "heads")}
@@ -53,7 +53,7 @@ def as_dense_run(cfg: MixtureConfig, desc, traj) -> dict:
     out["y"] = r.y
     out["description"] = desc
     out["attrs"] = {"K": cfg.K, "L": cfg.L, "omega": cfg.omega, "eta": cfg.eta, "schedule": cfg.schedule,
-                    "width": -1 if cfg.width is None else cfg.width, "stage_ends": traj.stage_ends,
+                    "width": math.inf if cfg.width is None else cfg.width, "stage_ends": traj.stage_ends,
                     "status": traj.status, "T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"],
                     "basis_dim": extra["basis_dim"], "n_neurons": cfg.n_neurons}
     out["config"] = cfg
@@ -67,7 +67,7 @@ def as_run(cfg: MixtureConfig, traj) -> dict:
     out = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], **obs,
            "samples": samples_group(samples), "features": feature_labels(cfg.K)}
     out["attrs"] = {"K": cfg.K, "L": cfg.L, "omega": cfg.omega, "eta": cfg.eta, "schedule": cfg.schedule,
-                    "width": -1 if cfg.width is None else cfg.width, "stage_ends": traj.stage_ends,
+                    "width": math.inf if cfg.width is None else cfg.width, "stage_ends": traj.stage_ends,
                     "status": traj.status, "T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"]}
     out["config"] = cfg
     return out

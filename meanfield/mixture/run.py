@@ -18,6 +18,7 @@ tests hold equal to the engine.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,7 @@ def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, statu
         from ..engine.system import system_of
 
         desc = desc if desc is not None else description(cfg)
-        return runs.save(path, desc, runs.Run(desc, system_of(desc), traj), status, message, extra_attrs,
+        return runs.save(path, desc, runs.in_memory(desc, system_of(desc), traj), status, message, extra_attrs,
                          engine_tag=False)
     samples, arr, obs, st = recorded(cfg, traj)
     data = {
@@ -92,20 +93,47 @@ def save(path: str | Path, cfg: MixtureConfig, traj: integrate.Trajectory, statu
         "t": arr["t"], "step": arr["step"], "stage": arr["stage"],
         "loss": obs["loss"], "w": obs["w"], "S": obs["S"], "A": obs["A"], "B": obs["B"],
         "margin": obs["margin"], "u": obs["u"],
-        "samples": samples_group(samples),
+        "samples": {**samples_group(samples), **sample_tokens(samples)},
+        "initial_state": {nm: np.asarray(obs[nm][0]) for nm in ("S", "A", "B", "w")},
     }
     attrs = {
         "K": cfg.K, "L": cfg.L, "omega": cfg.omega, "eta": cfg.eta, "method": cfg.method,
-        "schedule": cfg.schedule, "width": -1 if cfg.width is None else cfg.width, "seed": cfg.seed,
+        "schedule": cfg.schedule, "width": math.inf if cfg.width is None else cfg.width, "seed": cfg.seed,
         "n_samples": samples.n, "stage_ends": traj.stage_ends,
         "stopped_at_step": int(arr["step"][-1]) if arr["step"].size else 0,
         "stopped_at_t": float(arr["t"][-1]) if arr["t"].size else 0.0,
         "warnings": list(traj.warnings),
+        **self_contained(cfg),
     }
     attrs.update({"T1": st["T1"], "T2": st["T2"], "T_loss": st["T_loss"], "stage_time_criteria": st["criteria"]})
     attrs.update(extra_attrs or {})
     return write_run(path, system="mixture", config=cfg.to_dict(), status=status or traj.status,
                      message=message or traj.message, data=data, attrs=attrs)
+
+
+def sample_tokens(samples) -> dict:
+    """``tokens`` (n, L, 2K) coefficient vectors over the features (token l of
+    sample i is ``sgn[i, l] e_{idx[i, l]}``) and ``counts`` (n, L) (all 1) of
+    a mixture sample set: the run file's copy of what was trained on."""
+    n, L = samples.idx.shape
+    tok = np.zeros((n, L, 2 * samples.K))
+    np.put_along_axis(tok, samples.idx[..., None], samples.sgn[..., None], axis=2)
+    return {"tokens": tok, "counts": np.ones((n, L))}
+
+
+def self_contained(cfg: MixtureConfig) -> dict:
+    """The attributes that make a fast-path run file self-contained: the
+    softmax scale of each head (``head_scales``; the recorded S, A, B are the
+    scaled ones), the resolved config (``description``) and its sha256
+    (``description_hash``: canonical JSON)."""
+    import hashlib
+    import json
+    import math
+
+    c = 1.0 if cfg.softmax_scale == "1" else 1.0 / math.sqrt(cfg.width)
+    d = cfg.to_dict()
+    return {"head_scales": {"+": c, "-": c}, "description": d,
+            "description_hash": hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()}
 
 
 def run_to_file(cfg: MixtureConfig, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0):

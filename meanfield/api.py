@@ -1,0 +1,325 @@
+"""The public Python API of meanfield (``import meanfield as mf``)::
+
+    import meanfield as mf
+    desc = mf.load("incontext", K=3, N=10, steps=200)   # a shipped name or a TOML path; keyword overrides
+    desc = mf.set_parameters(desc, p1=0.55)             # the same description, other parameters
+    r = mf.run(desc)                                    # a meanfield.Run (tqdm progress; progress=False: none)
+    r.plot(); r.to_xarray(); r.state(50.0)
+    mf.run(desc, out="runs/ic.h5")                      # the same, written as a run file
+    mf.plot_runs(["runs/a.h5", "runs/b.h5"], label="width")
+    mf.derive(desc)["latex"]                            # the ODE of each state entry (small models)
+
+Every function is also a command (``meanfield model run|particles|width-sweep|check|derive``,
+``meanfield plot``); bad input raises :class:`meanfield.core.errors.ConfigError`
+with the one line the command prints. Nothing here is imported by
+``import meanfield`` until it is used (no numba, sympy or xarray at import).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _desc(model, overrides=None):
+    """A Description from a Description, a TOML path or a shipped name."""
+    from .engine.objects import Description
+
+    if isinstance(model, Description):
+        if overrides:
+            return set_parameters(model, **overrides)
+        return model
+    return load(model, **(overrides or {}))
+
+
+def load(model, **overrides):
+    """Load a model description.
+
+    Parameters
+    ----------
+    model : str or Path
+        a TOML file, or the name of a shipped description (``incontext``,
+        ``maxmargin``, ``mixture``, ``mixture_multiclass``).
+    **overrides
+        parameter values (the model's declared parameters and the run knobs,
+        the same as the command's flags): ``K=3, steps=500, width=16``.
+
+    Returns
+    -------
+    meanfield.engine.description.Description
+
+    Raises
+    ------
+    ConfigError
+        one line naming the field (an undeclared parameter, a wrong type, ...).
+
+    Example
+    -------
+    >>> import meanfield as mf
+    >>> desc = mf.load("incontext", K=3, N=6, steps=20)
+    >>> desc.name, dict(desc.declared)["K"]
+    ('incontext', 3)
+    """
+    import dataclasses
+
+    from .engine.cli import model_path
+    from .engine.description import load_description
+
+    path = model_path(str(model))
+    ov = {k: v for k, v in overrides.items() if v is not None}
+    d = load_description(path, ov)
+    return dataclasses.replace(d, overrides=tuple(sorted(ov.items())))
+
+
+def set_parameters(desc, **overrides):
+    """The same description with other parameter values (re-resolved from its file).
+
+    Parameters
+    ----------
+    desc : Description
+        loaded by :func:`load` (it needs the file it came from).
+    **overrides
+        new values; the earlier overrides are kept unless replaced.
+
+    Returns
+    -------
+    Description
+
+    Example
+    -------
+    >>> import meanfield as mf
+    >>> d = mf.set_parameters(mf.load("incontext", K=3, N=6), N=8)
+    >>> dict(d.declared)["N"], dict(d.declared)["K"]
+    (8, 3)
+    """
+    from .core.errors import ConfigError
+
+    if not desc.source:
+        raise ConfigError("desc: set_parameters needs a description loaded from a file (meanfield.load); build a "
+                          "Python one again with the new values")
+    return load(desc.source, **{**dict(getattr(desc, "overrides", ()) or ()), **overrides})
+
+
+def run(model, out=None, progress: bool = True, **overrides):
+    """Run a model's exact reduced dynamics.
+
+    Parameters
+    ----------
+    model : Description, str or Path
+        a description (:func:`load`), a TOML file or a shipped name.
+    out : str or Path, optional
+        also write the run file there (atomically; checkpoints, signals as
+        ``meanfield model run``).
+    progress : bool
+        a ``tqdm.auto`` bar (a widget in a notebook, a text bar in a
+        terminal); False: none.
+    **overrides
+        parameter values, as for :func:`load`.
+
+    Returns
+    -------
+    Run
+        status ``complete``, ``diverged`` or ``interrupted`` (SIGINT /
+        SIGTERM, e.g. the notebook's stop button, ends it with what was
+        reached).
+
+    Example
+    -------
+    >>> import meanfield as mf
+    >>> r = mf.run("incontext", K=3, N=6, steps=20, progress=False)
+    >>> r.status, len(r.t)
+    ('complete', 21)
+    """
+    from .core.progress import monitor
+    from .engine import kernels
+    from .engine.runs import in_memory, run_to_file
+    from .engine.system import integrate_description, system_of
+
+    desc = _desc(model, overrides)
+    _notice(desc, kernels, echo=progress)
+    if out is not None:
+        from .core.guard import check_output_file
+
+        path = check_output_file(out, "out", (".h5", ".hdf5"))
+        r, p = run_to_file(desc, path, progress=False,
+                           monitor_factory=lambda **kw: monitor(progress, desc=desc.name, **kw))
+        r.path = Path(p)
+        return r
+    tr = desc.training
+    system = system_of(desc)
+    with monitor(progress, total=tr.horizon, unit="step" if tr.method == "gd" else "t", desc=desc.name) as mon:
+        _, traj = integrate_description(desc, None, mon, system)
+    return in_memory(desc, system, traj)
+
+
+def _notice(desc, kernels, echo: bool):
+    from .core.guard import first_use_notice
+
+    first_use_notice(kernels.gd_advance if desc.training.method == "gd" else kernels.flow_rhs,
+                     kernels.loss_and_grads, family="engine", echo=echo)
+
+
+def particles(model, d=None, out=None, progress: bool = True, **overrides):
+    """Train the explicit finite-width network of a description (numpy weights, its own backward pass).
+
+    Parameters
+    ----------
+    model : Description, str or Path
+        with a finite ``width`` (``width=64``).
+    d : int, optional
+        the ambient dimension (> P; default P + 2).
+    out : str or Path, optional
+        also write the projected run file there.
+    progress : bool
+        a ``tqdm.auto`` bar; False: none.
+    **overrides
+        parameter values, as for :func:`load`.
+
+    Returns
+    -------
+    Run
+        the projected states (Gram blocks of the explicit weights), the same
+        entries as :func:`run` of the description.
+
+    Example
+    -------
+    >>> import meanfield as mf
+    >>> r = mf.particles("incontext", K=3, N=6, steps=5, width=8, progress=False)
+    >>> r.status
+    'complete'
+    """
+    from .core.progress import monitor
+    from .engine import finite
+
+    desc = _desc(model, overrides)
+    if out is not None:
+        r, p = finite.particles_to_file(desc, out, d=d, progress=False)
+        r.path = Path(p)
+        return r
+    tr = desc.training
+    with monitor(progress, total=tr.horizon, unit="step" if tr.method == "gd" else "t",
+                 desc=f"{desc.name} particles") as mon:
+        return finite.particles(desc, d, monitor=mon)
+
+
+def width_sweep(model, widths=(16, 64, 256), seeds: int = 3, out="runs/model_widths.h5", d=None, workers: int = 1,
+                progress: bool = True, **overrides):
+    """The infinite-width run against the explicit network at several widths and seeds.
+
+    Parameters
+    ----------
+    model : Description, str or Path
+    widths : list of int
+        at least two; with exactly two the exponent is the slope through two
+        points (no interval: two points fix a line).
+    seeds : int
+        seeds per width.
+    out : str or Path
+        the .h5 file (.json and .png are written beside it).
+    d : int, optional
+        ambient dimension.
+    workers : int
+        local processes.
+    progress : bool
+    **overrides
+        parameter values, as for :func:`load`.
+
+    Returns
+    -------
+    dict
+        the summary (sup errors per width, the exponent and its interval,
+        ``files``).
+
+    Example
+    -------
+    >>> s = meanfield.width_sweep("incontext", widths=[8, 32], seeds=2, steps=20)   # doctest: +SKIP
+    >>> s["exponent"]                                                              # doctest: +SKIP
+    """
+    from .engine.finite import width_sweep as _ws
+
+    desc = _desc(model, overrides)
+    return _ws(desc, list(widths), seeds, Path(out), d=d, workers=workers, progress=progress,
+               log=print if progress else (lambda *a, **k: None))
+
+
+def check(model, out="runs/model_check", quick: bool = True, progress: bool = True):
+    """Rerun a shipped paper model's claims and write report.md / report.json.
+
+    Parameters
+    ----------
+    model : str or Path
+        ``incontext``, ``maxmargin``, ``mixture_multiclass`` or their TOML files.
+    out : str or Path
+        output folder.
+    quick : bool
+        smaller settings (minutes, not tens of minutes).
+    progress : bool
+        print the checker's progress lines.
+
+    Returns
+    -------
+    (list of Claim, Path)
+        the claims (``.name``, ``.passed``, ``.source`` proved | shown |
+        expected, numbers) and the report's path.
+
+    Example
+    -------
+    >>> claims, report = meanfield.check("incontext", out="runs/ic_check")   # doctest: +SKIP
+    >>> all(c.passed for c in claims)                                       # doctest: +SKIP
+    """
+    from .engine.cli import model_path
+    from .models.checks import run_check
+
+    return run_check(model_path(str(model)), Path(out), quick=quick,
+                     log=print if progress else (lambda *a, **k: None))
+
+
+def derive(model, latex: bool = True, **overrides):
+    """The reduced variables of a description: names, counts and the dynamics.
+
+    Parameters
+    ----------
+    model : Description, str or Path
+    latex : bool
+        also the LaTeX derivation (``out["latex"]``): for descriptions with at
+        most 12 state entries the ODE of each entry, else the general map.
+    **overrides
+        parameter values, as for :func:`load`.
+
+    Returns
+    -------
+    dict
+        ``variables`` (head, name, kind, shape, count of each), the GD map and flow in words,
+        ``parameters`` and ``latex``.
+
+    Example
+    -------
+    >>> import meanfield as mf
+    >>> [v["name"] for v in mf.derive("incontext", K=2, N=3, latex=False)["variables"]]
+    ['W']
+    """
+    from .engine.api import derive as _derive
+
+    return _derive(_desc(model, overrides), latex=latex)
+
+
+def warm(names=None) -> float:
+    """Compile every kernel family into numba's cache (``meanfield warm``).
+
+    Parameters
+    ----------
+    names : set of str, optional
+        families (``meanfield.warm.FAMILIES``); default all.
+
+    Returns
+    -------
+    float
+        seconds taken.
+
+    Example
+    -------
+    >>> meanfield.warm()          # doctest: +SKIP
+    """
+    from . import cli
+    from .warm import warm as _warm
+
+    return _warm(cli.main, names)
