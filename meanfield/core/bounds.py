@@ -480,9 +480,8 @@ class BoundResult:
     Examples
     --------
     >>> import numpy as np
-    >>> from meanfield.core.io import Run
-    >>> run = Run(t=np.array([0.0, 1.0, 2.0]), loss=np.array([0.69, 0.4, 0.1]))
-    >>> run.attrs = {"system": "mixture"}
+    >>> from meanfield import Run
+    >>> run = Run({"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([0.69, 0.4, 0.1])}, attrs={"system": "mixture"})
     >>> r = evaluate("loss <= 0.5", run)
     >>> r.holds, r.first_violation_t, r.n_violations
     (False, 0.0, 1)
@@ -853,9 +852,8 @@ def select(run, during: str = "all", tmin=None, tmax=None) -> np.ndarray:
     Examples
     --------
     >>> import numpy as np
-    >>> from meanfield.core.io import Run
-    >>> run = Run(t=np.array([0.0, 1.0, 2.0]), loss=np.array([0.69, 0.4, 0.1]))
-    >>> run.attrs = {"system": "mixture"}
+    >>> from meanfield import Run
+    >>> run = Run({"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([0.69, 0.4, 0.1])}, attrs={"system": "mixture"})
     >>> select(run, tmin=1).tolist()
     [False, True, True]
     """
@@ -914,9 +912,8 @@ def evaluate(bound: Bound | str, run, during: str = "all", tmin=None, tmax=None)
     Examples
     --------
     >>> import numpy as np
-    >>> from meanfield.core.io import Run
-    >>> run = Run(t=np.array([0.0, 1.0, 2.0]), loss=np.array([0.69, 0.4, 0.1]))
-    >>> run.attrs = {"system": "mixture"}
+    >>> from meanfield import Run
+    >>> run = Run({"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([0.69, 0.4, 0.1])}, attrs={"system": "mixture"})
     >>> r = evaluate("loss <= log(2)", run)
     >>> r.holds, round(r.worst_slack, 4), r.t_worst
     (True, 0.0031, 0.0)
@@ -975,9 +972,8 @@ def values(text: str, run) -> np.ndarray:
     Examples
     --------
     >>> import numpy as np
-    >>> from meanfield.core.io import Run
-    >>> run = Run(t=np.array([0.0, 1.0, 2.0]), loss=np.array([0.69, 0.4, 0.1]))
-    >>> run.attrs = {"system": "mixture"}
+    >>> from meanfield import Run
+    >>> run = Run({"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([0.69, 0.4, 0.1])}, attrs={"system": "mixture"})
     >>> values("2 * loss", run).tolist()
     [1.38, 0.8, 0.2]
     """
@@ -1117,9 +1113,8 @@ def format_result(name: str, result: BoundResult) -> str:
     Examples
     --------
     >>> import numpy as np
-    >>> from meanfield.core.io import Run
-    >>> run = Run(t=np.array([0.0, 1.0, 2.0]), loss=np.array([0.69, 0.4, 0.1]))
-    >>> run.attrs = {"system": "mixture"}
+    >>> from meanfield import Run
+    >>> run = Run({"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([0.69, 0.4, 0.1])}, attrs={"system": "mixture"})
     >>> format_result("small loss", evaluate("loss <= log(2)", run))
     'HOLDS     small loss: worst slack +0.003147 at t=0 (3 times, during=all)'
     """
