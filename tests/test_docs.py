@@ -168,7 +168,8 @@ def test_tutorial_notebook_executes(tmp_path):
     (work / "runs").mkdir()
     nb = nbformat.read(ROOT / "docs" / "tutorial.ipynb", as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell(f"import sys; sys.path.insert(0, {str(ROOT)!r})"))
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+    NotebookClient(nb, timeout=300, startup_timeout=180, kernel_name="python3",
+                   resources={"metadata": {"path": str(work)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
 
