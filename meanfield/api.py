@@ -148,6 +148,8 @@ def run(model, out=None, progress: bool = True, **overrides):
     system = system_of(desc)
     with monitor(progress, total=tr.horizon, unit="step" if tr.method == "gd" else "t", desc=desc.name) as mon:
         _, traj = integrate_description(desc, None, mon, system)
+        if traj.step:  # the bar ends where the run ended (the last chunk reports no update)
+            mon.done = float(traj.step[-1] if tr.method == "gd" else traj.t[-1])
     return in_memory(desc, system, traj)
 
 

@@ -482,6 +482,17 @@ def _cmd_warm(args) -> int:
     return 0
 
 
+def _cmd_overlay(args) -> int:
+    from .core.run import write_overlay
+
+    import re
+
+    # entry names hold commas inside their brackets (S[+,c1,v1]): split only on the others
+    entries = [e.strip() for e in re.split(r",(?![^\[]*\])", args.entries) if e.strip()] if args.entries else None
+    print(f"figure: {write_overlay(args.runs, args.out, args.label, entries)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     top = _Parser(prog="meanfield", description="Exact reduced training dynamics of small transformers: "
                   "meanfield <system> <verb> [options]. Exit codes: 0 success, 1 a check or bound failed, "
@@ -634,12 +645,22 @@ def build_parser() -> argparse.ArgumentParser:
     wa = systems.add_parser("warm", help="compile every kernel family (mixture, engine, induction, batched) into "
                             "numba's cache, so that the first real run does not wait for them")
     wa.set_defaults(func=_cmd_warm)
+    ov = systems.add_parser("plot", help="overlay run files of any system in one figure, one legend line per run: "
+                                         "meanfield plot R1.h5 R2.h5 --label width")
+    ov.add_argument("runs", nargs="+", help="run files (.h5)")
+    ov.add_argument("--label", default=None,
+                    help="what tells the runs apart in the legend: an attribute or parameter (width, eta, seed, K, ...); "
+                         "default the file names")
+    ov.add_argument("--entries", default=None,
+                    help="comma-separated state entries to draw too, e.g. 'S[+,c1,v1]' (meanfield.open_run(F).entries)")
+    ov.add_argument("--out", default=None, help="the figure (.png | .pdf | .svg; default: FIRST_overlay.png beside it)")
+    ov.set_defaults(func=_cmd_overlay)
     from .induction.cli import add_parser as add_induction
 
     add_induction(systems)
     from .engine.cli import add_parser as add_model
 
-    add_model(systems, RUN_FLAGS.values())
+    add_model(systems, RUN_FLAGS.values(), {field: RUN_HELP.get(flag) for flag, field in RUN_FLAGS.items()})
     return top
 
 

@@ -57,7 +57,7 @@ def test_roundtrip(tmp_path):
     np.testing.assert_array_equal(run["samples"]["nested"]["x"], [0, 1, 2])
     # attributes
     a = run.attrs
-    assert a["format"] == "meanfield-run" and a["format_version"] == 1
+    assert a["format"] == "meanfield-run" and a["format_version"] == 2
     assert a["system"] == "mixture" and a["meanfield_version"] == __version__
     assert a["status"] == "diverged" and a["message"] == "step 7 gave NaN"
     assert a["K"] == 2 and a["omega"] == 0.1 and a["method"] == "gd"

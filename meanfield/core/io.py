@@ -26,7 +26,7 @@ import numpy as np
 from .. import __version__
 
 FORMAT = "meanfield-run"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: width inf (was -1), initial_state, tokens and counts, description and its hash
 STATUSES = ("complete", "diverged", "interrupted")
 
 

@@ -197,7 +197,9 @@ def width_sweep_lines(summary: dict) -> list[str]:
                      f"{float(err[-1]):.3g} at m = {widths[-1]}")
     if summary.get("exponent") is not None:
         ci = summary.get("exponent_ci")
-        ci_s = f" (95% CI {float(ci[0]):.3f} .. {float(ci[1]):.3f})" if ci else ""
+        from .widths import TWO_POINTS
+
+        ci_s = f" (95% CI {float(ci[0]):.3f} .. {float(ci[1]):.3f})" if ci else f" ({TWO_POINTS})"
         lines.append(f"  {lead} error ~ m^{float(summary['exponent']):.3f}{ci_s}")
     else:
         kinks = summary.get("kinks") or []

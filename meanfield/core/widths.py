@@ -41,19 +41,73 @@ def kink_events(t: np.ndarray, u: np.ndarray, tol_rel: float = 1e-9, heads=("+",
 
 def fit_exponent(widths, errors) -> dict:
     """Least-squares slope of log(error) on log(m) over every (m, seed) point,
-    with a 95% confidence interval (Student t on the slope's standard error)."""
+    with a 95% confidence interval (Student t on the slope's standard error).
+
+    With exactly two widths the slope is the line through the two mean
+    log-errors and there is no interval (``exponent_ci`` None, ``two_points``
+    True): two points fix a line, and the scatter over seeds at two widths
+    says nothing about whether the error follows a power law.
+
+    Parameters
+    ----------
+    widths : list of int
+    errors : list of arrays
+        the errors of each width's seeds.
+
+    Returns
+    -------
+    dict
+        ``exponent``, ``exponent_ci`` ([lo, hi] or None), ``r2``, ``two_points``.
+
+    Example
+    -------
+    >>> fit_exponent([10, 1000], [[1.0, 1.0], [0.1, 0.1]])["exponent"], fit_exponent([10, 1000], [[1.0], [0.1]])["exponent_ci"]
+    (-0.5, None)
+    """
     from scipy import stats
 
     x = np.log(np.repeat(np.asarray(widths, float), [len(e) for e in errors]))
     y = np.log(np.concatenate([np.asarray(e, float) for e in errors]))
     ok = np.isfinite(y)
     x, y = x[ok], y[ok]
-    if len(np.unique(x)) < 2 or len(x) < 3:
-        return {"exponent": None, "exponent_ci": None, "r2": None}
+    ux = np.unique(x)
+    if len(ux) < 2:
+        return {"exponent": None, "exponent_ci": None, "r2": None, "two_points": False}
+    if len(ux) == 2:
+        m0, m1 = (float(np.mean(y[x == u])) for u in ux)
+        return {"exponent": (m1 - m0) / float(ux[1] - ux[0]), "exponent_ci": None, "r2": None, "two_points": True}
     r = stats.linregress(x, y)
     q = stats.t.ppf(0.975, len(x) - 2)
     return {"exponent": float(r.slope), "exponent_ci": [float(r.slope - q * r.stderr), float(r.slope + q * r.stderr)],
-            "r2": float(r.rvalue**2)}
+            "r2": float(r.rvalue**2), "two_points": False}
+
+
+#: what a width sweep of two widths says instead of an interval
+TWO_POINTS = "two widths: two points fix a line, so no interval (give three or more widths for a 95% CI)"
+
+
+def exponent_text(name: str, fit: dict) -> str:
+    """``S ~ m^-0.512 (95% CI [-0.6, -0.4])``, or the two-point line without an interval.
+
+    Parameters
+    ----------
+    name : str
+    fit : dict
+        :func:`fit_exponent`'s result (exponent not None).
+
+    Returns
+    -------
+    str
+
+    Example
+    -------
+    >>> exponent_text("S", fit_exponent([10, 1000], [[1.0], [0.1]]))
+    'sup-norm error of S ~ m^-0.500 (two widths: two points fix a line, so no interval (give three or more widths for a 95% CI))'
+    """
+    if fit.get("exponent_ci") is None:
+        return f"sup-norm error of {name} ~ m^{fit['exponent']:.3f} ({TWO_POINTS})"
+    return "sup-norm error of {} ~ m^{:.3f} (95% CI [{:.3f}, {:.3f}])".format(name, fit["exponent"],
+                                                                           *fit["exponent_ci"])
 
 
 def kink_splits(events, res, r0: float, describe) -> list[dict]:

@@ -26,6 +26,8 @@ FORCE_HELP = "run even when the estimated memory or time (from the description's
 #: the mixture family's parameter names (MixtureConfig's fields), handed over by the top-level CLI so that
 #: building the parser imports no numba (meanfield.mixture.config imports the mixture's kernels)
 _MIXTURE_FIELDS: list[str] | None = None
+#: field -> meaning of the mixture family's fields (``meanfield mixture run``'s help), for ``model VERB --help``
+_MIXTURE_HELP: dict | None = None
 
 
 def _param_fields() -> list[str]:
@@ -69,6 +71,8 @@ def _declared_parser(base):
     class _ModelVerbParser(base):
         def parse_known_args(self, args=None, namespace=None):
             words = list(sys.argv[1:] if args is None else args)
+            if "-h" in words or "--help" in words:
+                self._model_help(words)
             declared, rest, i = {}, [], 0
             while i < len(words):
                 a = words[i]
@@ -86,6 +90,21 @@ def _declared_parser(base):
             ns, extras = super().parse_known_args(rest, namespace)
             ns.declared = declared
             return ns, extras
+
+        def _model_help(self, words):
+            """--help with a model named: its own parameters (meanfield.engine.help)."""
+            from . import help as model_help
+
+            for w in words:
+                if w.startswith("-"):
+                    continue
+                try:
+                    path = model_path(w)
+                except ConfigError:
+                    continue
+                if path.is_file():
+                    model_help.apply(self, path, _MIXTURE_HELP)
+                return
 
     return _ModelVerbParser
 
@@ -328,12 +347,15 @@ def _cmd_width_sweep(args) -> int:
     return 0 if s["infinite_width_status"] == "complete" else 1
 
 
-def add_parser(systems, mixture_fields=None) -> None:
+def add_parser(systems, mixture_fields=None, mixture_help=None) -> None:
     """Add the ``model`` system; ``mixture_fields``: the mixture family's
-    parameter names (default: read from MixtureConfig, which imports numba)."""
-    global _MIXTURE_FIELDS
+    parameter names (default: read from MixtureConfig, which imports numba);
+    ``mixture_help``: their meaning, field -> text (``model VERB MODEL --help``)."""
+    global _MIXTURE_FIELDS, _MIXTURE_HELP
     if mixture_fields is not None:
         _MIXTURE_FIELDS = list(mixture_fields)
+    if mixture_help is not None:
+        _MIXTURE_HELP = dict(mixture_help)
     mp = systems.add_parser("model", help="any model described in a TOML file (the engine): derive, run, plot, bound; "
                                           "shipped: meanfield/models/*.toml (e.g. mixture)")
     verbs = mp.add_subparsers(dest="verb", required=True, parser_class=type(mp))

@@ -451,7 +451,8 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     desc : Description
         The model (its width is ignored: every width in ``widths`` is run).
     widths : iterable of int
-        The widths m (at least one).
+        The widths m; the exponent's interval needs three or more (with two,
+        the slope through the two points and no interval).
     seeds : int
         Seeds 0..seeds-1 per width.
     out : str or Path
@@ -492,7 +493,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     >>> [f.rsplit(".", 1)[1] for f in s["files"]]
     ['h5', 'json', 'png']
     """
-    from ..core.widths import fit_exponent, kink_events, kink_splits, write_outputs
+    from ..core.widths import exponent_text, fit_exponent, kink_events, kink_splits, write_outputs
     from ..core.sweep import Progress, map_points
     from .runs import run as engine_run
 
@@ -574,10 +575,9 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
         summary["exponent_ci"] = fits[lead]["exponent_ci"]
         summary["exponents"] = {nm: {"exponent": f["exponent"], "ci": f["exponent_ci"], "r2": f["r2"]}
                                 for nm, f in fits.items()}
-        summary["message"] = (
-            "no kink is crossed; sup-norm error of {} ~ m^{:.3f} (95% CI [{:.3f}, {:.3f}])".format(
-                lead, fits[lead]["exponent"], *fits[lead]["exponent_ci"]) if fits[lead]["exponent"] is not None
-            else "no kink is crossed; too few widths to fit an exponent")
+        summary["message"] = ("no kink is crossed; " + exponent_text(lead, fits[lead])
+                              if fits[lead]["exponent"] is not None
+                              else "no kink is crossed; too few widths to fit an exponent")
         # a quantity whose mean error is no smaller at the largest width than at the smallest is named, whatever
         # the lead says (e.g. attention frozen: S keeps its m^-1/2 init error while the neurons leave by O(1))
         err = summary["errors"]

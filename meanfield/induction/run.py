@@ -314,6 +314,7 @@ def save(path: str | Path, cfg: InductionConfig, traj: integrate.Trajectory, pro
         **obs,
         "subsets": np.array([subset_label(S) for S in arch.subsets], dtype=object),
         "subset_members": arch.members, "lags": arch.lags,
+        **self_contained_data(pb),
     }
     attrs = {
         "d": cfg.d, "L": cfg.L, "L_test": cfg.L_test, "pa": list(cfg.pa), "alpha": cfg.alpha,
@@ -329,9 +330,42 @@ def save(path: str | Path, cfg: InductionConfig, traj: integrate.Trajectory, pro
         "stopped_at_t": float(arr["t"][-1]) if arr["t"].size else 0.0,
         "warnings": list(cfg.warnings()) + list(traj.warnings),
     }
+    attrs.update(self_contained_attrs(cfg))
     attrs.update(extra_attrs or {})
     return write_run(path, system="induction", config=cfg.to_dict(), status=status or traj.status,
                      message=message or traj.message, data=data, attrs=attrs)
+
+
+#: the training sequences are stored in the run file up to this many tokens (above: only their counts; the
+#: sequences are regenerated from ``train_seed``)
+MAX_STORED_TOKENS = 4_000_000
+
+
+def self_contained_data(pb: Problem) -> dict:
+    """The datasets that make an induction run file self-contained
+    (``docs/run-files.md``): ``initial_state`` (c, w, a at theta0, a group of
+    its own), and ``training_set`` with ``counts`` (how often each token value
+    0..d-1 occurs in the training sequences) and ``tokens`` (the sequences,
+    (n_train, L + 1) in the smallest integer type; left out above
+    :data:`MAX_STORED_TOKENS`, then ``tokens_stored = 0``)."""
+    c, w, a = unpack(pb.theta0, pb.arch)
+    tok = np.asarray(pb.train.tokens)
+    counts = np.bincount(tok.ravel().astype(np.int64), minlength=pb.cfg.d)
+    ts = {"counts": counts, "tokens_stored": np.int8(tok.size <= MAX_STORED_TOKENS)}
+    if tok.size <= MAX_STORED_TOKENS:
+        ts["tokens"] = tok.astype(np.min_scalar_type(max(int(pb.cfg.d) - 1, 0)))
+    return {"initial_state": {"c": np.asarray(c), "w": np.asarray(w), "a": np.asarray(a)}, "training_set": ts}
+
+
+def self_contained_attrs(cfg: InductionConfig) -> dict:
+    """``description`` (the resolved config) and ``description_hash`` (sha256
+    of its canonical JSON) of an induction run file."""
+    import hashlib
+    import json
+
+    d = cfg.to_dict()
+    return {"description": d,
+            "description_hash": hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()}
 
 
 def run_to_file(cfg: InductionConfig, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0):

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..core.config import ConfigError
 from ..core.sweep import Progress, map_points
-from ..core.widths import figure, fit_exponent, kink_events, kink_splits, write_outputs  # noqa: F401 (re-exported)
+from ..core.widths import exponent_text, figure, fit_exponent, kink_events, kink_splits, write_outputs  # noqa: F401
 from .config import MixtureConfig, make_config
 from .observables import observables
 from .run import run as run_traj
@@ -173,9 +173,8 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
         summary["exponent_ci"] = fits["S"]["exponent_ci"]
         summary["exponents"] = {q: {"exponent": f["exponent"], "ci": f["exponent_ci"], "r2": f["r2"]}
                                 for q, f in fits.items()}
-        summary["message"] = ("no kink is crossed; sup-norm error of S ~ m^{:.3f} (95% CI [{:.3f}, {:.3f}])".format(
-            fits["S"]["exponent"], *fits["S"]["exponent_ci"]) if fits["S"]["exponent"] is not None else
-            "no kink is crossed; too few widths to fit an exponent")
+        summary["message"] = ("no kink is crossed; " + exponent_text("S", fits["S"]) if fits["S"]["exponent"]
+                              is not None else "no kink is crossed; too few widths to fit an exponent")
     summary["elapsed_s"] = time.perf_counter() - t0
 
     data = {

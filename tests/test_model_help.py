@@ -1,0 +1,64 @@
+"""`meanfield model VERB MODEL --help` lists the model's own declared parameters, their defaults and meaning
+(read here from the TOML text with tomllib, independently of the help module), not the mixture's flags."""
+
+import re
+import tomllib
+
+import pytest
+
+import meanfield.cli
+from meanfield.engine.cli import model_path
+
+
+def _help(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        meanfield.cli.main(argv)
+    assert e.value.code in (0, None)
+    return capsys.readouterr().out
+
+
+def _line(text, flag):
+    """The help text of ``flag`` (its wrapped lines joined)."""
+    m = re.search(rf"^  {re.escape(flag)} V\s+(.*?)(?=^  -|^\S|\Z)", text, re.M | re.S)
+    assert m, f"{flag} not in the help"
+    return " ".join(m.group(1).split())
+
+
+def test_incontext_help_lists_its_declared_parameters(capsys):
+    out = _help(capsys, ["model", "run", "incontext", "--help"])
+    table = tomllib.loads(model_path("incontext").read_text())["parameters"]
+    for name, meaning in (("K", "features v1..vK"), ("N", "context tokens per prompt"), ("p1", "probability of v1")):
+        text = _line(out, "--" + name)
+        assert f"(default: {table[name]})" in text and meaning in text
+    assert "parameters declared by incontext" in out
+    assert "(default: 3000)" in _line(out, "--steps")  # a run knob with the description's default
+    for mixture_only in ("--label-noise", "--schedule", "--feature-gram", "--stage3"):
+        assert mixture_only not in out
+
+
+@pytest.mark.parametrize("verb", ["particles", "width-sweep", "derive", "sweep"])
+def test_every_model_verb_has_the_model_help(capsys, verb):
+    out = _help(capsys, ["model", verb, "incontext", "--help"])
+    assert "(default: 20)" in _line(out, "--N")
+
+
+def test_mixture_family_help_shows_its_fields(capsys):
+    out = _help(capsys, ["model", "run", "mixture", "--help"])
+    assert "tokens per sample" in _line(out, "--L") and "--label-noise" in out
+
+
+def test_own_description_comments_are_the_meaning(capsys, tmp_path):
+    src = model_path("incontext").read_text().replace("p1 = 0.0 ", "alpha = 0.25   # my own knob\np1 = 0.0 ")
+    p = tmp_path / "mine.toml"
+    p.write_text(src)
+    out = _help(capsys, ["model", "run", str(p), "--help"])
+    assert _line(out, "--alpha") == "my own knob (default: 0.25)"
+
+
+def test_help_without_a_model_or_with_a_broken_one_is_the_plain_help(capsys, tmp_path):
+    out = _help(capsys, ["model", "run", "--help"])
+    assert "--label-noise" in out  # nothing to specialise: every flag
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[parameters\n")
+    out = _help(capsys, ["model", "run", str(bad), "--help"])
+    assert "usage: meanfield model run" in out
