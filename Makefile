@@ -30,7 +30,7 @@ test: $(STAMP)
 # (a broken link or anchor, a missing page, an API reference that does not resolve) into a failure
 DOCS_STAMP := $(VENV)/.installed-docs
 $(DOCS_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[test,docs]'
+	$(BIN)/python -m pip install -q -e '.[test,docs,analysis]'
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)

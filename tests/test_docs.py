@@ -186,7 +186,11 @@ def api_objects() -> list[str]:
 
     import meanfield
 
+    import meanfield.engine
+
     names = [f"meanfield.{n}" for n in getattr(meanfield, "__all__", ())]
+    names += [f"meanfield.engine.{n}" for n in meanfield.engine.__all__
+              if not inspect.isclass(getattr(meanfield.engine, n))]  # its dataclasses: docs/description.md
     text = (ROOT / "docs" / "api.md").read_text()
     for m in re.finditer(r"^::: ([\w.]+)\n((?:    .*\n)*)", text, flags=re.M):
         target, opts = m.group(1), m.group(2)

@@ -10,6 +10,11 @@ stays light (no numba compile, no sympy).
 
 from __future__ import annotations
 
+#: the engine's public names (``dir(meanfield.engine)``), each loaded on first use
+__all__ = ["load", "derive", "run", "run_to_file", "Run", "particles", "particles_to_file", "width_sweep",
+           "run_batch", "BatchRun", "initial_states", "load_description", "description_from_dict", "make_data",
+           "Description", "Dictionary", "Data", "Head", "Model", "Init", "Training", "StageSpec", "RunParams"]
+
 
 def load(path, **overrides):
     """Read a TOML model description, with parameter overrides.
@@ -68,3 +73,7 @@ def __getattr__(name):
 
         return getattr(finite, name)
     raise AttributeError(name)
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
