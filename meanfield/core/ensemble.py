@@ -104,7 +104,7 @@ OUTPUTS = {
     "min_margin_inconsistent_end": "smallest margin over the inconsistent samples at the last record (NaN: none)",
     "T1": "neuron stage done (meanfield.mixture.stagetimes; NaN: not reached)",
     "T2": "attention stage done (NaN: not reached)",
-    "T_loss": "first record with loss <= 0.05 (NaN: not reached)",
+    "T_loss": "first time with loss <= 0.05, interpolated between records (GD: to the step; NaN: not reached)",
     "margin_end": "margin of every sample at the last record (points x samples, NaN-padded)",
 }
 DEFAULT_OUTPUTS = ("status", "t_end", "steps_end", "loss_end", "min_margin_end", "min_margin_consistent_end",

@@ -156,7 +156,9 @@ def sweep_plot(path: str | Path, x: str, y: str, z: str | None = None, hue: str 
                         f"{hue} = {hv}")
             ax.legend(fontsize=8)
         else:
-            ax.plot(px, arr, marker="o", ms=3)
+            other_s = f"{agg} over {', '.join(other)}" if other else "each point"
+            ax.plot(px, arr, marker="o", ms=3, label=f"{y} ({other_s})")
+            ax.legend(fontsize=8)
         ax.set_ylabel(y)
     if logx:
         ax.set_xscale("log")

@@ -229,7 +229,7 @@ from .run import Run  # noqa: E402  the one run object (meanfield.Run); read_run
 def read_run(path: str | Path) -> Run:
     """Read a run file of any system into a :class:`meanfield.core.run.Run`
     (``run["S"]``, ``run.attrs``, ``run.config``, ``run.records``, ``run.state(t)``,
-    ``run.to_xarray()``; see ``docs/runfile.md``).
+    ``run.to_xarray()``; see ``docs/run-files.md``).
 
     Parameters
     ----------

@@ -23,7 +23,7 @@ groups as nested dicts: ``run["variables"]["+"]["S"]``) with
 
 :func:`open_run` reads a file; :func:`plot_runs` overlays several runs.
 This module is core: it imports nothing of the systems above it (it reads
-their file schemas, documented in ``docs/runfile.md``).
+their file schemas, documented in ``docs/run-files.md``).
 """
 
 from __future__ import annotations
@@ -664,8 +664,8 @@ def write_overlay(paths, out=None, label=None, entries=None, logy: bool = True) 
     ConfigError
         one line: an unreadable run, a label no run has, an unknown entry, a bad ``out``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> write_overlay(["runs/w16.h5", "runs/winf.h5"], label="width")   # doctest: +SKIP
     PosixPath('runs/w16_overlay.png')
     """

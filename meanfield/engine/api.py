@@ -21,6 +21,9 @@ from .runs import Run, run, run_to_file  # noqa: F401
 def derive(desc: Description, latex: bool = True) -> dict:
     """What ``meanfield model derive`` prints: the reduced variables and their dynamics.
 
+    For a small model (``meanfield.engine.symbolic_entries.supported``) the
+    LaTeX also has the explicit loss and the GD map of each state entry.
+
     Parameters
     ----------
     desc : Description
@@ -45,6 +48,9 @@ def derive(desc: Description, latex: bool = True) -> dict:
     >>> info = me.derive(me.load("docs/examples/majority.toml"), latex=False)
     >>> [(v["name"], v["count"]) for v in info["variables"]], info["independent"]
     ([('A', 6), ('S', 9), ('B', 6), ('w', 3)], 24)
+    >>> import meanfield as mf
+    >>> "W[h,v1,v2]" in derive(mf.load("incontext", K=2, N=2))["latex"].replace("_{h,v1,v2}", "[h,v1,v2]")
+    True
     """
     out = derive_summary(desc)
     out["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared}  # the declared ones
@@ -59,4 +65,12 @@ def derive(desc: Description, latex: bool = True) -> dict:
             out["latex"] = fn(desc)
         elif hasattr(symbolic, "general_latex"):
             out["latex"] = symbolic.general_latex()
+        from . import symbolic_entries
+
+        why = symbolic_entries.supported(desc)
+        if why is None:  # a small model: the actual ODE of each state entry
+            out["latex"] = (out["latex"] or "") + "\n" + symbolic_entries.entry_latex(desc)
+        else:
+            out["latex"] = (out["latex"] or "") + (f"% no entry-by-entry ODE: {why} (it is printed for at most "
+                                                   f"{symbolic_entries.MAX_ENTRIES} narrow entries, Gram = I)\n")
     return out

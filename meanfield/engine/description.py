@@ -384,6 +384,9 @@ def make_head(raw: dict, i: int, P: int) -> Head:
     else:
         out["query_vector"] = None
     out["query_self"] = _as_bool(f"{where}.query_self", d["query_self"])
+    if "query_self" in raw and out["query"] != "last":
+        raise ConfigError(f"{where}.query_self: only with query = last (it takes the last token out of the keys); "
+                          f"with query = {out['query']} it has no effect: remove it")
     out["scale"] = as_float(f"{where}.scale", d["scale"])
     if d["value"] == "mlp":
         raise ConfigError(f"{where}.value: 'mlp' is outside the Gram-closure class: {_OUT_OF_CLASS['hidden_activation']}")
@@ -421,6 +424,49 @@ def make_model(heads: list[Head], loss: str, r0: float, targets: np.ndarray, P: 
         if C < 2 or targets.ndim != 1 or not np.all((targets == np.round(targets)) & (targets >= 0) & (targets < C)):
             raise ConfigError(f"model.loss: cross_entropy needs outputs >= 2 and targets class indices 0..{C - 1}")
     return Model(heads=tuple(heads), loss=loss, relu_prime_at_zero=r0)
+
+
+def check_knobs_apply(heads, given: set) -> None:
+    """A run knob given (a flag, a keyword of ``meanfield.load``) that no head
+    of the description uses is refused, naming it: ``omega`` without a
+    ``kq = separate`` head (merged W~ starts at 0), ``omega_v`` / ``sigma_r``
+    without a ``value = matrix`` head, ``neuron_init`` without a neuron or
+    linear value vector, ``relu_prime_at_zero`` without ``value = neuron``.
+    (A description's own [parameters] may keep such defaults for variants.)"""
+    kq = {h.kq for h in heads}
+    values = {h.value for h in heads}
+    rules = {
+        "omega": ("separate" in kq, "it scales W_K, W_Q of kq = separate heads; every head here has kq = merged "
+                                    "(W~ = 0 at init)"),
+        "omega_v": ("matrix" in values, "it scales the value matrix of value = matrix heads; none here"),
+        "sigma_r": ("matrix" in values, "it scales the readout vectors of value = matrix heads; none here"),
+        "neuron_init": (bool(values & {"neuron", "linear"}), "it sets the value vectors of value = neuron / linear "
+                                                             "heads; none here"),
+        "relu_prime_at_zero": ("neuron" in values, "it is the ReLU's derivative at 0 of value = neuron heads; none "
+                                                   "here"),
+    }
+    for k in sorted(given):
+        ok, why = rules.get(k, (True, ""))
+        if not ok:
+            raise ConfigError(f"{k}: has no effect on this model ({why}); remove it")
+
+
+def check_criteria_rows(training: Training, data) -> None:
+    """A margin criterion applies only to the rows it names (docs/engine.md):
+    ``consistent_margin`` to the rows flagged ``consistent`` (a description
+    without that flag counts every row as consistent), ``inconsistent_margin``
+    to the rows not flagged. One over no row would hold vacuously at step 0
+    (the minimum over nothing is +inf): refused, naming the stage."""
+    cons = data.flag("consistent")
+    empty = {"consistent_margin": not cons.any(), "inconsistent_margin": bool(cons.all())}
+    for i, st in enumerate(training.stages):
+        name = st.criterion[0] if st.criterion else None
+        if empty.get(name):
+            where = "criterion" if len(training.stages) == 1 and st.name == "simultaneous" else \
+                f"training.stages[{i}].criterion"
+            which = "flagged consistent" if name == "consistent_margin" else "not flagged consistent"
+            raise ConfigError(f"{where}: {name} applies to the rows {which}, and this description's data have none "
+                              "(it would hold at step 0); use min_margin or loss, or flag the rows (flags.consistent)")
 
 
 def training_from(params: RunParams, stages_raw, heads) -> Training:
@@ -765,6 +811,8 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     traw = raw.get("training", {})
     _check_table("training", traw, ("stages",))
     training = training_from(params, traw.get("stages"), heads)
+    check_criteria_rows(training, data)
+    check_knobs_apply(heads, {k for k, v in (overrides or {}).items() if v is not None})
     init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
                 sigma_r=params.sigma_r, neuron_init=params.neuron_init)
     return Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,

@@ -119,8 +119,10 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) ->
     return in_memory(desc, system, traj)
 
 
-def stage_times(desc: Description, t, obs, stage_ends) -> dict:
-    """T1, T2, T_loss and the criteria of a recorded run (``obs``: :func:`observables`)."""
+def stage_times(desc: Description, t, obs, stage_ends, step=None) -> dict:
+    """T1, T2, T_loss and the criteria of a recorded run (``obs``: :func:`observables`),
+    interpolated between the two records around each crossing (GD, given the
+    records' ``step``: rounded up to the step)."""
     from ..mixture.stagetimes import stage_times_of
 
     d = desc.data
@@ -128,7 +130,7 @@ def stage_times(desc: Description, t, obs, stage_ends) -> dict:
     if desc.family is None and len(desc.training.stages) > 1:
         sched = "three-stage"  # T1 = the end of stage 1
     return stage_times_of(t, obs["loss"], obs["margin"], d.flag("consistent"), obs["grad_w"], sched, stage_ends,
-                          ~d.flag("flipped"))
+                          ~d.flag("flipped"), step=step if desc.training.method == "gd" else None)
 
 
 _stage_times = stage_times  # the name meanfield.engine.sweep uses
@@ -244,8 +246,8 @@ def _initial_blocks(desc: Description, r: Run) -> dict:
 def file_content(desc: Description, r: Run, status: str | None = None, message: str | None = None,
                  extra_attrs: dict | None = None, engine_tag: bool = True) -> tuple[str, dict, dict, dict]:
     """(system, config, datasets, attributes) of the run file of ``r``: what
-    :func:`save` writes (schema in the module docstring and ``docs/runfile.md``)."""
-    st = stage_times(desc, r.t, r.obs, r.stage_ends)
+    :func:`save` writes (schema in the module docstring and ``docs/run-files.md``)."""
+    st = stage_times(desc, r.t, r.obs, r.stage_ends, r.step)
     d = desc.data
     common = {
         "eta": desc.training.eta, "method": desc.training.method,
@@ -301,7 +303,7 @@ def file_content(desc: Description, r: Run, status: str | None = None, message: 
 def save(path: str | Path, desc: Description, r: Run, status: str | None = None, message: str | None = None,
          extra_attrs: dict | None = None, engine_tag: bool = True) -> Path:
     """Write the run file of ``r`` (see the module docstring and
-    ``docs/runfile.md``).
+    ``docs/run-files.md``).
 
     Parameters
     ----------
@@ -345,7 +347,7 @@ def run_to_file(desc: Description, out: str | Path, progress: bool = True, check
     desc : Description
         A loaded description.
     out : str or Path
-        The run file (``.h5``; format: ``docs/runfile.md``).
+        The run file (``.h5``; format: ``docs/run-files.md``).
     progress : bool
         Print progress for runs longer than 2 s.
     checkpoint_s : float

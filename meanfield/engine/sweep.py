@@ -280,7 +280,7 @@ class ModelEnsemble:
         o["margin_end"] = np.full((B, descs[0].data.n), np.nan)
         for k, d in enumerate(descs):
             r = runs.in_memory(d, sysm, br.trajectory(k))
-            st = runs._stage_times(d, r.t, r.obs, r.stage_ends)
+            st = runs._stage_times(d, r.t, r.obs, r.stage_ends, r.step)
             m = r.margin[-1]
             c = d.data.flag("consistent")
             o["t_end"][k] = r.t[-1]

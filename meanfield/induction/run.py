@@ -343,7 +343,7 @@ MAX_STORED_TOKENS = 4_000_000
 
 def self_contained_data(pb: Problem) -> dict:
     """The datasets that make an induction run file self-contained
-    (``docs/runfile.md``): ``initial_state`` (c, w, a at theta0, a group of
+    (``docs/run-files.md``): ``initial_state`` (c, w, a at theta0, a group of
     its own), and ``training_set`` with ``counts`` (how often each token value
     0..d-1 occurs in the training sequences) and ``tokens`` (the sequences,
     (n_train, L + 1) in the smallest integer type; left out above

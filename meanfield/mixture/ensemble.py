@@ -28,8 +28,28 @@ from .stagetimes import DEFAULTS as _DEF
 #: trajectories) with the arithmetic of ``run.recorded``: losses and margins by
 #: ``forward_into``, |dLoss/dw~| by ``backward_into`` and numpy's pairwise sum,
 #: the stage-time rules of ``meanfield.mixture.stagetimes``.
+@njit(cache=True)
+def _cross(a, b, thr, t0, t1):
+    """The linear crossing of ``thr`` between (t0, a) and (t1, b): ``stagetimes.first_crossing``'s arithmetic."""
+    if not (math.isfinite(a) and math.isfinite(b)) or a == b:
+        lam = 1.0
+    else:
+        lam = min(max((thr - a) / (b - a), 0.0), 1.0)
+    return t0 + lam * (t1 - t0)
+
+
+@njit(cache=True)
+def _at_step(tc, t0, t1, s0, s1, gd):
+    """A GD crossing rounded up to the first whole step at or after it (``stagetimes.first_crossing``)."""
+    if not gd or not t1 > t0:
+        return tc
+    s = s0 + (tc - t0) / (t1 - t0) * (s1 - s0)
+    s = min(s1, float(math.ceil(s - 1e-9 * max(1.0, abs(s)))))
+    return t0 + (s - s0) / (s1 - s0) * (t1 - t0) if s1 > s0 else t1
+
+
 @njit(parallel=True, cache=True)
-def _summaries(rec_t, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weight, consistent, clean,
+def _summaries(rec_t, rec_step, gd, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weight, consistent, clean,
                margin_lv, grad_ratio, loss_lv, loss_end, margin_end, mm, mmc, mmi, T1, T2, TL):
     B = rec_t.shape[0]
     nS, L = idx.shape
@@ -48,6 +68,10 @@ def _summaries(rec_t, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weigh
         g0 = 0.0
         i1 = -1  # first record at or after T1 (-1: T1 not yet known)
         loss = math.nan
+        p_loss = math.nan  # the previous record's loss, consistent / inconsistent margins and |dLoss/dw~|
+        p_mc = math.nan
+        p_mi = math.nan
+        p_g = math.nan
         for k in range(n):
             loss = forward_into(rec_y[b, k], P, idx, sgn, lab, weight, u, margin, logit)
             mc = math.inf
@@ -86,14 +110,38 @@ def _summaries(rec_t, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weigh
                 if k == 0:
                     g0 = g
                 if mc >= margin_lv and g <= grad_ratio * g0:
-                    t1 = rec_t[b, k]
+                    if k == 0:
+                        t1 = rec_t[b, 0]
+                    else:  # interpolated between the records k - 1 and k (stagetimes.first_crossing)
+                        ta, tb = rec_t[b, k - 1], rec_t[b, k]
+                        tc = ta
+                        if not p_mc >= margin_lv:
+                            tc = max(tc, _cross(p_mc, mc, margin_lv, ta, tb))
+                        if not p_g <= grad_ratio * g0:
+                            tc = max(tc, _cross(p_g, g, grad_ratio * g0, ta, tb))
+                        t1 = _at_step(tc, ta, tb, float(rec_step[b, k - 1]), float(rec_step[b, k]), gd[b])
+                p_g = g
+            new_i1 = False
             if i1 < 0 and not math.isnan(t1):
                 if rec_t[b, k] >= t1 - 1e-12 * max(1.0, abs(t1)):
                     i1 = k
+                    new_i1 = True
+            if k > 0:
+                ta, tb = rec_t[b, k - 1], rec_t[b, k]
+                sa, sb = float(rec_step[b, k - 1]), float(rec_step[b, k])
             if i1 >= 0 and math.isnan(t2) and mi >= margin_lv:
-                t2 = rec_t[b, k]
+                if new_i1 and k > 0 and p_mi < margin_lv:  # crossed between T1 and this record
+                    t2 = max(t1, _at_step(max(ta, _cross(p_mi, mi, margin_lv, ta, tb)), ta, tb, sa, sb, gd[b]))
+                elif new_i1 or k == 0:
+                    t2 = rec_t[b, k]
+                else:
+                    t2 = _at_step(max(ta, _cross(p_mi, mi, margin_lv, ta, tb)), ta, tb, sa, sb, gd[b])
             if math.isnan(tl) and loss <= loss_lv:
-                tl = rec_t[b, k]
+                tl = rec_t[b, 0] if k == 0 else _at_step(max(ta, _cross(p_loss, loss, loss_lv, ta, tb)), ta, tb, sa,
+                                                         sb, gd[b])
+            p_loss = loss
+            p_mc = mc
+            p_mi = mi
         loss_end[b] = loss
         m_all = math.inf
         m_c = math.inf
@@ -246,7 +294,8 @@ class MixtureEnsemble:
         o = {k: np.empty(B) for k in ("loss_end", "min_margin_end", "min_margin_consistent_end",
                                       "min_margin_inconsistent_end", "T1", "T2", "T_loss")}
         o["margin_end"] = np.empty((B, s.n))
-        _summaries(r.t, r.y, r.n_records, three, stage1_t, r0, s.P, s.idx, s.sgn, s.y, s.weight,
+        gd = np.array([c.method == "gd" for c in cfgs], np.bool_)
+        _summaries(r.t, r.step, gd, r.y, r.n_records, three, stage1_t, r0, s.P, s.idx, s.sgn, s.y, s.weight,
                    s.consistent.astype(np.bool_), clean.astype(np.bool_), _DEF["margin"], _DEF["grad_ratio"],
                    _DEF["loss_level"], o["loss_end"], o["margin_end"], o["min_margin_end"],
                    o["min_margin_consistent_end"], o["min_margin_inconsistent_end"], o["T1"], o["T2"], o["T_loss"])

@@ -42,7 +42,7 @@ def as_dense_run(cfg: MixtureConfig, desc, traj) -> dict:
 
     r = in_memory(desc, system_of(desc), traj)
     data, extra = mixture_datasets(desc, r)
-    st = stage_times(desc, r.t, r.obs, traj.stage_ends)
+    st = stage_times(desc, r.t, r.obs, traj.stage_ends, r.step)
     out = {k: v for k, v in data.items() if k not in ("features", "heads")}
     out["features"] = feature_labels(cfg.K)
     out["w_neurons"] = np.stack([r.var(h, "w")[:, 0] for h in ("+", "-")], axis=1)

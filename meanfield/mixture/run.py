@@ -69,7 +69,8 @@ def recorded(cfg: MixtureConfig, traj: integrate.Trajectory):
     obs = observables(samples, Y)
     clean = ~samples.is_flipped
     st = stage_times(arr["t"], obs["loss"], obs["margin"][:, clean], samples.consistent[clean], obs["S"], obs["A"],
-                     obs["B"], obs["w"], samples, cfg.schedule, traj.stage_ends, cfg.relu_prime_at_zero)
+                     obs["B"], obs["w"], samples, cfg.schedule, traj.stage_ends, cfg.relu_prime_at_zero,
+                     step=arr["step"] if cfg.method == "gd" else None)
     return samples, arr, obs, st
 
 

@@ -1,8 +1,10 @@
 """Stage-time detection from a recorded mixture trajectory.
 
 Documented criteria (all thresholds are arguments; defaults in
-:data:`DEFAULTS`), evaluated on the recorded states, so a time is resolved to
-the record grid (record every step, or use stage criteria, for exact steps):
+:data:`DEFAULTS`), evaluated on the recorded states and interpolated between
+the two records around the crossing (:func:`first_crossing`; for GD runs
+rounded up to the step: the state changes only at steps), so a time does not depend on the record grid beyond
+the interpolation (record every step for exact steps):
 
 * ``T1`` (neuron stage done). Three-stage runs: the end of stage 1 (Algorithm 1
   ends the neuron stage by construction). Simultaneous runs: the first record
@@ -47,21 +49,82 @@ def _first(mask: np.ndarray, t: np.ndarray, start: int = 0) -> float:
     return float(t[start + idx[0]]) if idx.size else math.nan
 
 
+def first_crossing(conds, t, start: int = 0, step=None) -> float:
+    """The first time at which every condition holds, interpolated between
+    records: at the first record j (from ``start``) where all hold, each
+    condition that failed at record j - 1 crosses its threshold at the linear
+    interpolation of its value between t[j-1] and t[j]; the time is the latest
+    of those crossings. With ``step`` (the records' GD step numbers) the time
+    is rounded up to the first whole step at or after it (a GD run changes
+    only at steps). A condition already true at the first record considered
+    gives that record's time; none reached: NaN.
+
+    Parameters
+    ----------
+    conds : list of (values (T,), op, threshold)
+        op ``">="`` or ``"<="``.
+    t : array (T,)
+    start : int
+        the first record considered.
+    step : array (T,), optional
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> first_crossing([(np.array([1.0, 0.5, 0.0]), "<=", 0.25)], np.array([0.0, 10.0, 20.0]))
+    15.0
+    >>> first_crossing([(np.array([1.0, 0.5, 0.0]), "<=", 0.25)], np.array([0.0, 10.0, 20.0]), step=np.array([0, 4, 8]))
+    15.0
+    """
+    t = np.asarray(t, dtype=float)
+    vals = [(np.asarray(v, dtype=float), op, float(thr)) for v, op, thr in conds]
+
+    def holds(v, op, thr):
+        return v >= thr if op == ">=" else v <= thr
+
+    ok = np.ones(t.size, dtype=bool)
+    for v, op, thr in vals:
+        ok &= holds(v, op, thr)
+    idx = np.flatnonzero(ok[start:])
+    if not idx.size:
+        return math.nan
+    j = start + int(idx[0])
+    if j == start:
+        return float(t[j])
+    t0, t1 = float(t[j - 1]), float(t[j])
+    tc = t0
+    for v, op, thr in vals:
+        if holds(v[j - 1], op, thr):
+            continue
+        a, b = v[j - 1], v[j]
+        lam = 1.0 if not np.isfinite(a) or not np.isfinite(b) or a == b else float(np.clip((thr - a) / (b - a), 0, 1))
+        tc = max(tc, t0 + lam * (t1 - t0))
+    if step is not None and t1 > t0:
+        s0, s1 = float(step[j - 1]), float(step[j])
+        s = s0 + (tc - t0) / (t1 - t0) * (s1 - s0)
+        s = min(s1, float(math.ceil(s - 1e-9 * max(1.0, abs(s)))))
+        tc = t0 + (s - s0) / (s1 - s0) * (t1 - t0) if s1 > s0 else t1
+    return float(tc)
+
+
 def stage_times(t, loss, margin, consistent, S, A, B, w, samples: SampleSet, schedule: str,
                 stage_ends: list | None = None, relu_prime_at_zero: float = 1.0,
                 margin_level: float | None = None, grad_ratio: float | None = None,
-                loss_level: float | None = None) -> dict:
+                loss_level: float | None = None, step=None) -> dict:
     """{"T1", "T2", "T_loss", "criteria"} for one recorded fast-path trajectory
     (``margin``/``consistent`` already restricted to the samples that count):
     :func:`stage_times_of` with the neuron-gradient norm from the fast kernels."""
     g = None if schedule == "three-stage" else grad_w_norm(samples, S, A, B, w, relu_prime_at_zero)
     return stage_times_of(t, loss, margin, consistent, g, schedule, stage_ends, None, margin_level, grad_ratio,
-                          loss_level)
+                          loss_level, step=step)
 
 
 def stage_times_of(t, loss, margin, consistent, grad_w, schedule: str, stage_ends: list | None = None,
                    clean=None, margin_level: float | None = None, grad_ratio: float | None = None,
-                   loss_level: float | None = None) -> dict:
+                   loss_level: float | None = None, step=None) -> dict:
     """{"T1", "T2", "T_loss", "criteria"} for one recorded trajectory, given the
     neuron-gradient norm ``grad_w`` (one per record; the ``grad_w`` criterion,
     read only for simultaneous runs). ``clean`` (n,) bool: the samples whose
@@ -91,14 +154,19 @@ def stage_times_of(t, loss, margin, consistent, grad_w, schedule: str, stage_end
         crit["T1"] = "end of stage 1"
     else:
         g = np.asarray(grad_w, dtype=float)
-        ok = (mc >= crit["margin"]) & (g <= crit["grad_ratio"] * g[0])
-        T1 = _first(ok, t)
-        crit["T1"] = "first record with consistent margin >= margin and |dLoss/dw| <= grad_ratio |dLoss/dw|(0)"
+        T1 = first_crossing([(mc, ">=", crit["margin"]), (g, "<=", crit["grad_ratio"] * g[0])], t, step=step)
+        crit["T1"] = ("first time with consistent margin >= margin and |dLoss/dw| <= grad_ratio |dLoss/dw|(0), "
+                      "interpolated between records" + (" to the step" if step is not None else ""))
     out["T1"] = T1
     if not math.isnan(T1):
         i1 = int(np.searchsorted(t, T1 - 1e-12 * max(1.0, abs(T1))))
-        out["T2"] = _first(mi >= crit["margin"], t, i1)
-    crit["T2"] = "first record at or after T1 with inconsistent margin >= margin"
-    out["T_loss"] = _first(np.asarray(loss) <= crit["loss_level"], t)
-    crit["T_loss"] = "first record with loss <= loss_level"
+        T2 = first_crossing([(mi, ">=", crit["margin"])], t, i1, step=step)
+        if not math.isnan(T2) and i1 < t.size and T2 == float(t[i1]) and i1 > 0 and mi[i1 - 1] < crit["margin"]:
+            # the crossing lies between T1 and the record after it: interpolate there (not before T1)
+            T2 = max(T1, first_crossing([(mi, ">=", crit["margin"])], t, i1 - 1, step=step))
+        out["T2"] = T2
+    crit["T2"] = "first time at or after T1 with inconsistent margin >= margin, interpolated between records"
+    out["T_loss"] = first_crossing([(np.asarray(loss), "<=", crit["loss_level"])], t, step=step)
+    crit["T_loss"] = "first time with loss <= loss_level, interpolated between records" + (
+        " to the step" if step is not None else "")
     return {**out, "criteria": crit}
