@@ -24,6 +24,7 @@ demo: $(STAMP)
 	@echo "    source .venv/bin/activate"
 
 test: $(STAMP)
+	$(BIN)/lint-imports  # the layers and the papers' independence (setup.cfg [importlinter])
 	$(BIN)/python -m pytest -q
 
 # the documentation site (mkdocs.yml) into site/: --strict turns every warning

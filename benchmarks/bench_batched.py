@@ -1,4 +1,4 @@
-"""Benchmark of batched trajectories (``meanfield.mixture.batched``).
+"""Benchmark of batched trajectories (``meanfield.models.mixture.batched``).
 
 Trajectory-steps per second (one exact GD step of one trajectory = one
 trajectory-step) for batches of B in {1, 64, 1024, 16384} independent
@@ -11,7 +11,7 @@ m in {64, 256} with their seeds), on
   (speedup / threads);
 * the CUDA backend when a GPU is present (not the simulator);
 * for reference, the unbatched path: ``kernels.gd_advance`` on one trajectory
-  at a time (what ``meanfield.mixture.run.run`` calls).
+  at a time (what ``meanfield.models.mixture.run.run`` calls).
 
 Fewer steps per trajectory for larger B (about ``--work`` trajectory-steps per
 measurement, at least 40 steps), records only at the start and the end. Times
@@ -49,8 +49,8 @@ TARGET_SPEEDUP = 1.7
 
 
 def configs(B: int, steps: int):
-    from meanfield.mixture.config import make_config
-    from meanfield.mixture.init import initial_state
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.init import initial_state
 
     rng = np.random.default_rng(B)
     omegas = np.geomspace(1e-3, 0.3, 16)
@@ -64,7 +64,7 @@ def configs(B: int, steps: int):
 
 def time_batch(cfgs, y0s, backend: str, repeats: int) -> tuple[float, float]:
     """(best wall time, CPU time of this process during that repeat)."""
-    from meanfield.mixture import batched
+    from meanfield.models.mixture import batched
 
     best = (np.inf, 0.0)
     for _ in range(repeats):
@@ -111,8 +111,8 @@ def _timed(f, *a) -> float:
 
 def time_unbatched(cfgs, y0s, repeats: int) -> float:
     """One trajectory at a time through kernels.gd_advance (the run() path)."""
-    from meanfield.mixture import kernels
-    from meanfield.mixture.data import sample_set
+    from meanfield.models.mixture import kernels
+    from meanfield.models.mixture.data import sample_set
 
     s = sample_set(2, 3)
     best = np.inf
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
 
     import numba
 
-    from meanfield.mixture import batched
+    from meanfield.models.mixture import batched
 
     n_threads = numba.get_num_threads()
     gpu = batched.cuda_available()

@@ -1,4 +1,4 @@
-"""Benchmark of the induction-head kernels (``meanfield.induction``).
+"""Benchmark of the induction-head kernels (``meanfield.models.induction``).
 
 Measured in one process, on one core (the kernels are serial):
 
@@ -63,9 +63,9 @@ def main(argv=None) -> int:
 
     import numba
 
-    from meanfield.induction import data as D
-    from meanfield.induction import kernels as Kn
-    from meanfield.induction import model as Mo
+    from meanfield.models.induction import data as D
+    from meanfield.models.induction import kernels as Kn
+    from meanfield.models.induction import model as Mo
 
     print(f"meanfield induction benchmark ({'quick' if args.quick else 'full'} run)")
     print(f"python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}, "

@@ -1,4 +1,4 @@
-"""Benchmark of the reduced mixture dynamics (``meanfield.mixture.kernels``).
+"""Benchmark of the reduced mixture dynamics (``meanfield.models.mixture.kernels``).
 
 One run, everything measured in the same process (plus two short
 subprocesses for compile times), so that ratios mean something on a noisy
@@ -62,9 +62,9 @@ ORACLE_QUICK = [(2, 3, 8, 20, 3), (2, 3, 512, 5, 2), (8, 3, 8, 5, 2)]
 
 
 def _problem(K: int, L: int):
-    from meanfield.mixture.config import make_config
-    from meanfield.mixture.data import sample_set
-    from meanfield.mixture.init import initial_state
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.data import sample_set
+    from meanfield.models.mixture.init import initial_state
 
     return sample_set(K, L, None), initial_state(make_config({}, K=K, L=L))
 
@@ -81,7 +81,7 @@ def bench_reduced(K: int, L: int, steps: int, repeats: int, chunks: int = CHUNKS
     each chunk covers the same stretch of trajectory in every repeat); robust:
     sum over chunks of that chunk's fastest time (filters out interruptions by
     other processes; the extra call overhead is ~3 us per call, negligible)."""
-    from meanfield.mixture import kernels
+    from meanfield.models.mixture import kernels
 
     s, y0 = _problem(K, L)
     _advance(kernels, y0.copy(), 2, s)  # compile / load from cache outside the timing
@@ -108,10 +108,10 @@ def bench_engine(K: int, L: int, steps: int, repeats: int, **flags) -> dict:
     """The engine's generic kernel (``meanfield.engine``) on the mixture description,
     same problem, init and steps as :func:`bench_reduced`; best repeat. ``flags``:
     more config fields (a dense config, e.g. ``feature_gram``, runs only here)."""
-    from meanfield.engine.families import mixture_description
+    from meanfield.models.mixture.family import mixture_description
     from meanfield.engine.reduce import initial_state
     from meanfield.engine.system import system_of
-    from meanfield.mixture.config import make_config
+    from meanfield.models.mixture.config import make_config
 
     desc = mixture_description(make_config({}, K=K, L=L, relu_prime_at_zero=R0, **flags))
     system = system_of(desc)
@@ -127,11 +127,11 @@ def bench_engine(K: int, L: int, steps: int, repeats: int, **flags) -> dict:
 
 
 def bench_oracle(K: int, L: int, m: int, steps: int, repeats: int) -> dict:
-    from meanfield.engine.families import mixture_description
+    from meanfield.models.mixture.family import mixture_description
     from meanfield.engine.oracle import Oracle, embedding
-    from meanfield.mixture import kernels
-    from meanfield.mixture.config import make_config
-    from meanfield.mixture.particles import head_weights, projected_state
+    from meanfield.models.mixture import kernels
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.particles import head_weights, projected_state
 
     s, _ = _problem(K, L)
     d = 2 * K + 1
@@ -166,8 +166,8 @@ _CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import numpy as np
-from meanfield.mixture import kernels
-from meanfield.mixture.data import sample_set
+from meanfield.models.mixture import kernels
+from meanfield.models.mixture.data import sample_set
 t1 = time.perf_counter()
 s = sample_set(2, 3, None)
 P = s.P
@@ -314,7 +314,7 @@ def main(argv=None) -> int:
     if args.grid or not args.quick:
         print()
         print("4. step-time grid (issue 4): exact GD step, best of 3, steps chosen for ~0.3 s per repeat")
-        from meanfield.mixture.data import n_samples
+        from meanfield.models.mixture.data import n_samples
 
         Ls = (3, 4, 6)
         print(f"{'K':>3} " + " ".join(f"{'L=' + str(L) + ' us/step':>16} {'samples':>8}" for L in Ls))

@@ -1,4 +1,4 @@
-"""Benchmark of the finite-width particle sampler (``meanfield.mixture.particles``).
+"""Benchmark of the finite-width particle sampler (``meanfield.models.mixture.particles``).
 
 GD steps per second of explicit full-batch GD on W_K, W_Q (2 heads x m x d)
 and w, for K = 2, L = 3, at m = 16 (per-step overhead), 1e3, 1e4, 1e5 with
@@ -46,16 +46,16 @@ CASES_QUICK = [(16, 5, 1000, 2), (1_000, 5, 300, 2), (10_000, 5, 50, 2), (100_00
 
 
 def _cfg(m: int, steps: int):
-    from meanfield.mixture.config import make_config
+    from meanfield.models.mixture.config import make_config
 
     return make_config({}, K=K, L=L, width=m, seed=0, steps=steps)
 
 
 def bench_reduced(steps: int = 20000, repeats: int = 5) -> float:
     """Steps per second of the reduced GD map (finite-width init, m = 1000)."""
-    from meanfield.mixture.init import initial_state
-    from meanfield.mixture.run import MixtureSystem
-    from meanfield.mixture.data import sample_set
+    from meanfield.models.mixture.init import initial_state
+    from meanfield.models.mixture.run import MixtureSystem
+    from meanfield.models.mixture.data import sample_set
 
     cfg = _cfg(1000, steps)
     system = MixtureSystem(sample_set(K, L), cfg.relu_prime_at_zero, np.inf)
@@ -71,9 +71,9 @@ def bench_reduced(steps: int = 20000, repeats: int = 5) -> float:
 
 
 def bench_particles(m: int, d: int, steps: int, repeats: int) -> dict:
-    from meanfield.mixture import particles
-    from meanfield.mixture.data import sample_set
-    from meanfield.mixture.run import MixtureSystem
+    from meanfield.models.mixture import particles
+    from meanfield.models.mixture.data import sample_set
+    from meanfield.models.mixture.run import MixtureSystem
 
     cfg = _cfg(m, steps)
     samples = sample_set(K, L)

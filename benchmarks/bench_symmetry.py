@@ -40,10 +40,10 @@ CASES_QUICK = [(2, 3, 4000, 3, 4000), (3, 4, 800, 3, 800), (4, 4, 200, 3, 200)]
 
 
 def _setup(K, L):
-    from meanfield.mixture import symmetry
-    from meanfield.mixture.config import make_config
-    from meanfield.mixture.data import sample_set
-    from meanfield.mixture.init import initial_state
+    from meanfield.models.mixture import symmetry
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.data import sample_set
+    from meanfield.models.mixture.init import initial_state
 
     cfg = make_config({}, K=K, L=L, eta=ETA, relu_prime_at_zero=R0)
     t = time.perf_counter()
@@ -82,7 +82,7 @@ def _njit_loops():
 
 
 def bench_case(K, L, steps, repeats, nrhs):
-    from meanfield.mixture import kernels, symmetry
+    from meanfield.models.mixture import kernels, symmetry
 
     cfg, s, y0, red, t_group = _setup(K, L)
     R = red.reduction
@@ -136,7 +136,7 @@ def bench_case(K, L, steps, repeats, nrhs):
 
 def bench_generated(steps, repeats):
     """K = 2, L = 3: the sympy-generated full and reduced maps, looped inside numba."""
-    from meanfield.mixture import symbolic
+    from meanfield.models.mixture import symbolic
 
     gen = ROOT / "derivations" / "generated"
     full = symbolic.load_generated(gen / "mixture_K2_L3.py")

@@ -4,7 +4,7 @@ non-orthogonal features (Gram matrix Gamma = E^T E).
     python derivations/gram_metric.py [--out DIR]
 
 writes ``DIR/gram_metric.tex`` (default DIR: derivations/generated) from
-:func:`meanfield.mixture.symbolic_gram.latex`: one explicit full-batch GD step on
+:func:`meanfield.models.mixture.symbolic_gram.latex`: one explicit full-batch GD step on
 W_K, W_Q, w, rewritten by sympy in the feature-coordinate variables
 S = E^T W_K^T W_Q E, A = E^T W_K^T W_K E, B = E^T W_Q^T W_Q E, w~ = E^T w
 (see that module's docstring). ``tests/test_mixture_dense.py`` checks the
@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from meanfield.mixture import symbolic_gram  # noqa: E402
+from meanfield.models.mixture import symbolic_gram  # noqa: E402
 
 
 def main(argv=None) -> int:

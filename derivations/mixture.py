@@ -3,7 +3,7 @@
     python derivations/mixture.py [--K 2 --L 3] [--format latex json python] [--out DIR]
 
 writes ``DIR/mixture_K{K}_L{L}.{tex,json,py}`` (default DIR: derivations/generated)
-through :func:`meanfield.mixture.symbolic.write`. The committed files are checked
+through :func:`meanfield.models.mixture.symbolic.write`. The committed files are checked
 to be current by ``tests/test_mixture_symbolic.py``.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from meanfield.mixture import symbolic  # noqa: E402
+from meanfield.models.mixture import symbolic  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -3,7 +3,7 @@
     python derivations/mixture_symmetry.py [--K 2 --L 3] [--format latex json python] [--out DIR]
 
 writes ``DIR/mixture_K{K}_L{L}_sym.{tex,json,py}`` (default DIR: derivations/generated)
-through :func:`meanfield.mixture.symmetry_symbolic.write`: the symmetry group of the
+through :func:`meanfield.models.mixture.symmetry_symbolic.write`: the symmetry group of the
 default configuration (uniform p, infinite-width attention, zero neurons), the
 orbit variables with their members and signs, and the closed flow / exact GD map
 in orbit variables. The committed files are checked to be current by
@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from meanfield.mixture import symmetry_symbolic  # noqa: E402
+from meanfield.models.mixture import symmetry_symbolic  # noqa: E402
 
 
 def main(argv=None) -> int:

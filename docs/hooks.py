@@ -107,17 +107,10 @@ def shipped_descriptions() -> list[Path]:
 
 
 def _checkers() -> set:
-    try:
-        from meanfield.models.checks import CHECKS
+    """Names of the models with registered claims (``meanfield model check NAME``)."""
+    from meanfield.engine import registry
 
-        return set(CHECKS)
-    except ImportError:  # a registry of claims instead of the CHECKS table
-        try:
-            from meanfield.engine import registry
-
-            return set(getattr(registry, "claims", lambda: {})())
-        except ImportError:
-            return set()
+    return set(registry.claims())
 
 
 def catalogue_markdown() -> str:

@@ -15,8 +15,8 @@ The public Python API (every name in ``__all__``; each also a command of
     r = mf.open_run("runs/x.h5")              # any run file: mixture, engine, induction
     mf.plot_runs([r1, r2], label="width")     # overlay
 
-Systems live in subpackages (``meanfield.engine``, ``meanfield.mixture``,
-``meanfield.induction``); shared machinery in ``meanfield.core``. Importing
+Systems live in subpackages (``meanfield.engine``, the papers in
+``meanfield.models.<paper>``); shared machinery in ``meanfield.core``. Importing
 this package imports none of them (no numba, sympy, CUDA or xarray): each
 name is loaded on first use.
 """

@@ -154,10 +154,9 @@ def run(model, out=None, progress: bool = True, **overrides):
 
 
 def _notice(desc, kernels, echo: bool):
-    from .core.guard import first_use_notice
+    from .engine.runs import compile_notice
 
-    first_use_notice(kernels.gd_advance if desc.training.method == "gd" else kernels.flow_rhs,
-                     kernels.loss_and_grads, family="engine", echo=echo)
+    compile_notice(desc, echo=echo)
 
 
 def particles(model, d=None, out=None, progress: bool = True, **overrides):
@@ -269,7 +268,7 @@ def check(model, out="runs/model_check", quick: bool = True, progress: bool = Tr
     >>> all(c.passed for c in claims)                                       # doctest: +SKIP
     """
     from .engine.cli import model_path
-    from .models.checks import run_check
+    from .engine.checks import run_check
 
     return run_check(model_path(str(model)), Path(out), quick=quick,
                      log=print if progress else (lambda *a, **k: None))

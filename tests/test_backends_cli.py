@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.mixture.batched import cuda_available
+from meanfield.models.mixture.batched import cuda_available
 
 ROOT = Path(__file__).resolve().parents[1]
 

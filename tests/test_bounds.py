@@ -16,8 +16,8 @@ from meanfield.core import bounds as Bd
 from meanfield.core.bounds import BoundError, evaluate, load_bounds, parse_bound, run_bounds_cli, values
 from meanfield.core.config import ConfigError
 from meanfield.core.io import read_run
-from meanfield.mixture import run as R
-from meanfield.mixture.config import make_config
+from meanfield.models.mixture import run as R
+from meanfield.models.mixture.config import make_config
 
 STAGE_STEPS = (200, 1000, 200)
 

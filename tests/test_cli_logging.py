@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI_MODULES = ["meanfield/cli.py", "meanfield/induction/cli.py", "meanfield/engine/cli.py",
+CLI_MODULES = ["meanfield/cli.py", "meanfield/models/induction/cli.py", "meanfield/engine/cli.py",
                "meanfield/engine/edges.py", "meanfield/core/outcome.py"]
 
 
@@ -39,7 +39,7 @@ class _Keep(logging.Handler):
 
 def test_induction_warnings_go_through_the_meanfield_logger(capsys):
     from meanfield.cli import build_parser
-    from meanfield.induction.cli import config_from_args
+    from meanfield.models.induction.cli import config_from_args
 
     keep = _Keep()
     log = logging.getLogger("meanfield")

@@ -9,8 +9,8 @@ import pytest
 
 from meanfield.cli import main
 from meanfield.core.config import load_toml
-from meanfield.mixture.config import make_config
-from meanfield.mixture.demo import story_checks
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.demo import story_checks
 from meanfield.core.io import read_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -136,6 +136,8 @@ def test_catalogue_has_every_shipped_description():
     for p in paths:
         name = tomllib.loads(p.read_text()).get("name", p.stem)
         assert f"| `{name}` | `{p.relative_to(ROOT).as_posix()}` |" in text, name
+    for name in ("incontext", "maxmargin", "mixture_multiclass"):  # the papers' registered claims
+        assert f"`meanfield model check {name}`" in text, name
 
 
 def test_notebook_page_renders_markdown_code_and_outputs(tmp_path):

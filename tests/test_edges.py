@@ -204,6 +204,7 @@ def test_internal_error_is_one_line_unless_debug(tmp_path, monkeypatch, capsys):
     """A bug (not bad input) is one line, exit 70; MEANFIELD_DEBUG=1 shows the traceback."""
     from meanfield import cli
     from meanfield.core.guard import EXIT_INTERNAL, barrier
+    from meanfield.models.mixture import cli as mixture_cli
 
     def boom():
         raise RuntimeError("x" * 100_000)
@@ -217,7 +218,7 @@ def test_internal_error_is_one_line_unless_debug(tmp_path, monkeypatch, capsys):
     assert barrier(boom) == EXIT_INTERNAL
     assert "Traceback" in capsys.readouterr().err
     monkeypatch.delenv("MEANFIELD_DEBUG")
-    monkeypatch.setattr(cli, "_cmd_construct", lambda args: boom())
+    monkeypatch.setattr(mixture_cli, "_cmd_construct", lambda args: boom())
     assert cli.main(["mixture", "construct"]) == EXIT_INTERNAL
     assert "Traceback" not in capsys.readouterr().err
 
@@ -293,7 +294,7 @@ def test_sigint_before_the_run_starts_is_one_line(tmp_path):
 
 
 def test_sweep_point_that_crashes_is_recorded_and_the_rest_finish(tmp_path, monkeypatch):
-    from meanfield.mixture import run as mrun
+    from meanfield.models.mixture import run as mrun
     from meanfield.core.sweep import SweepSpec, run_sweep
 
     real = mrun.run_to_file
@@ -423,8 +424,8 @@ def test_checkpoint_names_the_step_reached_not_the_last_record(tmp_path, monkeyp
     """Item 15: with log-spaced records the last record lags far behind; a checkpoint says where the run is."""
     import re
 
-    from meanfield.induction import run as irun
-    from meanfield.induction.config import make_config
+    from meanfield.models.induction import run as irun
+    from meanfield.models.induction.config import make_config
 
     msgs = []
     real = irun.save

@@ -243,7 +243,9 @@ def test_derivation_checks():
     res = derive.derive_general()
     assert res["gradient_is_U_Ghat"]
     assert all(res["matches_expected"].values())
-    chk = derive.mixture_check()
+    from meanfield.models.mixture.engine_check import mixture_check
+
+    chk = mixture_check()
     for key in ("gram_metric", "orthonormal", "frozen", "proposed_differs"):
         assert chk[key] and all(chk[key].values()), (key, chk[key])
 
@@ -257,7 +259,9 @@ def test_committed_latex_is_current():
     spec = importlib.util.spec_from_file_location("engine_general", path.parents[1] / "engine_general.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert path.read_text() == mod.HEADER + derive.general_latex()
+    from meanfield.models.mixture.engine_check import mixture_check
+
+    assert path.read_text() == mod.HEADER + derive.general_latex(mixture_check())
     text = path.read_text()
     assert r"\allowdisplaybreaks" in text and r"\eta^{2}" in text
 
@@ -286,9 +290,9 @@ def _random_desc(seed, m=3):
 
 
 def test_description_latex_names_every_reduced_variable():
-    from meanfield.engine.families import mixture_description
+    from meanfield.models.mixture.family import mixture_description
     from meanfield.engine.reduce import layout
-    from meanfield.mixture.config import make_config
+    from meanfield.models.mixture.config import make_config
 
     d = mixture_description(make_config({"K": 2, "L": 3}))
     tex = derive.description_latex(d)

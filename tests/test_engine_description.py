@@ -247,14 +247,13 @@ def test_model_flags_cover_every_parameter_without_numba_at_parser_build():
 
     from meanfield.engine.cli import _param_fields
     from meanfield.engine.description import RunParams
-    from meanfield.mixture.config import MixtureConfig
+    from meanfield.models.mixture.config import MixtureConfig
 
     names = set(_param_fields())
     assert {f.name for f in dataclasses.fields(MixtureConfig)} <= names
     assert {f.name for f in dataclasses.fields(RunParams)} <= names
     code = ("import sys; from meanfield.engine.cli import add_parser; import argparse; "
-            "from meanfield.cli import RUN_FLAGS; "
-            "p = argparse.ArgumentParser(); add_parser(p.add_subparsers(), RUN_FLAGS.values()); "
+                        "p = argparse.ArgumentParser(); add_parser(p.add_subparsers()); "
             "print('numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
@@ -319,7 +318,7 @@ def test_portable_source_runs_as_plain_python_and_matches_the_cpu_kernel():
     from meanfield.engine import kernels as K_
     from meanfield.engine.reduce import initial_state
     from meanfield.engine.system import system_of
-    from meanfield.mixture.kernels import compile_portable
+    from meanfield.core.activations import compile_portable
 
     ns = compile_portable(lambda f: f)
     for name in ("cross_entropy_3_classes", "linear_merged_last_no_self_trainable_sign"):

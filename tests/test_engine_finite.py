@@ -89,7 +89,7 @@ def test_particles_cli_writes_a_run(tmp_path):
 def test_width_sweep_reproduces_todays_mixture_width_sweep(tmp_path):
     """Same widths, seeds and init: the explicit networks (particles) here, the reduced
     finite-width runs there; the sup errors and the exponent agree to rounding."""
-    from meanfield.mixture.widths import width_sweep as mixture_width_sweep
+    from meanfield.models.mixture.widths import width_sweep as mixture_width_sweep
 
     base = dict(K=2, L=3, steps=60, neuron_init=TIE, record_every=1)
     ref = mixture_width_sweep(base, [4, 16], 2, tmp_path / "m.h5", progress=False, log=lambda *a: None, workers=1)

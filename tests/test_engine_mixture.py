@@ -4,7 +4,7 @@
   as they were at commit 3c452f7, before the engine; regenerate with
   ``tests/golden/make_golden.py``): every recorded quantity to 1e-12 (times
   max(1, |value|)) over 1000 GD steps, stage times and status equal;
-* against today's fast path (``meanfield.mixture.run.run``), kept as the
+* against today's fast path (``meanfield.models.mixture.run.run``), kept as the
   optimised special case: GD and flow states equal to 1e-12;
 * flow: the engine's adaptive Dormand-Prince against scipy's DOP853 on the
   same right-hand side, 1e-7;
@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meanfield.engine.families import mixture_description
+from meanfield.models.mixture.family import mixture_description
 from meanfield.engine.runs import run, save
 from meanfield.core.io import read_run
-from meanfield.mixture.config import MixtureConfig, make_config
+from meanfield.models.mixture.config import MixtureConfig, make_config
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = sorted(p.stem[len("mixture_"):] for p in GOLDEN.glob("mixture_*.npz"))
@@ -85,7 +85,7 @@ def test_engine_equals_golden(name, tmp_path):
 
 
 def _fast_state_blocks(cfg, Y):
-    from meanfield.mixture.kernels import unpack
+    from meanfield.models.mixture.kernels import unpack
 
     S, A, B, w = unpack(np.asarray(Y))
     return {"S": S, "A": A, "B": B, "w": w}
@@ -101,7 +101,7 @@ def _fast_state_blocks(cfg, Y):
     {"K": 2, "L": 3, "width": 16, "seed": 3, "softmax_scale": "1/sqrt(m)", "steps": 400, "record_every": 20},
 ])
 def test_engine_equals_fast_path(flags):
-    from meanfield.mixture.run import run as fast_run
+    from meanfield.models.mixture.run import run as fast_run
 
     if "softmax_scale" in flags and "softmax_scale" not in {f.name for f in dataclasses.fields(MixtureConfig)}:
         pytest.skip("this mixture config has no softmax_scale")
@@ -173,7 +173,7 @@ def test_cached_description_runs_in_second_process_under_1s():
 def test_mixture_family_maps_every_config_field():
     """A new MixtureConfig field that the family does not map would make the
     engine silently differ from ``meanfield mixture run``: every field must be
-    one the family reads (meanfield/engine/families.py)."""
+    one the family reads (meanfield/models/mixture/family.py)."""
     known = {"K", "L", "p", "omega", "eta", "method", "steps", "t_end", "dt", "rtol", "atol", "h_min", "max_abs",
              "schedule", "stage_steps", "stage_times", "stage_criteria", "stage3", "criterion", "width", "seed",
              "neuron_init", "relu_prime_at_zero", "record_every", "record_log", "record_dt", "label_prob",

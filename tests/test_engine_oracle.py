@@ -11,7 +11,7 @@ here has a monotonically decreasing loss, so nothing amplifies rounding
 exponentially) for the mixture description and for random descriptions
 covering the class. The oracle itself is checked against finite differences
 and, for the mixture description, against today's fast path
-(``meanfield.mixture.run``), which shares no code with it.
+(``meanfield.models.mixture.run``), which shares no code with it.
 """
 
 from __future__ import annotations
@@ -177,10 +177,10 @@ def _mixture_state(y, P):
 @pytest.mark.parametrize("schedule", ["simultaneous", "three-stage"])
 def test_oracle_of_mixture_description_equals_todays_fast_path(m, schedule):
     """Independent of the engine's kernels: the explicit network generated from the
-    mixture description against ``meanfield.mixture.run`` at the same finite width."""
-    from meanfield.engine.families import mixture_description
-    from meanfield.mixture.config import make_config
-    from meanfield.mixture.run import run as mixture_run
+    mixture description against ``meanfield.models.mixture.run`` at the same finite width."""
+    from meanfield.models.mixture.family import mixture_description
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.run import run as mixture_run
 
     kw = dict(K=2, L=3, width=m, seed=m, steps=STEPS, record_every=1, schedule=schedule,
               neuron_init="const:0.01,0.01,0,0")
@@ -275,8 +275,8 @@ def test_engine_equals_explicit_network_onehot_tokens(seed):
 
 @pytest.mark.parametrize("m", WIDTHS)
 def test_engine_equals_explicit_network_mixture(m):
-    from meanfield.engine.families import mixture_description
-    from meanfield.mixture.config import make_config
+    from meanfield.models.mixture.family import mixture_description
+    from meanfield.models.mixture.config import make_config
 
     cfg = make_config(dict(K=2, L=3, width=m, seed=m, steps=STEPS, record_every=1, schedule="three-stage",
                            stage_steps=[60, 60, 80], n_neurons=2, neuron_init="gaussian:0.1"))

@@ -16,8 +16,8 @@ import pytest
 
 from meanfield.cli import main
 from meanfield.core.ensemble import EnsembleProblem, _slabs, load, solve
-from meanfield.mixture.config import make_config
-from meanfield.mixture.run import recorded, run
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.run import recorded, run
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"steps": 300, "stage_steps": "100,100,100", "record_every": 3}

@@ -1,5 +1,5 @@
 """Escape times from the linearisation at a saddle (meanfield.core.escape and the
-mixture adapter meanfield.mixture.escape)."""
+mixture adapter meanfield.models.mixture.escape)."""
 
 import math
 
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from meanfield.core import escape
-from meanfield.mixture import escape as mesc
-from meanfield.mixture import kernels
-from meanfield.mixture.config import make_config
-from meanfield.mixture.run import MixtureSystem, samples_of
+from meanfield.models.mixture import escape as mesc
+from meanfield.models.mixture import kernels
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.run import MixtureSystem, samples_of
 
 
 def _samples(K, L=3):
@@ -183,7 +183,7 @@ def test_not_a_fixed_point_is_not_valid():
     gradient is not zero there, so this is no saddle and no slope is valid."""
     cfg = make_config({"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}, schedule="three-stage",
                       stage_steps=(300, 200, 0))
-    from meanfield.mixture.run import run
+    from meanfield.models.mixture.run import run
 
     y = run(cfg).arrays()["y"][-1]
     out = mesc.stage_saddle_report(cfg, y, True, True)
@@ -290,7 +290,7 @@ def test_stage2_run_grows_along_the_predicted_direction():
     deviations there: non-growing part omega^2 |delta| / 1e-2 = 4e-4, second
     mode (4e-6 / 1e-2)^(1 - lambda2/lambda1) = 0.02, nonlinear O(1e-2); each
     enters 1 - cos at second order)."""
-    from meanfield.mixture.run import run
+    from meanfield.models.mixture.run import run
 
     cfg = make_config({"K": 2, "L": 3, "omega": 1e-3, "eta": 0.5}, schedule="three-stage",
                       stage_steps=(300, 600, 0), record_every=1)

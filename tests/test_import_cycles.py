@@ -6,8 +6,8 @@ at module level AND inside functions (a lazy import still ties the two modules
 together: the cycle only moves from import time to call time). An edge
 ``a -> b`` means module ``a`` imports module ``b`` (``from .pkg import name``
 counts as importing ``pkg.name`` when that is a module, else ``pkg``). The
-implicit import of a parent package (``meanfield.mixture`` when importing
-``meanfield.mixture.run``) is not an edge: packages re-export their modules.
+implicit import of a parent package (``meanfield.models.mixture`` when importing
+``meanfield.models.mixture.run``) is not an edge: packages re-export their modules.
 
 Every strongly connected component with more than one module is a cycle.
 The package must have none: KNOWN (the exceptions) is empty, and any cycle
@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent / "meanfield"
 
 #: known exceptions (each a frozenset of module names). Empty: the last ones
-#: (meanfield.core.config <-> meanfield.core.guard, meanfield.induction.claims
-#: <-> meanfield.induction.plot) were removed with issue 11's redesign, so any
+#: (meanfield.core.config <-> meanfield.core.guard, meanfield.models.induction.claims
+#: <-> meanfield.models.induction.plot) were removed with issue 11's redesign, so any
 #: cycle anywhere in the package fails. Do not add entries: break the cycle
 #: (move the shared piece to a module both can import).
 KNOWN: set[frozenset[str]] = set()
@@ -147,8 +147,8 @@ def _package_graph():
 
 def test_no_import_cycles_in_mixture():
     g = _package_graph()
-    bad = [c for c in cycles(g) if any(m.startswith("meanfield.mixture") for m in c)]
-    assert not bad, "import cycles among meanfield.mixture modules:\n" + "\n".join(_describe(c, g) for c in bad)
+    bad = [c for c in cycles(g) if any(m.startswith("meanfield.models.mixture") for m in c)]
+    assert not bad, "import cycles among meanfield.models.mixture modules:\n" + "\n".join(_describe(c, g) for c in bad)
 
 
 def test_no_new_import_cycles_elsewhere():

@@ -46,7 +46,7 @@ def test_a_toml_key_the_schedule_ignores_is_refused(tmp_path, capsys):
 
 
 def _cfg(argv):
-    from meanfield.induction.cli import config_from_args
+    from meanfield.models.induction.cli import config_from_args
 
     return config_from_args(build_parser().parse_args(["induction", "run", *SMALL, *argv, "--out", "x.h5"]))
 

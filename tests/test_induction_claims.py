@@ -1,4 +1,4 @@
-"""Checkers of the induction claims (meanfield.induction.claims): each one
+"""Checkers of the induction claims (meanfield.models.induction.claims): each one
 passes on a run or numbers that satisfy its claim and FAILS on one built to
 violate it; the suite writes the report schema; the plot module and the
 chi2 / check / plot verbs."""
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.induction import claims as C
-from meanfield.induction import plot as P
-from meanfield.induction.model import Arch, subset_label
+from meanfield.models.induction import claims as C
+from meanfield.models.induction import plot as P
+from meanfield.models.induction.model import Arch, subset_label
 
 ARCH = Arch(3, 3, 3, 2)
 SUBSETS = ARCH.subsets  # (), (0,), (1,), (2,), (0,1), (0,2), (1,2)
@@ -154,8 +154,8 @@ def test_other_prior_threshold_is_more_than_half():
 def test_similarity_all_and_phase3_flow_match_the_model():
     """The vectorised K equals the oracle's; the quadrature flow of phase 3
     agrees with small-step GD on a (c, w fixed)."""
-    from meanfield.induction import model as Mo
-    from meanfield.induction.data import generate
+    from meanfield.models.induction import model as Mo
+    from meanfield.models.induction.data import generate
 
     arch = Mo.Arch(3, 3, 3, 2)
     tok = generate(40, 3, 25, (1, 2), 0.3, (4,)).tokens
@@ -170,7 +170,7 @@ def test_similarity_all_and_phase3_flow_match_the_model():
     G = C.phase3_dloss_table(K, tok, a_grid)
     tau = np.array([0.0, 1.0, 5.0, 20.0])
     a_flow = C.phase3_flow(G, a_grid, tau)
-    from meanfield.induction import kernels as Kn
+    from meanfield.models.induction import kernels as Kn
 
     b = Kn.Batch(tok, arch)
     a, t, out, eta = 1.0, 0.0, [1.0], 2e-3
@@ -355,8 +355,8 @@ def test_plot_run_and_verbs(tiny_check, tmp_path, capsys, monkeypatch):
 def test_exponent_study_on_a_real_simulation():
     """The phase-1 velocity of the actual model (clean copiers, 4000 trigram
     sequences, alpha = 0.1) is best predicted by I~ with exponent 2."""
-    from meanfield.induction import theory as T
-    from meanfield.induction.config import make_config
+    from meanfield.models.induction import theory as T
+    from meanfield.models.induction.config import make_config
 
     cfg = make_config({"alpha": 0.1, "n_train": 10, "n_test": 0})
     vel = C.phase1_velocity(cfg, 8.0, 4, 1000)

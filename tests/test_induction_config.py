@@ -7,7 +7,7 @@ import warnings
 import pytest
 
 from meanfield.core.config import ConfigError
-from meanfield.induction.config import InductionConfig, make_config
+from meanfield.models.induction.config import InductionConfig, make_config
 
 BAD = [
     ({"d": 1}, "d"),
@@ -92,7 +92,7 @@ def test_invisible_parent_lag_warns():
 
 
 def test_train_file_must_match(tmp_path):
-    from meanfield.induction.data import generate, save_data
+    from meanfield.models.induction.data import generate, save_data
 
     p = save_data(tmp_path / "set.h5", generate(30, d=3, L=20, pa=(1, 2), seed=1))
     cfg = make_config(train_file=str(p), L=20)

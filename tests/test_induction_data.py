@@ -1,4 +1,4 @@
-"""The n-gram chain generator (meanfield.induction.data): statistics, layout,
+"""The n-gram chain generator (meanfield.models.induction.data): statistics, layout,
 reproducibility and HDF5 files."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from meanfield.induction import data as D
+from meanfield.models.induction import data as D
 
 
 def _transition_counts(x, pa, d):

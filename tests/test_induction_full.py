@@ -1,4 +1,4 @@
-"""The full two-layer transformer of the official code (``meanfield.induction.full``):
+"""The full two-layer transformer of the official code (``meanfield.models.induction.full``):
 hand-written gradients against central finite differences, the layout, and
 training through the shared steppers."""
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from meanfield.core import integrate
-from meanfield.induction import full as F
-from meanfield.induction.data import generate
+from meanfield.models.induction import full as F
+from meanfield.models.induction.data import generate
 
 
 def _fd(theta, tok, arch, loss, h=1e-6):

@@ -1,5 +1,5 @@
 """The numba kernels of the induction-head model against the plain-numpy
-oracle (meanfield.induction.model) and finite differences."""
+oracle (meanfield.models.induction.model) and finite differences."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from meanfield.induction import data as D
-from meanfield.induction import kernels as Kn
-from meanfield.induction import model as Mo
+from meanfield.models.induction import data as D
+from meanfield.models.induction import kernels as Kn
+from meanfield.models.induction import model as Mo
 
 ARCHS = [
     # d, H, M, D, first lags, pa, L

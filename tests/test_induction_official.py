@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import official_reference as ref
-from meanfield.induction import kernels as Kn
-from meanfield.induction import model as Mo
-from meanfield.induction import run as R
-from meanfield.induction.config import make_config
-from meanfield.induction.data import generate
+from meanfield.models.induction import kernels as Kn
+from meanfield.models.induction import model as Mo
+from meanfield.models.induction import run as R
+from meanfield.models.induction.config import make_config
+from meanfield.models.induction.data import generate
 
 OFFICIAL = dict(d=3, pa=(1, 2), alpha=0.1, H=3, M=3, D=2, first_lags=(1, 2, 3), w_plus=3.0, w_minus=0.1,
                 c_init=0.01, a_init=0.01, loss="official-ce", n_test=0, record_every=1)

@@ -1,5 +1,5 @@
 """Training runs of the induction-head system write valid run files
-(meanfield.induction.run, meanfield.induction.cli)."""
+(meanfield.models.induction.run, meanfield.models.induction.cli)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 
 from meanfield.core import integrate
 from meanfield.core.config import ConfigError
-from meanfield.induction import kernels as Kn
-from meanfield.induction import run as R
-from meanfield.induction.config import make_config
-from meanfield.induction.model import Arch, loss_and_grad
+from meanfield.models.induction import kernels as Kn
+from meanfield.models.induction import run as R
+from meanfield.models.induction.config import make_config
+from meanfield.models.induction.model import Arch, loss_and_grad
 from meanfield.core.io import read_run
 
 SMALL = dict(n_train=300, n_test=100, L=30, stage_steps=(40, 40, 40), stage_etas=(2.0, 10.0, 1.0))
@@ -170,7 +170,7 @@ def test_gd_times_with_criterion_stops():
 
 def _cli():
     from meanfield.cli import _Parser
-    from meanfield.induction.cli import add_parser
+    from meanfield.models.induction.cli import add_parser
 
     top = _Parser(prog="meanfield")
     systems = top.add_subparsers(dest="system", required=True, parser_class=_Parser)
@@ -216,8 +216,8 @@ def test_cli_run_and_data(tmp_path, capsys):
     # every config field has a flag
     from dataclasses import fields
 
-    from meanfield.induction.config import InductionConfig
-    from meanfield.induction.cli import add_run_flags
+    from meanfield.models.induction.config import InductionConfig
+    from meanfield.models.induction.cli import add_run_flags
 
     p = argparse.ArgumentParser()
     add_run_flags(p)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from meanfield.core.config import ConfigError
-from meanfield.induction import model as Mo
-from meanfield.induction import run as R
-from meanfield.induction.config import make_config, parse_schedule
-from meanfield.induction.theory import seen_mask
+from meanfield.models.induction import model as Mo
+from meanfield.models.induction import run as R
+from meanfield.models.induction.config import make_config, parse_schedule
+from meanfield.models.induction.theory import seen_mask
 
 SMALL = dict(d=3, L=20, n_train=40, n_test=30, record_every=1, alpha=0.5)
 

@@ -1,4 +1,4 @@
-"""Theory side of the induction system (meanfield.induction.theory): exact
+"""Theory side of the induction system (meanfield.models.induction.theory): exact
 stationary laws, the modified chi-square MI against hand-derived values, the
 GIH / Bayes / unigram predictors against their definitions, and the GIH as
 the trained model's limit on a constructed case."""
@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from meanfield.induction import kernels as Kn
-from meanfield.induction import theory as T
-from meanfield.induction.data import generate, sample_chain
-from meanfield.induction.model import Arch, pack, predict
+from meanfield.models.induction import kernels as Kn
+from meanfield.models.induction import theory as T
+from meanfield.models.induction.data import generate, sample_chain
+from meanfield.models.induction.model import Arch, pack, predict
 
 
 def copy_kernel(q: float) -> np.ndarray:

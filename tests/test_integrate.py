@@ -20,12 +20,12 @@ from scipy.linalg import expm
 from scipy.optimize import brentq
 
 from meanfield.core.integrate import RK4, Dopri5, GDMap, Monitor, SaveAt, Stage
-from meanfield.mixture import kernels
-from meanfield.mixture.config import make_config
-from meanfield.mixture.data import sample_set
-from meanfield.mixture.init import attention_init
-from meanfield.mixture.run import MixtureSystem
-from meanfield.mixture.run import run as mixture_run
+from meanfield.models.mixture import kernels
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.data import sample_set
+from meanfield.models.mixture.init import attention_init
+from meanfield.models.mixture.run import MixtureSystem
+from meanfield.models.mixture.run import run as mixture_run
 
 BOTH = (True, True)
 

@@ -1,7 +1,7 @@
-"""Batched trajectories (``meanfield.mixture.batched``).
+"""Batched trajectories (``meanfield.models.mixture.batched``).
 
 * the CPU backend (threads over trajectories) equals the single
-  trajectory runner ``meanfield.mixture.run.run`` bit for bit, for a batch of
+  trajectory runner ``meanfield.models.mixture.run.run`` bit for bit, for a batch of
   mixed omega / eta / width / seed / neuron init / ReLU'(0), both schedules,
   criteria, log-spaced records, RK4, and a trajectory that diverges while the
   others carry on;
@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from meanfield.core.config import ConfigError
-from meanfield.mixture import batched, kernels
-from meanfield.mixture.config import make_config
-from meanfield.mixture.run import run
+from meanfield.models.mixture import batched, kernels
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.run import run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,7 +118,7 @@ def test_backend_resolution_and_refusals():
     assert batched.resolve_backend("auto") == ("cuda" if batched.cuda_available() else "cpu")
     with pytest.raises(ConfigError, match="backend: must be one of cpu, cuda, auto"):
         batched.resolve_backend("gpu")
-    if not batched.cuda_available() and not batched._simulator():
+    if not batched.cuda_available() and not batched.simulator():
         with pytest.raises(ConfigError, match="backend cuda: no usable CUDA GPU"):
             batched.resolve_backend("cuda")
     bad = {
@@ -154,14 +154,16 @@ def test_chunked_mixture_sweep_of_a_dense_config_names_the_engine_sweep(tmp_path
 
 def test_portable_functions_rebuild_for_another_target():
     # "compiling" with the identity gives the plain Python mathematics, calling itself (not the CPU code)
-    ns = kernels.compile_portable(lambda f: f)
+    from meanfield.core.activations import compile_portable
+
+    ns = compile_portable(lambda f: f)
     assert ns.gd_advance_into.__globals__["forward_into"] is ns.forward_into
     # the shared driver (meanfield.core.batched), instantiated for the mixture, calls the mixture's hooks
     assert ns.mix_gd_trajectory.__globals__["gd_stage"] is ns.mix_gd_stage
     assert ns.mix_gd_stage.__globals__["gd_advance_into"] is ns.gd_advance_into
     assert ns.mix_gd_trajectory.__globals__["record_into"] is ns.mix_record_into
     assert not hasattr(ns.forward_into, "py_func")
-    from meanfield.mixture.data import sample_set
+    from meanfield.models.mixture.data import sample_set
 
     s = sample_set(2, 3)
     y = batched.initial_state(make_config(width=7, seed=1, neuron_init="gaussian:0.3"))
@@ -187,8 +189,8 @@ def test_one_driver_instantiated_per_system():
 
 def test_import_does_not_touch_cuda():
     # (the engine's batch too: both instantiate meanfield.core.batched's driver at import)
-    code = ("import sys, meanfield, meanfield.cli, meanfield.mixture.batched, meanfield.engine.batched, "
-            "meanfield.core.sweep, meanfield.mixture.widths; "
+    code = ("import sys, meanfield, meanfield.cli, meanfield.models.mixture.batched, meanfield.engine.batched, "
+            "meanfield.core.sweep, meanfield.models.mixture.widths; "
             "print(sorted(m for m in sys.modules if m.startswith('numba.cuda')))")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
@@ -199,8 +201,8 @@ def test_import_does_not_touch_cuda():
 SIM_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np
-    from meanfield.mixture import batched
-    from meanfield.mixture.config import make_config
+    from meanfield.models.mixture import batched
+    from meanfield.models.mixture.config import make_config
     cfgs = [make_config(d) for d in json.loads(sys.argv[1])]
     assert batched.resolve_backend("cuda") == "cuda" and not batched.cuda_available()
     out = batched.run_batch(cfgs, "cuda")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.mixture import claims as C
-from meanfield.mixture.config import make_config
+from meanfield.models.mixture import claims as C
+from meanfield.models.mixture.config import make_config
 
 BASE = {"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}
 

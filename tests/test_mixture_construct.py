@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.mixture.construct import construct, limit_margin
-from meanfield.mixture.data import sample_set
+from meanfield.models.mixture.construct import construct, limit_margin
+from meanfield.models.mixture.data import sample_set
 
 
 @pytest.mark.parametrize("K", range(2, 9))

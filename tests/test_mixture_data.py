@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from meanfield.mixture.data import feature_labels, n_samples, sample_set, token_matrix
+from meanfield.models.mixture.data import feature_labels, n_samples, sample_set, token_matrix
 
 CASES = [(2, 2), (2, 3), (2, 4), (2, 5), (3, 2), (3, 3), (3, 4), (4, 3), (5, 4)]
 

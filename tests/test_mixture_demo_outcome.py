@@ -1,8 +1,8 @@
 """The demo explains each run's outcome, the finite-width one included."""
 
-from meanfield.mixture import claims as C
-from meanfield.mixture.config import make_config
-from meanfield.mixture.demo import outcome
+from meanfield.models.mixture import claims as C
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.demo import outcome
 
 
 def test_outcome_infinite_width_three_stage():

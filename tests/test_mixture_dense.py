@@ -7,7 +7,7 @@ several neurons per head, the engine's reduced GD map equals full-batch GD on
 the explicit network (the engine's oracle ``meanfield.engine.oracle``, plain numpy,
 on the config's description)
 to 1e-10 relative over 200 steps; with Gamma = I and one neuron a dense config
-equals the fast path (``meanfield.mixture.run.run``) to 1e-12. Also: the
+equals the fast path (``meanfield.models.mixture.run.run``) to 1e-12. Also: the
 sympy-derived GD map in feature coordinates with the metric Gamma equals the
 engine's map;
 sample weights with label probability and label noise equal a brute-force
@@ -25,15 +25,15 @@ import pytest
 
 from meanfield.core.config import ConfigError
 from meanfield.core.io import read_run
-from meanfield.engine.families import mixture_description
+from meanfield.models.mixture.family import mixture_description
 from meanfield.engine.reduce import initial_state
 from meanfield.engine.system import system_of
 from meanfield.engine.oracle import Oracle, embedding
-from meanfield.mixture import kernels
-from meanfield.mixture import run as R
-from meanfield.mixture.config import gram_matrix, make_config
-from meanfield.mixture.data import population_data, sample_set, training_data, training_set
-from meanfield.mixture.measure import simulate
+from meanfield.models.mixture import kernels
+from meanfield.models.mixture import run as R
+from meanfield.models.mixture.config import gram_matrix, make_config
+from meanfield.models.mixture.data import population_data, sample_set, training_data, training_set
+from meanfield.models.mixture.measure import simulate
 
 GRAM_SPEC = "cc:0.3,vv:0.25,cv:0.2,cvx:-0.1"
 
@@ -255,7 +255,7 @@ def test_gram_feature_map_equals_sympy_derivation():
     """The sympy-derived GD map in feature coordinates (metric Gamma), fed with
     G = dLoss/dS_feat from the FAST kernels (exact in feature coordinates for
     signed-feature tokens), equals the engine's map at random states."""
-    from meanfield.mixture import symbolic_gram as SG
+    from meanfield.models.mixture import symbolic_gram as SG
 
     res = SG.derive()
     assert all(res["matches_expected"].values())
@@ -453,7 +453,7 @@ def test_neurons_gaussian_init_and_run_file(tmp_path):
     rng = np.random.default_rng(np.random.SeedSequence(5).spawn(2)[1])  # the neurons' stream
     np.testing.assert_array_equal(w, 0.05 * rng.standard_normal((2, 4, 4)))
     # one neuron: the numbers of init.neuron_init
-    from meanfield.mixture.init import neuron_init
+    from meanfield.models.mixture.init import neuron_init
     one = make_config({}, n_neurons=1, neuron_init="gaussian:0.05", seed=5, feature_gram="cc:0")
     d1, _, l1 = _engine(one)
     np.testing.assert_array_equal(_unpack(l1, initial_state(d1, l1))[3][:, 0], neuron_init(2, "gaussian:0.05", 5))
@@ -581,15 +581,3 @@ def test_simulate_matches_run_file(tmp_path):
         assert (math.isnan(a) and math.isnan(b)) or a == b
     assert f["training_set"]["tokens"].shape == (12, 8, 3) and f.attrs["basis_dim"] == 8
 
-
-def test_dense_module_is_an_alias_of_the_new_homes():
-    """meanfield.mixture.dense keeps its public names for one release, pointing to their new homes;
-    it has no dynamics of its own any more (the engine runs dense configs)."""
-    from meanfield.mixture import data, dense, measure, stagetimes
-
-    assert dense.data_of is data.data_of and dense.DenseData is data.DenseData
-    assert dense.population_data is data.population_data and dense.training_data is data.training_data
-    assert dense.stage_times is stagetimes.stage_times_of and dense.simulate is measure.simulate
-    assert dense.run is R.run and dense.save is R.save
-    for gone in ("gd_advance", "flow_rhs", "loss_grads_into", "DenseSystem", "initial_state", "observables"):
-        assert not hasattr(dense, gone)

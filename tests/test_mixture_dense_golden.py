@@ -1,9 +1,9 @@
 """Dense mixture configs (feature Gram, finite noisy training set, several
 neurons, label noise, three-stage, flow / rk4, finite width, stop criteria):
-today's ``meanfield.mixture.run.run_to_file`` writes the same run file as the
+today's ``meanfield.models.mixture.run.run_to_file`` writes the same run file as the
 dense path did before it ran through the engine (golden files
 ``tests/golden/dense_*.npz``, made by ``tests/golden/make_dense_golden.py``
-from commit f457bcb, where ``meanfield/mixture/dense.py`` had its own kernels).
+from commit f457bcb, where ``meanfield/models/mixture/dense.py`` had its own kernels).
 
 Same: the set of datasets and groups (names), every shape and dtype kind,
 string datasets exactly, numbers to 1e-12 times max(1, |golden|) (both sides
@@ -30,8 +30,8 @@ import numpy as np
 import pytest
 
 from meanfield.core.io import read_run
-from meanfield.mixture.config import make_config
-from meanfield.mixture.run import run_to_file
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.run import run_to_file
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = sorted(p.stem[len("dense_"):] for p in GOLDEN.glob("dense_*.npz"))

@@ -1,4 +1,4 @@
-"""The extension studies (``meanfield.mixture.extensions``), quick mode: files,
+"""The extension studies (``meanfield.models.mixture.extensions``), quick mode: files,
 numbers equal to independent runs, and the statements follow from the numbers."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from meanfield.core.io import read_run
-from meanfield.mixture import extensions as X
-from meanfield.mixture import run as R
+from meanfield.models.mixture import extensions as X
+from meanfield.models.mixture import run as R
 
 
 @pytest.mark.parametrize("name", X.STUDIES)

@@ -4,9 +4,9 @@ constructed runs; the gradient-coherence measure against a direct sum."""
 import numpy as np
 import pytest
 
-from meanfield.mixture import claims as C
-from meanfield.mixture import figure4 as F
-from meanfield.mixture.config import make_config
+from meanfield.models.mixture import claims as C
+from meanfield.models.mixture import figure4 as F
+from meanfield.models.mixture.config import make_config
 
 BASE = {"K": 2, "L": 3, "omega": 0.1, "eta": 0.5}
 
@@ -39,8 +39,8 @@ def test_fails_when_query_c_is_larger(sim):
 
 
 def test_gradient_coherence_bounds_and_total(sim):
-    from meanfield.mixture import kernels
-    from meanfield.mixture.run import samples_of
+    from meanfield.models.mixture import kernels
+    from meanfield.models.mixture.run import samples_of
 
     cfg = make_config(BASE)
     coh = F.gradient_coherence(sim, cfg, times=(500.0,))

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from meanfield.core.config import ConfigError
-from meanfield.mixture import kernels
-from meanfield.mixture.config import make_config, parse_neuron_init
-from meanfield.mixture.init import attention_init, initial_state, neuron_init
+from meanfield.models.mixture import kernels
+from meanfield.models.mixture.config import make_config, parse_neuron_init
+from meanfield.models.mixture.init import attention_init, initial_state, neuron_init
 
 
 @pytest.mark.parametrize("K", [2, 3])

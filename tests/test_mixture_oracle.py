@@ -1,7 +1,7 @@
 """The reduced mixture kernels against the explicit finite-width network oracle.
 
 The oracle is the engine's explicit network (``meanfield.engine.oracle.Oracle``)
-on the mixture description (``meanfield.engine.families.mixture_description``):
+on the mixture description (``meanfield.models.mixture.family.mixture_description``):
 plain numpy on explicit d-dimensional tokens x = E t and weights W_K, W_Q
 (m x d), w (d) per head, its own forward and hand-written backward pass; it
 shares no code with the reduced kernels. Here we check (1) its gradients on the
@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from meanfield.engine.families import mixture_description
+from meanfield.models.mixture.family import mixture_description
 from meanfield.engine.oracle import Oracle, embedding
-from meanfield.mixture import kernels
-from meanfield.mixture.config import make_config
-from meanfield.mixture.data import sample_set
+from meanfield.models.mixture import kernels
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.data import sample_set
 
 
 class _Net:

@@ -16,10 +16,10 @@ from meanfield.core import integrate
 from meanfield.core.config import ConfigError
 from meanfield.core.io import read_run
 from meanfield.engine.oracle import embedding
-from meanfield.mixture import init, kernels, particles, run
-from meanfield.mixture import observables as obs_mod
-from meanfield.mixture.config import make_config
-from meanfield.mixture.data import sample_set
+from meanfield.models.mixture import init, kernels, particles, run
+from meanfield.models.mixture import observables as obs_mod
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.data import sample_set
 
 RTOL = 1e-10
 BLOCKS = ("S", "A", "B", "w")

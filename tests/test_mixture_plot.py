@@ -1,4 +1,4 @@
-"""Figures and markdown summary of mixture run files (meanfield.mixture.plot)."""
+"""Figures and markdown summary of mixture run files (meanfield.models.mixture.plot)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from meanfield.core.io import read_run
-from meanfield.mixture import run as R
-from meanfield.mixture.config import make_config
-from meanfield.mixture.plot import FIGURES, plot_run, summary_markdown
+from meanfield.models.mixture import run as R
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.plot import FIGURES, plot_run, summary_markdown
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

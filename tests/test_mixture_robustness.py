@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.mixture import robustness as R
-from meanfield.mixture.config import make_config
-from meanfield.mixture.init import initial_state
-from meanfield.mixture.kernels import unpack
+from meanfield.models.mixture import robustness as R
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.init import initial_state
+from meanfield.models.mixture.kernels import unpack
 
 
 def test_symmetric_factors_give_the_infinite_width_init():

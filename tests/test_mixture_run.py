@@ -19,9 +19,9 @@ import pytest
 
 from meanfield import cli
 from meanfield.core.io import read_run
-from meanfield.mixture import run as mrun
-from meanfield.mixture.config import make_config
-from meanfield.mixture.run import run_to_file
+from meanfield.models.mixture import run as mrun
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.run import run_to_file
 from proc_signals import wait_until_catches
 
 ROOT = Path(__file__).resolve().parents[1]

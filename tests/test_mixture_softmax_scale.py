@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from meanfield.core.config import ConfigError
-from meanfield.mixture.config import make_config
-from meanfield.mixture.data import sample_set
-from meanfield.mixture.init import attention_init, initial_state
-from meanfield.mixture.kernels import pack, unpack
-from meanfield.mixture.run import recorded, run
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.data import sample_set
+from meanfield.models.mixture.init import attention_init, initial_state
+from meanfield.models.mixture.kernels import pack, unpack
+from meanfield.models.mixture.run import recorded, run
 
 M, K, P, L = 3, 2, 4, 3
 W0 = (0.3, 0.2, 0.5, -0.4, 0.25, 0.35, -0.45, 0.5)  # off the ReLU kink
@@ -93,8 +93,8 @@ def test_initial_state_and_flow():
     y0 = tr.arrays()["y"][0]
     assert np.allclose(y0, pack(S / 8, A / 8, B / 8, np.zeros((2, 4))), rtol=0, atol=1e-18)
     assert np.allclose(initial_state(plain)[:96], pack(S, A, B, np.zeros((2, 4)))[:96])
-    from meanfield.mixture.softmax_scale import ScaledMixtureSystem
-    from meanfield.mixture.run import MixtureSystem, samples_of
+    from meanfield.models.mixture.softmax_scale import ScaledMixtureSystem
+    from meanfield.models.mixture.run import MixtureSystem, samples_of
 
     s = samples_of(cfg)
     y = y0 + 0.05
@@ -114,7 +114,7 @@ def test_config_errors():
 
 def test_particles_honour_the_scale():
     """The explicit network (particle sampler, factor in its logits) against the reduced run."""
-    from meanfield.mixture.particles import run_particles
+    from meanfield.models.mixture.particles import run_particles
 
     cfg = make_config({}, width=8, seed=1, softmax_scale="1/sqrt(m)", neuron_init="const:0.01,0.01,0,0",
                       steps=300, record_every=30)
@@ -134,7 +134,7 @@ def test_cli_refuses_infinite_width(tmp_path):
 
 
 def test_stage2_longer_claim():
-    from meanfield.mixture.softmax_scale import check_stage2_longer, stage2_durations
+    from meanfield.models.mixture.softmax_scale import check_stage2_longer, stage2_durations
 
     dur = stage2_durations((4, 16), (0,))
     c = check_stage2_longer(dur, 26.6)

@@ -6,9 +6,9 @@ import json
 import numpy as np
 
 from meanfield.cli import main
-from meanfield.mixture import claims as C
-from meanfield.mixture.config import make_config
-from meanfield.mixture.studies import group_scores
+from meanfield.models.mixture import claims as C
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.studies import group_scores
 
 
 def test_group_scores():

@@ -1,4 +1,4 @@
-"""The sympy derivation (meanfield.mixture.symbolic) and its committed output.
+"""The sympy derivation (meanfield.models.mixture.symbolic) and its committed output.
 
 (a) the committed files in derivations/generated/ are current (regenerating gives
     byte-identical text);
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meanfield.mixture import kernels, symbolic
-from meanfield.mixture.data import sample_set
+from meanfield.models.mixture import kernels, symbolic
+from meanfield.models.mixture.data import sample_set
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = ROOT / "derivations" / "generated"

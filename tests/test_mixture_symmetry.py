@@ -1,4 +1,4 @@
-"""Exact symmetry reduction (meanfield.mixture.symmetry, symmetry_symbolic).
+"""Exact symmetry reduction (meanfield.models.mixture.symmetry, symmetry_symbolic).
 
 (a) the group found from the definitions: K=2 L=3 uniform p, zero neurons,
     infinite width: S_2 x Z_2 (order 4), the same from all signed permutations;
@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meanfield.mixture import kernels, symbolic, symmetry, symmetry_symbolic
-from meanfield.mixture.config import MixtureConfig, make_config
-from meanfield.mixture.data import sample_set
-from meanfield.mixture.init import initial_state
-from meanfield.mixture.run import MixtureSystem, run
+from meanfield.models.mixture import kernels, symbolic, symmetry, symmetry_symbolic
+from meanfield.models.mixture.config import MixtureConfig, make_config
+from meanfield.models.mixture.data import sample_set
+from meanfield.models.mixture.init import initial_state
+from meanfield.models.mixture.run import MixtureSystem, run
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN = ROOT / "derivations" / "generated"

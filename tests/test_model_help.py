@@ -44,7 +44,7 @@ def test_every_model_verb_has_the_model_help(capsys, verb):
 
 def test_mixture_family_help_shows_its_fields(capsys):
     out = _help(capsys, ["model", "run", "mixture", "--help"])
-    assert "tokens per sample" in _line(out, "--L") and "--label-noise" in out
+    assert "(default: 3)" in _line(out, "--L") and "--label-noise" in out and "the mixture family's fields" in out
 
 
 def test_own_description_comments_are_the_meaning(capsys, tmp_path):

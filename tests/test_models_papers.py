@@ -272,8 +272,8 @@ def test_simplex_and_the_binary_case_is_the_mixture():
     assert np.allclose(np.linalg.norm(S3, axis=1), 1) and np.allclose(S3.sum(axis=0), 0)
     assert np.allclose(S3 @ S3.T, np.where(np.eye(3) > 0, 1.0, -0.5))
     # C = 2: the same weighted multisets of tokens, labels and consistent flags as the binary mixture
-    from meanfield.engine.families import mixture_data
-    from meanfield.mixture.config import make_config
+    from meanfield.models.mixture.family import mixture_data
+    from meanfield.models.mixture.config import make_config
 
     dic, data = mixture_data(make_config({"K": 2, "L": 3}))
     mine = mc.samples(mc.feature_names(2, 2), K=2, C=2, L=3)
@@ -352,7 +352,7 @@ def test_check_verb_failure_paths(tmp_path):
 def test_check_writes_the_report_schema(tmp_path, monkeypatch):
     import json
 
-    from meanfield.models.checks import run_check
+    from meanfield.engine.checks import run_check
 
     monkeypatch.setitem(mm.SETTINGS, "quick", {"steps": 300})
     claims, md = run_check(MODELS / "maxmargin.toml", tmp_path, quick=True, log=lambda *a: None)

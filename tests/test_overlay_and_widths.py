@@ -64,3 +64,23 @@ def test_two_widths_give_the_line_and_no_interval():
                                "statuses": ["complete"] * 2, "elapsed_s": 0.1, "kinks": []})
     text = "\n".join(lines)
     assert TWO_POINTS in text and " .. " not in text  # no interval printed
+
+
+def test_model_plot_of_an_induction_run_and_of_a_file_without_records(tmp_path, capsys):
+    import h5py
+
+    ind = tmp_path / "ind.h5"
+    assert meanfield.cli.main(["-q", "induction", "run", "--n-train", "20", "--n-test", "0", "--L", "8",
+                               "--stage-steps", "1,1,1", "--quiet", "--out", str(ind)]) == 0
+    assert meanfield.cli.main(["model", "plot", str(ind), "--out", str(tmp_path / "f")]) == 0
+    assert (tmp_path / "f" / "run.png").stat().st_size > 0
+    empty = tmp_path / "empty.h5"
+    empty.write_bytes(ind.read_bytes())
+    with h5py.File(empty, "a") as f:
+        for k in list(f):
+            del f[k]
+        f["t"] = np.zeros(0)
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "plot", str(empty), "--out", str(tmp_path / "g")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "has no records" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "g").exists() or not any((tmp_path / "g").iterdir())

@@ -79,8 +79,8 @@ def _check(seen, caplog, path, steps):
 
 
 def test_mixture_particles_checkpoint_fails_run_goes_on(tmp_path, failing_checkpoints, caplog):
-    from meanfield.mixture import particles
-    from meanfield.mixture.config import make_config
+    from meanfield.models.mixture import particles
+    from meanfield.models.mixture.config import make_config
 
     cfg = make_config({}, K=2, L=3, width=5, seed=3, omega=0.5, eta=0.5, steps=60, record_every=25)
     with caplog.at_level(logging.WARNING, logger="meanfield"):

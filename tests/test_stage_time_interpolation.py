@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from meanfield.mixture.stagetimes import first_crossing, stage_times_of
+from meanfield.core.stagetimes import first_crossing, stage_times_of
 
 
 def test_linear_series_crossing_is_exact():

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from meanfield.core.sweep import SweepSpec, map_points, run_sweep
-from meanfield.mixture import ensemble as mixture_ensemble  # the mixture's per-point runner
+from meanfield.models.mixture import ensemble as mixture_ensemble  # the mixture's per-point runner
 
 _real_run_point = mixture_ensemble._run_point
 

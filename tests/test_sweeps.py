@@ -15,9 +15,9 @@ import pytest
 
 from meanfield.cli import main
 from meanfield.core.config import ConfigError
-from meanfield.mixture import claims as C
-from meanfield.mixture.config import make_config
-from meanfield.mixture.widths import fit_exponent, kink_events, width_sweep
+from meanfield.models.mixture import claims as C
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.widths import fit_exponent, kink_events, width_sweep
 from meanfield.core.sweep import SweepSpec, grid, parse_params, parse_values, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]

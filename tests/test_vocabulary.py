@@ -21,8 +21,8 @@ import pytest
 
 from meanfield.cli import build_parser, main
 from meanfield.core.config import ConfigError
-from meanfield.induction.config import make_config
-from meanfield.mixture.config import MixtureConfig
+from meanfield.models.induction.config import make_config
+from meanfield.models.mixture.config import MixtureConfig
 
 SMALL = {"n_train": 40, "n_test": 0, "L": 12}
 
@@ -68,7 +68,7 @@ def test_alias_and_new_name_together_is_an_error(old, new, value, extra):
 
 
 def _induction_cfg(argv):
-    from meanfield.induction.cli import config_from_args
+    from meanfield.models.induction.cli import config_from_args
 
     return config_from_args(build_parser().parse_args(["induction", "run", *argv, "--out", "x.h5"]))
 
@@ -126,7 +126,7 @@ def _mixture_run_parser():
 
 
 def test_mixture_run_has_a_flag_for_every_config_field_and_nothing_else():
-    from meanfield.cli import RUN_FLAGS
+    from meanfield.models.mixture.cli import RUN_FLAGS
 
     fields = [f.name for f in dataclasses.fields(MixtureConfig)]
     want = {("--" + f if f in ("K", "L", "p") else "--" + f.replace("_", "-")): f for f in fields}
@@ -153,9 +153,9 @@ def test_record_log_grid_starts_like_the_mixture():
     (smallest) step size and the last at the horizon (docs/conventions.md)."""
     import numpy as np
 
-    from meanfield.induction.run import save_at as ind_save_at
-    from meanfield.mixture.config import make_config as mix_config
-    from meanfield.mixture.system import save_at as mix_save_at
+    from meanfield.models.induction.run import save_at as ind_save_at
+    from meanfield.models.mixture.config import make_config as mix_config
+    from meanfield.models.mixture.system import save_at as mix_save_at
 
     ind = make_config(dict(SMALL, method="flow", record_log=7, stage_etas="2,10,1", stage_times="5,6,7"))
     np.testing.assert_allclose(ind_save_at(ind).points, np.geomspace(1.0 / 100, 18.0, 7), rtol=1e-12)
@@ -175,9 +175,9 @@ def test_both_run_clis_derive_their_flags_from_the_config_dataclass_by_one_rule(
     """``meanfield mixture run`` and ``meanfield induction run``: one flag per
     config field, named by core.config.flag_of (dashes, case kept), dest the
     field, default None; the induction's old names are flags of their own."""
-    from meanfield.cli import RUN_FLAGS
+    from meanfield.models.mixture.cli import RUN_FLAGS
     from meanfield.core.config import dataclass_flags, flag_of
-    from meanfield.induction.config import FIELD_ALIASES, InductionConfig
+    from meanfield.models.induction.config import FIELD_ALIASES, InductionConfig
 
     assert RUN_FLAGS == dataclass_flags(MixtureConfig)
     assert flag_of("stage_steps") == "--stage-steps" and flag_of("K") == "--K" and flag_of("L_test") == "--L-test"
@@ -204,10 +204,10 @@ def test_one_criterion_vocabulary_and_one_exit_code_table():
     from meanfield.engine import kernels as ek
     from meanfield.engine import objects
     from meanfield.engine import runs as erun
-    from meanfield.induction import criteria as icrit
-    from meanfield.induction import run as irun
-    from meanfield.mixture import kernels as mk
-    from meanfield.mixture import run as mrun
+    from meanfield.models.induction import criteria as icrit
+    from meanfield.models.induction import run as irun
+    from meanfield.models.mixture import kernels as mk
+    from meanfield.models.mixture import run as mrun
 
     assert mk.CRITERIA == ek.CRITERIA == objects.CRITERIA == criteria.MARGIN_CRITERIA
     assert icrit.CRITERIA == criteria.INDUCTION_CRITERIA
@@ -223,10 +223,10 @@ def test_record_grids_follow_one_rule():
     import numpy as np
 
     from meanfield.core import harness
-    from meanfield.induction.run import RECORDS
-    from meanfield.induction.run import save_at as ind_save_at
-    from meanfield.mixture.config import make_config as mix_config
-    from meanfield.mixture.system import save_at as mix_save_at
+    from meanfield.models.induction.run import RECORDS
+    from meanfield.models.induction.run import save_at as ind_save_at
+    from meanfield.models.mixture.config import make_config as mix_config
+    from meanfield.models.mixture.system import save_at as mix_save_at
 
     assert RECORDS == 200
     ind = make_config(dict(SMALL, schedule="simultaneous", steps=4000))

@@ -70,3 +70,33 @@ def test_warm_fills_an_empty_cache(tmp_path):
         assert r.returncode == 0, r.stderr
         assert NOTICE not in r.stderr, args
         assert _cache_files(hot) == before, args
+
+
+def test_warm_covers_every_kernel_family():
+    names = " ".join(warm.FAMILIES)
+    for family in ("mixture", "engine", "induction", "batched"):
+        assert family in names, family
+    verbs = {tuple(argv[:2]) for _, argv in warm.COMMANDS}
+    assert {("mixture", "run"), ("model", "run"), ("induction", "run"), ("mixture", "sweep"),
+            ("model", "sweep")} <= verbs
+
+
+@pytest.mark.slow
+def test_after_warm_engine_and_induction_compile_nothing(tmp_path):
+    """After `meanfield warm` into an empty cache, an engine run and an induction run at other sizes in new
+    processes print no compile notice and add no cache file (control: the same engine run with another empty
+    cache prints the notice)."""
+    base = dict(os.environ)
+    hot = tmp_path / "hot"
+    r = _cli(["model", "run", "incontext", "--K", "3", "--N", "4", "--steps", "5", "--out", str(tmp_path / "c.h5")],
+             env=dict(base, NUMBA_CACHE_DIR=str(tmp_path / "cold")), cwd=tmp_path)
+    assert r.returncode == 0 and NOTICE in r.stderr, r.stderr  # control
+    assert _cli(["warm"], env=dict(base, NUMBA_CACHE_DIR=str(hot)), cwd=tmp_path).returncode == 0
+    before = _cache_files(hot)
+    for args in (["model", "run", "incontext", "--K", "3", "--N", "4", "--steps", "5", "--out", "e.h5"],
+                 ["induction", "run", "--n-train", "30", "--n-test", "0", "--L", "9", "--stage-steps", "2,2,2",
+                  "--out", "i.h5"]):
+        r = _cli(args, env=dict(base, NUMBA_CACHE_DIR=str(hot)), cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert NOTICE not in r.stderr, (args, r.stderr)
+    assert _cache_files(hot) == before

@@ -12,7 +12,7 @@
 * ``escape``: escape times from saddles (Jacobian spectra);
 * ``guard`` / ``outcome``: input and output checks, console outcomes.
 
-Systems (``meanfield.mixture``, ``meanfield.induction``) and the engine
+Systems (``meanfield.models.mixture``, ``meanfield.models.induction``) and the engine
 (``meanfield.engine``) build on it; nothing here imports a system at module
 level.
 """

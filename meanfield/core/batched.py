@@ -53,15 +53,26 @@ checksum of the system's batch module (an edit of a hook there compiles anew
 too). As for any cached numba function, an edit of the kernels the hooks call
 (another file) is not seen: clear ``__pycache__`` / ``NUMBA_CACHE_DIR`` then.
 This module imports no numba and no system at import.
+
+It also holds the pieces of a batch that are no system's: the backend choice
+(:func:`resolve_backend`, :func:`cuda_available`), the CUDA launcher
+(:func:`launch_cuda`, compiling without FMA contraction: :func:`nvvm_no_fma`)
+and :func:`trajectory_of` (one trajectory's records as the
+``integrate.Trajectory`` an unbatched run returns).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import types
+import warnings
 import zlib
 
 import numpy as np
+
+from .config import ConfigError
 
 
 def instantiate(template, namespace: dict, name: str, decorate, tag: str = ""):
@@ -306,3 +317,177 @@ def run_cpu(fn, B: int, args, threads: int | None = None) -> None:
     with ThreadPoolExecutor(nt) as ex:
         for f in [ex.submit(fn, cuts[k], cuts[k + 1], *args) for k in range(nt)]:
             f.result()
+
+
+# --------------------------------------------------------------- the CUDA launcher (every system's)
+
+BACKENDS = ("cpu", "cuda", "auto")
+#: per-trajectory status codes: 0 complete, 2 non-finite state or loss,
+#: 3 an entry above max_abs, 4 record buffer full (a bug: cannot happen)
+COMPLETE, NONFINITE, MAXABS, OVERFLOW = 0, 2, 3, 4
+THREADS_PER_BLOCK = 64
+
+cuda = None  # numba.cuda, imported on first use by load_cuda
+
+
+def load_cuda():
+    """numba.cuda (NVIDIA's numba-cuda when installed, else numba's built-in
+    target), imported on first use."""
+    global cuda
+    if cuda is None:
+        from numba import cuda as _cuda
+
+        cuda = _cuda
+    return cuda
+
+
+def simulator() -> bool:
+    from numba.core import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def _cuda_problem() -> str | None:
+    """Why the real CUDA backend cannot run here (one line), or None."""
+    try:
+        cu = load_cuda()
+    except Exception as e:  # pragma: no cover - numba always ships a numba.cuda
+        return f"numba.cuda cannot be imported ({e})"
+    try:
+        if not cu.is_available():
+            return "no usable CUDA GPU (no NVIDIA driver or device found)"
+    except Exception as e:  # pragma: no cover - driver errors
+        return f"the CUDA driver failed ({e})"
+    try:
+        from numba.cuda.cudadrv import nvvm
+
+        if not nvvm.is_available():
+            return "a CUDA GPU is present but the NVVM compiler library is missing"
+    except Exception as e:  # pragma: no cover
+        return f"the NVVM compiler library failed to load ({e})"
+    return None
+
+
+def cuda_available() -> bool:
+    """True when a real CUDA GPU can be used (never under the simulator)."""
+    try:
+        return not simulator() and _cuda_problem() is None
+    except Exception:  # pragma: no cover - anything broken means no GPU
+        return False
+
+
+def resolve_backend(name: str) -> str:
+    """``cpu`` | ``cuda`` | ``auto`` -> ``cpu`` or ``cuda``. ``auto`` picks CUDA
+    only when a real GPU is present; ``cuda`` needs one, or the CUDA simulator
+    (``NUMBA_ENABLE_CUDASIM=1``, for tests)."""
+    if name not in BACKENDS:
+        raise ConfigError(f"backend: must be one of {', '.join(BACKENDS)}; got {name!r}")
+    if name == "cpu":
+        return "cpu"
+    if name == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    if simulator():
+        try:
+            load_cuda()
+        except Exception as e:  # pragma: no cover - simulator import failure
+            raise ConfigError(f"backend cuda: the CUDA simulator cannot be imported ({e})") from None
+        return "cuda"
+    why = _cuda_problem()
+    if why is not None:
+        raise ConfigError(f"backend cuda: {why}; install the GPU extra (pip install 'meanfield[cuda]') on a machine "
+                          f"with an NVIDIA driver, or use --backend cpu or auto")
+    return "cuda"
+
+
+_NVVM_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def nvvm_no_fma():
+    """While active, NVVM compiles without FMA contraction (-fma=0) unless
+    fastmath asks for it. numba-cuda (and numba's built-in target) call
+    ``numba.cuda.cudadrv.nvvm.compile_ir(ir, **options)`` and pass every
+    option to NVVM; there is no public switch yet (NVIDIA/numba-cuda#118)."""
+    if simulator():
+        yield
+        return
+    try:
+        from numba.cuda.cudadrv import nvvm
+
+        orig = getattr(nvvm, "compile_ir", None)
+    except Exception:  # pragma: no cover
+        orig = None
+    if orig is None:  # pragma: no cover - a future numba-cuda layout: keep its defaults, say so
+        warnings.warn("meanfield: cannot switch off FMA contraction in this numba.cuda; GPU results may leave "
+                      "the CPU's at ReLU kinks", RuntimeWarning, stacklevel=3)
+        yield
+        return
+
+    def compile_ir(llvmir, **options):
+        if not options.get("fastmath"):
+            options.setdefault("fma", False)
+        return orig(llvmir, **options)
+
+    with _NVVM_LOCK:
+        nvvm.compile_ir = compile_ir
+        try:
+            yield
+        finally:
+            nvvm.compile_ir = orig
+
+
+def launch_cuda(kern, args, outs, B, scalars_at=()):
+    """Copy the inputs (but the scalars at the positions ``scalars_at``) to
+    the device, run the batch kernel ``kern`` over B trajectories (one thread
+    each), copy the outputs (in place) back. Shared by every system's batch."""
+    cu = load_cuda()
+    d_args = [a if i in scalars_at else cu.to_device(np.ascontiguousarray(a)) for i, a in enumerate(args)]
+    d_outs = [cu.to_device(o) for o in outs]
+    tpb = max(1, min(THREADS_PER_BLOCK, B))
+    blocks = (B + tpb - 1) // tpb
+    with nvvm_no_fma():  # a launch that compiles does so without FMA contraction
+        kern[blocks, tpb](*d_args, *d_outs)
+    cu.synchronize()
+    for d, o in zip(d_outs, outs):
+        d.copy_to_host(o)
+
+
+
+# --------------------------------------------------------------- records -> trajectory
+
+
+def trajectory_of(n, t, step, stage, y, code, stop, end_step, end_t, end_reason, gd, eta, max_abs):
+    """One trajectory's batch records (row arrays: its first ``n`` records,
+    status ``code``, stop stage ``stop``, stage ends) as the
+    ``integrate.Trajectory`` the unbatched run returns (records, stage ends,
+    status and message); ``gd``: the exact GD map with step size ``eta``
+    (else fixed-step RK4). Shared by every system's batch."""
+    from . import integrate
+
+    tr = integrate.Trajectory()
+    tr.t = [float(v) for v in t[:n]]
+    tr.step = [int(v) for v in step[:n]]
+    tr.stage = [int(v) for v in stage[:n]]
+    tr.y = [y[i].copy() for i in range(n)]
+    n_done = stop if code == COMPLETE else stop - 1
+    for s in range(n_done):
+        tr.stage_ends.append({"stage": s + 1, "step": int(end_step[s]), "t": float(end_t[s]),
+                              "reason": "criterion" if end_reason[s] == 1 else "length"})
+    step = tr.step[-1]
+    t = tr.t[-1]
+    if code == COMPLETE:
+        tr.status = "complete"
+        tr.message = f"{step} steps (t = {step * eta:.6g})" if gd else f"t = {t:.6g} ({step} solver steps)"
+        return tr
+    tr.status = "diverged"
+    if gd:
+        what = ("a non-finite state or loss" if code == NONFINITE else
+                f"a state entry above max_abs = {max_abs:g} in absolute value")
+        tr.message = (f"step {step + 1} (t = {(step + 1) * eta:.6g}) in stage {stop} gave {what}; every "
+                      f"record up to the last accepted state (step {step}) is kept; try a smaller eta")
+    else:
+        what = ("a non-finite state (or the step size underflowed)" if code == NONFINITE else
+                f"a state entry above max_abs = {max_abs:g} in absolute value")
+        tr.message = (f"the solver step from t = {t:.6g} (solver step {step + 1}) in stage {stop} gave {what}; "
+                      f"every record up to t = {t:.6g} is kept")
+    return tr

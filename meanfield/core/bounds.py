@@ -30,7 +30,7 @@ indices ``i`` are 0-based, in the order of the run's ``samples/description``)::
     omega, eta, K, L, n (number of samples), m (attention width; inf for
                        infinite width)
     T1, T2, T_loss     the run's detected stage times (attributes T1, T2, T_loss
-                       written by ``meanfield.mixture.stagetimes``: neuron
+                       written by ``meanfield.models.mixture.stagetimes``: neuron
                        stage done, attention stage done, loss level reached);
                        an error if the run never reached it
     T3                 end time of stage 3; Tend1, Tend2, Tend3: end times
@@ -591,7 +591,7 @@ class _Env:
             if math.isnan(v):
                 crit = self.attrs.get("stage_time_criteria", {})
                 self.fail(f"{name}: the run never reached it (criterion: "
-                          f"{crit.get(name, 'see meanfield.mixture.stagetimes') if isinstance(crit, dict) else crit})")
+                          f"{crit.get(name, 'see meanfield.models.mixture.stagetimes') if isinstance(crit, dict) else crit})")
             return v
         if name == "T3":
             return self._stage_end(3)

@@ -18,8 +18,8 @@ The tables (name -> kernel code):
   RPE's top weight.
 
 The kernels of each system keep their own ``CRITERIA`` name for the table
-they implement (``meanfield.mixture.kernels.CRITERIA``,
-``meanfield.engine.kernels.CRITERIA``, ``meanfield.induction.criteria.CRITERIA``);
+they implement (``meanfield.models.mixture.kernels.CRITERIA``,
+``meanfield.engine.kernels.CRITERIA``, ``meanfield.models.induction.criteria.CRITERIA``);
 tests hold them equal to these.
 
 Never evaluated: a regular expression over the table's names.

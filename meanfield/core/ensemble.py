@@ -20,7 +20,7 @@ The system. This module knows no system: what is system-specific sits
 behind a small adapter (:class:`EnsembleSystem`: config of a point, the
 batchable check, grouping, one batch advanced by the system's batched
 kernel, per-trajectory summaries, one trajectory's run file). The mixture
-system's is ``meanfield.mixture.ensemble.MIXTURE`` (the default, for one
+system's is ``meanfield.models.mixture.ensemble.MIXTURE`` (the default, for one
 release), any described model's ``meanfield.engine.sweep.ModelEnsemble``::
 
     from meanfield.engine.sweep import ModelEnsemble
@@ -31,7 +31,7 @@ How it runs. The points are cut into chunks of consecutive points (default
 size from a timed probe so that a chunk runs about 5 s, within 1-30 s, and
 every worker gets several). A chunk is one task: :func:`run_chunk` builds
 its configs and advances them with the system's batched kernel (the
-mixture's ``meanfield.mixture.batched.advance``, the engine's
+mixture's ``meanfield.models.mixture.batched.advance``, the engine's
 ``meanfield.engine.batched.run_batch``: CPU threads or CUDA), in launches
 bounded in memory, and reduces each trajectory to its outputs (the
 system's ``summaries``: T1, T2 and T_loss are those of the run files).
@@ -102,7 +102,7 @@ OUTPUTS = {
     "min_margin_end": "smallest margin y f(X) over all samples at the last record",
     "min_margin_consistent_end": "smallest margin over the consistent samples at the last record (NaN: none)",
     "min_margin_inconsistent_end": "smallest margin over the inconsistent samples at the last record (NaN: none)",
-    "T1": "neuron stage done (meanfield.mixture.stagetimes; NaN: not reached)",
+    "T1": "neuron stage done (meanfield.models.mixture.stagetimes; NaN: not reached)",
     "T2": "attention stage done (NaN: not reached)",
     "T_loss": "first time with loss <= 0.05, interpolated between records (GD: to the step; NaN: not reached)",
     "margin_end": "margin of every sample at the last record (points x samples, NaN-padded)",
@@ -118,7 +118,7 @@ LAUNCH_BYTES = 64 * 2**20  # record buffer of one kernel launch inside a chunk
 
 class EnsembleSystem(Protocol):
     """What the generic ensemble needs of a system (the core knows no system):
-    the mixture's is ``meanfield.mixture.ensemble.MIXTURE``, any described
+    the mixture's is ``meanfield.models.mixture.ensemble.MIXTURE``, any described
     model's ``meanfield.engine.sweep.ModelEnsemble(MODEL)``. It must pickle
     (tasks carry it to local and dask workers). ``cfg`` is the system's own
     config object (a ``MixtureConfig``, an engine ``Description``)."""
@@ -186,7 +186,7 @@ class EnsembleProblem:
     indices whose full run files are kept under ``OUT/records/``.
     ``system``: the :class:`EnsembleSystem` the points belong to (an object,
     or the name of a registered one: :data:`SYSTEMS`); None is the mixture
-    system (``meanfield.mixture.ensemble.MIXTURE``), kept as the default for
+    system (``meanfield.models.mixture.ensemble.MIXTURE``), kept as the default for
     one release; any described model is
     ``meanfield.engine.sweep.ModelEnsemble(MODEL.toml)``."""
 

@@ -4,7 +4,7 @@ System-independent: a :class:`Saddle` is a state ``y`` (a flat vector), a
 mask ``trained`` over it (the variables the stage trains; the others are held
 fixed) and the stage's right-hand side ``rhs(y) -> dy/dt`` (gradient flow)
 and/or its GD map ``gd_map(y) -> y'`` with step ``eta``. Nothing here knows
-which system it is; the mixture adapter is ``meanfield.mixture.escape``.
+which system it is; the mixture adapter is ``meanfield.models.mixture.escape``.
 
 Exact linearisation by complex-step differentiation. For a real-analytic map
 F, F(y + i h e_j) = F(y) + i h J e_j - h^2/2 ... so Im F(y + i h e_j) / h =
@@ -86,7 +86,7 @@ def saddle_of_system(system, y, mode, trained, eta: float | None = None, names=N
     descriptions: the maps are the system's own (real-only numba kernels), so
     the Jacobians come from finite differences (``complex_safe=False``; the
     report says ``jacobian_method: fd``). For exact Jacobians give
-    :class:`Saddle` complex-safe maps instead, as ``meanfield.mixture.escape``
+    :class:`Saddle` complex-safe maps instead, as ``meanfield.models.mixture.escape``
     does."""
 
     def gd(z):

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import __version__
 
-FORMAT = "meanfield-run"
+from .run import FORMAT  # noqa: E402  "meanfield-run"
 FORMAT_VERSION = 2  # 2: width inf (was -1), initial_state, tokens and counts, description and its hash
 STATUSES = ("complete", "diverged", "interrupted")
 
@@ -210,26 +210,13 @@ def write_run(path: str | Path, *, system: str, config: dict, status: str, messa
     return write_h5_atomic(path, {**base, **(attrs or {})}, data)
 
 
-def _read_group(g: h5py.Group) -> dict[str, Any]:
-    out = {}
-    for k, v in g.items():
-        if isinstance(v, h5py.Group):
-            out[k] = _read_group(v)
-        else:
-            a = v[()]
-            if v.dtype.kind == "O" or h5py.check_string_dtype(v.dtype) is not None:
-                a = np.asarray(v.asstr()[()], dtype=object)
-            out[k] = a
-    return out
-
-
-from .run import Run  # noqa: E402  the one run object (meanfield.Run); read_run returns it
+from .run import Run, read_file  # noqa: E402,F401  the one run object (meanfield.Run) and its reader
 
 
 def read_run(path: str | Path) -> Run:
     """Read a run file of any system into a :class:`meanfield.core.run.Run`
     (``run["S"]``, ``run.attrs``, ``run.config``, ``run.records``, ``run.state(t)``,
-    ``run.to_xarray()``; see ``docs/run-files.md``).
+    ``run.to_xarray()``; see ``docs/run-files.md``): :func:`meanfield.core.run.read_file`.
 
     Parameters
     ----------
@@ -245,27 +232,4 @@ def read_run(path: str | Path) -> Run:
     >>> r = read_run("runs/mixture.h5")     # doctest: +SKIP
     >>> r["S"].shape, r.attrs["status"]     # doctest: +SKIP
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"run file not found: {path}")
-    with h5py.File(path, "r") as f:
-        if f.attrs.get("format") != FORMAT:
-            raise ValueError(f"{path}: not a meanfield run file (format attribute {f.attrs.get('format')!r})")
-        run = Run(_read_group(f), path=path)
-        attrs = {}
-        for k, v in f.attrs.items():
-            if isinstance(v, bytes):
-                v = v.decode()
-            # JSON-encoded attributes (dicts, lists, None) start with { or [ or are "null";
-            # any other string stays a string
-            if isinstance(v, str) and k not in ("message", "status", "system", "format", "meanfield_version") and \
-                    (v[:1] in ("{", "[") or v == "null"):
-                try:
-                    v = json.loads(v)
-                except json.JSONDecodeError:
-                    pass
-            attrs[k] = v
-    if attrs.get("width") == -1:  # files before format 2 wrote infinite width as -1
-        attrs["width"] = math.inf
-    run.attrs = attrs
-    return run
+    return read_file(path)

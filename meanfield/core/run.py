@@ -37,6 +37,8 @@ import numpy as np
 
 #: the optional extra that brings xarray and pandas
 EXTRA = "analysis"
+#: the ``format`` attribute of every run file
+FORMAT = "meanfield-run"
 
 
 def _need(module: str, what: str):
@@ -551,9 +553,72 @@ def open_run(path) -> Run:
     >>> r = meanfield.open_run("runs/incontext.h5")    # doctest: +SKIP
     >>> r.system, r.loss[-1], r.entries[:3]            # doctest: +SKIP
     """
-    from .io import read_run
+    return read_file(path)
 
-    return read_run(path)
+
+def _read_group(g) -> dict[str, Any]:
+    import h5py
+
+    out = {}
+    for k, v in g.items():
+        if isinstance(v, h5py.Group):
+            out[k] = _read_group(v)
+        else:
+            a = v[()]
+            if v.dtype.kind == "O" or h5py.check_string_dtype(v.dtype) is not None:
+                a = np.asarray(v.asstr()[()], dtype=object)
+            out[k] = a
+    return out
+
+
+def read_file(path) -> Run:
+    """Read a run file of any system (what :func:`open_run` and
+    ``meanfield.core.io.read_run`` return): datasets and groups as a
+    :class:`Run`, JSON attributes decoded, the width of format-1 files (-1)
+    read as ``inf``.
+
+    Parameters
+    ----------
+    path : str or Path
+
+    Returns
+    -------
+    Run
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+
+    Examples
+    --------
+    >>> r = read_file("runs/incontext.h5")     # doctest: +SKIP
+    """
+    import h5py
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"run file not found: {path}")
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("format") != FORMAT:
+            raise ValueError(f"{path}: not a meanfield run file (format attribute {f.attrs.get('format')!r})")
+        run = Run(_read_group(f), path=path)
+        attrs = {}
+        for k, v in f.attrs.items():
+            if isinstance(v, bytes):
+                v = v.decode()
+            # JSON-encoded attributes (dicts, lists, None) start with { or [ or are "null";
+            # any other string stays a string
+            if isinstance(v, str) and k not in ("message", "status", "system", "format", "meanfield_version") and \
+                    (v[:1] in ("{", "[") or v == "null"):
+                try:
+                    v = json.loads(v)
+                except json.JSONDecodeError:
+                    pass
+            attrs[k] = v
+    if attrs.get("width") == -1:  # files before format 2 wrote infinite width as -1
+        attrs["width"] = math.inf
+    run.attrs = attrs
+    return run
 
 
 def label_of(run, label) -> str:
@@ -635,71 +700,3 @@ def plot_runs(runs, label=None, entries=None, logy: bool = True):
     fig.tight_layout()
     return fig
 
-
-def write_overlay(paths, out=None, label=None, entries=None, logy: bool = True) -> Path:
-    """``meanfield plot R1.h5 R2.h5 --label width``: :func:`plot_runs` of run
-    files, written atomically as one figure.
-
-    Parameters
-    ----------
-    paths : list of str or Path
-        run files of any system.
-    out : str or Path, optional
-        the figure (.png, .pdf or .svg); default ``<first run>_overlay.png``
-        beside the first run.
-    label : str, optional
-        an attribute or resolved parameter that tells the runs apart (every
-        run must have it).
-    entries : list of str, optional
-        state entries to draw too.
-    logy : bool
-        logarithmic loss axis.
-
-    Returns
-    -------
-    Path
-
-    Raises
-    ------
-    ConfigError
-        one line: an unreadable run, a label no run has, an unknown entry, a bad ``out``.
-
-    Examples
-    --------
-    >>> write_overlay(["runs/w16.h5", "runs/winf.h5"], label="width")   # doctest: +SKIP
-    PosixPath('runs/w16_overlay.png')
-    """
-    import io
-
-    from .errors import ConfigError
-    from .guard import check_output_file
-    from .io import write_bytes_atomic
-
-    paths = [Path(p) for p in paths]
-    if not paths:
-        raise ConfigError("runs: give at least one run file")
-    out = Path(out) if out is not None else paths[0].with_name(paths[0].stem + "_overlay.png")
-    check_output_file(out, "out", (".png", ".pdf", ".svg"))
-    runs = []
-    for p in paths:
-        try:
-            runs.append(open_run(p))
-        except (FileNotFoundError, ValueError, OSError) as e:
-            raise ConfigError(f"runs: {p} is not a readable run file ({str(e).splitlines()[0][:120]})") from None
-        if len(runs[-1].t) == 0:
-            raise ConfigError(f"runs: {p} has no records")
-    if label is not None and not callable(label):
-        missing = [str(r.path) for r in runs if label_of(r, label).endswith("= ?")]
-        if missing:
-            raise ConfigError(f"label: no attribute or parameter {label!r} in {missing[0]} (e.g. width, eta, seed, "
-                              "or a parameter of its description)")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = plot_runs(runs, label=label, entries=entries, logy=logy)
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=110, format=out.suffix[1:])
-    plt.close(fig)
-    return write_bytes_atomic(out, buf.getbuffer())

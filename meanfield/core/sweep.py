@@ -20,7 +20,7 @@ Points run through a :class:`concurrent.futures.Executor`: by default a local
 the grid, the folder, the index, the progress and the process pool are here;
 a point's config, run file, summary and batched run come from the system's
 adapter (``meanfield.core.ensemble.EnsembleSystem`` with the per-point parts;
-the mixture's is ``meanfield.mixture.ensemble.MIXTURE``, the default of
+the mixture's is ``meanfield.models.mixture.ensemble.MIXTURE``, the default of
 :func:`run_sweep` for one release). ``meanfield model sweep`` shares
 :func:`open_sweep`, :func:`track_sweep` and :func:`map_points`
 (``meanfield.engine.sweep``).
@@ -281,7 +281,7 @@ def _stop_workers(ex: ProcessPoolExecutor, running: list, grace_s: float = 20.0)
 
 
 #: systems known by name (``module:attribute`` of their adapter, imported on first use)
-SYSTEMS = {"mixture": "meanfield.mixture.ensemble:MIXTURE"}
+SYSTEMS = {"mixture": "meanfield.models.mixture.ensemble:MIXTURE"}
 
 
 def register_system(name: str, target: str) -> None:

@@ -1,6 +1,6 @@
 """Width-sweep analysis shared by the mixture's and the engine's width sweeps.
 
-``meanfield mixture width-sweep`` (``meanfield.mixture.widths``) and
+``meanfield mixture width-sweep`` (``meanfield.models.mixture.widths``) and
 ``meanfield model width-sweep`` (``meanfield.engine.finite``) both compare
 finite-width runs with the infinite-width one; the generic pieces live here:
 :func:`kink_events` (where a pre-activation sits at the ReLU kink in the

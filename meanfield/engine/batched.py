@@ -11,13 +11,13 @@ GD map or fixed-step RK4 (below):
   chooses how many), each running a compiled loop that releases the GIL;
 * ``cuda``: one GPU thread per trajectory, its scratch in
   ``cuda.local.array`` of compile-time size (one kernel per shape of the
-  description), compiled on first use with NVVM ``-fma=0`` (as the mixture's
-  batch, ``meanfield.mixture.batched``); ``NUMBA_ENABLE_CUDASIM=1`` runs it in
+  description), compiled on first use with NVVM ``-fma=0`` (as every system's
+  batch, ``meanfield.core.batched``); ``NUMBA_ENABLE_CUDASIM=1`` runs it in
   numba's CUDA simulator. Importing this module never imports CUDA.
 
 Both backends run the SAME code: the per-trajectory drivers
 :func:`eng_gd_trajectory` and :func:`eng_rk4_trajectory` (the one step/record
-loop of ``meanfield.core.batched``, shared with the mixture's batch,
+loop of ``meanfield.core.batched``, shared with every system's batch,
 instantiated here over the engine's hooks :func:`eng_gd_stage` and
 :func:`eng_rhs_stage`) and the engine's kernels they call
 (``meanfield.engine.kernels``: ``eng_gd_advance_into`` with the stage mask
@@ -25,7 +25,7 @@ instantiated here over the engine's hooks :func:`eng_gd_stage` and
 ``eng_update`` for the flow's right-hand side) are ``@portable`` plain-Python
 functions, compiled with ``numba.njit`` for the CPU and with
 ``numba.cuda.jit(device=True)`` for the GPU
-(``meanfield.mixture.kernels.compile_portable``).
+(``meanfield.core.activations.compile_portable``).
 
 Records follow ``meanfield.core.integrate`` (GDMap / RK4 with ``SaveAt(every=N)``)
 exactly: the initial state, every N-th step (``record_every``; None: none),
@@ -55,19 +55,17 @@ from numba import njit
 from ..core import batched as core_batched
 from ..core import integrate
 from ..core.config import ConfigError
-from ..mixture.batched import trajectory_of
-from ..mixture.kernels import compile_portable, portable
+from ..core.activations import compile_portable, portable
+from ..core.batched import trajectory_of
 from . import kernels
 from .description import Description
 from .kernels import eng_gd_advance_into, eng_loss_grads, eng_update
 from .reduce import initial_state
 from .system import mode_of, pack
 
-BACKENDS = ("cpu", "cuda", "auto")
-#: per-trajectory status codes (as ``meanfield.mixture.batched``): 0 complete,
+#: backends and per-trajectory status codes (every system's: ``meanfield.core.batched``): 0 complete,
 #: 2 non-finite state or loss, 3 an entry above max_abs, 4 record buffer full (a bug)
-COMPLETE, NONFINITE, MAXABS, OVERFLOW = 0, 2, 3, 4
-THREADS_PER_BLOCK = 64
+from ..core.batched import BACKENDS, COMPLETE, MAXABS, NONFINITE, OVERFLOW, THREADS_PER_BLOCK  # noqa: F401,E402
 
 cuda = None  # numba.cuda, set on first use by _load_cuda (the CUDA kernel reads it as a global)
 
@@ -131,24 +129,20 @@ core_batched.instantiate_all(globals(), "eng_", portable, njit)
 def _load_cuda():
     global cuda
     if cuda is None:
-        from ..mixture import batched as mb
-
-        cuda = mb._load_cuda()
+        cuda = core_batched.load_cuda()
     return cuda
 
 
 def resolve_backend(name: str) -> str:
-    """``cpu`` | ``cuda`` | ``auto`` -> ``cpu`` or ``cuda`` (as the mixture's
-    batch: ``cuda`` needs a GPU or the simulator, ``auto`` picks CUDA only on a
+    """``cpu`` | ``cuda`` | ``auto`` -> ``cpu`` or ``cuda`` (as every
+    system's batch: ``cuda`` needs a GPU or the simulator, ``auto`` picks CUDA only on a
     real GPU); a one-line ConfigError otherwise."""
-    from ..mixture import batched as mb
-
-    return mb.resolve_backend(name)
+    return core_batched.resolve_backend(name)
 
 
 @functools.lru_cache(maxsize=None)
 def _cuda_portable():
-    """Every portable function (the mixture's, the engine's, this driver)
+    """Every portable function (every registered one: the engine's, this driver's, a paper's)
     compiled as CUDA device functions (compiled lazily, on first launch)."""
     return compile_portable(_load_cuda().jit(device=True))
 
@@ -202,10 +196,8 @@ def _cuda_kernel(method: str, n: int, L: int, P: int, H: int, R: int, C: int, Nm
 
 
 def _launch_cuda(shape, scalars_at, args, outs, B):
-    """The engine kernel of ``shape`` over B trajectories (the mixture's launcher)."""
-    from ..mixture.batched import launch_cuda
-
-    launch_cuda(_cuda_kernel(*shape), args, outs, B, scalars_at)
+    """The engine kernel of ``shape`` over B trajectories (``meanfield.core.batched.launch_cuda``)."""
+    core_batched.launch_cuda(_cuda_kernel(*shape), args, outs, B, scalars_at)
 
 
 # ------------------------------------------------------------------ host side

@@ -2,12 +2,12 @@
 
 :func:`add_parser` adds the ``model`` system to the top-level parser
 (``meanfield.cli``). A description declares its parameters; every parameter
-is a flag ``--field-name`` that overrides the file (the mixture family's
-parameters are exactly the flags of ``meanfield mixture run``; a general
-description's are the fields of :class:`meanfield.engine.description.RunParams`).
+is a flag ``--field-name`` that overrides the file (a registered family's
+are the fields of its parameter dataclass, ``meanfield.engine.registry``; a
+general description's are the fields of
+:class:`meanfield.engine.description.RunParams` and its declared parameters).
 A flag the model does not declare is refused (one line, exit 2). ``MODEL``
-may be a path or the name of a shipped description in ``meanfield/models/``
-(``mixture``).
+may be a path or the name of a shipped description in ``meanfield/models/``.
 """
 
 from __future__ import annotations
@@ -23,22 +23,14 @@ MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 FORCE_HELP = "run even when the estimated memory or time (from the description's sizes) is beyond this machine"
 
 
-#: the mixture family's parameter names (MixtureConfig's fields), handed over by the top-level CLI so that
-#: building the parser imports no numba (meanfield.mixture.config imports the mixture's kernels)
-_MIXTURE_FIELDS: list[str] | None = None
-#: field -> meaning of the mixture family's fields (``meanfield mixture run``'s help), for ``model VERB --help``
-_MIXTURE_HELP: dict | None = None
-
-
 def _param_fields() -> list[str]:
+    """Every flag of the model verbs: the registered families' parameter
+    names (``meanfield.engine.registry``) and the general descriptions' run
+    knobs (:class:`meanfield.engine.description.RunParams`)."""
+    from . import registry
     from .description import RunParams
 
-    if _MIXTURE_FIELDS is not None:
-        names = list(dict.fromkeys(_MIXTURE_FIELDS))
-    else:
-        from ..mixture.config import MixtureConfig
-
-        names = [f.name for f in dataclasses.fields(MixtureConfig)]
+    names = registry.parameter_names()
     names += [f.name for f in dataclasses.fields(RunParams) if f.name not in names]
     return names
 
@@ -103,7 +95,7 @@ def _declared_parser(base):
                 except ConfigError:
                     continue
                 if path.is_file():
-                    model_help.apply(self, path, _MIXTURE_HELP)
+                    model_help.apply(self, path)
                 return
 
     return _ModelVerbParser
@@ -131,23 +123,24 @@ def description_from_args(args, size: dict | None = None):
     option the run would ignore is refused (``meanfield.engine.edges``);
     with ``size`` (keywords ``particles_d`` (True: the default d), ``copies``,
     ``width``) the run's estimated memory and time are checked too, before
-    the mixture family builds its samples (``--force`` goes past)."""
+    a family builds its data (``--force`` goes past)."""
     from ..core.guard import read_config_text
     from .description import description_from_dict
-    from .edges import check_engine_size, check_options, description_size_first, mixture_size_first
+    from .edges import check_engine_size, check_options, description_size_first, family_size_first
 
     path = model_path(args.model)
     raw = read_config_text(path, "model")  # size-capped, UTF-8, nesting-checked (a directory or /dev/zero: one line)
     flags = _overrides(args, raw, path)
     force = bool(getattr(args, "force", False))
-    if raw.get("family") == "mixture":
+    family = raw.get("family") if isinstance(raw.get("family"), str) else None
+    if family is not None:  # a registered family: its own option and size checks, before it builds anything
         check_options(raw, flags)
         if size is not None:
-            mixture_size_first(raw, flags, force, **size)
+            family_size_first(raw, flags, force, **size)
     elif size is not None:  # from the declared parameters, before the features and data are built
         description_size_first(raw, flags, force, **size)
     desc = description_from_dict(raw, flags, source=str(path))
-    if raw.get("family") != "mixture":
+    if family is None:
         check_options(raw, flags, desc)
         if size is not None:
             size = dict(size)
@@ -193,10 +186,9 @@ def _cmd_run(args) -> int:
     if args.plot:
         check_output_dir(args.plot, "plot")
     desc = description_from_args(args, size={})
-    from ..api import _notice
-    from . import kernels
+    from .runs import compile_notice
 
-    _notice(desc, kernels, echo=False)  # "compiling kernels, about N s, once" on a first use
+    compile_notice(desc)  # "compiling kernels, about N s, once" on a first use
     r, path = run_to_file(desc, out, progress=not args.quiet)
     print(f"{path}: {r.status}: {r.message}")
     print("\n".join(outcome_of(path, desc)))
@@ -226,12 +218,17 @@ def _plot(path: Path, out: Path) -> list:
         r = read_run(path)
     except (FileNotFoundError, ValueError, OSError) as e:
         raise ConfigError(f"run: {path} is not a readable run file ({e})") from None
-    if r.attrs.get("system") == "mixture":
-        from ..mixture.plot import plot_run
+    from . import registry
 
-        return plot_run(path, out)
-    from .plot import plot_engine_run
+    plot = registry.run_plot(str(r.attrs.get("system", "")))  # a paper's own run-file schema: its figures
+    if plot is not None:
+        return plot(path, out)
+    if "t" not in r or len(r.t) == 0:
+        raise ConfigError(f"run: {path} has no records (an incomplete run file)")
+    from .plot import plot_engine_run, plot_generic_run
 
+    if r.system != "engine" or "variables" not in r:  # another system's file: meanfield.Run.plot, labelled
+        return plot_generic_run(r, out)
     return plot_engine_run(r, path, out)
 
 
@@ -295,7 +292,7 @@ def _cmd_bound(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from ..models.checks import run_check
+    from .checks import run_check
     from ..core.guard import check_output_dir
     from ..core.report import gating
 
@@ -347,15 +344,8 @@ def _cmd_width_sweep(args) -> int:
     return 0 if s["infinite_width_status"] == "complete" else 1
 
 
-def add_parser(systems, mixture_fields=None, mixture_help=None) -> None:
-    """Add the ``model`` system; ``mixture_fields``: the mixture family's
-    parameter names (default: read from MixtureConfig, which imports numba);
-    ``mixture_help``: their meaning, field -> text (``model VERB MODEL --help``)."""
-    global _MIXTURE_FIELDS, _MIXTURE_HELP
-    if mixture_fields is not None:
-        _MIXTURE_FIELDS = list(mixture_fields)
-    if mixture_help is not None:
-        _MIXTURE_HELP = dict(mixture_help)
+def add_parser(systems) -> None:
+    """Add the ``model`` system (its flags: :func:`_param_fields`)."""
     mp = systems.add_parser("model", help="any model described in a TOML file (the engine): derive, run, plot, bound; "
                                           "shipped: meanfield/models/*.toml (e.g. mixture)")
     verbs = mp.add_subparsers(dest="verb", required=True, parser_class=type(mp))
@@ -400,7 +390,7 @@ def add_parser(systems, mixture_fields=None, mixture_help=None) -> None:
     p.add_argument("run", help="run file (.h5)")
     p.add_argument("--out", default=None, help="folder for the PNGs (default: beside the run file)")
     p.set_defaults(func=_cmd_plot)
-    c = verbs.add_parser("check", help="rerun a shipped paper model's claims (meanfield/models/checks.py): report.md, "
+    c = verbs.add_parser("check", help="rerun a model's registered claims (meanfield.engine.registry): report.md, "
                                        "report.json, figures; exit 0 iff every proved/shown claim passes")
     c.add_argument("model", help="MODEL.toml or a shipped name (incontext, maxmargin, mixture_multiclass)")
     c.add_argument("--out", default="runs/model_check", help="output folder")

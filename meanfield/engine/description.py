@@ -58,10 +58,12 @@ example)::
     # any other key is a declared parameter (name = default), referenced as a whole value "$name"
     # in the tables above (e.g. weight = "$w2", steps = "$steps" in a stage); a flag --name overrides it
 
-A built-in family replaces dictionary/data/heads/model by a generator: with
-``family = "mixture"`` the ``[parameters]`` table holds the fields of
-``meanfield.mixture.config.MixtureConfig`` (the flags of ``meanfield mixture
-run``) and :mod:`meanfield.engine.families` builds the rest from them.
+A registered family (``meanfield.engine.registry``) replaces
+dictionary/data/heads/model by a generator: with ``family = "NAME"`` the
+``[parameters]`` table holds the fields of the family's parameter dataclass
+and its builder makes the rest from them (the shipped mixture family:
+``family = "mixture"``, the fields of the mixture's config). ``plugins =
+["pkg.module"]`` imports plug-in modules first (they register families).
 """
 
 from __future__ import annotations
@@ -511,16 +513,30 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
 
 # ------------------------------------------------------------------ loading
 
-TOP_KEYS = ("name", "family", "parameters", "dictionary", "data", "heads", "model", "training")
+TOP_KEYS = ("name", "family", "plugins", "parameters", "dictionary", "data", "heads", "model", "training")
 
 
 def parameter_class(raw: dict):
     """The dataclass whose fields a description's parameters (and CLI flags) are."""
-    if raw.get("family") == "mixture":
-        from ..mixture.config import MixtureConfig
+    if isinstance(raw, dict) and raw.get("family") is not None:
+        from . import registry
 
-        return MixtureConfig
+        _load_named_plugins(raw)
+        return registry.family(raw["family"]).params_class()
     return RunParams
+
+
+def _load_named_plugins(raw: dict) -> None:
+    """Import the plug-in modules a description names (``plugins = ["pkg.mod"]``):
+    they register their families (``meanfield.engine.registry``)."""
+    names = raw.get("plugins")
+    if names is None:
+        return
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"plugins: must be a list of module names, e.g. [\"my_pkg.my_family\"]; got {names!r}")
+    from . import registry
+
+    registry.load_plugins(names)
 
 
 #: a reference to a parameter: a whole TOML string value "$name" (never an expression)
@@ -771,17 +787,18 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     params_raw = {k.replace("-", "_"): v for k, v in dict(raw.get("parameters", {})).items()}
     params_raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
     name = str(raw.get("name", Path(source).stem if source else "model"))
+    _load_named_plugins(raw)
     family = raw.get("family")
-    if family is not None:
-        if family != "mixture":
-            raise ConfigError(f"family: must be mixture (the built-in family); got {family!r}")
+    if family is not None:  # a registered family builds the rest from [parameters] (meanfield.engine.registry)
+        from . import registry
+
+        if not isinstance(family, str):
+            raise ConfigError(f"family: must be a family's name (a string); got {family!r}")
+        fam = registry.family(family)
         for k in ("dictionary", "data", "heads", "model", "training"):
             if k in raw:
-                raise ConfigError(f"{k}: not with family = mixture (the family builds it from [parameters])")
-        from ..mixture.config import make_config
-        from .families import mixture_description
-
-        return mixture_description(make_config(params_raw), name=name, source=source)
+                raise ConfigError(f"{k}: not with family = {family} (the family builds it from [parameters])")
+        return fam.build_description(params_raw, name, source)
     params = make_params(params_raw)
     dic = raw.get("dictionary")
     if dic is None:

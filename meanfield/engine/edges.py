@@ -4,16 +4,16 @@ The same mechanisms as ``meanfield mixture ...`` (``meanfield.core.guard``):
 
 * inapplicable options: :data:`ENGINE_ONLY` is the general descriptions'
   table for :func:`meanfield.core.guard.check_applicable` (same rule, same
-  wording as the mixture's); the mixture family is checked with the
-  mixture's own table. A flag is checked against the run it configures; a
+  wording as a paper's own commands); a registered family is checked by its
+  ``check_options`` hook (``meanfield.engine.registry``). A flag is checked against the run it configures; a
   key of the description's ``[parameters]`` against the description as
   written (its own method), so a flag such as ``--method flow`` never turns
   the file's defaults into errors.
 * sizes: :func:`engine_estimate` (memory and time of a general description's
   run from its sizes: sequences n x L tokens x P features x records; the
   explicit network's m x d weights) through :func:`meanfield.core.guard.check_size`;
-  the mixture family through :func:`meanfield.core.guard.check_mixture_size`
-  before its samples are built; a general description through
+  a registered family through its ``size_first`` hook
+  (:func:`family_size_first`) before it builds its data; a general description through
   :func:`description_size_first` before its features and data are built
   (from its declared parameters), and again once they are.
 
@@ -71,7 +71,7 @@ def _table(raw) -> dict:
     return {str(k).replace("-", "_"): v for k, v in dict(raw.get("parameters") or {}).items()}
 
 
-def _pairs(given: dict, flags: dict) -> dict:
+def flag_pairs(given: dict, flags: dict) -> dict:
     """A horizon given by flag replaces the file's step count (for flow / rk4
     steps x eta is only the default t_end): the file's value is not 'given'."""
     g = dict(given)
@@ -87,13 +87,12 @@ def check_options(raw: dict, flags: dict, desc=None) -> None:
     command line (run knobs and declared parameters); ``desc``: the built
     description (general descriptions: its parameters' method)."""
     table = _table(raw)
-    if raw.get("family") == "mixture":
-        from ..mixture.config import make_config
+    if raw.get("family") is not None:  # a registered family checks its own options (meanfield.engine.registry)
+        from . import registry
 
-        file_keys = {k: v for k, v in table.items() if v is not None}
-        check_applicable(file_keys, make_config(file_keys))  # the file as written
-        cfg = make_config({**file_keys, **{k: v for k, v in flags.items() if v is not None}})
-        check_applicable(_pairs({k: v for k, v in flags.items() if v is not None}, flags), cfg)
+        hook = registry.family(raw["family"]).hook("check_options")
+        if hook is not None:
+            hook(table, flags)
         return
     from .description import declared_parameters
 
@@ -107,7 +106,7 @@ def check_options(raw: dict, flags: dict, desc=None) -> None:
     method = desc.parameters.method if desc is not None else str(flags.get("method") or file_cfg.method)
     cfg = SimpleNamespace(method=method, schedule=sched, referenced=refs)
     given = {k: v for k, v in flags.items() if k not in declared and v is not None}
-    check_applicable(_pairs(given, given), cfg, rules=ENGINE_ONLY)
+    check_applicable(flag_pairs(given, given), cfg, rules=ENGINE_ONLY)
 
 
 # ------------------------------------------------------------------ sizes
@@ -170,31 +169,18 @@ def check_engine_size(desc, force: bool = False, particles_d: int | None = None,
     return est
 
 
-def mixture_size_first(raw: dict, flags: dict, force: bool, particles_d=None, copies: float = 1.0,
-                       width=None) -> None:
-    """The mixture family: refuse an absurd size from the config alone, before
-    its samples are built (``--K 1000`` would otherwise allocate first)."""
-    from ..core.guard import check_mixture_size
-    from ..mixture.config import make_config
+def family_size_first(raw: dict, flags: dict, force: bool, **size) -> None:
+    """A registered family: refuse an absurd size from its parameters alone
+    (file and flags), before it builds anything (its ``size_first`` hook;
+    none registered: nothing to check here)."""
+    from . import registry
 
+    hook = registry.family(raw["family"]).hook("size_first")
+    if hook is None:
+        return
     vals = {**{k: v for k, v in _table(raw).items() if v is not None},
             **{k: v for k, v in flags.items() if v is not None}}
-    if width is not None:
-        vals["width"] = width
-    cfg = make_config(vals)
-    if particles_d is not None and particles_d is not True:
-        d = particles_d
-    elif particles_d is True:
-        d = 2 * cfg.K + 2
-    else:
-        d = None
-    if copies == 0:  # derive: the samples' memory only, no steps
-        from ..core.guard import check_size, mixture_estimate
-
-        est = {**mixture_estimate(cfg), "seconds": 0.0}
-        check_size(est, "size", force, f" (derive K={cfg.K}, L={cfg.L}: {est['n_samples']:.3g} samples)")
-        return
-    check_mixture_size(cfg, force, particles_d=d, copies=copies)
+    hook(vals, force, **size)
 
 
 # ------------------------------------------------------------------ sizes before the data are built

@@ -5,8 +5,8 @@ v1..vK``): the help of a model verb lists each of them with the file's
 default and the comment after it as its meaning, then the run knobs
 (:class:`~meanfield.engine.description.RunParams`: eta, steps, width, ...)
 with their defaults. For a description of the mixture family the
-parameters are the family's config fields (``meanfield mixture run``'s
-flags), with the description's defaults. Flags the model does not take are
+parameters are the family's config fields (registered in
+``meanfield.engine.registry``), with the description's defaults. Flags the model does not take are
 not shown (they are refused when given).
 """
 
@@ -90,7 +90,7 @@ def model_parameters(path: Path, mixture_help: dict | None = None) -> tuple[str,
     path : Path
         the description (TOML).
     mixture_help : dict, optional
-        field -> meaning of the mixture family's fields (``meanfield mixture run``'s help).
+        field -> meaning of a family's fields (default: the description's comments and the run knobs' meanings).
 
     Returns
     -------
@@ -110,15 +110,15 @@ def model_parameters(path: Path, mixture_help: dict | None = None) -> tuple[str,
     table = raw.get("parameters", {}) if isinstance(raw.get("parameters", {}), dict) else {}
     table = {str(k).replace("-", "_"): v for k, v in table.items()}
     comments = parameter_comments(Path(path).read_text(encoding="utf-8", errors="replace"))
-    if raw.get("family") == "mixture":
-        from ..mixture.config import MixtureConfig
+    if raw.get("family") is not None:
+        from . import registry
 
         rows = []
-        for f in dataclasses.fields(MixtureConfig):
+        for f in dataclasses.fields(registry.family(str(raw["family"])).params_class()):
             default = table.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
-            meaning = comments.get(f.name) or (mixture_help or {}).get(f.name) or ""
+            meaning = comments.get(f.name) or (mixture_help or {}).get(f.name) or KNOB_HELP.get(f.name, "")
             rows.append((f.name, _fmt(default), meaning))
-        return "mixture", rows, []
+        return str(raw["family"]), rows, []
     declared = [(k, _fmt(v), comments.get(k, "")) for k, v in declared_parameters(raw).items()]
     knobs = [(f.name, _fmt(table.get(f.name, f.default)), comments.get(f.name) or KNOB_HELP.get(f.name, ""))
              for f in dataclasses.fields(RunParams)]
@@ -137,16 +137,16 @@ def apply(parser: argparse.ArgumentParser, path: Path, mixture_help: dict | None
         family, declared, knobs = model_parameters(path, mixture_help)
     except Exception:  # a broken file: the plain help (the run itself names the problem)
         return
-    rows = {n: (d, m) for n, d, m in (declared if family == "mixture" else knobs)}
+    rows = {n: (d, m) for n, d, m in (declared if family else knobs)}
     for a in parser._actions:
         if a.dest.startswith("param_"):
             name = a.dest[len("param_"):]
             a.help = _text(*rows[name]) if name in rows else argparse.SUPPRESS
     for g in parser._action_groups:
         if (g.title or "").startswith("model parameters"):
-            g.title = (f"parameters of {path.stem} (the mixture family's fields)" if family == "mixture" else
+            g.title = (f"parameters of {path.stem} (the {family} family's fields)" if family else
                        f"run knobs of {path.stem} (defaults from its [parameters])")
-    if family != "mixture" and declared:
+    if not family and declared:
         g = parser.add_argument_group(f"parameters declared by {path.stem} (its [parameters]; --NAME V overrides)")
         for name, default, meaning in declared:
             a = parser._option_string_actions.get("--" + name)

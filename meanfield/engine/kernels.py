@@ -9,7 +9,7 @@ coefficients ``nzc[s, i, :]`` on the features ``nzi[s, i, :]``; a signed
 feature costs one entry instead of P), counts ``cnt``, last query position
 ``last``, token count ``leff``, targets (n, C), weights. Compiled once, cached on disk
 (``@portable``: ``numba.njit(cache=True)``, and the same Python source can be
-compiled for the GPU by ``meanfield.mixture.kernels.compile_portable``).
+compiled for the GPU by ``meanfield.core.activations.compile_portable``).
 
 Forward pass per sequence s and head k (``docs/engine.md``): for every query
 (mean: position l with weight c_l / L_eff; last: the last position with
@@ -47,7 +47,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ..mixture.kernels import portable, relu_prime, sigmoid_neg, softplus_neg
+from ..core.activations import portable, relu_prime, sigmoid_neg, softplus_neg
 
 CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_margin": 4, "grad_w": 5}
 

@@ -2,7 +2,7 @@
 
 Kept apart from the TOML loader (``meanfield.engine.description``, which
 re-exports every name here) so that the built-in families
-(``meanfield.engine.families``) build descriptions without importing the
+(``meanfield.models.mixture.family``) build descriptions without importing the
 loader. See ``meanfield.engine.description`` for what each object means.
 """
 

@@ -121,6 +121,50 @@ def engine_figures(r) -> list[tuple[str, object]]:
     return out
 
 
+def _write(figs, out: Path) -> list[Path]:
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from ..core.io import write_bytes_atomic
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, fig in figs:
+        f = out / f"{name}.png"
+        buf = io.BytesIO()
+        fig.savefig(buf, dpi=110, format="png")
+        plt.close(fig)
+        write_bytes_atomic(f, buf.getbuffer())  # a full disk: one line naming f, no partial file
+        files.append(f)
+    return files
+
+
+def plot_generic_run(r, out: Path) -> list[Path]:
+    """``run.png``: :meth:`meanfield.Run.plot` (the loss and the state entries
+    that move most, labelled) of a run file of a system without figures of
+    its own (e.g. an induction run given to ``meanfield model plot``).
+
+    Parameters
+    ----------
+    r : meanfield.Run
+    out : Path
+
+    Returns
+    -------
+    list of Path
+
+    Example
+    -------
+    >>> plot_generic_run(meanfield.open_run("runs/induction.h5"), Path("figs"))   # doctest: +SKIP
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return _write([("run", r.plot())], out)
+
+
 def plot_engine_run(r, path: Path, out: Path) -> list[Path]:
     """Write :func:`engine_figures` of the run file ``path`` as PNGs into ``out``.
 
@@ -144,20 +188,4 @@ def plot_engine_run(r, path: Path, out: Path) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    import io
-
-    from ..core.io import write_bytes_atomic
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    files = []
-    for name, fig in engine_figures(r):
-        f = out / f"{name}.png"
-        buf = io.BytesIO()
-        fig.savefig(buf, dpi=110, format="png")
-        plt.close(fig)
-        write_bytes_atomic(f, buf.getbuffer())  # a full disk: one line naming f, no partial file
-        files.append(f)
-    return files
+    return _write(engine_figures(r), out)

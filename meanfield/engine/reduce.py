@@ -25,7 +25,7 @@ Initial state (:func:`initial_state`):
   N(0, omega_a^2 / m Gamma_a); Q_h = U^T U. An explicit network started from
   M_a with M_a E = U_a (e.g. M_a = U_a Gamma^{-1} E^T, the smallest such) starts
   from the same Gram state. For the mixture this is exactly the stream and
-  order of ``meanfield.mixture.init`` / the dense path;
+  order of ``meanfield.models.mixture.init`` / the dense path;
 * narrow: W~ = 0; value vectors from ``neuron_init`` (zero | const | gaussian
   drawn from the second stream as ``sigma * standard_normal((H, C n, R))``),
   given in report coordinates and mapped to the smallest ambient vector with

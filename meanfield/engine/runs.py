@@ -4,19 +4,17 @@ Run file (one schema, variable groups by name): datasets ``t``, ``step``,
 ``stage``, ``loss`` (T,), ``margin`` (T, n), ``u`` (T, n, H, rows) and a group
 ``variables/<head>/<name>`` per reduced variable in report coordinates (S, A,
 B (T, R, R); W (T, R, R); w (T, C, n, R); a (T, 1); other Gram blocks such as
-``V.r1`` as they are), ``features`` (the report names), ``heads``, and a
-``samples`` group (names, weight, target, flags). Attributes: model, family,
-stage_ends, T1, T2, T_loss (``meanfield.mixture.stagetimes.stage_times_of``), width,
-seed, eta, method, status, message.
+``V.r1`` as they are), its ``initial_state/<head>/<name>``, ``features`` (the
+report names), ``heads``, and a ``samples`` group (names, weight, target,
+flags, tokens, counts). Attributes: model, family, stage_ends, T1, T2, T_loss
+(``meanfield.core.stagetimes.stage_times_of``), width (inf at infinite
+width), seed, eta, method, head_scales, description, description_hash,
+variable_axes, status, message (``docs/run-files.md``).
 
-The mixture family writes today's mixture schema instead (system
-``mixture``: datasets S, A, B (T, 2, P, P), w (T, 2, P), u (T, n, 2), margin,
-loss, the ``samples`` group, T1/T2/T_loss, and, for configs off the fast
-path (``cfg.dense``), ``feature_gram``, ``w_neurons``/``u_neurons``, the
-``training_set`` group and attributes dense_path, basis_dim, n_neurons), so
-every reader of mixture run files reads engine runs unchanged.
-``meanfield.mixture.run.save`` writes its dense configs with :func:`save`
-(``engine_tag=False``: the file is exactly ``meanfield mixture run``'s).
+A family registered with a ``run_file`` hook (``meanfield.engine.registry``)
+writes its own schema instead (the mixture family: the mixture system's run
+file, so every reader of those files reads engine runs unchanged); the hook
+gets the attributes common to every run (:func:`common_attrs`).
 """
 
 from __future__ import annotations
@@ -86,6 +84,17 @@ def in_memory(desc: Description, system: EngineSystem, traj: integrate.Trajector
     return r
 
 
+def compile_notice(desc: Description, echo: bool = False) -> bool:
+    """Say "compiling kernels, about N s, once" when the engine kernels a run
+    of ``desc`` needs are neither compiled in this process nor cached
+    (``meanfield.core.guard.first_use_notice``). Returns whether they compile now."""
+    from ..core.guard import first_use_notice
+    from . import kernels
+
+    return first_use_notice(kernels.gd_advance if desc.training.method == "gd" else kernels.flow_rhs,
+                            kernels.loss_and_grads, family="engine", echo=echo)
+
+
 def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) -> Run:
     """Integrate the exact reduced dynamics of a description, in memory.
 
@@ -123,7 +132,7 @@ def stage_times(desc: Description, t, obs, stage_ends, step=None) -> dict:
     """T1, T2, T_loss and the criteria of a recorded run (``obs``: :func:`observables`),
     interpolated between the two records around each crossing (GD, given the
     records' ``step``: rounded up to the step)."""
-    from ..mixture.stagetimes import stage_times_of
+    from ..core.stagetimes import stage_times_of
 
     d = desc.data
     sched = "three-stage" if getattr(desc.parameters, "schedule", None) == "three-stage" else "simultaneous"
@@ -134,44 +143,6 @@ def stage_times(desc: Description, t, obs, stage_ends, step=None) -> dict:
 
 
 _stage_times = stage_times  # the name meanfield.engine.sweep uses
-
-
-def mixture_datasets(desc: Description, r: Run) -> tuple[dict, dict]:
-    """(datasets, attributes) of a mixture-family run in the mixture system's
-    schema (see the module docstring): what :func:`save` writes and what
-    ``meanfield.mixture.measure.simulate`` returns for dense configs."""
-    from ..mixture.data import feature_labels, samples_group
-
-    cfg = desc.parameters
-    smp = desc.data.extra["samples"]
-    obs = r.obs
-    blk = obs["blocks"]
-    c = desc.model.heads[0].scale  # softmax_scale 1/sqrt(m): the mixture records the scaled c S, c A, c B
-    S, A, B = (c * np.stack([blk[f"{h}:{nm}"] for h in ("+", "-")], axis=1) for nm in ("S", "A", "B"))
-    wn = np.stack([blk[f"{h}:w"][:, 0] for h in ("+", "-")], axis=1)  # (T, 2, nn, P)
-    u_n = obs["u"][..., :cfg.n_neurons]  # (T, n, 2, nn)
-    data = {
-        "features": np.array(feature_labels(cfg.K), dtype=object),
-        "heads": np.array(["+", "-"], dtype=object),
-        "t": r.t, "step": r.step, "stage": r.stage,
-        "loss": obs["loss"], "w": wn.mean(axis=2), "S": S, "A": A, "B": B,
-        "margin": obs["margin"], "u": u_n.mean(axis=-1),
-        "samples": samples_group(smp),
-    }
-    attrs = {}
-    if cfg.dense:
-        from ..mixture.config import gram_matrix
-
-        dd = desc.data.extra.get("dense")
-        data["feature_gram"] = dd.gram if dd is not None else (gram_matrix(cfg.feature_gram, cfg.K)
-                                                                if cfg.feature_gram is not None else np.eye(2 * cfg.K))
-        if cfg.n_neurons > 1:
-            data["w_neurons"] = wn
-            data["u_neurons"] = u_n
-        if dd is not None and dd.tokens is not None:
-            data["training_set"] = {"E": dd.E, "tokens": dd.tokens, "Q": dd.Q}
-        attrs.update({"dense_path": 1, "basis_dim": int(desc.dictionary.P), "n_neurons": cfg.n_neurons})
-    return data, attrs
 
 
 def _jsonable(v):
@@ -243,10 +214,8 @@ def _initial_blocks(desc: Description, r: Run) -> dict:
     return {k: np.asarray(v[0]) for k, v in obs["blocks"].items()}
 
 
-def file_content(desc: Description, r: Run, status: str | None = None, message: str | None = None,
-                 extra_attrs: dict | None = None, engine_tag: bool = True) -> tuple[str, dict, dict, dict]:
-    """(system, config, datasets, attributes) of the run file of ``r``: what
-    :func:`save` writes (schema in the module docstring and ``docs/run-files.md``)."""
+def common_attrs(desc: Description, r: Run, engine_tag: bool = True) -> dict:
+    """The attributes of every engine-run file (a family's ``run_file`` hook gets them too)."""
     st = stage_times(desc, r.t, r.obs, r.stage_ends, r.step)
     d = desc.data
     common = {
@@ -260,22 +229,26 @@ def file_content(desc: Description, r: Run, status: str | None = None, message: 
         "head_scales": {h.name: float(h.scale) for h in desc.model.heads},
         "description": resolved(desc), "description_hash": description_hash(desc),
     }
-    tokens = {"tokens": np.asarray(d.tokens, dtype=float), "counts": d.count_array}
-    init = _initial_blocks(desc, r)
     if engine_tag:
         common.update({"engine": 1, "model": desc.name})
-    if desc.family == "mixture":
-        cfg = desc.parameters
-        data, attrs = mixture_datasets(desc, r)
-        c = desc.model.heads[0].scale
-        data["samples"] = {**data["samples"], **tokens}
-        data["initial_state"] = {nm: (c if nm != "w" else 1.0) * np.stack(
-            [init[f"{h}:{nm}"] if nm != "w" else init[f"{h}:w"][0].mean(axis=0) for h in ("+", "-")])
-            for nm in ("S", "A", "B", "w")}
-        attrs.update({"K": cfg.K, "L": cfg.L, "omega": cfg.omega, "schedule": cfg.schedule})
-        attrs.update(common)
-        attrs.update(extra_attrs or {})
-        return "mixture", cfg.to_dict(), data, attrs
+    return common
+
+
+def initial_blocks(desc: Description, r: Run) -> dict:
+    """Every recorded variable at the initial state, ``"head:name" -> array``
+    (the run file's ``initial_state``; a family's hook writes it in its schema)."""
+    return _initial_blocks(desc, r)
+
+
+def file_content(desc: Description, r: Run, extra_attrs: dict | None = None,
+                 engine_tag: bool = True) -> tuple[str, dict, dict, dict]:
+    """(system, config, datasets, attributes) of the general engine run file
+    of ``r`` (schema in the module docstring and ``docs/run-files.md``); the
+    in-memory :class:`Run` of any description shows this schema."""
+    d = desc.data
+    common = common_attrs(desc, r, engine_tag)
+    tokens = {"tokens": np.asarray(d.tokens, dtype=float), "counts": d.count_array}
+    init = _initial_blocks(desc, r)
     variables, init_g = {}, {}
     for key, arr in r.obs["blocks"].items():
         h, nm = key.split(":", 1)
@@ -328,6 +301,13 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
     --------
     >>> save("runs/m.h5", desc, run(desc))     # doctest: +SKIP
     """
+    if desc.family is not None:  # a family with its own run-file schema writes it (meanfield.engine.registry)
+        from . import registry
+
+        writer = registry.family(desc.family).hook("run_file")
+        if writer is not None:
+            return writer(path, desc, r, common_attrs(desc, r, engine_tag), status=status or r.status,
+                          message=message or r.message, extra_attrs=extra_attrs)
     system, config, data, attrs = file_content(desc, r, extra_attrs=extra_attrs, engine_tag=engine_tag)
     return write_run(path, system=system, config=config, status=status or r.status,
                      message=message or r.message, data=data, attrs=attrs)

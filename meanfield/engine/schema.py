@@ -150,8 +150,11 @@ def reference() -> list[tuple[str, str, list[Key]]]:
 
     top_meaning = {
         "name": ("str", "the file's stem", "the model's name (run files, `check` finds a shipped model's claims by it)"),
-        "family": ("`mixture`", "none", "a built-in family: `[parameters]` then holds the family's config fields "
-                   "and the family builds dictionary, data, heads, model and training"),
+        "family": ("str", "none", "a registered family (`mixture`, or one a plug-in registers): `[parameters]` "
+                   "then holds the family's config fields and the family builds dictionary, data, heads, model "
+                   "and training"),
+        "plugins": ("array of str", "none", "modules to import before the description is read (each registers "
+                    "families, claims or commands with `meanfield.engine.registry`), e.g. `[\"my_pkg.my_family\"]`"),
         "parameters": ("table", "empty", "run knobs (below) and the model's own declared parameters"),
         "dictionary": ("table", "required", "the feature names and their Gram matrix"),
         "data": ("table", "required", "the finite weighted set of sequences"),

@@ -29,10 +29,11 @@ W~ = E^T W E (W in R^{d x d} read as x^T W x'):
     w~' = w~ - eta Gamma g,          g   = dLoss/dw~
     W~' = W~ - eta Gamma G_W Gamma,  G_W = dLoss/dW~
 
-:func:`mixture_check` instantiates the general map on the mixture head's
+``meanfield.models.mixture.engine_check.mixture_check`` (the paper's package, not
+the engine) instantiates the general map on the mixture head's
 blocks (Q = [[A, S], [S^T, B]], Ghat = [[0, G], [G^T, 0]],
 Gamma_r = blockdiag(Gamma, Gamma)) with sympy block matrices and checks that it
-gives ``meanfield.mixture.symbolic_gram``'s derived Gram-metric map (and with
+gives ``meanfield.models.mixture.symbolic_gram``'s derived Gram-metric map (and with
 Gamma = I the orthonormal map S' = S - eta (G B + A G) + eta^2 G S^T G), for
 D = I (simultaneous training) and D = 0 (attention frozen).
 
@@ -43,7 +44,7 @@ LaTeX (:func:`description_latex`) prints.
 sympy is imported inside the functions: importing this module (or
 ``meanfield``) does not import sympy.
 
-Public: :func:`derive_general`, :func:`mixture_check`, :func:`block_map`,
+Public: :func:`derive_general`, :func:`block_map`, :func:`same_matrix_expr`,
 :func:`general_latex`, :func:`description_latex`.
 """
 
@@ -95,12 +96,16 @@ def expected() -> dict:
     }
 
 
-def _factors(term):
-    """(scalar coefficient, tuple of matrix factors) of one expanded product
-    (the mixture derivation's, ``meanfield.mixture.symbolic_gram``)."""
-    from ..mixture.symbolic_gram import _factors as factors
+def matrix_factors(term):
+    """(scalar coefficient, tuple of matrix factors) of one expanded product."""
+    import sympy as sp
 
-    return factors(term)
+    if isinstance(term, sp.MatMul):
+        coeff, mats = term.as_coeff_matrices()
+        return coeff, tuple(mats)
+    if isinstance(term, sp.MatrixExpr):
+        return sp.Integer(1), (term,)
+    raise TypeError(f"unexpected term {term!r}")
 
 
 def _terms(expr):
@@ -164,7 +169,7 @@ def to_reduced(expr):
     explicit |= {x.T for x in list(explicit)}
     out = []
     for t in _terms(expr):
-        coeff, mats = _factors(t)
+        coeff, mats = matrix_factors(t)
         red = _rewrite_factors(mats)
         left = [f for f in red if f in explicit]
         if left:
@@ -183,7 +188,7 @@ def same(x, y) -> bool:
     # cancel terms that agree after the symmetric-symbol normalisation
     acc: dict = {}
     for t in _terms(diff):
-        coeff, mats = _factors(t)
+        coeff, mats = matrix_factors(t)
         key = _rewrite_factors(mats)
         acc[key] = sp.simplify(acc.get(key, 0) + coeff)
     return all(v == 0 for v in acc.values())
@@ -237,7 +242,7 @@ def collect(expr) -> dict:
     eta = s["eta"]
     out: dict = {}
     for t in _terms(expr):
-        coeff, mats = _factors(t)
+        coeff, mats = matrix_factors(t)
         k = int(sp.degree(coeff, eta)) if coeff.has(eta) else 0
         out.setdefault(k, []).append((sp.simplify(coeff / eta**k), sp.MatMul(*mats) if len(mats) > 1 else mats[0]))
     return out
@@ -328,45 +333,9 @@ def block_map(objects: list[tuple[str, str | None, bool]], reads: list[tuple[str
     return {"Q": Q, "G": Gs, "map": mp, "flow": fl}
 
 
-@lru_cache(maxsize=1)
-def mixture_check() -> dict:
-    """The general map on the mixture head (keys K, queries Q, loss reads S = Q_KQ)
-    against ``meanfield.mixture.symbolic_gram``'s derived Gram-metric map, for
-    simultaneous training (D = I) and attention frozen (D = 0); also Gamma = I
-    against the orthonormal map of ``shared`` spec / ``kernels``.
-    Returns {"gram_metric": {S, A, B: bool}, "orthonormal": {...}, "frozen": {...}}."""
-    import sympy as sp
-
-    from ..mixture import symbolic_gram as sg
-
-    names = {("K", "Q"): "S", ("K", "K"): "A", ("Q", "Q"): "B"}
-    P = sg.P_
-    res = block_map([("K", "Gamma", True), ("Q", "Gamma", True)], [("K", "Q")], P=P, names=names)
-    # identify the block symbols with symbolic_gram's
-    sub = {sp.MatrixSymbol("S", P, P): sg.S, sp.MatrixSymbol("A", P, P): sg.A, sp.MatrixSymbol("B", P, P): sg.B,
-           sp.MatrixSymbol(r"\Gamma", P, P): sg.GAMMA, sp.MatrixSymbol("G_{S}", P, P): sg.G,
-           symbols()["eta"]: sg.ETA}
-    derived_gram = sg.derive()["map"]
-    out = {"gram_metric": {}, "orthonormal": {}, "frozen": {}}
-    for (a, b), nm in names.items():
-        mine = res["map"][(a, b)].xreplace(sub)
-        out["gram_metric"][nm] = _same_sg(mine, derived_gram[nm])
-        ortho = mine.xreplace({sg.GAMMA: sp.Identity(P)}).doit()
-        Sm, Am, Bm, Gm, e = sg.S, sg.A, sg.B, sg.G, sg.ETA
-        spec = {"S": Sm - e * (Gm * Bm + Am * Gm) + e**2 * Gm * Sm.T * Gm,
-                "A": Am - e * (Gm * Sm.T + Sm * Gm.T) + e**2 * Gm * Bm * Gm.T,
-                "B": Bm - e * (Gm.T * Sm + Sm.T * Gm) + e**2 * Gm.T * Am * Gm}
-        out["orthonormal"][nm] = _same_sg(ortho, spec[nm])
-    frozen = block_map([("K", "Gamma", False), ("Q", "Gamma", False)], [("K", "Q")], P=P, names=names)
-    for (a, b), nm in names.items():
-        out["frozen"][nm] = _same_sg(frozen["map"][(a, b)].xreplace(sub), {"S": sg.S, "A": sg.A, "B": sg.B}[nm])
-    # the comparison can fail: the first-proposed A', B' (wrong order of Gamma) must be told apart
-    out["proposed_differs"] = {nm: not _same_sg(res["map"][k].xreplace(sub), sg.PROPOSED[nm])
-                               for k, nm in ((("K", "K"), "A"), (("Q", "Q"), "B"))}
-    return out
-
-
-def _same_sg(x, y) -> bool:
+def same_matrix_expr(x, y) -> bool:
+    """True when two sympy matrix expressions are equal term by term (after
+    expansion: every product's coefficient cancels)."""
     import sympy as sp
 
     d = sp.expand(sp.expand(x).doit() - sp.expand(y).doit()).doit()
@@ -379,7 +348,7 @@ def _collect_terms(expr) -> dict:
 
     acc: dict = {}
     for t in _terms(expr):
-        coeff, mats = _factors(t)
+        coeff, mats = matrix_factors(t)
         acc[mats] = sp.simplify(acc.get(mats, 0) + coeff)
     return acc
 
@@ -422,10 +391,31 @@ def _latex_map(lhs: str, expr, symbol_tex=None) -> str:
     return rf"{lhs} &= {txt.strip() or '0'}"
 
 
-def general_latex() -> str:
-    """The general map (derived) as a LaTeX fragment (amsmath), eta powers grouped."""
+def general_latex(instance_check: dict | None = None) -> str:
+    """The general map (derived) as a LaTeX fragment (amsmath), eta powers grouped.
+
+    Parameters
+    ----------
+    instance_check : dict, optional
+        The result of a check that the keys/queries instance below equals a
+        paper's own derivation ({name: {block: bool}}, e.g.
+        ``meanfield.models.mixture.engine_check.mixture_check()``); the
+        fragment says whether it passed. None: the fragment says it was not
+        checked here.
+
+    Returns
+    -------
+    str
+        The LaTeX fragment.
+
+    Example
+    -------
+    >>> from meanfield.engine.symbolic import general_latex
+    >>> general_latex().startswith(r"\allowdisplaybreaks")  # doctest: +SKIP
+    True
+    """
     res = derive_general()
-    chk = mixture_check()
+    chk = instance_check
     mp, fl = res["map"], res["flow"]
     lines = [
         r"\allowdisplaybreaks",
@@ -451,7 +441,7 @@ def general_latex() -> str:
     ]
     names = {("K", "Q"): "S", ("K", "K"): "A", ("Q", "Q"): "B"}
     blk = block_map([("K", "Gamma", True), ("Q", "Gamma", True)], [("K", "Q")], names=names)
-    ok = all(all(v.values()) for v in chk.values())
+    ok = chk is not None and all(all(v.values()) for v in chk.values())
     ex = block_map([("K", "Gamma", True), ("Q", "Gamma", True), ("V", "Gamma", True), ("r", None, True)],
                    [("K", "Q"), ("r", "V")])
     sel = (("K", "Q"), ("V", "V"), ("V", "r"), ("r", "r"), ("K", "V"))
@@ -459,7 +449,8 @@ def general_latex() -> str:
         r"\paragraph{The mixture head as an instance} ($Q = [[A, S], [S^T, B]]$, "
         r"$\hat G = [[0, G_S], [G_S^T, 0]]$, $\Gamma_r = \mathrm{blockdiag}(\Gamma, \Gamma)$, $D = I$; "
         + ("checked equal to the derived Gram-metric map of gram\\_metric.tex and, for $\\Gamma = I$, "
-           "to $S' = S - \\eta(G B + A G) + \\eta^2 G S^T G$)." if ok else "CHECK FAILED).")
+           "to $S' = S - \\eta(G B + A G) + \\eta^2 G S^T G$)." if ok else
+           "not checked here)." if chk is None else "CHECK FAILED).")
         + r"",
         r"\begin{align}",
         " \\\\\n".join(_latex_map(f"{names[k]}'", blk["map"][k]) for k in (("K", "Q"), ("K", "K"), ("Q", "Q"))),

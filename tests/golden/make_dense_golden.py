@@ -1,12 +1,12 @@
 """Regenerate the golden dense-path run files (the code as it was before the
 dense path ran through the engine).
 
-``tests/test_mixture_dense_golden.py`` holds today's ``meanfield.mixture.run``
+``tests/test_mixture_dense_golden.py`` holds today's ``meanfield.models.mixture.run``
 (``run_to_file`` of a dense config: feature Gram, finite noisy training set,
 several neurons per head, label noise, three-stage schedule, flow / rk4,
 finite width, stop criteria) equal to these files: the same datasets (names,
 shapes, dtypes), the same attributes, values to 1e-12 relative. They were
-produced from commit f457bcb (the dense path's own kernels, ``meanfield/mixture/dense.py``):
+produced from commit f457bcb (the dense path's own kernels, ``meanfield/models/mixture/dense.py``):
 
     git archive f457bcb | tar -x -C /tmp/src
     PYTHONPATH=/tmp/src .venv/bin/python tests/golden/make_dense_golden.py
@@ -81,8 +81,8 @@ def flatten(run, prefix: str = "") -> dict[str, np.ndarray]:
 
 def compute(flags: dict) -> dict[str, np.ndarray]:
     from meanfield.core.io import read_run
-    from meanfield.mixture.config import make_config
-    from meanfield.mixture.run import run_to_file
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.run import run_to_file
 
     cfg = make_config({}, **flags)
     with tempfile.TemporaryDirectory() as tmp:

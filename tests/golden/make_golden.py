@@ -50,8 +50,8 @@ def cases() -> dict[str, dict]:
 
 def compute(flags: dict) -> dict[str, np.ndarray]:
     from meanfield.core.io import read_run
-    from meanfield.mixture.config import make_config
-    from meanfield.mixture.run import run, save
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.run import run, save
 
     cfg = make_config({}, **flags)
     traj = run(cfg)

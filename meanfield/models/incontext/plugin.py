@@ -1,0 +1,7 @@
+"""The incontext paper's registration (``meanfield.engine.registry``): its claims (``meanfield model check incontext``)."""
+
+from __future__ import annotations
+
+from ...engine import registry
+
+registry.register_claims("incontext", "meanfield.models.incontext:check")

@@ -1,0 +1,381 @@
+"""One induction-head run, from a validated config to an HDF5 run file.
+
+:class:`InductionSystem` adapts the numba kernels to the shared steppers of
+``meanfield.core.integrate``; :func:`stages` turns a schedule into stages;
+:func:`run` integrates and :func:`save` writes the public run format
+(:func:`meanfield.core.io.write_run`, ``system = "induction"``).
+
+Stage modes are ``(train_c, train_w, train_a)`` masks (1 / 0): GD takes
+``theta[group] -= eta * mask_group * grad[group]`` with the shared
+:class:`~meanfield.core.integrate.GDMap`, each phase with its own step size
+(``Stage.eta``: eta_1, eta_2, eta_3; simultaneous: eta), so the time ``t`` of a GD
+run is the gradient-flow time, the sum of the step sizes taken; the flow is
+``d theta/dt = -mask * grad``.
+
+Run file (``meanfield.core.io`` common attributes plus):
+
+* datasets, T records: ``t`` (T,), ``step`` (T,), ``stage`` (T,) (stage (phase) 1..3,
+  or 1 for simultaneous), ``theta`` (T, n_params) (layout of
+  ``meanfield.models.induction.model``), ``c`` (T, nS), ``c_weight`` (T, nS) =
+  c_S^2 / sum c^2, ``w`` (T, H, M), ``rpe`` (T, H, M) = full-window RPE
+  softmax per head, ``a`` (T,), ``loss_train`` (T,) (the training loss, all
+  n_train sequences, guarded: what GD minimises), ``loss_test_all`` (T,)
+  (held-out, all n_test sequences, guarded: a sequence whose target never
+  occurs in its context counts -log(yhat_floor) = 690.78 with loss nll),
+  ``loss_test_seen`` (T,) (held-out, only the n_test_seen sequences whose
+  target occurs in the context: the number the claims and the figures use),
+  ``loss_test`` (T,) (= loss_test_all, the name older files used) (NaN when
+  n_test = 0), ``clipped_train`` / ``clipped_test`` (T,) (how many
+  sequences the log(0) guard clipped);
+* ``subsets`` (nS,) strings ("{}", "{1}", "{1,2}": 1-based heads, canonical
+  order), ``subset_members`` (nS, max(D, 1)) 0-based heads padded with -1,
+  ``lags`` (H, M) the lag of each RPE weight;
+* attributes: d, L, L_test, pa, alpha, H, M, D, first_lags, start_lags,
+  method, schedule, sampling, loss, n_train, n_test, n_test_seen, batch, seed, train_seed,
+  test_seed, kernel_path, yhat_floor, stage_names, stage_ends,
+  stopped_at_step, stopped_at_t, warnings.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...core import harness, integrate
+from ...core.criteria import criterion_args, parse_criterion
+from ...core.io import write_run
+from . import kernels
+from .config import InductionConfig
+from .criteria import CRITERIA
+from .data import InductionData, generate, load_data
+from .model import Arch, init_params, rpe_softmax, subset_label, unpack
+
+EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
+PHASE_NAMES = ("c", "w", "a")
+
+
+def train_seed(cfg: InductionConfig) -> tuple[int, ...]:
+    return (cfg.seed, 0)
+
+
+def test_seed(cfg: InductionConfig) -> tuple[int, ...]:
+    return (cfg.seed, 1)
+
+
+def fresh_seed(cfg: InductionConfig, step: int) -> tuple[int, ...]:
+    """Seed of the fresh batch used by GD step ``step`` (0-based) in sampling = fresh."""
+    return (cfg.seed, 2, int(step))
+
+
+def epoch_seed(cfg: InductionConfig, epoch: int) -> tuple[int, ...]:
+    """Seed of the permutation of the training set in epoch ``epoch`` (0-based), sampling = minibatch."""
+    return (cfg.seed, 3, int(epoch))
+
+
+def minibatch_indices(cfg: InductionConfig, n: int, step: int) -> np.ndarray:
+    """The training-set indices GD step ``step`` (0-based) uses in sampling =
+    minibatch: epoch e = step // nb (nb = ceil(n / batch) batches per epoch)
+    permutes 0..n-1 with seed :func:`epoch_seed` and step takes its
+    (step mod nb)-th slice of ``batch`` (the last one shorter)."""
+    nb = -(-n // cfg.batch)
+    e, k = divmod(int(step), nb)
+    perm = np.random.default_rng(list(epoch_seed(cfg, e))).permutation(n)
+    return np.sort(perm[k * cfg.batch: (k + 1) * cfg.batch])
+
+
+def train_data(cfg: InductionConfig) -> InductionData:
+    if cfg.train_file is not None:
+        ds = load_data(cfg.train_file)
+        return ds.subset(slice(0, cfg.n_train)) if ds.N > cfg.n_train else ds
+    return generate(cfg.n_train, cfg.d, cfg.L, cfg.pa, cfg.alpha, train_seed(cfg))
+
+
+def test_data(cfg: InductionConfig) -> InductionData | None:
+    if cfg.n_test == 0:
+        return None
+    return generate(cfg.n_test, cfg.d, cfg.L_test, cfg.pa, cfg.alpha, test_seed(cfg))
+
+
+@dataclass
+class Problem:
+    """Everything a run needs besides the config: architecture, prepared batches, initial state."""
+
+    cfg: InductionConfig
+    arch: Arch
+    train: kernels.Batch
+    test: kernels.Batch | None
+    theta0: np.ndarray
+    test_seen: kernels.Batch | None = None  # the held-out sequences whose target occurs in the context
+
+    @staticmethod
+    def build(cfg: InductionConfig) -> "Problem":
+        arch = cfg.arch()
+        train = kernels.Batch(train_data(cfg).tokens, arch, loss=cfg.loss)
+        te = test_data(cfg)
+        test = None if te is None else kernels.Batch(te.tokens, arch, loss=cfg.loss)
+        theta0 = init_params(arch, cfg.w_plus, cfg.w_minus, cfg.c_init, cfg.a_init, cfg.start_lags)
+        seen = None
+        if test is not None:
+            from .theory import seen_mask
+
+            m = seen_mask(test.tokens)
+            seen = test.subset(np.flatnonzero(m)) if m.any() else None
+        return Problem(cfg, arch, train, test, theta0, seen)
+
+
+@dataclass
+class InductionSystem:
+    """The induction-head model as a system for ``meanfield.core.integrate``.
+
+    ``mode`` of a stage: (rate_c, rate_w, rate_a). With ``fresh`` (a config in
+    sampling = fresh) every GD step draws its own batch (seed
+    :func:`fresh_seed` of the global step count ``steps_done``), so a run is
+    reproducible whatever the chunking; with ``minibatch`` (a config in
+    sampling = minibatch) every GD step uses the slice
+    :func:`minibatch_indices` of ``train``; otherwise GD, the flow and the
+    criteria use the fixed training batch ``train``. Criteria of stochastic
+    runs are evaluated on the step's batch."""
+
+    train: kernels.Batch
+    arch: Arch
+    yhat_floor: float = 1e-300
+    max_abs: float = math.inf
+    fresh: InductionConfig | None = None
+    steps_done: int = 0
+    minibatch: InductionConfig | None = None
+
+    @property
+    def log_cap(self) -> float:
+        return kernels.log_cap_of(self.yhat_floor)
+
+    def _fresh_batch(self, step: int) -> kernels.Batch:
+        c = self.fresh
+        ds = generate(c.batch, c.d, c.L, c.pa, c.alpha, fresh_seed(c, step))
+        return kernels.Batch(ds.tokens, self.arch, loss=self.train.loss)
+
+    def _step_batch(self, step: int) -> kernels.Batch:
+        if self.fresh is not None:
+            return self._fresh_batch(step)
+        return self.train.subset(minibatch_indices(self.minibatch, self.train.N, step))
+
+    def gd_advance(self, y, nsteps, eta, mode, criterion):
+        rates = float(eta) * np.asarray(mode, dtype=np.float64)
+        kind, op, thr = criterion_args(criterion, CRITERIA)
+        if self.fresh is None and self.minibatch is None:
+            done, code, _ = kernels.gd_advance(y, int(nsteps), rates, *self.train.args(), self.log_cap,
+                                               kind, op, thr, float(self.max_abs))
+            self.steps_done += int(done)
+            return int(done), int(code)
+        done = 0
+        while done < nsteps:
+            b = self._step_batch(self.steps_done)
+            k, code, _ = kernels.gd_advance(y, 1, rates, *b.args(), self.log_cap, kind, op, thr, float(self.max_abs))
+            if code != 0:
+                return done, int(code)
+            done += 1
+            self.steps_done += 1
+        return done, 0
+
+    def grad(self, y) -> tuple[float, np.ndarray]:
+        g = np.zeros(y.shape[0])
+        loss, _ = kernels.loss_grad(np.ascontiguousarray(y, dtype=np.float64), *self.train.args(),
+                                    self.log_cap, True, g)
+        return float(loss), g
+
+    def rhs(self, y, mode):
+        _, g = self.grad(y)
+        a = self.arch
+        rates = np.empty_like(g)
+        rates[: a.nS] = mode[0]
+        rates[a.nS: a.nS + a.H * a.M] = mode[1]
+        rates[a.nS + a.H * a.M:] = mode[2]
+        return -rates * g
+
+    def criterion_value(self, y, name):
+        loss, g = self.grad(y)
+        a = self.arch
+        return float(kernels.criterion_value(CRITERIA[name], loss, np.ascontiguousarray(y, dtype=np.float64),
+                                             g, a.nS, a.H, a.M))
+
+
+def group_mode(group: str) -> tuple[float, float, float]:
+    """The stage mode (rate_c, rate_w, rate_a) of a parameter group string
+    such as ``"c"``, ``"cw"`` or ``"cwa"``."""
+    return tuple(1.0 if ch in group else 0.0 for ch in PHASE_NAMES)
+
+
+def stage_specs(cfg: InductionConfig) -> list[harness.StageSpec]:
+    """The stages of the schedule in the shared vocabulary: what each trains
+    (a group string), its length (steps for gd, time for flow / rk4), its
+    criterion and its GD step size."""
+    gd = cfg.method == "gd"
+    if cfg.schedule == "simultaneous":
+        return [harness.StageSpec("cwa", cfg.steps if gd else cfg.t_end,
+                                  parse_criterion("criterion", cfg.criterion, CRITERIA), "simultaneous",
+                                  cfg.eta if gd else None)]
+    return [harness.StageSpec(group, cfg.stage_steps[k] if gd else cfg.stage_times[k],
+                              parse_criterion("stage_criteria", cfg.stage_criteria[k], CRITERIA), group,
+                              cfg.stage_etas[k] if gd else None)
+            for k, group in enumerate(cfg.phases)]
+
+
+def stages(cfg: InductionConfig) -> list[integrate.Stage]:
+    """Stages of the schedule; lengths are steps (gd) or times (flow, rk4)."""
+    return harness.stages_of(stage_specs(cfg), mode=group_mode)
+
+
+def solver(cfg: InductionConfig):
+    """The solver of the config's method (``harness.solver_of``): with gd every
+    stage carries its own step size (``Stage.eta``)."""
+    return harness.solver_of(cfg)
+
+
+#: default number of records over the horizon: each induction record evaluates
+#: the loss on every train and test sequence, a mixture record copies a small state
+RECORDS = 200
+
+
+def save_at(cfg: InductionConfig) -> integrate.SaveAt:
+    """The recording grid, by the shared rules (``harness.save_at_of``,
+    ``docs/conventions.md``, "One vocabulary"): every ``record_every`` steps,
+    ``record_log`` log-spaced points (flow: from 1/100 of the smallest step
+    size), every ``record_dt``; the default is about :data:`RECORDS` = 200
+    records over the horizon (the mixture's 1000)."""
+    eta = cfg.eta if cfg.schedule == "simultaneous" else min(cfg.stage_etas)
+    return harness.save_at_of(cfg, records=RECORDS, eta=eta)
+
+
+def phase_log_grid(cfg: InductionConfig, every: int, n_log: int) -> integrate.SaveAt:
+    """GD record grid of a three-stage run: every ``every`` steps in phases 1
+    and 2, and ``n_log`` log-spaced steps counted from the start of phase 3.
+    The points assume every phase runs its full length (a criterion that ends
+    phase 1 or 2 early shifts phase 3 against the grid)."""
+    if cfg.method != "gd" or cfg.phases != PHASE_NAMES:
+        raise ValueError("phase_log_grid: needs method gd and schedule three-stage (c,w,a)")
+    n1, n2, n3 = cfg.stage_steps
+    pts = [np.arange(every, n1 + n2, every, dtype=np.int64)]
+    if n3 > 0:
+        pts.append(n1 + n2 + np.unique(np.round(np.geomspace(1, n3, n_log)).astype(np.int64)))
+    return integrate.SaveAt(points=np.unique(np.concatenate(pts)))
+
+
+def run(cfg: InductionConfig, problem: Problem | None = None, theta0: np.ndarray | None = None,
+        monitor: integrate.Monitor | None = None, saveat: integrate.SaveAt | None = None) -> integrate.Trajectory:
+    """Train for ``cfg`` (from ``theta0`` if given) and return the trajectory
+    (the state y of each record is the flat parameter vector theta).
+    ``saveat`` replaces the config's record grid (e.g. log-spaced records
+    inside phase 3: :func:`phase_log_grid`)."""
+    pb = problem or Problem.build(cfg)
+    system = InductionSystem(pb.train, pb.arch, cfg.yhat_floor, cfg.max_abs,
+                             fresh=cfg if cfg.sampling == "fresh" else None,
+                             minibatch=cfg if cfg.sampling == "minibatch" else None)
+    y = pb.theta0 if theta0 is None else np.asarray(theta0, dtype=np.float64)
+    return harness.solve(cfg, system, y, stages(cfg), saveat if saveat is not None else save_at(cfg), monitor)
+
+
+def observables(pb: Problem, Y: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-record quantities of the run file from the states Y (T, n_params)."""
+    cfg = pb.cfg
+    arch = pb.arch
+    c, w, a = unpack(Y, arch)
+    c2 = c * c
+    T = Y.shape[0]
+    lt = np.empty(T)
+    le = np.full(T, np.nan)
+    ls = np.full(T, np.nan)
+    ct = np.zeros(T, dtype=np.int64)
+    ce = np.zeros(T, dtype=np.int64)
+    for i in range(T):
+        lt[i], _, ct[i] = kernels.batch_loss_grad(Y[i], pb.train, cfg.yhat_floor, want_grad=False)
+        if pb.test is not None:
+            le[i], _, ce[i] = kernels.batch_loss_grad(Y[i], pb.test, cfg.yhat_floor, want_grad=False)
+        if pb.test_seen is not None:
+            ls[i] = kernels.batch_loss(Y[i], pb.test_seen, cfg.yhat_floor)
+    return {
+        "c": c, "c_weight": c2 / c2.sum(axis=-1, keepdims=True), "w": w, "rpe": rpe_softmax(w), "a": a,
+        "loss_train": lt, "loss_test_all": le, "loss_test_seen": ls, "loss_test": le,
+        "clipped_train": ct, "clipped_test": ce,
+    }
+
+
+def save(path: str | Path, cfg: InductionConfig, traj: integrate.Trajectory, problem: Problem | None = None,
+         status: str | None = None, message: str | None = None, extra_attrs: dict | None = None) -> Path:
+    """Write the run file (format in the module docstring)."""
+    pb = problem or Problem.build(cfg)
+    arch = pb.arch
+    arr = traj.arrays()
+    Y = arr["y"] if arr["y"].size else np.empty((0, arch.n_params))
+    obs = observables(pb, Y)
+    data = {
+        "t": arr["t"], "step": arr["step"], "stage": arr["stage"], "theta": Y,
+        **obs,
+        "subsets": np.array([subset_label(S) for S in arch.subsets], dtype=object),
+        "subset_members": arch.members, "lags": arch.lags,
+        **self_contained_data(pb),
+    }
+    attrs = {
+        "d": cfg.d, "L": cfg.L, "L_test": cfg.L_test, "pa": list(cfg.pa), "alpha": cfg.alpha,
+        "H": cfg.H, "M": cfg.M, "D": cfg.D, "first_lags": list(arch.first), "start_lags": list(cfg.start_lags),
+        "method": cfg.method, "schedule": cfg.schedule, "sampling": cfg.sampling, "n_train": pb.train.N,
+        "n_test": 0 if pb.test is None else pb.test.N, "batch": cfg.batch, "seed": cfg.seed,
+        "n_test_seen": 0 if pb.test_seen is None else pb.test_seen.N, "loss": cfg.loss,
+        "train_seed": list(train_seed(cfg)), "test_seed": list(test_seed(cfg)),
+        "train_file": cfg.train_file or "", "kernel_path": pb.train.path, "yhat_floor": cfg.yhat_floor,
+        "stage_names": ["simultaneous"] if cfg.schedule == "simultaneous" else list(cfg.phases),
+        "stage_ends": traj.stage_ends,
+        "stopped_at_step": int(arr["step"][-1]) if arr["step"].size else 0,
+        "stopped_at_t": float(arr["t"][-1]) if arr["t"].size else 0.0,
+        "warnings": list(cfg.warnings()) + list(traj.warnings),
+    }
+    attrs.update(self_contained_attrs(cfg))
+    attrs.update(extra_attrs or {})
+    return write_run(path, system="induction", config=cfg.to_dict(), status=status or traj.status,
+                     message=message or traj.message, data=data, attrs=attrs)
+
+
+#: the training sequences are stored in the run file up to this many tokens (above: only their counts; the
+#: sequences are regenerated from ``train_seed``)
+MAX_STORED_TOKENS = 4_000_000
+
+
+def self_contained_data(pb: Problem) -> dict:
+    """The datasets that make an induction run file self-contained
+    (``docs/run-files.md``): ``initial_state`` (c, w, a at theta0, a group of
+    its own), and ``training_set`` with ``counts`` (how often each token value
+    0..d-1 occurs in the training sequences) and ``tokens`` (the sequences,
+    (n_train, L + 1) in the smallest integer type; left out above
+    :data:`MAX_STORED_TOKENS`, then ``tokens_stored = 0``)."""
+    c, w, a = unpack(pb.theta0, pb.arch)
+    tok = np.asarray(pb.train.tokens)
+    counts = np.bincount(tok.ravel().astype(np.int64), minlength=pb.cfg.d)
+    ts = {"counts": counts, "tokens_stored": np.int8(tok.size <= MAX_STORED_TOKENS)}
+    if tok.size <= MAX_STORED_TOKENS:
+        ts["tokens"] = tok.astype(np.min_scalar_type(max(int(pb.cfg.d) - 1, 0)))
+    return {"initial_state": {"c": np.asarray(c), "w": np.asarray(w), "a": np.asarray(a)}, "training_set": ts}
+
+
+def self_contained_attrs(cfg: InductionConfig) -> dict:
+    """``description`` (the resolved config) and ``description_hash`` (sha256
+    of its canonical JSON) of an induction run file."""
+    import hashlib
+    import json
+
+    d = cfg.to_dict()
+    return {"description": d,
+            "description_hash": hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()}
+
+
+def run_to_file(cfg: InductionConfig, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0):
+    """Run and write ``out`` through the shared harness
+    (``meanfield.core.harness.run_to_file``): progress on stderr for long
+    runs, a checkpoint file (status "interrupted") every ``checkpoint_s``
+    seconds so that even a killed process leaves a valid file. Returns
+    (trajectory, path)."""
+    pb = Problem.build(cfg)
+    return harness.run_to_file(
+        cfg, lambda mon: run(cfg, pb, monitor=mon),
+        lambda traj, status=None, message=None: save(out, cfg, traj, pb, status=status, message=message),
+        progress=progress, checkpoint_s=checkpoint_s, label="induction: ")

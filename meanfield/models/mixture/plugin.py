@@ -1,0 +1,23 @@
+"""The mixture paper's registration (``meanfield.engine.registry``): its family, fast path, run plot, command.
+
+Importing this module is cheap: every reference is a ``"module:attr"``
+string, resolved when used.
+"""
+
+from __future__ import annotations
+
+from ...core.sweep import register_system
+from ...engine import registry
+
+registry.register_family(
+    "mixture", params="meanfield.models.mixture.config:MixtureConfig", build="meanfield.models.mixture.family:build",
+    check_options="meanfield.models.mixture.family:check_options",
+    size_first="meanfield.models.mixture.family:size_first",
+    run_file="meanfield.models.mixture.family:run_file", plot="meanfield.models.mixture.family:plot",
+    summary="K-mixture of linear classification, two-headed transformer (seed 000)")
+registry.register_fast_path(
+    "mixture", name="kernels", run="meanfield.models.mixture.run:run",
+    verified_by="tests/test_engine_mixture.py::test_engine_equals_fast_path",
+    summary="hand numba kernels of the orthonormal population (meanfield mixture run; S, A, B, w state)")
+registry.register_command("mixture", "meanfield.models.mixture.cli:add_parser", order=10)
+register_system("mixture", "meanfield.models.mixture.ensemble:MIXTURE")  # the chunked-ensemble adapter

@@ -1,8 +1,0 @@
-"""Old import path, kept as an alias for one release: the module now lives at
-``meanfield.core.report`` (the shared core; see docs/layout.md)."""
-
-import sys
-
-from .core import report as _module
-
-sys.modules[__name__] = _module

@@ -1,8 +1,0 @@
-"""Old import path, kept as an alias for one release: the module now lives at
-``meanfield.core.sweep`` (the shared core; see docs/layout.md)."""
-
-import sys
-
-from .core import sweep as _module
-
-sys.modules[__name__] = _module
