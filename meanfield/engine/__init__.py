@@ -10,10 +10,19 @@ stays light (no numba compile, no sympy).
 
 from __future__ import annotations
 
-#: the engine's public names (``dir(meanfield.engine)``), each loaded on first use
-__all__ = ["load", "derive", "run", "run_to_file", "Run", "particles", "particles_to_file", "width_sweep",
-           "run_batch", "BatchRun", "initial_states", "load_description", "description_from_dict", "make_data",
-           "Description", "Dictionary", "Data", "Head", "Model", "Init", "Training", "StageSpec", "RunParams"]
+
+_LAZY = {
+    "description": ("Description", "Dictionary", "Data", "Head", "Model", "Init", "Training", "StageSpec",
+                    "RunParams", "load_description", "description_from_dict", "make_data"),
+    "api": ("derive", "run", "Run", "run_to_file"),
+    "batched": ("run_batch", "BatchRun", "initial_states"),
+    "finite": ("particles", "particles_to_file", "width_sweep"),
+}
+__all__ = ["load"] + [n for names in _LAZY.values() for n in names]
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
 
 
 def load(path, **overrides):
@@ -74,6 +83,3 @@ def __getattr__(name):
         return getattr(finite, name)
     raise AttributeError(name)
 
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
