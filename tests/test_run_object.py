@@ -247,3 +247,47 @@ def test_set_parameters_and_bad_input():
         meanfield.load("incontext", no_such_parameter=1)
     with pytest.raises(ConfigError, match="^model: no such file"):
         meanfield.load("no_such_model")
+
+
+def test_progress_shows_no_rate_before_the_first_chunk():
+    import io
+    import time
+
+    from meanfield.core.integrate import Monitor
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    buf = Tty()
+    with Monitor(total=100, unit="step", quiet_s=0.0, every_s=0.0, stream=buf) as mon:
+        time.sleep(0.05)  # the first chunk: compilation and set-up, not stepping
+        mon.update(10, 1, "")
+        time.sleep(0.05)
+        mon.update(60, 1, "")
+    first, second = [x for x in buf.getvalue().split("\r") if x.strip()][:2]
+    assert "rate after the first chunk" in first and "step/s" not in first
+    rate = float(second.split("step/s")[0].rsplit(",", 1)[-1].split()[-1])
+    assert 50 / 0.5 < rate < 50 / 0.04  # measured from the first chunk on: (60 - 10) steps over ~0.05 s
+
+
+def test_compile_notice_names_its_estimate(capsys, monkeypatch):
+    import logging
+
+    from meanfield.core import guard
+
+    monkeypatch.setattr(logging.getLogger(guard.LOG), "handlers", [])  # as in a notebook: no CLI log handler
+
+    class Cold:  # a dispatcher with nothing compiled and no cache index: a first use
+        signatures = []
+        _cache = None
+
+    assert guard.first_use_notice(Cold(), family="engine", echo=True)
+    err = capsys.readouterr().err
+    assert f"compiling kernels, about {guard.COMPILE_S['engine']} s, once" in err and len(err.splitlines()) == 1
+
+    class Warm:
+        signatures = ["(float64,)"]
+
+    assert not guard.first_use_notice(Warm(), family="engine", echo=True)
+    assert capsys.readouterr().err == ""

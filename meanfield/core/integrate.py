@@ -56,6 +56,9 @@ class Stage:
     criterion: tuple[str, str, float] | None = None
     name: str = ""
     eta: float | None = None  # GD step size of this stage (None: the solver's); a step adds eta to t
+    #: a learning-rate schedule: eta_at(k, start) is the step size of global step k of this stage
+    #: (start: the stage's first step); the GD map then steps one at a time and t sums the step sizes
+    eta_at: Callable[[int, int], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -219,16 +222,23 @@ class GDMap:
         traj.record(0.0, 0, stages[0].index if stages else 0, y)
         pts = save.points if save.points is not None else np.empty(0, np.int64)
         per_step = None  # seconds per step, measured
-        uniform = all(s.eta is None for s in stages)
+        uniform = all(s.eta is None and s.eta_at is None for s in stages)
         t_start = 0.0
         for stage in stages:
             start = step
             end = start + int(stage.length)
             eta = self.eta if stage.eta is None else stage.eta
+            sched = {"k": start, "t": t_start}  # a schedule's running time: t after global step k
 
-            def tt(k, start=start, t_start=t_start, eta=eta):
+            def tt(k, start=start, t_start=t_start, eta=eta, stage=stage, sched=sched):
                 """Time after global step k of this stage: k eta, or with per-stage
-                step sizes the time at the stage start plus (k - start) eta."""
+                step sizes the time at the stage start plus (k - start) eta, or with a
+                schedule the sum of the step sizes taken."""
+                if stage.eta_at is not None:
+                    t = sched["t"]
+                    for j in range(sched["k"], k):
+                        t += stage.eta_at(j, start)
+                    return t
                 return k * self.eta if uniform else t_start + (k - start) * eta
 
             while True:
@@ -244,7 +254,14 @@ class GDMap:
                 elif chunk > 64:
                     chunk = 64
                 t0 = time.perf_counter()
-                done, code = system.gd_advance(y, chunk, eta, stage.mode, stage.criterion)
+                if stage.eta_at is not None:  # one step at a time, each with its own step size
+                    done, code = system.gd_advance(y, min(chunk, 1), stage.eta_at(step, start), stage.mode,
+                                                   stage.criterion)
+                    if done:
+                        sched["t"] += stage.eta_at(step, start)
+                        sched["k"] = step + 1
+                else:
+                    done, code = system.gd_advance(y, chunk, eta, stage.mode, stage.criterion)
                 if done > 0:
                     per_step = (time.perf_counter() - t0) / done
                 step += done

@@ -101,6 +101,20 @@ def _labels(n: int, names: list[str]) -> list[str]:
     return names if len(names) == n else [str(i) for i in range(n)]
 
 
+class SystemName(str):
+    """The system name of an in-memory run (``"engine"``) that also answers
+    for the run's system object (``run.system.T(y)``, ``run.system.loss``):
+    in-memory engine runs had their EngineSystem as ``run.system``."""
+
+    def __new__(cls, name: str, obj):
+        s = str.__new__(cls, name)
+        s._obj = obj
+        return s
+
+    def __getattr__(self, k):
+        return getattr(self.__dict__["_obj"], k)
+
+
 class Run(dict):
     """A run: a mixture, engine or induction run file read by :func:`open_run`,
     or an engine run in memory (``meanfield.run(desc)``). See the module docstring.
@@ -193,7 +207,10 @@ class Run(dict):
 
     @property
     def system(self) -> str:
-        return str(self.attrs.get("system", ""))
+        """``mixture`` | ``engine`` | ``induction`` (in memory: a name that also
+        answers for the engine's system object)."""
+        name = self.__dict__.get("_system_name")
+        return name if name is not None else str(self.attrs.get("system", ""))
 
     def __getattr__(self, name):
         if name.startswith("_"):

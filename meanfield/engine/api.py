@@ -54,6 +54,16 @@ def derive(desc: Description, latex: bool = True) -> dict:
     """
     out = derive_summary(desc)
     out["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared}  # the declared ones
+    if "population" in desc.data.extra or desc.data.extra.get("sampled"):  # a data family (meanfield.engine.gaussian)
+        from .gaussian import convention_attrs
+
+        law = (desc.data.extra.get("population") or {}).get("law") or desc.data.extra.get("law")
+        opts = desc.data.extra.get("icl", {"N_test": None, "samples": 0, "seed": 0})
+        out["data"] = convention_attrs(law, opts, exact="population" in desc.data.extra)
+        if "population" in desc.data.extra:
+            out["data"]["loss"] = ("L = (1/2) (T . M T - 2 m . T + c0), yhat = sum_abj T_abj G_ab x_qj, "
+                                   "M = E[G G] (x) Lambda: closed-form Gaussian moments (docs/engine.md)")
+            out["data"]["loss_min"] = law.moments().minimum_loss()
     out["latex"] = None
     if latex:
         try:

@@ -383,6 +383,14 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     """
     be = resolve_backend(backend)
     tr = desc.training
+    if "population" in desc.data.extra:  # meanfield.engine.population's kernels, not the batch's
+        raise ConfigError("data.family: the exact Gaussian population (icl_regression) is not batched; run it "
+                          "unbatched (meanfield.engine.run)")
+    from .rates import has_rates
+
+    if has_rates(tr):
+        raise ConfigError("training: group rates, per-stage eta and eta schedules are not batched (the batch kernel "
+                          "steps every group with one eta); run it unbatched")
     if tr.method not in ("gd", "rk4"):
         raise ConfigError(f"training.method: the batch runs method gd (the exact GD map) or rk4 (fixed step); got "
                           f"{tr.method!r} (adaptive steps: run it unbatched)")

@@ -48,8 +48,10 @@ def _markdown(name, claims, meta, quick, elapsed) -> str:
         lines += ["Numbers:", "", "```", json.dumps(c.numbers, indent=1, default=_json_default), "```", ""]
         if c.figure:
             lines += [f"![{c.name}]({Path(c.figure).name})", ""]
+    if meta.get("markdown"):  # a checker's own markdown section (e.g. a table), verbatim
+        lines += [meta["markdown"], ""]
     for k, v in meta.items():
-        if k != "summary":
+        if k not in ("summary", "markdown"):
             lines += [f"- {k}: {json.dumps(v, default=_json_default)}"]
     return "\n".join(lines) + "\n"
 

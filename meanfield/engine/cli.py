@@ -157,7 +157,22 @@ def description_from_args(args, size: dict | None = None):
 def _particles_d(args):
     from ..core.config import as_int
 
+    _family_d(args)
     return as_int("d", args.d, lo=1) if args.d is not None else True
+
+
+def _family_d(args) -> None:
+    """A description with a data family (icl_regression) declares its own d (the input dimension):
+    there ``--d`` is that parameter, and the explicit network's ambient dimension is the default P + 2."""
+    if args.d is None:
+        return
+    from .description import read_raw
+
+    raw = read_raw(model_path(args.model))
+    data = raw.get("data") if isinstance(raw, dict) else None
+    if isinstance(data, dict) and data.get("family") is not None:
+        args.declared = dict(getattr(args, "declared", None) or {}, d=args.d)
+        args.d = None
 
 
 def _cmd_derive(args) -> int:
@@ -208,7 +223,31 @@ def outcome_of(path, desc) -> list[str]:
     from ..core.outcome import criterion_text, outcome_lines
 
     stages = [(s.name, criterion_text(s.criterion)) for s in desc.training.stages]
-    return outcome_lines(path, stages=stages or None)
+    lines = outcome_lines(path, stages=stages or None)
+    sampled = desc.data.extra.get("sampled")
+    if sampled:  # a data family on sampled prompts (meanfield.engine.gaussian): never presented as exact
+        lines.append(f"  data: {sampled['population']}")
+    elif "population" in desc.data.extra:
+        from .gaussian import minimum_loss_of
+
+        lines.append(f"  data: exact population (closed-form Gaussian moments); smallest loss of the class "
+                     f"{minimum_loss_of(desc.data.extra['population']['law']):.12g} (attribute loss_min)")
+    if getattr(desc, "test", None) is not None:  # the held-out set (meanfield.engine.heldout)
+        lines.append(_test_line(path))
+    return lines
+
+
+def _test_line(path) -> str:
+    """The held-out set's last test loss (and 0-1 error) from a run file."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        if "test_loss" not in f or f["test_loss"].shape[0] == 0:
+            return "  test: no records"
+        s = f"  test (held out, {f['test_margin'].shape[1]} sequences): loss {float(f['test_loss'][-1]):.6g}"
+        if "test_error" in f:
+            s += f", 0-1 error {float(f['test_error'][-1]):.4g}"
+    return s
 
 
 def _plot(path: Path, out: Path) -> list:
@@ -309,7 +348,8 @@ def _cmd_particles(args) -> int:
 
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     desc = description_from_args(args, size={"particles_d": _particles_d(args)})
-    r, path = particles_to_file(desc, out, d=args.d, progress=not args.quiet)
+    r, path = particles_to_file(desc, out, d=args.d, progress=not args.quiet, batch=args.batch,
+                                batch_seed=args.batch_seed)
     print(f"{path}: {r.status}: {r.message} (explicit network, m = {desc.init.width})")
     print("\n".join(outcome_of(path, desc)))
     return EXIT_CODES[r.status]
@@ -401,6 +441,9 @@ def add_parser(systems) -> None:
     pa.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
     pa.add_argument("--out", default="runs/model_particles.h5", help="output run file (.h5)")
     pa.add_argument("--d", default=None, help="ambient dimension d > P (default P + 2)")
+    pa.add_argument("--batch", default=None, metavar="B", help="icl_regression data: online SGD, every step on a "
+                                                               "new batch of B sampled prompts")
+    pa.add_argument("--batch-seed", default=None, metavar="S", help="seed of the batches (default 0)")
     pa.add_argument("--quiet", action="store_true", help="no progress line")
     pa.add_argument("--force", action="store_true", help=FORCE_HELP)
     _add_param_flags(pa)

@@ -69,6 +69,8 @@ and its builder makes the rest from them (the shipped mixture family:
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,9 +78,32 @@ from pathlib import Path
 import numpy as np
 
 from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
+from .datatables import _data_from_table, data_from_function, parse_token  # noqa: F401
+from .heldout import check_targets, held_out
+from .rates import check_training, format_group_eta, has_rates, parse_group_eta, parse_schedule
+from .rates import stage_rates as _stage_rates
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, QUERIES,  # noqa: F401
                       VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
                       make_data)
+
+#: head options that would put the model outside the Gram-closure class, and why
+_OUT_OF_CLASS = {
+    "hidden_activation": "a nonlinearity applied entrywise in the hidden space (relu(M x) over the m units) makes a "
+                         "mean-field network over hidden units whose state is a distribution, not a finite Gram",
+    "key_activation": "a nonlinearity between W_K and the token inside the bilinear form x^T W_K^T W_Q x' means the "
+                      "loss no longer depends on W_K only through Gram blocks",
+    "query_activation": "a nonlinearity between W_Q and the token inside the bilinear form x^T W_K^T W_Q x' means "
+                        "the loss no longer depends on W_Q only through Gram blocks",
+    "outer": "a wide matrix read as M_a M_b^T (a hidden-space outer product) is not a function of the Gram "
+             "blocks E^T M_a^T M_b E",
+    "l1_penalty": "an entrywise penalty on a wide matrix is not a function of its Gram blocks",
+}
+#: why trainable token embeddings are refused (docs/engine.md, "Trainable embeddings")
+TRAINABLE_EMBEDDINGS = ("a step of trainable token embeddings E moves them by sum_a M_a^T dLoss/dU_a, so the next "
+                        "blocks M_b E' read M_b M_a^T, i.e. the wide weights off span(E) that a fixed E never sees; "
+                        "the state closes only when every wide row stays in span(E) (then in Q and Gamma, "
+                        "docs/engine.md, Trainable embeddings), which the engine does not hold yet")
+
 
 # ------------------------------------------------------------------ the run knobs of a general description
 
@@ -112,6 +137,9 @@ class RunParams:
     record_dt: float | None = None
     stage_steps: tuple | None = None  # gd: every [[training.stages]]'s length, in order (--stage-steps 100,2000)
     stage_times: tuple | None = None  # flow / rk4: every stage's time, in order
+    group_eta: str | None = None  # rates per group for the run: "keys=0.1,values=2" (meanfield.engine.rates)
+    eta_schedule: str | None = None  # the run's learning-rate schedule: cosine, step:E:G, warmup:W+cosine, inverse:T0
+    init_from: str | None = None  # a run file whose last state is the initial state (meanfield.engine.initfrom)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -162,6 +190,9 @@ def make_params(raw: dict) -> RunParams:
         if d["stage_steps"] is not None else None
     out["stage_times"] = tuple(as_float("stage_times", v, nonneg=True) for v in as_list("stage_times", d["stage_times"])) \
         if d["stage_times"] is not None else None
+    out["group_eta"] = format_group_eta(parse_group_eta("group_eta", d["group_eta"]))
+    out["eta_schedule"] = parse_schedule("eta_schedule", d["eta_schedule"])
+    out["init_from"] = None if d["init_from"] in (None, "") else str(d["init_from"])
     if out["stage_steps"] is not None and out["method"] != "gd":
         raise ConfigError(f"stage_steps: only for method gd; with {out['method']} give stage_times")
     if out["stage_times"] is not None and out["method"] == "gd":
@@ -172,7 +203,24 @@ def make_params(raw: dict) -> RunParams:
 # ------------------------------------------------------------------ parsing helpers
 
 
-from .data_table import _OUT_OF_CLASS, _as_bool, _check_table  # noqa: E402,F401
+def _check_table(where: str, raw: dict, allowed) -> None:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a table; got {raw!r}")
+    for k in raw:
+        if k in _OUT_OF_CLASS:
+            raise ConfigError(f"{where}.{k}: outside the Gram-closure class: {_OUT_OF_CLASS[k]}")
+        if k not in allowed:
+            raise ConfigError(f"{where}: unknown key '{k}'; allowed: {', '.join(allowed)}")
+
+
+def _as_bool(name: str, v) -> bool:
+    if isinstance(v, bool):
+        return v
+    if str(v).lower() in ("true", "1", "yes"):
+        return True
+    if str(v).lower() in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{name}: must be true or false; got {v!r}")
 
 
 def _matrix(name: str, v, shape) -> np.ndarray:
@@ -196,11 +244,43 @@ def check_gram(name: str, G: np.ndarray) -> np.ndarray:
     return G
 
 
-from .data_table import (_data_from_table, _feature_names, _import_function, data_from_function,  # noqa: E402,F401
-                         parse_token)
+def _import_function(field: str, ref):
+    s = str(ref)
+    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", s):
+        raise ConfigError(f"{field}: must be \"package.module:function\"; got {ref!r}")
+    mod, _, fn = s.partition(":")
+    try:
+        f = getattr(importlib.import_module(mod), fn)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"{field}: cannot import {s} ({e})") from None
+    if not inspect.isfunction(f):
+        raise ConfigError(f"{field}: {s} must be a Python function (def); got {type(f).__name__}")
+    return f
 
 
-def make_head(raw: dict, i: int, P: int) -> Head:
+def _feature_names(v):
+    """``features``: a list of names, or a table that makes them from
+    parameters: ``{prefix = "v", count = "$K"}`` (v1..vK) or ``{function =
+    "pkg.mod:fn", args = {...}}`` (imported by name, returns the list)."""
+    if not isinstance(v, dict):
+        return v
+    if set(v) == {"prefix", "count"}:
+        return [f"{v['prefix']}{i + 1}" for i in range(as_int("dictionary.features.count", v["count"], lo=1))]
+    if set(v) in ({"function"}, {"function", "args"}):
+        f = _import_function("dictionary.features.function", v["function"])
+        args = v.get("args", {})
+        if not isinstance(args, dict):
+            raise ConfigError("dictionary.features.args: must be a table of keyword arguments")
+        try:
+            names = f(**args)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"dictionary.features.function: {v['function']}(**args) failed: {e}") from None
+        return list(names) if isinstance(names, (list, tuple)) else names
+    raise ConfigError("dictionary.features: a list of names, {prefix = \"v\", count = N} or "
+                      "{function = \"package.module:function\", args = {...}}")
+
+
+def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -> Head:
     where = f"heads[{i}]"
     names = [f.name for f in dataclasses.fields(Head)]
     _check_table(where, raw, names)
@@ -225,6 +305,13 @@ def make_head(raw: dict, i: int, P: int) -> Head:
     if "query_self" in raw and out["query"] != "last":
         raise ConfigError(f"{where}.query_self: only with query = last (it takes the last token out of the keys); "
                           f"with query = {out['query']} it has no effect: remove it")
+    out["mask"] = as_choice(f"{where}.mask", d["mask"], ("none", "causal"))
+    out["rpe"] = -1 if d["rpe"] is True else 0 if d["rpe"] is False else as_int(f"{where}.rpe", d["rpe"], lo=0)
+    if out["rpe"] and out["query"] == "fixed":
+        raise ConfigError(f"{where}.rpe: relative positions need a query at a position (query = mean or last)")
+    if out["mask"] == "causal" and out["query"] == "fixed":
+        raise ConfigError(f"{where}.mask: causal needs a query at a position (query = mean or last); a fixed "
+                          "query vector has none")
     out["scale"] = as_float(f"{where}.scale", d["scale"])
     if d["value"] == "mlp":
         raise ConfigError(f"{where}.value: 'mlp' is outside the Gram-closure class: {_OUT_OF_CLASS['hidden_activation']}")
@@ -239,6 +326,17 @@ def make_head(raw: dict, i: int, P: int) -> Head:
         out["outputs"] = P
     out["sign"] = as_float(f"{where}.sign", d["sign"])
     out["train_sign"] = _as_bool(f"{where}.train_sign", d["train_sign"])
+    if dictionary is not None:  # initial values of the head's blocks (meanfield.engine.inits)
+        from . import inits
+
+        feats, groups = dictionary.features, dictionary.groups
+        if d["init_W"] is not None and out["kq"] != "merged":
+            raise ConfigError(f"{where}.init_W: only with kq = merged (separate keys and queries: init_gram S)")
+        if d["init_w"] is not None and out["value"] not in ("linear", "neuron"):
+            raise ConfigError(f"{where}.init_w: only with value = linear or neuron (a value matrix: init_gram)")
+        out["init_W"] = inits.init_W(f"{where}.init_W", d["init_W"], feats, groups)
+        out["init_w"] = inits.init_w(f"{where}.init_w", d["init_w"], feats, groups)
+        out["init_gram"] = inits.init_gram(f"{where}.init_gram", d["init_gram"])
     return Head(**out)
 
 
@@ -264,49 +362,6 @@ def make_model(heads: list[Head], loss: str, r0: float, targets: np.ndarray, P: 
     return Model(heads=tuple(heads), loss=loss, relu_prime_at_zero=r0)
 
 
-def check_knobs_apply(heads, given: set) -> None:
-    """A run knob given (a flag, a keyword of ``meanfield.load``) that no head
-    of the description uses is refused, naming it: ``omega`` without a
-    ``kq = separate`` head (merged W~ starts at 0), ``omega_v`` / ``sigma_r``
-    without a ``value = matrix`` head, ``neuron_init`` without a neuron or
-    linear value vector, ``relu_prime_at_zero`` without ``value = neuron``.
-    (A description's own [parameters] may keep such defaults for variants.)"""
-    kq = {h.kq for h in heads}
-    values = {h.value for h in heads}
-    rules = {
-        "omega": ("separate" in kq, "it scales W_K, W_Q of kq = separate heads; every head here has kq = merged "
-                                    "(W~ = 0 at init)"),
-        "omega_v": ("matrix" in values, "it scales the value matrix of value = matrix heads; none here"),
-        "sigma_r": ("matrix" in values, "it scales the readout vectors of value = matrix heads; none here"),
-        "neuron_init": (bool(values & {"neuron", "linear"}), "it sets the value vectors of value = neuron / linear "
-                                                             "heads; none here"),
-        "relu_prime_at_zero": ("neuron" in values, "it is the ReLU's derivative at 0 of value = neuron heads; none "
-                                                   "here"),
-    }
-    for k in sorted(given):
-        ok, why = rules.get(k, (True, ""))
-        if not ok:
-            raise ConfigError(f"{k}: has no effect on this model ({why}); remove it")
-
-
-def check_criteria_rows(training: Training, data) -> None:
-    """A margin criterion applies only to the rows it names (docs/engine.md):
-    ``consistent_margin`` to the rows flagged ``consistent`` (a description
-    without that flag counts every row as consistent), ``inconsistent_margin``
-    to the rows not flagged. One over no row would hold vacuously at step 0
-    (the minimum over nothing is +inf): refused, naming the stage."""
-    cons = data.flag("consistent")
-    empty = {"consistent_margin": not cons.any(), "inconsistent_margin": bool(cons.all())}
-    for i, st in enumerate(training.stages):
-        name = st.criterion[0] if st.criterion else None
-        if empty.get(name):
-            where = "criterion" if len(training.stages) == 1 and st.name == "simultaneous" else \
-                f"training.stages[{i}].criterion"
-            which = "flagged consistent" if name == "consistent_margin" else "not flagged consistent"
-            raise ConfigError(f"{where}: {name} applies to the rows {which}, and this description's data have none "
-                              "(it would hold at step 0); use min_margin or loss, or flag the rows (flags.consistent)")
-
-
 def training_from(params: RunParams, stages_raw, heads) -> Training:
     gd = params.method == "gd"
     stages = []
@@ -315,7 +370,7 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
             raise ConfigError("training.stages: must be a list of [[training.stages]] tables")
         for i, s in enumerate(stages_raw):
             where = f"training.stages[{i}]"
-            _check_table(where, s, ("name", "train", "steps", "time", "criterion"))
+            _check_table(where, s, ("name", "train", "steps", "time", "criterion", "eta", "eta_schedule"))
             train = []
             for g in as_list(f"{where}.train", s.get("train", list(GROUPS))):
                 g = GROUP_ALIASES.get(str(g), str(g))
@@ -325,7 +380,8 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
                 raise ConfigError(f"{where}.{key}: required with method {params.method}")
             length = as_int(f"{where}.steps", s["steps"], lo=0) if gd else as_float(f"{where}.time", s["time"], nonneg=True)
             crit = parse_criterion(f"{where}.criterion", s.get("criterion"), CRITERIA)
-            stages.append(StageSpec(str(s.get("name", f"stage{i + 1}")), tuple(train), length, crit))
+            stages.append(StageSpec(str(s.get("name", f"stage{i + 1}")), tuple(train), length, crit,
+                                    *_stage_rates(where, s)))
     else:
         stages.append(StageSpec("simultaneous", GROUPS, params.steps if gd else params.t_end,
                                 parse_criterion("criterion", params.criterion, CRITERIA)))
@@ -341,15 +397,20 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
         stages = [dataclasses.replace(s, length=v) for s, v in zip(stages, given)]
     H = sum(s.length for s in stages)
     h_min = params.h_min if params.h_min is not None else (1e-4 * H if params.method == "flow" else None)
-    return Training(method=params.method, eta=params.eta, stages=tuple(stages),
-                    schedule="simultaneous" if len(stages) == 1 else "staged", dt=params.dt, rtol=params.rtol,
-                    atol=params.atol, h_min=h_min, max_abs=params.max_abs, record_every=params.record_every,
-                    record_log=params.record_log, record_dt=params.record_dt)
+    tr = Training(method=params.method, eta=params.eta, stages=tuple(stages),
+                  schedule="simultaneous" if len(stages) == 1 else "staged", dt=params.dt, rtol=params.rtol,
+                  atol=params.atol, h_min=h_min, max_abs=params.max_abs, record_every=params.record_every,
+                  record_log=params.record_log, record_dt=params.record_dt,
+                  group_eta=parse_group_eta("group_eta", params.group_eta), eta_schedule=params.eta_schedule)
+    check_training(tr, heads)
+    return tr
+
 
 
 # ------------------------------------------------------------------ loading
 
-TOP_KEYS = ("name", "family", "plugins", "parameters", "dictionary", "data", "heads", "model", "training")
+TOP_KEYS = ("name", "family", "plugins", "parameters", "dictionary", "data", "test", "positions", "heads",
+            "model", "training")
 
 
 def parameter_class(raw: dict):
@@ -379,7 +440,7 @@ def _load_named_plugins(raw: dict) -> None:
 _REF = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: the tables whose values may be "$name" references
-_REF_TABLES = ("dictionary", "data", "heads", "model", "training")
+_REF_TABLES = ("dictionary", "data", "test", "positions", "heads", "model", "training")
 #: options of the ``meanfield model`` verbs themselves: not available as parameter names
 RESERVED = ("out", "plot", "quiet", "d", "widths", "seeds", "workers", "format", "param", "help", "model", "run",
             "expr", "file", "during", "tmin", "tmax", "verb", "func", "declared", "force")
@@ -402,7 +463,7 @@ def declared_parameters(raw: dict) -> dict:
             continue
         if not _NAME.match(k):
             raise ConfigError(f"parameters.{k}: a parameter name must be letters, digits and _ (not starting with a digit)")
-        if k in RESERVED:
+        if k in RESERVED and not (k == "d" and _data_family(raw) is not None):  # a data family's d is its own
             raise ConfigError(f"parameters.{k}: reserved (an option of the model verbs); reserved: {', '.join(RESERVED)}")
         ok = isinstance(v, (bool, int, float, str)) or (
             isinstance(v, list) and v and all(isinstance(x, (int, float, str)) and not isinstance(x, bool) for x in v))
@@ -413,6 +474,12 @@ def declared_parameters(raw: dict) -> dict:
             raise ConfigError(f"parameters.{k}: a default must be a value, not a reference ({v!r})")
         out[k] = v
     return out
+
+
+def _data_family(raw: dict):
+    """The ``family`` of a description's [data] table (e.g. icl_regression), or None."""
+    data = raw.get("data") if isinstance(raw, dict) else None
+    return data.get("family") if isinstance(data, dict) else None
 
 
 def coerce_parameter(name: str, default, v):
@@ -554,28 +621,19 @@ def load_description(path, overrides: dict | None = None) -> Description:
     Parameters
     ----------
     path : str or Path
-        The TOML file (every key: the description reference).
+        The TOML file (every key: ``docs/description.md``).
     overrides : dict or None
-        Parameter values replacing those of its ``[parameters]`` (run knobs
-        and declared parameters, as the CLI flags; None values ignored).
+        Values replacing its ``[parameters]`` (as the CLI flags; None values ignored).
 
     Returns
     -------
     Description
-        The validated description (frozen dataclasses).
-
-    Raises
-    ------
-    ConfigError
-        One line naming the field and the allowed values: an unknown key, a
-        bad value, an undeclared parameter, a model outside the Gram-closure
-        class (with the reason).
+        Validated; a bad key or value raises ConfigError (one line naming it).
 
     Examples
     --------
-    >>> desc = load_description("docs/examples/majority.toml", {"width": 16, "overlap": 0.6})
-    >>> desc.name, desc.init.width, desc.dictionary.features
-    ('majority', 16, ('plus', 'minus', 'blank'))
+    >>> load_description("docs/examples/majority.toml", {"width": 16}).init.width
+    16
     """
     raw = read_raw(path)
     return description_from_dict(raw, overrides, source=str(path))
@@ -587,32 +645,22 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     Parameters
     ----------
     raw : dict
-        The description as ``tomllib`` reads it (top-level keys ``name``,
-        ``family``, ``parameters``, ``dictionary``, ``data``, ``heads``,
-        ``model``, ``training``).
+        The tables as ``tomllib`` reads them.
     overrides : dict or None
-        Parameter values (as in :func:`load_description`).
+        As in :func:`load_description`.
     source : str or None
         Where it came from (the name defaults to its stem).
 
     Returns
     -------
     Description
-        The validated description.
-
-    Raises
-    ------
-    ConfigError
-        As :func:`load_description`.
 
     Examples
     --------
-    >>> raw = {"dictionary": {"features": ["a", "b"]},
-    ...        "data": {"rows": [{"tokens": ["a", "b"], "target": 1}, {"tokens": ["b", "b"], "target": -1}]},
-    ...        "heads": [{"value": "linear"}], "parameters": {"steps": 10}}
-    >>> d = description_from_dict(raw)
-    >>> d.data.n, d.model.loss, d.model.heads[0].name
-    (2, 'logistic', 'h1')
+    >>> raw = {"dictionary": {"features": ["a", "b"]}, "heads": [{"value": "linear"}],
+    ...        "data": {"rows": [{"tokens": ["a", "b"], "target": 1}, {"tokens": ["b", "b"], "target": -1}]}}
+    >>> description_from_dict(raw).data.n
+    2
     """
     if not isinstance(raw, dict):
         raise ConfigError("model: a description is a TOML table")
@@ -631,14 +679,89 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         if not isinstance(family, str):
             raise ConfigError(f"family: must be a family's name (a string); got {family!r}")
         fam = registry.family(family)
-        for k in ("dictionary", "data", "heads", "model", "training"):
+        for k in ("dictionary", "data", "test", "positions", "heads", "model", "training"):
             if k in raw:
                 raise ConfigError(f"{k}: not with family = {family} (the family builds it from [parameters])")
         return fam.build_description(params_raw, name, source)
     params = make_params(params_raw)
     dic = raw.get("dictionary")
+    data_family = raw.get("data", {}).get("family") if isinstance(raw.get("data"), dict) else None
+    if data_family is not None:  # a data family builds the dictionary and the data (meanfield.engine.gaussian)
+        from .gaussian import family_data
+
+        dictionary, data = family_data(raw["data"], dic)
+        P = dictionary.P
+    elif dic is None:
+        raise ConfigError("dictionary: required ([dictionary] with features = [...])")
+    else:
+        dictionary, data = _dictionary_and_data(raw, dic)
+        P = dictionary.P
+    test = None
+    if data_family is not None and "test" in raw:
+        raise ConfigError("test: not with a data family (data.family builds its own data; give its N_test)")
+    if data_family is None:
+        data, test = held_out(raw, data, dictionary.features, _data_from_table)  # [test] / train_frac split
+        if "positions" in raw:  # absolute positional features: an enlarged dictionary (engine.positions)
+            from .positions import apply
+
+            dictionary, data, test = apply(raw["positions"], dictionary, data, test)
+            P = dictionary.P
+    elif "positions" in raw:
+        raise ConfigError("positions: not with a data family (data.family builds its own dictionary)")
+    heads_raw = raw.get("heads")
+    if not isinstance(heads_raw, list):
+        raise ConfigError("heads: required, a list of [[heads]] tables")
+    heads = [make_head(h, i, P, dictionary) for i, h in enumerate(heads_raw)]
+    Lmax = max(data.L, test.L if test is not None else 0)
+    for i, h in enumerate(heads):  # rpe = true: offsets up to the longest sequence (engine.positions)
+        if h.rpe and 0 < h.rpe < Lmax:
+            raise ConfigError(f"heads[{i}].rpe: {h.rpe} offsets do not reach the longest sequence ({Lmax}); give "
+                              f">= {Lmax} or true")
+        heads[i] = dataclasses.replace(h, rpe=Lmax) if h.rpe == -1 else h
+    mraw = raw.get("model", {})
+    _check_table("model", mraw, ("loss",) + tuple(_OUT_OF_CLASS))
+    model = make_model(heads, mraw.get("loss", "logistic"), params.relu_prime_at_zero, data.target, P)
+    if test is not None:
+        check_targets(test, data, model)
+    traw = raw.get("training", {})
+    _check_table("training", traw, ("stages",))
+    training = training_from(params, traw.get("stages"), heads)
+    if data_family is None:  # rows given: criteria over no row, knobs no head uses (meanfield.engine.applicable)
+        from .applicable import check_criteria_rows, check_knobs_apply
+
+        check_criteria_rows(training, data)
+        check_knobs_apply(heads, {k for k, v in (overrides or {}).items() if v is not None})
+    init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
+                sigma_r=params.sigma_r, neuron_init=params.neuron_init, init_from=params.init_from)
+    desc = Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
+                       family=None, test=test, parameters=params, source=source,
+                       declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
+    if data_family is not None:
+        from .gaussian import check_description
+
+        check_description(desc)
+        if any(h.mask != "none" or h.rpe for h in heads):
+            raise ConfigError("heads.mask: a causal mask is not with a data family (its population loss is "
+                              "for unmasked attention)")
+        if has_rates(training):
+            raise ConfigError("group_eta: group rates, stage eta and schedules are not with a data family yet "
+                              "(its exact population map steps every group with one eta)")
+    if params.init_from is not None:
+        from .initfrom import check
+
+        check(desc, params.init_from)
+    if any(h.init_gram for h in heads) and desc.init.width is not None:
+        raise ConfigError("heads.init_gram: only at infinite width (width = inf); at finite width m the Gram is "
+                          "U^T U of the sampled weights")
+    return desc
+
+
+def _dictionary_and_data(raw: dict, dic) -> tuple[Dictionary, Data]:
+    """The [dictionary] and [data] tables of a general description."""
     if dic is None:
         raise ConfigError("dictionary: required ([dictionary] with features = [...])")
+    if isinstance(dic, dict) and dic.get("trainable"):  # trainable embeddings: refused with the reason
+        raise ConfigError(f"dictionary.trainable: outside the Gram-closure class: {TRAINABLE_EMBEDDINGS}")
     _check_table("dictionary", dic, ("features", "gram"))
     feats = _feature_names(dic.get("features"))
     if not isinstance(feats, list) or not feats or not all(isinstance(f, str) and f for f in feats):
@@ -653,24 +776,7 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     dictionary = Dictionary(features=feats, gram=gram)
     if "data" not in raw:
         raise ConfigError("data: required ([data] with rows = [...] or function = \"package.module:function\")")
-    data = _data_from_table(raw["data"], feats)
-    heads_raw = raw.get("heads")
-    if not isinstance(heads_raw, list):
-        raise ConfigError("heads: required, a list of [[heads]] tables")
-    heads = [make_head(h, i, P) for i, h in enumerate(heads_raw)]
-    mraw = raw.get("model", {})
-    _check_table("model", mraw, ("loss",) + tuple(_OUT_OF_CLASS))
-    model = make_model(heads, mraw.get("loss", "logistic"), params.relu_prime_at_zero, data.target, P)
-    traw = raw.get("training", {})
-    _check_table("training", traw, ("stages",))
-    training = training_from(params, traw.get("stages"), heads)
-    check_criteria_rows(training, data)
-    check_knobs_apply(heads, {k for k, v in (overrides or {}).items() if v is not None})
-    init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
-                sigma_r=params.sigma_r, neuron_init=params.neuron_init)
-    return Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
-                       family=None, parameters=params, source=source,
-                       declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
+    return dictionary, _data_from_table(raw["data"], feats)
 
 
 def describe(desc: Description) -> dict:
@@ -683,7 +789,9 @@ def describe(desc: Description) -> dict:
         "heads": [dataclasses.asdict(h) for h in desc.model.heads], "loss": desc.model.loss,
         "init": dataclasses.asdict(desc.init),
         "training": {"method": desc.training.method, "eta": desc.training.eta,
-                     "stages": [{"name": s.name, "train": list(s.train), "length": s.length,
+                     "group_eta": dict(desc.training.group_eta), "eta_schedule": desc.training.eta_schedule,
+                     "stages": [{"name": s.name, "train": list(s.train), "length": s.length, "eta": s.eta,
+                                 "group_eta": dict(s.group_eta), "eta_schedule": s.eta_schedule,
                                  "criterion": None if s.criterion is None else "".join(map(str, s.criterion))}
                                 for s in desc.training.stages]},
     }

@@ -58,6 +58,9 @@ def default_d(desc: Description) -> int:
 def _check(desc: Description, d: int | None) -> int:
     if desc.init.width is None:
         raise ConfigError("width: the explicit network needs a finite width m (--width M)")
+    if desc.init.init_from is not None:
+        raise ConfigError("init_from: not for the explicit network (a run file holds the weights' Gram, which does "
+                          "not determine the weights); run the engine")
     d = default_d(desc) if d is None else as_int("d", d, lo=1)
     if d <= desc.P:
         raise ConfigError(f"d: the ambient dimension must be > P = {desc.P} (the number of features); got {d}")
@@ -92,10 +95,11 @@ class ParticleSystem:
 
         self.desc = desc
         self.E = np.asarray(E, float)
-        self.net = orc.Oracle(desc, self.E)
+        self.net = oracle_of(desc, self.E)
         self.lay = layout(desc)
         self.max_abs = max_abs
         self.params = params
+        self.rho = stage_rho(desc)
 
     @property
     def params(self) -> list[dict]:
@@ -140,6 +144,8 @@ class ParticleSystem:
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
+        if self.rho is not None:  # each weight its group's rate (the stage's index is mode >> 4)
+            eta = {k: eta * r for k, r in self.rho[int(mode) >> 4].items()}
         net, desc, E, lay = self.net, self.desc, self.E, self.lay
         code = 0
         done = 0
@@ -208,11 +214,12 @@ class FlowParticleSystem:
     def __init__(self, desc: Description, E: np.ndarray, params: list[dict], max_abs: float = math.inf):
         self.desc = desc
         self.E = np.asarray(E, float)
-        self.net = orc.Oracle(desc, self.E)
+        self.net = oracle_of(desc, self.E)
         self.keys = [sorted(p) for p in params]
         self.shapes = [[np.shape(p[k]) for k in ks] for p, ks in zip(params, self.keys)]
         self.y0 = self.flat(params)
         self.max_abs = max_abs
+        self.rho = stage_rho(desc)
 
     def flat(self, params) -> np.ndarray:
         return np.concatenate([np.ravel(p[k]) for p, ks in zip(params, self.keys) for k in ks]).astype(float)
@@ -232,7 +239,8 @@ class FlowParticleSystem:
         groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
         ps = self.unflat(y)
         _, g, _ = self.net.loss_grads(ps)
-        return self.flat(self.net.step(ps, 1.0, groups, grads=g)) - y
+        rate = 1.0 if self.rho is None else self.rho[int(mode) >> 4]  # a group's rate: its time scale
+        return self.flat(self.net.step(ps, rate, groups, grads=g)) - y
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         raise NotImplementedError("FlowParticleSystem integrates the flow (method flow or rk4)")
@@ -241,14 +249,42 @@ class FlowParticleSystem:
         return self.net.criterion_value(self.unflat(y), name)
 
 
-def make_particles(desc: Description, d: int | None = None, embed_seed=None) -> ParticleSystem:
+def stage_rho(desc: Description) -> list[dict] | None:
+    """Per stage, each explicit weight's rate over the stage's step size
+    (``meanfield.engine.rates``); None when every rate is the step size."""
+    from .rates import has_rates, stage_base_eta, weight_rates
+
+    tr = desc.training
+    if not has_rates(tr):
+        return None
+    return [{k: r / stage_base_eta(tr, s) for k, r in weight_rates(tr, s).items()} for s in tr.stages]
+
+
+def oracle_of(desc: Description, E: np.ndarray):
+    """The explicit network of ``desc``: the oracle on its data, or, for the exact
+    population of Gaussian prompts, on the population loss (``meanfield.engine.icl_particles``)."""
+    if "population" in desc.data.extra:
+        from .icl_particles import PopulationOracle
+
+        return PopulationOracle(desc, E)
+    return orc.Oracle(desc, E)
+
+
+def make_particles(desc: Description, d: int | None = None, embed_seed=None, batch=None,
+                   batch_seed=None) -> ParticleSystem:
     """The initialised particle system of a finite-width GD description: embedding
     E (d x P) from ``default_rng(embed_seed)`` (default: the init seed), weights from
-    the engine's initial Gram plus an orthogonal part (seed: the init seed + 1)."""
+    the engine's initial Gram plus an orthogonal part (seed: the init seed + 1);
+    ``batch``: online SGD on sampled prompt batches (icl_regression data only,
+    ``meanfield.engine.icl_particles``)."""
     d = _check(desc, d)
     seed = desc.init.seed if embed_seed is None else embed_seed
     E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
     params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])
+    if batch is not None:
+        from .icl_particles import check_batch, make_system
+
+        return make_system(desc, E, params, *check_batch(desc, batch, batch_seed))
     if desc.training.method != "gd":
         return FlowParticleSystem(desc, E, params, desc.training.max_abs)
     return ParticleSystem(desc, E, params, desc.training.max_abs)
@@ -271,7 +307,7 @@ def _projected(desc: Description, psys, traj):
     return replace(traj, y=[orc.pack(desc, psys.E, psys.unflat(v)) for v in traj.y])
 
 
-def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=None):
+def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=None, batch=None, batch_seed=None):
     """Train the explicit finite-width network of a description and project its states.
 
     The network is generated from the description (wide W_K, W_Q in R^{m x d}
@@ -291,6 +327,11 @@ def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=
         description's seed).
     monitor : meanfield.core.integrate.Monitor or None
         Progress and interruption (None: none).
+    batch : int or None
+        Online SGD on sampled prompt batches of this size (icl_regression
+        data); None: full-batch GD.
+    batch_seed : int or None
+        Seed of the sampled batches.
 
     Returns
     -------
@@ -317,14 +358,14 @@ def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=
     from .runs import in_memory
     from .system import system_of
 
-    psys = make_particles(desc, d, embed_seed)
+    psys = make_particles(desc, d, embed_seed, batch, batch_seed)
     r = in_memory(desc, system_of(desc), _projected(desc, psys, _solve(desc, psys, monitor)))
     r.particles = psys
     return r
 
 
 def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=None, progress: bool = True,
-                      checkpoint_s: float = 60.0):
+                      checkpoint_s: float = 60.0, batch=None, batch_seed=None):
     """:func:`particles` written as a run file (what ``meanfield model particles`` does).
 
     The file has the engine's schema with attrs ``particles`` = 1, ``d`` and
@@ -341,7 +382,7 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
         A description with a finite width.
     out : str or Path
         The run file (``.h5`` or ``.hdf5``).
-    d, embed_seed
+    d, embed_seed, batch, batch_seed
         As in :func:`particles`.
     progress : bool
         Print progress for runs longer than 2 s.
@@ -377,7 +418,11 @@ def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=N
         raise ConfigError(f"out: must be a path ending in .h5 or .hdf5, got {str(out)!r}")
     dd = _check(desc, d)
     attrs = {"particles": 1, "d": int(dd), "embed_seed": int(desc.init.seed if embed_seed is None else embed_seed)}
-    psys = make_particles(desc, dd, embed_seed)
+    psys = make_particles(desc, dd, embed_seed, batch, batch_seed)
+    if "icl" in desc.data.extra:  # how the explicit network was trained, what its loss is
+        from .icl_particles import attrs_of, check_batch
+
+        attrs.update(attrs_of(desc, *check_batch(desc, batch, batch_seed)))
     system = system_of(desc)
 
     def result(traj):

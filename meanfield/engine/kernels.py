@@ -28,7 +28,9 @@ each head's Gram: Xm = Ghat Gamma_r D (D: the trained wide objects),
 Q' = (I - eta Xm)^T Q (I - eta Xm); narrow: w~' = w~ - eta lr Gamma g,
 W~' = W~ - eta Gamma G_W Gamma, a' = a - eta dLoss/da. Flow: the eta-linear
 part. ``mode`` is a bit mask of the trained groups: 1 attention, 2 values,
-4 readout, 8 signs.
+4 readout, 8 signs. Rates per group (``meanfield.engine.rates``): ``Gr`` then
+holds Gamma_r H / eta (each wide object's columns times its rate over eta) and
+``hf`` columns 3, 4, 5 the same factor for W~, w~ and a (1 by default).
 
 Speed without new arithmetic: the GD map skips the exact zeros of
 Ghat = G + G^T (non-zero only on the read pairs' blocks, e.g.
@@ -108,11 +110,15 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
     excl = -1
     if hi[k, 2] == 1 and hi[k, 3] == 0:
         excl = last[s]
+    boff = hi[k, 17] if l >= 0 else -1
+    lim = L  # keys i < lim: a causal mask (column 16) keeps i <= l (meanfield.engine.positions)
+    if hi[k, 16] == 1 and l >= 0:
+        lim = l + 1
     lk = 0.0
     if hi[k, 0] == 0:
         mx = -math.inf
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 z = 0.0
                 if oneq:
                     for t in range(nzn[s, i]):
@@ -121,12 +127,14 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
                     for t in range(nzn[s, i]):
                         z += nzc[s, i, t] * T[nzi[s, i, t]]
                 z *= scale
+                if boff >= 0:  # a relative positional bias b[l - i] (column 17: its offset; 18: L - 1)
+                    z += y[boff + l - i + hi[k, 18]]
                 pa[k, j, i] = z
                 if z > mx:
                     mx = z
         den = 0.0
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 e = cnt[s, i] * math.exp(pa[k, j, i] - mx)
                 pa[k, j, i] = e
                 den += e
@@ -137,10 +145,10 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
             pa[k, j, i] /= den
     else:
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 lk += cnt[s, i]
         for i in range(L):
-            if cnt[s, i] > 0.0 and i != excl:
+            if cnt[s, i] > 0.0 and i != excl and i < lim:
                 z = 0.0
                 if oneq:
                     for t in range(nzn[s, i]):
@@ -148,7 +156,10 @@ def eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, j):
                 else:
                     for t in range(nzn[s, i]):
                         z += nzc[s, i, t] * T[nzi[s, i, t]]
-                pa[k, j, i] = cnt[s, i] * scale * z / lk
+                if boff >= 0:
+                    pa[k, j, i] = cnt[s, i] * (scale * z + y[boff + l - i + hi[k, 18]]) / lk
+                else:
+                    pa[k, j, i] = cnt[s, i] * scale * z / lk
             else:
                 pa[k, j, i] = 0.0
     return lk
@@ -351,14 +362,18 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                 for i in range(L):
                     dz = ql * pa[k, j, i] * (v[i] - vbar)
                     if dz != 0.0:
+                        if hi[k, 17] >= 0 and l >= 0:  # dLoss/db[l - i] (relative positional bias)
+                            gflat[hi[k, 17] + l - i + hi[k, 18]] += dz
                         for t in range(nzn[s, i]):
                             tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             else:
                 for i in range(L):
                     if cnt[s, i] > 0.0:
                         excl = qry == 1 and qself == 0 and i == last[s]
-                        if cnt[s, i] > 0.0 and not excl:
+                        if cnt[s, i] > 0.0 and not excl and (hi[k, 16] != 1 or l < 0 or i <= l):
                             dz = ql * cnt[s, i] * v[i] / lk
+                            if hi[k, 17] >= 0 and l >= 0:
+                                gflat[hi[k, 17] + l - i + hi[k, 18]] += dz
                             for t in range(nzn[s, i]):
                                 tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             oneq = l >= 0 and nzn[s, l] == 1
@@ -525,13 +540,13 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                     for c in range(P):
                         acc += Gam[a, c] * tmp[c, b]
                     if exact:
-                        out[wo + a * P + b] = y[wo + a * P + b] - eta * acc
+                        out[wo + a * P + b] = y[wo + a * P + b] - eta * hf[k, 3] * acc
                     else:
-                        out[wo + a * P + b] = -acc
+                        out[wo + a * P + b] = -hf[k, 3] * acc
         vo = hi[k, 14]
         if vo >= 0 and tr_val:
             rows = hi[k, 6] * hi[k, 5]
-            lr = hf[k, 2]
+            lr = hf[k, 2] * hf[k, 4]  # mean-field neuron scale n times the values' rate factor
             for row in range(rows):
                 for a in range(P):
                     acc = 0.0
@@ -545,9 +560,16 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
         ao = hi[k, 15]
         if ao >= 0 and tr_sgn:
             if exact:
-                out[ao] = y[ao] - eta * gflat[ao]
+                out[ao] = y[ao] - eta * hf[k, 5] * gflat[ao]
             else:
-                out[ao] = -gflat[ao]
+                out[ao] = -hf[k, 5] * gflat[ao]
+        bo = hi[k, 17]
+        if bo >= 0 and tr_att:  # relative positional biases train with the attention, at rate factor hf[k, 6]
+            for t in range(2 * hi[k, 18] + 1):
+                if exact:
+                    out[bo + t] = y[bo + t] - eta * hf[k, 6] * gflat[bo + t]
+                else:
+                    out[bo + t] = -hf[k, 6] * gflat[bo + t]
 
 
 @_root

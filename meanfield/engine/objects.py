@@ -19,6 +19,7 @@ from ..core.config import ConfigError
 ATTENTIONS = ("softmax", "linear")
 KQ = ("separate", "merged")
 QUERIES = ("mean", "last", "fixed")
+MASKS = ("none", "causal")
 VALUES = ("neuron", "linear", "matrix", "token")
 LOSSES = ("logistic", "squared", "cross_entropy")
 METHODS = ("gd", "flow", "rk4")
@@ -60,6 +61,7 @@ class Dictionary:
     gram: np.ndarray | None = None
     report: np.ndarray | None = None
     report_names: tuple[str, ...] | None = None
+    groups: tuple = ()  # named groups of features, ((name, (feature, ...)), ...): e.g. the icl_regression x and y
 
     @property
     def P(self) -> int:
@@ -204,6 +206,11 @@ class Head:
     outputs: int = 1
     sign: float = 1.0
     train_sign: bool = False
+    mask: str = "none"              # "causal": query l attends to keys i <= l (meanfield.engine.positions)
+    rpe: int = 0                    # R > 0: trainable relative positional biases b[l - i], |l - i| < R (engine.positions)
+    init_W: tuple | None = None     # merged: W~ at t = 0 (P x P nested tuple; None = 0)  (meanfield.engine.inits)
+    init_w: tuple | None = None     # value vectors at t = 0 (P floats; None = neuron_init)
+    init_gram: tuple | None = None  # ((block name, value), ...): Gram blocks at t = 0 (infinite width)
 
     @property
     def n_out(self) -> int:
@@ -271,6 +278,7 @@ class Init:
     omega_v: float = 0.1
     sigma_r: float = 1.0
     neuron_init: str = "zero"
+    init_from: str | None = None  # a run file: its last state is the initial state (meanfield.engine.initfrom)
 
 
 @dataclass(frozen=True)
@@ -299,6 +307,9 @@ class StageSpec:
     train: tuple[str, ...]
     length: float
     criterion: tuple[str, str, float] | None = None
+    eta: float | None = None          # the stage's step size (None: the run's eta)
+    group_eta: tuple = ()             # (group, rate) pairs of this stage (meanfield.engine.rates)
+    eta_schedule: str | None = None   # the stage's own schedule (counted from its first step)
 
 
 @dataclass(frozen=True)
@@ -348,6 +359,8 @@ class Training:
     record_every: int | None = None
     record_log: int | None = None
     record_dt: float | None = None
+    group_eta: tuple = ()             # (group, rate) pairs for the whole run (meanfield.engine.rates)
+    eta_schedule: str | None = None   # the run's schedule (counted from step 0 over the horizon)
 
     @property
     def horizon(self) -> float:
@@ -377,6 +390,8 @@ class Description:
     declared : tuple
         The description's own declared parameters as (name, value) pairs,
         after overrides.
+    test : Data or None
+        A held-out test set, never trained on (``meanfield.engine.heldout``).
     overrides : tuple
         The (name, value) overrides it was loaded with.
 
@@ -398,6 +413,7 @@ class Description:
     parameters: Any = None  # the validated parameters (a MixtureConfig for the mixture family, else RunParams)
     source: str | None = None
     declared: tuple = ()  # the description's own declared parameters as (name, value) pairs, after overrides
+    test: Data | None = None  # a held-out test set, never trained on (meanfield.engine.heldout)
     overrides: tuple = ()  # the (name, value) overrides it was loaded with (meanfield.load; set_parameters keeps them)
 
     @property

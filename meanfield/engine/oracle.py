@@ -69,7 +69,13 @@ from dataclasses import dataclass
 import numpy as np
 
 #: parameter groups (description.GROUPS) and the weights each moves
-GROUP_WEIGHTS = {"attention": ("WK", "WQ", "W"), "values": ("w", "MV"), "readout": ("r",), "signs": ("a",)}
+GROUP_WEIGHTS = {"attention": ("WK", "WQ", "W", "b"), "values": ("w", "MV"), "readout": ("r",), "signs": ("a",)}
+
+
+def _lr(eta, k: str) -> float:
+    """The step size of weight ``k``: ``eta`` a number (every weight) or a dict of the
+    weights' own rates (keys WK, WQ, W, w, MV, r, a; ``meanfield.engine.rates.weight_rates``)."""
+    return eta[k] if isinstance(eta, dict) else eta
 
 
 def embedding(Gamma: np.ndarray, d: int, seed) -> np.ndarray:
@@ -120,6 +126,7 @@ class _Head:
     lin3: np.ndarray = None   # (S, L, 1) c_i / L_eff (linear attention)
     every_key: bool = True    # every key has c > 0 (no masking in the softmax)
     unit_counts: bool = True  # every key has c = 1 (no multiplicities in the softmax)
+    bidx: np.ndarray = None   # (S, L, Lq) index of the relative positional bias b[pos(query) - i] (None: no bias)
 
 
 #: the weights whose gradient is A B with A m x P (or C x n x P) and B P x d (every token lies in span(E))
@@ -182,11 +189,25 @@ class Oracle:
                 qw = np.ones((S, 1))
             C = P if h.value == "token" else int(h.outputs)
             Leff = ck.sum(axis=1)
+            if h.mask == "causal" and h.query == "mean":  # key i visible to query l iff i <= l
+                vis = np.tril(np.ones((L, L), bool)).T[None] | (self.c[:, None, :] == 0)   # (S, L keys, L queries)
+                ck3 = ck[:, :, None] * vis
+                Lq = ck3.sum(axis=1, keepdims=True)                                  # (S, 1, Lq)
+                self.heads.append(_Head(h.name, h.attention, h.kq, h.query, float(h.scale), h.value,
+                                        int(h.n_neurons), C, bool(h.train_sign), Xq, Tq, qw, ck, Leff,
+                                        TqT=np.ascontiguousarray(Tq.transpose(0, 2, 1)), qw3=qw[:, :, None].copy(),
+                                        ck3=ck3, lin3=ck3 / Lq, every_key=False, unit_counts=False))
+                continue
             self.heads.append(_Head(h.name, h.attention, h.kq, h.query, float(h.scale), h.value, int(h.n_neurons), C,
                                     bool(h.train_sign), Xq, Tq, qw, ck, Leff,
                                     TqT=np.ascontiguousarray(Tq.transpose(0, 2, 1)), qw3=qw[:, :, None].copy(),
                                     ck3=ck[:, :, None].copy(), lin3=(ck / Leff[:, None])[:, :, None],
                                     every_key=bool(np.all(ck > 0)), unit_counts=bool(np.all(ck == 1))))
+        for hd, h in zip(self.heads, desc.model.heads):
+            if h.rpe:  # b[l - i + rpe - 1] for key i and query position l
+                qpos = np.arange(L)[None, :] if h.query == "mean" else np.array(
+                    [np.flatnonzero(self.c[s] > 0)[-1] for s in range(S)])[:, None]
+                hd.bidx = (qpos[:, None, :] - np.arange(L)[None, :, None] + h.rpe - 1) * np.ones((S, 1, 1), int)
 
     # ------------------------------------------------------------ forward / backward
 
@@ -210,6 +231,8 @@ class Oracle:
                 q["w"] = p["w"] @ E
             if "W" in p:
                 q["W"] = self.ET @ p["W"] @ E
+            if "b" in p:
+                q["b"] = p["b"]
             out.append(q)
         return out
 
@@ -242,6 +265,8 @@ class Oracle:
         z = (self.T @ KP) @ hd.TqT
         if hd.scale != 1.0:
             z *= hd.scale
+        if hd.bidx is not None:
+            z = z + pe["b"][hd.bidx]
         return z
 
     def _attention(self, hd: _Head, z: np.ndarray) -> np.ndarray:
@@ -369,6 +394,8 @@ class Oracle:
                 dzl = pa * (dp - (pa * dp).sum(axis=1, keepdims=True))
             else:
                 dzl = hd.lin3 * dp
+            if hd.bidx is not None:   # dL/db_delta = sum of dL/dz_il over l - i = delta
+                g["b"] = np.bincount(hd.bidx.ravel(), weights=dzl.ravel(), minlength=p["b"].size)
             # Z = scale sum dL/dz_il x_i x_l^T = E Zt E^T
             Zt = self.T2.T @ (dzl @ hd.Tq).reshape(-1, self.P)   # sum_s sum_il dzl t_i t_l^T
             if hd.scale != 1.0:
@@ -438,7 +465,7 @@ class Oracle:
                     if k == "a" and not hd.train_sign:
                         continue
                     trained.add(k)
-                    lr = eta * hd.n if (k == "w" and hd.value == "neuron") else eta
+                    lr = _lr(eta, k) * hd.n if (k == "w" and hd.value == "neuron") else _lr(eta, k)
                     x = p[k]
                     b = _writable(buf.get(k), x)
                     if factored and k in _FACTORED:
@@ -458,7 +485,7 @@ class Oracle:
                         if k in _WIDE:
                             np.matmul(q[k], self.E, out=qe[k])
                         else:
-                            qe[k] = self.ET @ q[k] @ self.E if k == "W" else q[k] @ self.E
+                            qe[k] = self.ET @ q[k] @ self.E if k == "W" else q[k] if k == "b" else q[k] @ self.E
             if qe is not None and "_U" in qe:
                 for k in qe["_keys"]:
                     if k not in trained:
@@ -524,7 +551,7 @@ class Oracle:
                 for k in GROUP_WEIGHTS[grp]:
                     if k not in g or k not in p or (k == "a" and not hd.train_sign):
                         continue
-                    lr = eta * hd.n if (k == "w" and hd.value == "neuron") else eta
+                    lr = _lr(eta, k) * hd.n if (k == "w" and hd.value == "neuron") else _lr(eta, k)
                     if k in _WIDE:
                         A, B = g[k]
                         lrB = lr * B
@@ -538,6 +565,8 @@ class Oracle:
                         q[k] = p[k] - lr * g[k]
                         if k == "W":
                             qe[k] = self.ET @ q[k] @ self.E
+                        elif k == "b":
+                            qe[k] = q[k]
             res.append(q)
             pred.append(qe)
         if not accept(res, pred):
@@ -608,10 +637,19 @@ class Oracle:
 
         record(params)
         status = "ok"
+        from .rates import has_rates, schedule_factor, weight_rates
+
+        rated = has_rates(tr)
         for i, st in enumerate(stages):
             n = int(st.length)
             reason = "length"
+            start = nstep
+            spec, origin, horizon = (st.eta_schedule, None, float(st.length)) if st.eta_schedule else (
+                tr.eta_schedule, 0, float(tr.horizon))
             for _ in range(n):
+                if rated:  # each weight its group's rate, times the schedule at this step
+                    eta = weight_rates(tr, st, schedule_factor(spec, nstep - (start if origin is None else origin),
+                                                               horizon))
                 if st.criterion is not None:
                     name, op, val = st.criterion
                     v = self.criterion_value(params, name)
@@ -633,88 +671,6 @@ class Oracle:
             record(params)
         return {"t": np.array(ts), "states": states, "loss": np.array(losses), "params": params,
                 "stage_ends": ends, "status": status}
-
-
-def sample_weights(desc, E: np.ndarray, m: int, seed, neurons=None) -> list[dict]:
-    """Explicit initial weights at width m (``default_rng(seed)``): W_K, W_Q iid
-    N(0, omega^2/m), M_V iid N(0, omega_v^2/m), r_c iid N(0, sigma_r^2/m), merged
-    W = 0, neurons ``neurons[j]`` (feature coordinates w~, shape (C, n, P); the
-    ambient neuron is the smallest vector with them, w = E Gamma^{-1} w~) or 0;
-    signs from the description."""
-    rng = np.random.default_rng(seed)
-    init = desc.init
-    d, P = E.shape
-    Gi = np.linalg.inv(E.T @ E)
-    out = []
-    for j, h in enumerate(desc.model.heads):
-        p: dict = {"a": np.array(float(h.sign))}
-        if h.kq == "separate":
-            p["WK"] = rng.normal(scale=init.omega / math.sqrt(m), size=(m, d))
-            p["WQ"] = rng.normal(scale=init.omega / math.sqrt(m), size=(m, d))
-        else:
-            p["W"] = np.zeros((d, d))
-        C = P if h.value == "token" else h.outputs
-        if h.value in ("neuron", "linear"):
-            wt = np.zeros((C, h.n_neurons, P)) if neurons is None else np.asarray(neurons[j], float).reshape(
-                C, h.n_neurons, P)
-            p["w"] = np.einsum("cqa,ab,db->cqd", wt, Gi, E)
-        elif h.value == "matrix":
-            p["MV"] = rng.normal(scale=init.omega_v / math.sqrt(m), size=(m, d))
-            p["r"] = rng.normal(scale=init.sigma_r / math.sqrt(m), size=(C, m))
-        out.append(p)
-    return out
-
-
-# ------------------------------------------------------------ the engine's initial state and layout
-
-def weights_from_engine_init(desc, E: np.ndarray, seed_orth=None, lay=None) -> list[dict]:
-    """Explicit weights that start from the engine's initial state (finite width).
-
-    Wide objects: the engine's sampled factors U_h = [U_K, U_Q, U_V, u_r...]
-    (``reduce.initial_weights``, the initial weights only) give
-    M_a = U_a Gamma^{-1} E^T + Z (I - E Gamma^{-1} E^T) with Z iid N(0, omega_a^2/m)
-    drawn from ``default_rng(seed_orth)`` (an orthogonal part the loss never
-    sees; None: no orthogonal part), so M_a E = U_a; readouts r_c = u_rc.
-    Narrow objects and signs: the engine's initial values (``reduce.initial_state``),
-    neurons as the smallest ambient vectors w = E Gamma^{-1} w~; merged W = E Gamma^{-1} W~ Gamma^{-1} E^T."""
-    from . import reduce as R
-
-    lay = lay or R.layout(desc)
-    m = desc.init.width
-    if m is None:
-        raise ValueError("weights_from_engine_init: the explicit network needs a finite width m")
-    U = R.initial_weights(desc, lay)
-    y0 = R.initial_state(desc, lay)
-    d, P = E.shape
-    Gi = np.linalg.inv(E.T @ E)
-    Pi = E @ Gi                       # (d, P): x = Pi w~ has E^T x = w~
-    proj_perp = np.eye(d) - E @ Gi @ E.T
-    rng = np.random.default_rng(seed_orth) if seed_orth is not None else None
-    sc = {"attention": desc.init.omega, "values": desc.init.omega_v}
-    out = []
-    for k, h in enumerate(desc.model.heads):
-        p: dict = {"a": np.array(float(h.sign))}
-        cols = {name: (s, w, g) for name, s, w, g in lay.objects[k]}
-        for name, key in (("K", "WK"), ("Q", "WQ"), ("V", "MV")):
-            if name in cols:
-                s, w, g = cols[name]
-                M = U[k][:, s:s + w] @ Pi.T
-                if rng is not None:
-                    M = M + rng.normal(scale=sc[g] / math.sqrt(m), size=(m, d)) @ proj_perp
-                p[key] = M
-        rs = [cols[f"r{c + 1}"][0] for c in range(h.outputs) if f"r{c + 1}" in cols]
-        if rs:
-            p["r"] = np.stack([U[k][:, s] for s in rs])
-        if h.kq == "merged":
-            Wt = lay.get(y0, h.name, "W")
-            p["W"] = Pi @ Wt @ Pi.T
-        if h.value in ("neuron", "linear"):
-            wt = lay.get(y0, h.name, "w")
-            p["w"] = np.einsum("cqa,da->cqd", wt, Pi)
-        if h.train_sign:
-            p["a"] = np.array(float(lay.get(y0, h.name, "a")[0]))
-        out.append(p)
-    return out
 
 
 _PLANS: dict = {}
@@ -768,4 +724,9 @@ def pack(desc, E: np.ndarray, params: list[dict], lay=None, we=None) -> np.ndarr
             y[voff:voff + wt.size] = wt.ravel()
         if aoff >= 0:
             y[aoff] = float(p["a"])
+        if lay.hi[k, 17] >= 0:  # relative positional biases (meanfield.engine.positions)
+            y[int(lay.hi[k, 17]):int(lay.hi[k, 17]) + p["b"].size] = p["b"]
     return y
+
+
+from .oracle_init import sample_weights, weights_from_engine_init  # noqa: E402,F401  (re-exported)

@@ -16,7 +16,8 @@ w~_h (C n P, neuron/linear values), a_h (1, trainable sign)].
 Initial state (:func:`initial_state`):
 
 * infinite width: Q_h = blockdiag(omega^2 Gamma (K), omega^2 Gamma (Q),
-  omega_v^2 Gamma (V), sigma_r^2 (each r_c)), i.e. the expectation;
+  omega_v^2 Gamma (V), sigma_r^2 (each r_c)), i.e. the expectation, with the
+  head's ``init_gram`` blocks set (``meanfield.engine.inits``);
 * finite width m (:func:`initial_weights`): ``SeedSequence(seed).spawn(2)``;
   the first stream draws, head by head and object by object in the order
   K, Q, V, r_1..r_C, Z = standard_normal((m, width_a)) and sets
@@ -26,7 +27,8 @@ Initial state (:func:`initial_state`):
   M_a with M_a E = U_a (e.g. M_a = U_a Gamma^{-1} E^T, the smallest such) starts
   from the same Gram state. For the mixture this is exactly the stream and
   order of ``meanfield.models.mixture.init`` / the dense path;
-* narrow: W~ = 0; value vectors from ``neuron_init`` (zero | const | gaussian
+* narrow: W~ = 0 (or the head's ``init_W``); value vectors from the head's
+  ``init_w`` or ``neuron_init`` (zero | const | gaussian
   drawn from the second stream as ``sigma * standard_normal((H, C n, R))``),
   given in report coordinates and mapped to the smallest ambient vector with
   those coordinates (w~ = Gamma C (C^T Gamma C)^{-1} w_rep); signs their value.
@@ -51,9 +53,10 @@ GROUP_CODE = {"attention": 0, "values": 1, "readout": 2}
 
 # columns of the integer head table
 (H_ATT, H_KQ, H_QRY, H_QSELF, H_VAL, H_NN, H_C, H_N, H_QOFF, H_IK, H_IQ, H_IV, H_IR, H_WOFF, H_VOFF,
- H_AOFF) = range(16)
+ H_AOFF, H_MASK, H_BOFF, H_BL) = range(19)  # H_MASK: 1 causal; H_BOFF, H_BL: relative positional
+# biases b[l - i + H_BL] (2 H_BL + 1 of them; meanfield.engine.positions)
 # columns of the float head table
-F_SCALE, F_SIGN, F_LR = range(3)
+F_SCALE, F_SIGN, F_LR, F_RW, F_RV, F_RA, F_RB = range(7)  # F_R*: group rate / step size (engine.rates)
 
 
 @dataclass(frozen=True)
@@ -116,8 +119,8 @@ def layout(desc: Description) -> Layout:
     heads = desc.model.heads
     H = len(heads)
     Gamma = desc.dictionary.Gamma
-    hi = np.full((H, 16), -1, dtype=np.int64)
-    hf = np.zeros((H, 3))
+    hi = np.full((H, 19), -1, dtype=np.int64)
+    hf = np.zeros((H, 7))
     qv = np.zeros((H, P))
     objects = []
     off = 0
@@ -141,6 +144,7 @@ def layout(desc: Description) -> Layout:
         hi[k, H_KQ] = KQC[h.kq]
         hi[k, H_QRY] = QRY[h.query]
         hi[k, H_QSELF] = 1 if h.query_self else 0
+        hi[k, H_MASK] = 1 if getattr(h, "mask", "none") == "causal" else 0
         hi[k, H_VAL] = VAL[h.value]
         hi[k, H_NN] = h.n_neurons
         hi[k, H_C] = h.outputs
@@ -161,9 +165,14 @@ def layout(desc: Description) -> Layout:
         if h.train_sign:
             hi[k, H_AOFF] = off
             off += 1
+        if getattr(h, "rpe", 0):
+            hi[k, H_BOFF] = off
+            hi[k, H_BL] = h.rpe - 1
+            off += 2 * h.rpe - 1
         hf[k, F_SCALE] = h.scale
         hf[k, F_SIGN] = h.sign
         hf[k, F_LR] = float(h.n_neurons)  # mean-field neuron scale: step eta * n
+        hf[k, F_RW] = hf[k, F_RV] = hf[k, F_RA] = hf[k, F_RB] = 1.0  # rate factors of W~, w~, a (meanfield.engine.rates)
         if h.query_vector is not None:
             qv[k] = h.query_vector
     Gr = np.zeros((H, Nmax, Nmax))
@@ -189,6 +198,9 @@ def layout(desc: Description) -> Layout:
             lay.blocks.append(Block(h.name, "w", "narrow", shp, int(hi[k, H_VOFF]), count=int(np.prod(shp))))
         if hi[k, H_AOFF] >= 0:
             lay.blocks.append(Block(h.name, "a", "small", (1,), int(hi[k, H_AOFF]), count=1))
+        if hi[k, H_BOFF] >= 0:
+            nb = 2 * int(hi[k, H_BL]) + 1
+            lay.blocks.append(Block(h.name, "b", "narrow", (nb,), int(hi[k, H_BOFF]), count=nb))
     return lay
 
 
@@ -263,6 +275,10 @@ def _neuron_values(desc: Description, lay: Layout) -> list[np.ndarray | None]:
 
 def initial_state(desc: Description, lay: Layout | None = None) -> np.ndarray:
     lay = lay or layout(desc)
+    if desc.init.init_from is not None:  # a run file's last state (meanfield.engine.initfrom)
+        from .initfrom import initial_state as from_file
+
+        return from_file(desc, lay)
     y = np.zeros(lay.size)
     G = desc.dictionary.Gamma
     U = initial_weights(desc, lay) if desc.init.width is not None else None
@@ -275,13 +291,21 @@ def initial_state(desc: Description, lay: Layout | None = None) -> np.ndarray:
                 for name, s, w, g in lay.objects[k]:
                     om = desc.init.omega if g == "attention" else desc.init.omega_v if g == "values" else desc.init.sigma_r
                     Q[s:s + w, s:s + w] = om ** 2 * (G if w == lay.P else 1.0)
+                if h.init_gram:  # the description's initial blocks (meanfield.engine.inits; infinite width)
+                    from .inits import apply_gram
+
+                    Q = apply_gram(Q, h, k, lay, desc.dictionary.features, desc.dictionary.groups)
             else:
                 Q = U[k].T @ U[k]
             off = int(lay.hi[k, H_QOFF])
             y[off:off + N * N] = Q.ravel()
+        if lay.hi[k, H_WOFF] >= 0 and h.init_W is not None:
+            off = int(lay.hi[k, H_WOFF])
+            y[off:off + lay.P ** 2] = np.asarray(h.init_W, dtype=float).ravel()
         if lay.hi[k, H_VOFF] >= 0:
             off = int(lay.hi[k, H_VOFF])
-            y[off:off + vals[k].size] = vals[k].ravel()
+            v = vals[k] if h.init_w is None else np.broadcast_to(np.asarray(h.init_w, float), vals[k].shape)
+            y[off:off + vals[k].size] = np.ravel(v)
         if lay.hi[k, H_AOFF] >= 0:
             y[int(lay.hi[k, H_AOFF])] = h.sign
     return y

@@ -6,7 +6,9 @@ Run file (one schema, variable groups by name): datasets ``t``, ``step``,
 B (T, R, R); W (T, R, R); w (T, C, n, R); a (T, 1); other Gram blocks such as
 ``V.r1`` as they are), its ``initial_state/<head>/<name>``, ``features`` (the
 report names), ``heads``, and a ``samples`` group (names, weight, target,
-flags, tokens, counts). Attributes: model, family, stage_ends, T1, T2, T_loss
+flags, tokens, counts); with a held-out set ``test_loss`` (T,),
+``test_margin`` (T, n_test), ``test_error`` (T,; classification losses) and a
+``test_samples`` group. Attributes: model, family, stage_ends, T1, T2, T_loss
 (``meanfield.core.stagetimes.stage_times_of``), width (inf at infinite
 width), seed, eta, method, head_scales, description, description_hash,
 variable_axes, status, message (``docs/run-files.md``).
@@ -34,7 +36,7 @@ from .system import EngineSystem, integrate_description, observables, system_of
 EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
 
 
-from ..core.run import Named, Run  # noqa: E402,F401  the one run object (meanfield.Run)
+from ..core.run import Named, Run, SystemName  # noqa: E402,F401  the one run object (meanfield.Run)
 
 
 def in_memory(desc: Description, system: EngineSystem, traj: integrate.Trajectory) -> Run:
@@ -72,6 +74,13 @@ def in_memory(desc: Description, system: EngineSystem, traj: integrate.Trajector
     r.margin = r.obs["margin"]
     r.heads = tuple(h.name for h in desc.model.heads)
     r.features = tuple(desc.dictionary.names)
+    r._system_name = SystemName("engine", system)  # r.system == "engine", and r.system.T(y) etc. as before
+    from .heldout import observables as test_observables
+
+    r.test = test_observables(desc, r.y) if desc.test is not None else None  # the held-out set
+    r.test_loss = None if r.test is None else r.test["loss"]
+    r.test_margin = None if r.test is None else r.test["margin"]
+    r.test_error = None if r.test is None else r.test.get("error")
 
     def fill():
         from .. import __version__
@@ -231,6 +240,16 @@ def common_attrs(desc: Description, r: Run, engine_tag: bool = True) -> dict:
     }
     if engine_tag:
         common.update({"engine": 1, "model": desc.name})
+    if desc.family is None:  # what a file must share to start another run (meanfield.engine.initfrom)
+        from .initfrom import structure
+
+        common["structure"] = structure(desc)
+    from .rates import has_rates, stage_group_rates
+
+    if has_rates(desc.training):  # each stage's rate per group and schedule (meanfield.engine.rates)
+        tr = desc.training
+        common["stage_rates"] = [{"stage": s.name, "eta": stage_group_rates(tr, s),
+                                  "eta_schedule": s.eta_schedule or tr.eta_schedule} for s in tr.stages]
     return common
 
 
@@ -263,9 +282,21 @@ def file_content(desc: Description, r: Run, extra_attrs: dict | None = None,
             "heads": np.array([h.name for h in desc.model.heads], dtype=object),
             "t": r.t, "step": r.step, "stage": r.stage, "loss": r.loss, "margin": r.margin, "u": r.obs["u"],
             "variables": variables, "initial_state": init_g, "samples": samples}
+    if r.test is not None:  # the held-out set (meanfield.engine.heldout): never trained on
+        td = desc.test
+        data["test_loss"], data["test_margin"] = r.test["loss"], r.test["margin"]
+        if "error" in r.test:
+            data["test_error"] = r.test["error"]
+        data["test_samples"] = {"weight": td.weight, "target": td.target, "names": np.array(
+            td.names if td.names is not None else [f"t{i}" for i in range(td.n)], dtype=object)}
     attrs = dict(common)
     attrs["family"] = desc.family or ""
     attrs["variable_axes"] = variable_axes(desc)
+    if hasattr(r.system_obj, "extra_datasets"):  # the exact population (meanfield.engine.population)
+        more, more_attrs = r.system_obj.extra_datasets(r)
+        data.update(more)
+        attrs.update(more_attrs)
+    attrs.update(desc.data.extra.get("sampled") or {})  # sampled prompts: "sampled, not exact"
     attrs.update(extra_attrs or {})
     config = {"parameters": desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {},
               "declared": {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared},

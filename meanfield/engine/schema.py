@@ -53,6 +53,12 @@ def _choices(values) -> str:
 
 #: meanings of the run knobs (:class:`RunParams` fields); every field needs one
 _RUN_KNOBS = {
+    "init_from": "a run file whose last state is the initial state (`meanfield.engine.initfrom`; its model "
+                 "structure must match)",
+    "group_eta": "a rate per parameter group for the whole run, `\"keys=0.1,values=2\"` or a table "
+                 "(`meanfield.engine.rates`; groups: keys, queries, values, readout, signs, positions, attention)",
+    "eta_schedule": "a multiplier of every rate at step k: `cosine`, `step:E:G`, `warmup:W+cosine`, `inverse:T0` "
+                    "(`meanfield.engine.rates`)",
     "method": f"{_choices(METHODS)}: the exact GD map, gradient flow (adaptive Dormand-Prince 5(4)) or fixed-step RK4",
     "eta": "GD step size (time per step: t = step x eta); flow: the default horizon is steps x eta",
     "steps": "length of the one stage of a description without `[[training.stages]]` (gd)",
@@ -81,6 +87,12 @@ _RUN_KNOBS = {
 
 #: meanings of the head options (:class:`Head` fields); every field needs one
 _HEAD = {
+    "mask": "`none` or `causal`: query l attends only to keys i <= l (`meanfield.engine.positions`)",
+    "rpe": "R > 0: trainable relative positional biases b[l - i] for |l - i| < R added to the logits "
+           "(`meanfield.engine.positions`)",
+    "init_W": "kq = merged: W~ at t = 0 (P x P; default 0; `meanfield.engine.inits`)",
+    "init_w": "the value vectors at t = 0 (P numbers; default: `neuron_init`)",
+    "init_gram": "Gram blocks at t = 0 at infinite width, a table block name -> matrix",
     "name": "the head's name (default h1, h2, ...): how runs and bounds name its variables",
     "attention": f"{_choices(ATTENTIONS)}: p_i = c_i exp(z_i) / sum_j c_j exp(z_j), or p_i = c_i z_i / L_eff",
     "kq": f"{_choices(KQ)}: wide W_K, W_Q (Gram blocks S, A, B) or one narrow merged W = W_K^T W_Q (0 at init)",
@@ -158,6 +170,10 @@ def reference() -> list[tuple[str, str, list[Key]]]:
         "parameters": ("table", "empty", "run knobs (below) and the model's own declared parameters"),
         "dictionary": ("table", "required", "the feature names and their Gram matrix"),
         "data": ("table", "required", "the finite weighted set of sequences"),
+        "test": ("table", "none", "a held-out set, never trained on: the same keys as `[data]` (or a `train_frac` "
+                 "split of `[data]`); runs record its loss and margins (`meanfield.engine.heldout`)"),
+        "positions": ("table", "none", "absolute positional features: the dictionary is enlarged by one feature "
+                      "per position (`meanfield.engine.positions`)"),
         "heads": ("array of tables", "required", "one `[[heads]]` table per attention head"),
         "model": ("table", "empty", "the loss"),
         "training": ("table", "empty", "the stages (`[[training.stages]]`)"),
@@ -181,6 +197,9 @@ def reference() -> list[tuple[str, str, list[Key]]]:
             Key("function", "`\"package.module:function\"`", "-", "imported by name and called with `features` and "
                 "`args`; returns a dict with tokens, target (optionally weight, counts, names, flags) or a Data"),
             Key("args", "table", "empty", "keyword arguments of `function`"),
+            Key("train_frac", "float in (0, 1)", "none", "train on this fraction of the rows and hold out the rest "
+                "as the test set (instead of a `[test]` table)"),
+            Key("split_seed", "int >= 0", "0", "with `train_frac`: the seed of the split"),
         ]),
         ("[data] rows = [ {...} ]", "one sequence", [
             Key("tokens", "list of tokens", "required", "a token is a signed 1-based feature index (`2`, `-3`), a "
@@ -210,6 +229,10 @@ def reference() -> list[tuple[str, str, list[Key]]]:
             Key("time", "float >= 0", "required with flow / rk4", "the stage's length in time"),
             Key("criterion", "`NAME>=X` or `NAME<=X`", "none", "ends the stage early; NAME in "
                 + ", ".join(f"`{c}`" for c in CRITERIA)),
+            Key("eta", "number or table of group rates", "the run's eta", "the stage's step size, or rates per "
+                "group (`{keys = 0.05, default = 0.2}`; `meanfield.engine.rates`)"),
+            Key("eta_schedule", "str", "none", "the stage's learning-rate schedule (k from the stage's start): "
+                "`cosine`, `step:E:G`, `warmup:W+cosine`, `inverse:T0`"),
         ]),
     ]
 

@@ -91,6 +91,9 @@ def batch_problem(desc) -> str | None:
     from .system import save_at
 
     tr = desc.training
+    if "population" in desc.data.extra:  # its kernels are meanfield.engine.population's, not the batch's
+        return ("the exact Gaussian population (data.family icl_regression) is not batched; run the sweep "
+                "without --batched / --chunked")
     if tr.method not in ("gd", "rk4"):
         return f"method {tr.method} is not batched (the batch runs methods gd and rk4)"
     if tr.method == "rk4" and any(s.criterion is not None for s in tr.stages):

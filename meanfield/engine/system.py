@@ -95,6 +95,15 @@ class EngineSystem:
 
     pk: Packed
     max_abs: float = math.inf
+    #: per stage (index = mode >> 4) the kernel's (Gr, hf) with the stage's group rates
+    #: (``meanfield.engine.rates.rate_arrays``); None: the layout's (every rate the step size)
+    rates: list | None = None
+
+    def _rated(self, mode):
+        lay = self.pk.lay
+        if self.rates is None:
+            return lay.Gr, lay.hf
+        return self.rates[int(mode) >> 4]
 
     def _data(self):
         pk = self.pk
@@ -103,7 +112,8 @@ class EngineSystem:
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         pk, lay = self.pk, self.pk.lay
         kind, op, thr = integrate.criterion_args(criterion, kernels.CRITERIA)
-        done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), int(mode), lay.hi, lay.hf, lay.qv, lay.Gr,
+        Gr, hf = self._rated(mode)
+        done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), int(mode) & 15, lay.hi, hf, lay.qv, Gr,
                                            lay.grp, pk.Gam, *self._data(), pk.consistent, kind, op, thr,
                                            float(self.max_abs), pk.R, pk.C, lay.Nmax)
         return int(done), int(code)
@@ -111,7 +121,8 @@ class EngineSystem:
     def rhs(self, y, mode):
         pk, lay = self.pk, self.pk.lay
         out = np.empty_like(y)
-        kernels.flow_rhs(_state(y), out, int(mode), lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam,
+        Gr, hf = self._rated(mode)
+        kernels.flow_rhs(_state(y), out, int(mode) & 15, lay.hi, hf, lay.qv, Gr, lay.grp, pk.Gam,
                          *self._data(), pk.R, pk.C, lay.Nmax)
         return out
 
@@ -127,12 +138,39 @@ class EngineSystem:
 
 
 def system_of(desc: Description) -> EngineSystem:
-    return EngineSystem(pack(desc), desc.training.max_abs)
+    if "population" in desc.data.extra:  # the exact population of Gaussian prompts (meanfield.engine.population)
+        from .population import PopulationSystem
+
+        return PopulationSystem(desc)
+    from .rates import has_rates, rate_arrays
+
+    pk = pack(desc)
+    tr = desc.training
+    rates = [rate_arrays(pk.lay, tr, s) for s in tr.stages] if has_rates(tr) else None
+    return EngineSystem(pk, tr.max_abs, rates)
 
 
 def stages(desc: Description) -> list[integrate.Stage]:
-    return [integrate.Stage(i + 1, mode_of(s.train), s.length, s.criterion, s.name)
-            for i, s in enumerate(desc.training.stages)]
+    """The training's stages for ``meanfield.core.integrate``: ``mode`` = the bit mask of
+    the trained groups plus 16 x the stage's index (its group rates, :class:`EngineSystem`),
+    ``eta`` the stage's step size, ``eta_at`` its schedule (``meanfield.engine.rates``)."""
+    from .rates import has_rates, schedule_factor, stage_base_eta, stage_schedule
+
+    tr = desc.training
+    if not has_rates(tr):
+        return [integrate.Stage(i + 1, mode_of(s.train), s.length, s.criterion, s.name)
+                for i, s in enumerate(tr.stages)]
+    out = []
+    for i, s in enumerate(tr.stages):
+        base = stage_base_eta(tr, s)
+        spec, origin, horizon = stage_schedule(tr, i)
+        eta_at = None
+        if spec is not None:
+            def eta_at(k, start, base=base, spec=spec, origin=origin, horizon=horizon):
+                return base * schedule_factor(spec, k - (start if origin is None else origin), horizon)
+        out.append(integrate.Stage(i + 1, mode_of(s.train) | (i << 4), s.length, s.criterion, s.name,
+                                   eta=None if tr.method != "gd" else base, eta_at=eta_at))
+    return out
 
 
 def solver(desc: Description):

@@ -27,4 +27,5 @@ PLUGINS = (
     "meanfield.models.incontext.plugin",
     "meanfield.models.maxmargin.plugin",
     "meanfield.models.multiclass.plugin",
+    "meanfield.models.icl.plugin",
 )

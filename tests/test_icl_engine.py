@@ -1,0 +1,234 @@
+"""The exact Gaussian population dynamics of the engine held to an explicit network, and the icl_zfb acceptance run.
+
+* ``test_engine_equals_explicit_network``: an explicit network written here
+  (numpy weights W_K, W_Q, W_V in R^{m x P}, readout r in R^m, narrow W and w,
+  trainable signs; E = I) with its own forward of the population loss through
+  the moment tensors (the moments are held to Monte Carlo and quadrature in
+  ``tests/test_icl_moments.py``) and its own chain rule to the explicit
+  weights, trained by GD on that exact population gradient for 200 steps from
+  the engine's initial weights; the engine's Gram-closure run (every Gram
+  block U^T U, every narrow block, the loss) equals it to 1e-10 at m = 1, 3, 50.
+  Nothing of ``meanfield.engine.population`` / ``kernels`` is used for it.
+* ``test_icl_zfb_acceptance``: the shipped description converges to the
+  closed-form minimum L* = (1/2)(tr Lambda - tr(Lambda Gamma^{-1} Lambda)),
+  Gamma = (1 + 1/N) Lambda + tr(Lambda)/N I, to 1e-6 relative (computed here
+  from the formula, not from the engine).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import meanfield.engine as me
+from meanfield.engine.description import description_from_dict
+from meanfield.engine.gaussian import GaussianPrompts
+from meanfield.engine.reduce import H_AOFF, H_N, H_QOFF, H_VOFF, H_WOFF, initial_state, initial_weights, layout
+
+
+def spd(rng, d, scale=1.0):
+    A = rng.normal(size=(d, d)) * 0.4 + np.eye(d)
+    return scale * (A @ A.T) / d + 0.2 * np.eye(d)
+
+
+HEADS = [  # (kq, value, train_sign)
+    ("separate", "linear", False),
+    ("separate", "matrix", True),
+    ("merged", "linear", False),
+]
+
+
+def description(d, N, Lam, Sw, sigma, m, steps, eta):
+    heads = [{"name": f"h{j}", "attention": "linear", "kq": kq, "query": "last", "query_self": False,
+              "value": val, "scale": 0.7 + 0.2 * j, "sign": (-1.0) ** j, "train_sign": ts}
+             for j, (kq, val, ts) in enumerate(HEADS)]
+    raw = {"name": "t", "data": {"family": "icl_regression", "d": d, "N": N, "cov": Lam.tolist(),
+                                 "task_cov": Sw.tolist(), "noise": sigma},
+           "heads": heads, "model": {"loss": "squared"},
+           "parameters": {"steps": steps, "eta": eta, "width": m, "seed": 4, "omega": 0.6, "omega_v": 0.6,
+                          "sigma_r": 0.8, "neuron_init": "gaussian:0.4", "record_every": 1}}
+    return description_from_dict(raw)
+
+
+class Explicit:
+    """The explicit network on the population loss: weights per head
+    {WK, WQ (m x P) | W (P x P)} and {w (P) | WV (m x P), r (m)}, sign a."""
+
+    def __init__(self, law, heads, params):
+        self.heads = heads
+        self.p = params
+        mom = law.moments()
+        P, d = law.P, law.d
+        self.P, self.d = P, d
+        self.Mq = mom.M                          # E[(G (x) x_q)(G (x) x_q)^T]
+        self.mv = mom.m.ravel()                  # E[G (x) x_q y_q]
+        self.c0 = mom.c0
+
+    def parts(self, p, h):
+        S = p["WK"].T @ p["WQ"] if "WK" in p else p["W"]        # z_i^T S z_q is the attention logit
+        v = p["WV"].T @ p["r"] if "WV" in p else p["w"]         # the value read at the y-row
+        return S, v
+
+    def loss_grads(self):
+        P, d = self.P, self.d
+        T = np.zeros((P, P, d))
+        parts = []
+        for p, h in zip(self.p, self.heads):
+            S, v = self.parts(p, h)
+            c = p["a"] * h["scale"]
+            T += c * np.einsum("a,bj->abj", v, S[:, :d])           # z_q = (x_q, 0): only S's x columns are read
+            parts.append((S, v, c))
+        t = T.ravel()
+        gT = (self.Mq @ t - self.mv).reshape(P, P, d)
+        loss = 0.5 * (t @ self.Mq @ t - 2 * self.mv @ t + self.c0)
+        grads = []
+        for p, h, (S, v, c) in zip(self.p, self.heads, parts):
+            dS = np.zeros((P, P))
+            dS[:, :d] = c * np.einsum("a,abj->bj", v, gT)
+            dv = c * np.einsum("bj,abj->a", S[:, :d], gT)
+            g = {}
+            if "WK" in p:
+                g["WK"] = p["WQ"] @ dS.T
+                g["WQ"] = p["WK"] @ dS
+            else:
+                g["W"] = dS
+            if "WV" in p:
+                g["WV"] = np.outer(p["r"], dv)
+                g["r"] = p["WV"] @ dv
+            else:
+                g["w"] = dv
+            if h["train_sign"]:
+                g["a"] = h["scale"] * float(np.einsum("a,bj,abj->", v, S[:, :d], gT))
+            grads.append(g)
+        return loss, grads
+
+    def step(self, eta):
+        loss, grads = self.loss_grads()
+        for p, g in zip(self.p, grads):
+            for k, x in g.items():
+                p[k] = p[k] - eta * x
+        return loss
+
+    def project(self, lay, size):
+        """The engine's flat state of the explicit weights (Q = U^T U, narrow blocks, signs)."""
+        y = np.zeros(size)
+        for k, p in enumerate(self.p):
+            cols = [p[n] if p[n].ndim == 2 else p[n][:, None] for n in ("WK", "WQ", "WV", "r") if n in p]
+            if cols:
+                U = np.concatenate(cols, axis=1)
+                N = int(lay.hi[k, H_N])
+                y[int(lay.hi[k, H_QOFF]):int(lay.hi[k, H_QOFF]) + N * N] = (U.T @ U).ravel()
+            if "W" in p:
+                y[int(lay.hi[k, H_WOFF]):int(lay.hi[k, H_WOFF]) + self.P ** 2] = p["W"].ravel()
+            if "w" in p:
+                y[int(lay.hi[k, H_VOFF]):int(lay.hi[k, H_VOFF]) + self.P] = p["w"]
+            if lay.hi[k, H_AOFF] >= 0:
+                y[int(lay.hi[k, H_AOFF])] = p["a"]
+        return y
+
+
+def explicit_from_engine_init(desc, lay, law):
+    """Explicit weights from the engine's sampled factors U (columns K, Q, V, r) and its narrow initial blocks."""
+    U = initial_weights(desc, lay)
+    y0 = initial_state(desc, lay)
+    P = law.P
+    params = []
+    for k, (kq, val, ts) in enumerate(HEADS):
+        p = {}
+        c = 0
+        if kq == "separate":
+            p["WK"], p["WQ"] = U[k][:, 0:P].copy(), U[k][:, P:2 * P].copy()
+            c = 2 * P
+        else:
+            p["W"] = y0[int(lay.hi[k, H_WOFF]):int(lay.hi[k, H_WOFF]) + P * P].reshape(P, P).copy()
+        if val == "matrix":
+            p["WV"], p["r"] = U[k][:, c:c + P].copy(), U[k][:, c + P].copy()
+        else:
+            p["w"] = y0[int(lay.hi[k, H_VOFF]):int(lay.hi[k, H_VOFF]) + P].copy()
+        p["a"] = float((-1.0) ** k)
+        params.append(p)
+    heads = [{"scale": 0.7 + 0.2 * j, "train_sign": ts} for j, (kq, val, ts) in enumerate(HEADS)]
+    return Explicit(law, heads, params)
+
+
+@pytest.mark.parametrize("m", [1, 3, 50])
+def test_engine_equals_explicit_network(m):
+    rng = np.random.default_rng(20 + m)
+    d, N, sigma, steps, eta = 2, 5, 0.2, 200, 0.3
+    Lam, Sw = spd(rng, d), spd(rng, d, 0.9)
+    desc = description(d, N, Lam, Sw, sigma, m, steps, eta)
+    lay = layout(desc)
+    run = me.run(desc)
+    assert run.status == "complete" and run.y.shape[0] == steps + 1
+    net = explicit_from_engine_init(desc, lay, GaussianPrompts(d, N, Lam, Sw, sigma))
+    np.testing.assert_allclose(run.y[0], net.project(lay, lay.size), rtol=0, atol=1e-14)
+    losses = []
+    worst = 0.0
+    for s in range(steps + 1):
+        ys = net.project(lay, lay.size)
+        worst = max(worst, float(np.abs(run.y[s] - ys).max() / max(1.0, np.abs(ys).max())))
+        losses.append(net.step(eta) if s < steps else net.loss_grads()[0])
+    assert worst <= 1e-10, f"m = {m}: engine vs explicit network, largest relative state difference {worst:.3g}"
+    np.testing.assert_allclose(run.loss, losses, rtol=1e-10, atol=1e-14)
+    # the run moved: the check is not of a state that stays put
+    assert abs(losses[-1] - losses[0]) > 1e-2 * losses[0]
+    assert np.abs(run.y[-1] - run.y[0]).max() > 1e-2
+
+
+def zfb_minimum(ev, N):
+    Lam = np.diag(ev)
+    Gam = (1 + 1 / N) * Lam + np.trace(Lam) / N * np.eye(len(ev))
+    return 0.5 * (np.trace(Lam) - np.trace(Lam @ np.linalg.inv(Gam) @ Lam))
+
+
+def test_icl_zfb_acceptance():
+    desc = me.load("meanfield/models/icl_zfb.toml", d=3, N=8, cov="1,0.5,0.25")
+    run = me.run(desc)
+    Lstar = zfb_minimum([1, 0.5, 0.25], 8)
+    assert abs(Lstar - 0.280406976744186) < 1e-15
+    assert run.status == "complete"
+    assert abs(run.loss[-1] - Lstar) <= 1e-6 * Lstar
+    assert run.loss[0] > 2 * Lstar  # it started away from the minimum
+
+
+def test_icl_zfb_flags_are_parameters():
+    """d, N, cov, noise, steps change the run as declared (a different minimum for another d, N, cov)."""
+    desc = me.load("meanfield/models/icl_zfb.toml", d=2, N=4, cov="2,0.5", eta=0.1, steps=3000)
+    run = me.run(desc)
+    assert run.y.shape[0] > 1 and desc.training.stages[0].length == 3000
+    assert abs(run.loss[-1] - zfb_minimum([2, 0.5], 4)) <= 1e-6 * zfb_minimum([2, 0.5], 4)
+    noisy = me.load("meanfield/models/icl_zfb.toml", d=2, N=4, cov="2,0.5", noise=0.5, steps=10)
+    assert noisy.data.extra["population"]["law"].sigma == 0.5
+
+
+def test_test_time_context_length():
+    """N_test: the run file's loss_test is the population loss at the test-time N, here held to the closed form
+    of the ZFB predictor x_q^T A h at another N (spec: L(A) = (1/2)[tr Lambda - 2 tr(Lambda A Lambda)
+    + tr(A^T Lambda A Gamma' Lambda)], Gamma' = (1 + 1/N') Lambda + tr(Lambda)/N' I) at the end of a converged run."""
+    import h5py
+
+    from meanfield.engine.runs import run_to_file
+
+    ev, N, Nt = [1.0, 0.5, 0.25], 8, 20
+    desc = me.load("meanfield/models/icl_zfb.toml", N=N, N_test=Nt)
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        r, path = run_to_file(desc, Path(tmp) / "t.h5", progress=False)
+        with h5py.File(path) as f:
+            lt = f["loss_test"][:]
+            lmin_t = float(f.attrs["loss_min_test"])
+    Lam = np.diag(ev)
+    A = np.linalg.inv((1 + 1 / N) * Lam + np.trace(Lam) / N * np.eye(3))     # the trained predictor (train N)
+    Gt = (1 + 1 / Nt) * Lam + np.trace(Lam) / Nt * np.eye(3)
+    closed = 0.5 * (np.trace(Lam) - 2 * np.trace(Lam @ A @ Lam) + np.trace(A.T @ Lam @ A @ Gt @ Lam))
+    assert abs(lt[-1] - closed) <= 1e-9 * closed
+    assert abs(lmin_t - zfb_minimum(ev, Nt)) <= 1e-12 and lt[-1] > lmin_t   # not the best predictor at N'
+
+
+def test_derive_names_the_data():
+    out = me.derive(me.load("meanfield/models/icl_zfb.toml"), latex=False)
+    assert out["data"]["exact"] == 1 and abs(out["data"]["loss_min"] - zfb_minimum([1, 0.5, 0.25], 8)) < 1e-12
+    out = me.derive(me.load("meanfield/models/icl_zfb.toml", samples=7), latex=False)
+    assert out["data"]["exact"] == 0 and "sampled, not exact: 7 prompts" in out["data"]["population"]
