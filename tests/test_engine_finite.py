@@ -148,7 +148,7 @@ def test_width_sweep_names_a_quantity_that_does_not_converge(tmp_path):
 
     raw = _read(ROOT / "meanfield" / "models" / "mixture_multiclass.toml")
     raw["training"] = {"stages": [{"name": "neurons", "train": ["values"], "steps": 300}]}
-    desc = description_from_dict(raw, {"record_every": 10})
+    desc = description_from_dict(raw, {"record_every": 10, "symmetry": "allow"})  # the symmetric start, on purpose
     s = me.width_sweep(desc, [16, 256], 2, tmp_path / "mc.h5", progress=False, log=lambda *a: None)
     assert s["lead"] == "S" and s["exponents"]["S"]["exponent"] < 0  # S: the frozen init error decreases
     assert s["exponents"]["S"]["ci"] is None  # two widths: no interval

@@ -173,7 +173,7 @@ def test_cli_flags_override_and_refuse(tmp_path):
         assert f["margin"].shape[1] == 6 and int(f["step"][-1]) == 4
     from meanfield.core.io import read_run
 
-    assert read_run(out).config["declared"] == {"n": 6, "T": 2, "data_seed": 3}  # the run file records them
+    assert read_run(out).config["declared"] == {"n": 6, "T": 2, "data_seed": 3, "kq": "merged"}  # recorded
     for args, field in [(["--n", "many"], "n: must be an integer"),
                         (["--colour", "3"], "--colour: not a parameter of model maxmargin.toml"),
                         (["--K", "3"], "--K: not a parameter of model maxmargin.toml"),

@@ -28,7 +28,7 @@ CASES = {
                 {"omega": ["0.05", "0.3"], "width": ["inf", "6"], "eta": ["1", "3e4"]}),
     "mixture-3stage": (["--schedule", "three-stage", "--stage-steps", "50,50,50", "--record-every", "5"],
                        {"omega": ["0.05", "0.3"], "K": ["2", "3"], "seed": ["0", "1"], "width": ["5"]}),
-    "mixture_multiclass": (["--steps", "120", "--record-every", "4", "--K", "2", "--C", "2"],
+    "mixture_multiclass": (["--steps", "120", "--record-every", "4", "--K", "2", "--C", "2", "--symmetry", "allow"],
                            {"omega": ["0.05", "0.3"], "width": ["inf", "4"], "eta": ["0.5", "2"]}),
 }
 

@@ -44,7 +44,7 @@ def test_model_run_outcome_criterion_fired_and_never_fired(tmp_path):
     assert not any("stage times" in ln for ln in b), b  # maxmargin has no consistent / inconsistent samples
     # a criterion that fires: the step it fired at
     r = _cli("model", "run", "mixture_multiclass", "--K", "2", "--C", "2", "--steps", "3000", "--record-every", "10",
-             "--criterion", "loss<=0.6", "--out", "b.h5", "--quiet", cwd=tmp_path)
+             "--criterion", "loss<=0.6", "--symmetry", "allow", "--out", "b.h5", "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     b = _block(r.stdout)
     fired = [ln for ln in b if "criterion loss<=0.6 fired at step" in ln]

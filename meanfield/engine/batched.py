@@ -438,7 +438,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     nst = len(tr.stages)
     stage_len = np.array([int(s.length) if gd else float(s.length) for s in tr.stages],
                          np.int64 if gd else np.float64)
-    stage_mode = np.array([mode_of(s.train) for s in tr.stages], np.int64)
+    stage_mode = np.array([mode_of(s.train, tr.normalise) for s in tr.stages], np.int64)
     crit_kind = np.zeros(nst, np.int64)
     crit_op = np.ones(nst, np.int64)
     crit_thr = np.zeros(nst)

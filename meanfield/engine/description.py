@@ -82,7 +82,7 @@ from .datatables import _data_from_table, data_from_function, parse_token  # noq
 from .heldout import check_targets, held_out
 from .rates import check_training, format_group_eta, has_rates, parse_group_eta, parse_schedule
 from .rates import stage_rates as _stage_rates
-from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, QUERIES,  # noqa: F401
+from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, NORMALISE, QUERIES,  # noqa: F401
                       VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
                       make_data)
 
@@ -117,6 +117,7 @@ class RunParams:
 
     method: str = "gd"
     eta: float = 0.5
+    normalise: str = "none"  # gd only: none | parameter (normalised GD)
     steps: int = 1000
     t_end: float | None = None
     dt: float | None = None
@@ -129,6 +130,8 @@ class RunParams:
     seed: int = 0
     omega: float = 0.1
     omega_v: float = 0.1
+    omega_q: float | None = None  # separate K/Q: the queries' init scale (None: omega; 0: Q(0) = 0)
+    symmetry: str = "refuse"  # an infinite-width start that GD cannot leave by symmetry: refuse | allow (engine.symmetry)
     sigma_r: float = 1.0
     neuron_init: str = "zero"
     relu_prime_at_zero: float = 1.0
@@ -164,6 +167,10 @@ def make_params(raw: dict) -> RunParams:
     out = {}
     out["method"] = as_choice("method", d["method"], METHODS)
     out["eta"] = as_float("eta", d["eta"], positive=True)
+    out["normalise"] = as_choice("normalise", d["normalise"], NORMALISE)
+    if out["normalise"] != "none" and out["method"] != "gd":
+        raise ConfigError(f"normalise: only with method gd (normalised GD is a map, not a flow); got method "
+                          f"{out['method']}")
     out["steps"] = as_int("steps", d["steps"], lo=0)
     out["t_end"] = as_float("t_end", d["t_end"], positive=True) if d["t_end"] is not None else (
         out["steps"] * out["eta"] if out["method"] != "gd" else None)
@@ -179,6 +186,8 @@ def make_params(raw: dict) -> RunParams:
     out["seed"] = as_int("seed", d["seed"], lo=0)
     out["omega"] = as_float("omega", d["omega"], positive=True)
     out["omega_v"] = as_float("omega_v", d["omega_v"], positive=True)
+    out["omega_q"] = as_float("omega_q", d["omega_q"], nonneg=True) if d["omega_q"] is not None else None
+    out["symmetry"] = as_choice("symmetry", d["symmetry"], ("refuse", "allow"))
     out["sigma_r"] = as_float("sigma_r", d["sigma_r"], nonneg=True)
     if not _NEURON_RE.match(str(d["neuron_init"]).strip()):
         raise ConfigError(f"neuron_init: must be zero, const:V1,...,VP or gaussian:SIGMA; got {d['neuron_init']!r}")
@@ -397,7 +406,7 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
         stages = [dataclasses.replace(s, length=v) for s, v in zip(stages, given)]
     H = sum(s.length for s in stages)
     h_min = params.h_min if params.h_min is not None else (1e-4 * H if params.method == "flow" else None)
-    tr = Training(method=params.method, eta=params.eta, stages=tuple(stages),
+    tr = Training(method=params.method, eta=params.eta, normalise=params.normalise, stages=tuple(stages),
                   schedule="simultaneous" if len(stages) == 1 else "staged", dt=params.dt, rtol=params.rtol,
                   atol=params.atol, h_min=h_min, max_abs=params.max_abs, record_every=params.record_every,
                   record_log=params.record_log, record_dt=params.record_dt,
@@ -732,7 +741,8 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         check_criteria_rows(training, data)
         check_knobs_apply(heads, {k for k, v in (overrides or {}).items() if v is not None})
     init = Init(width=params.width, seed=params.seed, omega=params.omega, omega_v=params.omega_v,
-                sigma_r=params.sigma_r, neuron_init=params.neuron_init, init_from=params.init_from)
+                sigma_r=params.sigma_r, neuron_init=params.neuron_init, init_from=params.init_from,
+                omega_q=params.omega_q)
     desc = Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
                        family=None, test=test, parameters=params, source=source,
                        declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
@@ -788,7 +798,7 @@ def describe(desc: Description) -> dict:
         "n_sequences": desc.data.n, "L": desc.data.L,
         "heads": [dataclasses.asdict(h) for h in desc.model.heads], "loss": desc.model.loss,
         "init": dataclasses.asdict(desc.init),
-        "training": {"method": desc.training.method, "eta": desc.training.eta,
+        "training": {"method": desc.training.method, "eta": desc.training.eta, "normalise": desc.training.normalise,
                      "group_eta": dict(desc.training.group_eta), "eta_schedule": desc.training.eta_schedule,
                      "stages": [{"name": s.name, "train": list(s.train), "length": s.length, "eta": s.eta,
                                  "group_eta": dict(s.group_eta), "eta_schedule": s.eta_schedule,

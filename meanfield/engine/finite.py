@@ -46,6 +46,7 @@ import numpy as np
 from ..core.config import ConfigError, as_int
 from . import oracle as orc
 from .description import Description
+from .objects import STAGE_SHIFT
 
 #: mode bits of a stage (``reduce.GROUP_BIT``) -> parameter groups
 _BITS = {1: "attention", 2: "values", 4: "readout", 8: "signs"}
@@ -144,8 +145,8 @@ class ParticleSystem:
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
-        if self.rho is not None:  # each weight its group's rate (the stage's index is mode >> 4)
-            eta = {k: eta * r for k, r in self.rho[int(mode) >> 4].items()}
+        if self.rho is not None:  # each weight its group's rate (the stage's index is mode >> STAGE_SHIFT)
+            eta = {k: eta * r for k, r in self.rho[int(mode) >> STAGE_SHIFT].items()}
         net, desc, E, lay = self.net, self.desc, self.E, self.lay
         code = 0
         done = 0
@@ -239,7 +240,7 @@ class FlowParticleSystem:
         groups = tuple(g for b, g in _BITS.items() if int(mode) & b)
         ps = self.unflat(y)
         _, g, _ = self.net.loss_grads(ps)
-        rate = 1.0 if self.rho is None else self.rho[int(mode) >> 4]  # a group's rate: its time scale
+        rate = 1.0 if self.rho is None else self.rho[int(mode) >> STAGE_SHIFT]  # a group's rate: its time scale
         return self.flat(self.net.step(ps, rate, groups, grads=g)) - y
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
@@ -278,6 +279,11 @@ def make_particles(desc: Description, d: int | None = None, embed_seed=None, bat
     ``batch``: online SGD on sampled prompt batches (icl_regression data only,
     ``meanfield.engine.icl_particles``)."""
     d = _check(desc, d)
+    if getattr(desc.training, "normalise", "none") != "none":
+        from ..core.config import ConfigError
+
+        raise ConfigError("normalise: the explicit network (particles) runs plain GD only; use normalise = none "
+                          "or the engine's own run (exact at every width)")
     seed = desc.init.seed if embed_seed is None else embed_seed
     E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
     params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])

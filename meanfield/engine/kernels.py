@@ -428,6 +428,60 @@ def eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight
     return loss
 
 
+#: added to a gradient norm in normalised GD (the authors' torch.finfo(float64).eps: a zero gradient stays a zero step)
+NGD_EPS = 2.220446049250313e-16
+
+
+@_hot
+def eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, T):
+    """Normalised GD for head k's wide matrices: scale the columns of Xm that
+    belong to each object o (K, Q, V: P columns each; each readout r_c: one;
+    one parameter each) by 1 / (||dL/dM_o||_F + NGD_EPS), with
+    ||dL/dM_o||_F^2 = sum_{c, d in o} (Ghat^T Q Ghat)[c, d] Gr[d, c]
+    (Ghat = G + G^T, Q = the head's Gram: dL/dM_o = M Ghat[:, o] E^T in
+    parameter space). An untrained object's columns of Xm are 0 and stay 0.
+    ``T`` is scratch (N x N)."""
+    iK, iQ, iV, iR, C = hi[k, 9], hi[k, 10], hi[k, 11], hi[k, 12], hi[k, 6]
+    for o in range(3 + C):
+        if o == 0:
+            s0, w = iK, P
+        elif o == 1:
+            s0, w = iQ, P
+        elif o == 2:
+            s0, w = iV, P
+        else:
+            s0, w = (iR + (o - 3) if iR >= 0 else -1), 1
+        if s0 < 0:
+            continue
+        s1 = s0 + w
+        nz = False
+        for a in range(N):
+            for b in range(s0, s1):
+                if Xm[a, b] != 0.0:
+                    nz = True
+        if not nz:
+            continue
+        for a in range(N):  # T[a, d] = sum_b Q[a, b] Ghat[b, d], d in o
+            for d in range(s0, s1):
+                acc = 0.0
+                for b in range(N):
+                    acc += y[off + a * N + b] * (G[k, b, d] + G[k, d, b])
+                T[a, d] = acc
+        acc = 0.0
+        for c in range(s0, s1):
+            for d in range(s0, s1):
+                gr = Gr[k, d, c]
+                if gr != 0.0:
+                    h = 0.0
+                    for a in range(N):
+                        h += (G[k, a, c] + G[k, c, a]) * T[a, d]
+                    acc += h * gr
+        sc = 1.0 / (math.sqrt(max(acc, 0.0)) + NGD_EPS)
+        for a in range(N):
+            for b in range(s0, s1):
+                Xm[a, b] *= sc
+
+
 @_root
 def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym, tmp):
     """GD map (exact: ``out`` = the next state) or flow right-hand side
@@ -445,6 +499,9 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
     tr_val = (mode & 2) != 0
     tr_r = (mode & 4) != 0
     tr_sgn = (mode & 8) != 0
+    # normalised GD (bit 16, exact map only): each trained parameter's step divided by (its gradient's
+    # Frobenius norm + NGD_EPS), the norm taken in parameter space (a wide matrix M_o: ||M Ghat_o E^T||_F)
+    nrm = exact and (mode & 16) != 0
     for k in range(H):
         N = hi[k, 7]
         if N > 0:
@@ -478,6 +535,8 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                             g = grp[k, b]
                             if gr != 0.0 and ((g == 0 and tr_att) or (g == 1 and tr_val) or (g == 2 and tr_r)):
                                 Xm[a, b] += gs * gr
+                if nrm:
+                    eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, Ym)
                 # Ym = Q Xm, accumulated row c of Xm at a time over its non-zero span (same sums, same order)
                 for a in range(N):
                     for b in range(N):
@@ -534,19 +593,36 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                     for c in range(P):
                         acc += gflat[wo + a * P + c] * Gam[c, b]
                     tmp[a, b] = acc
+            sc = 1.0
+            if nrm:  # ||E G_W E^T||_F^2 = tr(G_W^T Gamma G_W Gamma) = sum_ab G_W[a, b] (Gamma G_W Gamma)[a, b]
+                acc = 0.0
+                for a in range(P):
+                    for b in range(P):
+                        gg = 0.0
+                        for c in range(P):
+                            gg += Gam[a, c] * tmp[c, b]  # (Gamma G_W Gamma)[a, b]
+                        acc += gflat[wo + a * P + b] * gg
+                sc = 1.0 / (math.sqrt(max(acc, 0.0)) + NGD_EPS)
             for a in range(P):
                 for b in range(P):
                     acc = 0.0
                     for c in range(P):
                         acc += Gam[a, c] * tmp[c, b]
                     if exact:
-                        out[wo + a * P + b] = y[wo + a * P + b] - eta * hf[k, 3] * acc
+                        out[wo + a * P + b] = y[wo + a * P + b] - eta * sc * hf[k, 3] * acc
                     else:
                         out[wo + a * P + b] = -hf[k, 3] * acc
         vo = hi[k, 14]
         if vo >= 0 and tr_val:
             rows = hi[k, 6] * hi[k, 5]
             lr = hf[k, 2] * hf[k, 4]  # mean-field neuron scale n times the values' rate factor
+            if nrm:  # the head's value vectors as one parameter: velocity lr E g, norm lr sqrt(sum g^T Gamma g)
+                acc = 0.0
+                for row in range(rows):
+                    for a in range(P):
+                        for c in range(P):
+                            acc += gflat[vo + row * P + a] * Gam[a, c] * gflat[vo + row * P + c]
+                lr = lr / (lr * math.sqrt(max(acc, 0.0)) + NGD_EPS)
             for row in range(rows):
                 for a in range(P):
                     acc = 0.0
@@ -559,7 +635,9 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                         out[j] = -lr * acc
         ao = hi[k, 15]
         if ao >= 0 and tr_sgn:
-            if exact:
+            if nrm:
+                out[ao] = y[ao] - eta * gflat[ao] / (abs(gflat[ao]) + NGD_EPS)
+            elif exact:
                 out[ao] = y[ao] - eta * hf[k, 5] * gflat[ao]
             else:
                 out[ao] = -hf[k, 5] * gflat[ao]

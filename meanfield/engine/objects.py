@@ -23,6 +23,9 @@ MASKS = ("none", "causal")
 VALUES = ("neuron", "linear", "matrix", "token")
 LOSSES = ("logistic", "squared", "cross_entropy")
 METHODS = ("gd", "flow", "rk4")
+#: gradient normalisation of method gd: none (plain GD) | parameter (normalised GD: each trained parameter
+#: matrix's step is eta * grad / (||grad||_F + eps), K and Q separately, as Tarzanagh et al.'s experiments)
+NORMALISE = ("none", "parameter")
 GROUPS = ("attention", "values", "readout", "signs")
 GROUP_ALIASES = {"neurons": "values", "neuron": "values", "value": "values", "kq": "attention", "sign": "signs"}
 #: stop criteria (the mixture system's names)
@@ -31,6 +34,10 @@ CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_ma
 
 # ------------------------------------------------------------------ objects
 
+
+#: a stage's mode: trained-group bits (1, 2, 4, 8), 16 for normalised GD, and the stage's index above them
+#: (mode = bits | (index << STAGE_SHIFT); ``meanfield.engine.system.stages``)
+STAGE_SHIFT = 5
 
 @dataclass(frozen=True)
 class Dictionary:
@@ -279,6 +286,7 @@ class Init:
     sigma_r: float = 1.0
     neuron_init: str = "zero"
     init_from: str | None = None  # a run file: its last state is the initial state (meanfield.engine.initfrom)
+    omega_q: float | None = None  # the queries' scale when it differs from the keys' (None: omega; 0: Q = 0)
 
 
 @dataclass(frozen=True)
@@ -349,6 +357,7 @@ class Training:
 
     method: str = "gd"
     eta: float = 0.5
+    normalise: str = "none"  # method gd only: none | parameter (normalised GD, see NORMALISE)
     stages: tuple[StageSpec, ...] = ()
     schedule: str = "simultaneous"
     dt: float | None = None

@@ -216,6 +216,9 @@ def check_training(training, heads) -> None:
     time: a schedule only reparametrises the flow's time), a merged head with
     different keys and queries rates (W = W_K^T W_Q is one narrow matrix)."""
     flow = training.method != "gd"
+    if getattr(training, "normalise", "none") != "none" and has_rates(training):
+        raise ConfigError("normalise: not with group rates, per-stage eta or an eta schedule (normalised GD steps "
+                          "every parameter by eta along its unit gradient); use one or the other")
     if flow and getattr(training, "eta_schedule", None):
         raise ConfigError(f"eta_schedule: only for method gd (a schedule of the flow {training.method} only "
                           "reparametrises its time; the trajectory is the constant-rate one)")

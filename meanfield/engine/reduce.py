@@ -15,7 +15,7 @@ w~_h (C n P, neuron/linear values), a_h (1, trainable sign)].
 
 Initial state (:func:`initial_state`):
 
-* infinite width: Q_h = blockdiag(omega^2 Gamma (K), omega^2 Gamma (Q),
+* infinite width: Q_h = blockdiag(omega^2 Gamma (K), omega_q^2 Gamma (Q; omega_q = omega unless given),
   omega_v^2 Gamma (V), sigma_r^2 (each r_c)), i.e. the expectation, with the
   head's ``init_gram`` blocks set (``meanfield.engine.inits``);
 * finite width m (:func:`initial_weights`): ``SeedSequence(seed).spawn(2)``;
@@ -204,6 +204,14 @@ def layout(desc: Description) -> Layout:
     return lay
 
 
+def _scale(init, name: str, group: str) -> float:
+    """The init scale of a wide object: omega (keys; queries unless omega_q is
+    given), omega_v (value matrix), sigma_r (readouts)."""
+    if group == "attention":
+        return init.omega if name != "Q" or getattr(init, "omega_q", None) is None else init.omega_q
+    return init.omega_v if group == "values" else init.sigma_r
+
+
 def _streams(seed: int):
     a, b = np.random.SeedSequence(seed).spawn(2)
     return np.random.default_rng(a), np.random.default_rng(b)
@@ -230,7 +238,7 @@ def initial_weights(desc: Description, lay: Layout | None = None) -> list[np.nda
     for k, objs in enumerate(lay.objects):
         cols = []
         for name, s, w, g in objs:
-            om = desc.init.omega if g == "attention" else desc.init.omega_v if g == "values" else desc.init.sigma_r
+            om = _scale(desc.init, name, g)
             Z = rng.standard_normal((m, w)) * (om / np.sqrt(m))
             if w == lay.P and Ct is not None:
                 Z = Z @ Ct
@@ -289,7 +297,7 @@ def initial_state(desc: Description, lay: Layout | None = None) -> np.ndarray:
             if U is None:
                 Q = np.zeros((N, N))
                 for name, s, w, g in lay.objects[k]:
-                    om = desc.init.omega if g == "attention" else desc.init.omega_v if g == "values" else desc.init.sigma_r
+                    om = _scale(desc.init, name, g)
                     Q[s:s + w, s:s + w] = om ** 2 * (G if w == lay.P else 1.0)
                 if h.init_gram:  # the description's initial blocks (meanfield.engine.inits; infinite width)
                     from .inits import apply_gram

@@ -32,6 +32,7 @@ from ..core import harness, integrate
 from ..core.io import write_run
 from .description import Description
 from .system import EngineSystem, integrate_description, observables, system_of
+from .symmetry import refuse_symmetric_start
 
 EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
 
@@ -114,7 +115,8 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) ->
         section fixes the method (GD map, flow, RK4), stages and records.
     y0 : numpy.ndarray or None
         A flat initial state (default: the description's initialisation, the
-        first record).
+        first record). From the description's own start, a start that GD
+        cannot leave by symmetry is refused first (``meanfield.engine.symmetry``).
     monitor : meanfield.core.integrate.Monitor or None
         Progress and interruption (None: none).
 
@@ -133,6 +135,11 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) ->
     >>> r.status, len(r.t), round(float(r.loss[0]), 4)
     ('complete', 51, 0.6834)
     """
+    if y0 is None:
+        system = system_of(desc)
+        refuse_symmetric_start(desc, system)
+        _, traj = integrate_description(desc, None, monitor, system)
+        return in_memory(desc, system, traj)
     system, traj = integrate_description(desc, y0, monitor)
     return in_memory(desc, system, traj)
 
@@ -382,6 +389,7 @@ def run_to_file(desc: Description, out: str | Path, progress: bool = True, check
     ('complete', 'majority_short.h5')
     """
     system = system_of(desc)
+    refuse_symmetric_start(desc, system)  # before anything is written
     return harness.run_to_file(
         desc.training, lambda mon: integrate_description(desc, None, mon, system)[1],
         lambda r, status=None, message=None: save(out, desc, r, status=status, message=message,

@@ -53,6 +53,11 @@ def _choices(values) -> str:
 
 #: meanings of the run knobs (:class:`RunParams` fields); every field needs one
 _RUN_KNOBS = {
+    "normalise": "gd only: `none` (plain GD) or `parameter` (normalised GD: each trained parameter matrix steps "
+                 "by eta grad / ||grad||_F, the norm taken exactly from the Gram state)",
+    "omega_q": "separate keys and queries: the queries' init scale (default: omega; 0: Q(0) = 0)",
+    "symmetry": "`refuse` or `allow`: an infinite-width start that GD cannot leave by symmetry is refused "
+                "unless allowed (`meanfield.engine.symmetry`)",
     "init_from": "a run file whose last state is the initial state (`meanfield.engine.initfrom`; its model "
                  "structure must match)",
     "group_eta": "a rate per parameter group for the whole run, `\"keys=0.1,values=2\"` or a table "

@@ -82,7 +82,7 @@ def _fingerprint(desc) -> bytes:
         h.update(repr((a.dtype.str, a.shape)).encode())
         h.update(a.tobytes())
     tr = desc.training
-    h.update(repr((pk.kind, pk.r0, lay.size, tr.method, tr.stages, tr.max_abs, save_at(desc))).encode())
+    h.update(repr((pk.kind, pk.r0, lay.size, tr.method, tr.normalise, tr.stages, tr.max_abs, save_at(desc))).encode())
     return h.digest()
 
 

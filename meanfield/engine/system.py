@@ -19,6 +19,7 @@ import numpy as np
 from ..core import integrate
 from . import kernels
 from .description import Description
+from .objects import STAGE_SHIFT
 from .reduce import GROUP_BIT, LOSS, Layout, initial_state, layout
 
 
@@ -82,11 +83,22 @@ def pack(desc: Description) -> Packed:
                   r0=float(desc.model.relu_prime_at_zero), R=R, C=C)
 
 
-def mode_of(train) -> int:
+#: the stage-mode bit of normalised GD (``training.normalise = "parameter"``; kernels.eng_update)
+NORMALISED = 16
+
+
+def mode_of(train, normalise: str = "none") -> int:
+    """The bit mask of a stage: its trained groups (1 attention, 2 values, 4
+    readout, 8 signs), plus 16 for normalised GD."""
     m = 0
     for g in train:
         m |= GROUP_BIT[g]
-    return m
+    return m | (NORMALISED if normalise != "none" else 0)
+
+
+def _bits(mode) -> int:
+    """The kernel's part of a stage's mode: group and normalisation bits, without the stage's index."""
+    return int(mode) & ((1 << STAGE_SHIFT) - 1)
 
 
 @dataclass
@@ -95,7 +107,7 @@ class EngineSystem:
 
     pk: Packed
     max_abs: float = math.inf
-    #: per stage (index = mode >> 4) the kernel's (Gr, hf) with the stage's group rates
+    #: per stage (index = mode >> STAGE_SHIFT) the kernel's (Gr, hf) with the stage's group rates
     #: (``meanfield.engine.rates.rate_arrays``); None: the layout's (every rate the step size)
     rates: list | None = None
 
@@ -103,7 +115,7 @@ class EngineSystem:
         lay = self.pk.lay
         if self.rates is None:
             return lay.Gr, lay.hf
-        return self.rates[int(mode) >> 4]
+        return self.rates[int(mode) >> STAGE_SHIFT]
 
     def _data(self):
         pk = self.pk
@@ -113,7 +125,7 @@ class EngineSystem:
         pk, lay = self.pk, self.pk.lay
         kind, op, thr = integrate.criterion_args(criterion, kernels.CRITERIA)
         Gr, hf = self._rated(mode)
-        done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), int(mode) & 15, lay.hi, hf, lay.qv, Gr,
+        done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), _bits(mode), lay.hi, hf, lay.qv, Gr,
                                            lay.grp, pk.Gam, *self._data(), pk.consistent, kind, op, thr,
                                            float(self.max_abs), pk.R, pk.C, lay.Nmax)
         return int(done), int(code)
@@ -122,7 +134,7 @@ class EngineSystem:
         pk, lay = self.pk, self.pk.lay
         out = np.empty_like(y)
         Gr, hf = self._rated(mode)
-        kernels.flow_rhs(_state(y), out, int(mode) & 15, lay.hi, hf, lay.qv, Gr, lay.grp, pk.Gam,
+        kernels.flow_rhs(_state(y), out, _bits(mode), lay.hi, hf, lay.qv, Gr, lay.grp, pk.Gam,
                          *self._data(), pk.R, pk.C, lay.Nmax)
         return out
 
@@ -152,13 +164,14 @@ def system_of(desc: Description) -> EngineSystem:
 
 def stages(desc: Description) -> list[integrate.Stage]:
     """The training's stages for ``meanfield.core.integrate``: ``mode`` = the bit mask of
-    the trained groups plus 16 x the stage's index (its group rates, :class:`EngineSystem`),
+    the trained groups, plus 16 for normalised GD, plus 32 x the stage's index (its group rates, :class:`EngineSystem`),
     ``eta`` the stage's step size, ``eta_at`` its schedule (``meanfield.engine.rates``)."""
     from .rates import has_rates, schedule_factor, stage_base_eta, stage_schedule
 
     tr = desc.training
+    norm = getattr(tr, "normalise", "none")
     if not has_rates(tr):
-        return [integrate.Stage(i + 1, mode_of(s.train), s.length, s.criterion, s.name)
+        return [integrate.Stage(i + 1, mode_of(s.train, norm), s.length, s.criterion, s.name)
                 for i, s in enumerate(tr.stages)]
     out = []
     for i, s in enumerate(tr.stages):
@@ -168,7 +181,7 @@ def stages(desc: Description) -> list[integrate.Stage]:
         if spec is not None:
             def eta_at(k, start, base=base, spec=spec, origin=origin, horizon=horizon):
                 return base * schedule_factor(spec, k - (start if origin is None else origin), horizon)
-        out.append(integrate.Stage(i + 1, mode_of(s.train) | (i << 4), s.length, s.criterion, s.name,
+        out.append(integrate.Stage(i + 1, mode_of(s.train, norm) | (i << STAGE_SHIFT), s.length, s.criterion, s.name,
                                    eta=None if tr.method != "gd" else base, eta_at=eta_at))
     return out
 

@@ -402,6 +402,26 @@ def check(path, out, quick: bool = False, log=print):
     return claims, meta
 
 
+#: where the paper's statements were read (issue 26): the abstract of the ICML 2024 version (and arXiv:2310.05249);
+#: the full text is indexed (the ICML 2024 proceedings text) but only its opening could be read here
+PAPER = ("Huang, Cheng, Liang, In-context convergence of transformers, ICML 2024 (arXiv:2310.05249), abstract: "
+         "balanced features, near-zero error 'over two phases of the training dynamics of the attention map'; "
+         "imbalanced, the dominant feature's queries converge first, the under-represented ones later, 'via one "
+         "and four training phases'; phases set by 'the competing strengths of two types of attention weights'")
+#: why the four-phase claim is expected, not proved (issue 26), with the measured evidence added by the check
+FOUR_PHASE_EVIDENCE = (
+    "The paper's phases are delimited by thresholds of its proof (its body, not readable here: only the abstract "
+    "of the ICML 2024 / arXiv:2310.05249 text could be read, the proceedings' full text is indexed but its body "
+    "was not reachable). The detector (fixed before any run) counts changes of the rate regime of A_k against "
+    "the B_{k,n}: it finds the paper's 2 phases (balanced) and 1 phase (dominant query), and 3, not 4, for the "
+    "under-represented queries, with 2 at p1 = 0.4 and 3 at p1 = 0.7 and with the query in the softmax. A "
+    "phase boundary of the proof that is a threshold crossing (a weight reaching a level) without a change of "
+    "the rates' ranking or of the growth's acceleration is invisible to any rate detector, and the paper's "
+    "asymptotic regime (its conditions on K, N, p) may not hold at K = 4: neither 'the detector is wrong' nor "
+    "'the description differs' can be decided from the abstract, so the fourth phase cannot be checked here "
+    "and the claim is labelled expected; the count measured is reported.")
+
+
 def claims_from(runs: dict, setting: dict, fig=None) -> list:
     """The three claims from measured runs: ``runs["balanced"]`` and
     ``runs["imbalanced"]`` each with ``p``, ``A`` (T, K), ``B`` (T, K, K),
@@ -419,7 +439,8 @@ def claims_from(runs: dict, setting: dict, fig=None) -> list:
         "Balanced features (p_k = 1/K): every query feature reaches near-zero prediction error (<= eps, on prompts "
         "whose context contains the query feature) and the attention weights go through two phases (Theorem on "
         "balanced features). Phase boundaries measured as changes of the competing rates of A_k and B_{k,n} "
-        "(incontext.phase_boundaries): 2 phases = 1 boundary.",
+        "(incontext.phase_boundaries): 2 phases = 1 boundary (the project's phase detector; the paper's own "
+        f"phase thresholds are in its proof). Source: proved: {PAPER}.",
         dict(setting, p="uniform"),
         {"phases_per_query": nph,
          "boundaries_step": {f"v{k + 1}": [e["t"] for e in b["phases"][k]] for k in range(K)},
@@ -437,7 +458,8 @@ def claims_from(runs: dict, setting: dict, fig=None) -> list:
     claims.append(Claim(
         "imbalanced_dominant_first_one_phase", status(ok),
         "Imbalanced features: the query tokens of the dominant feature v1 reach near-zero error first (T_eps(v1) "
-        "< T_eps(v_k), k > 1), in one phase (no phase boundary for query v1).",
+        "< T_eps(v_k), k > 1), in one phase (no phase boundary for query v1; the project's phase detector). "
+        f"Source: proved: {PAPER}.",
         dict(setting, p=m["p"].tolist()),
         {"T_eps_step": {f"v{k + 1}": m["Teps"][k] for k in range(K)},
          "phases_query_v1": len(m["phases"][0]) + 1,
@@ -449,7 +471,9 @@ def claims_from(runs: dict, setting: dict, fig=None) -> list:
     claims.append(Claim(
         "imbalanced_underrepresented_four_phases", status(ok),
         "Imbalanced features: the query tokens of the under-represented features v_k (k > 1) reach near-zero "
-        "error later, via four phases of the attention weights (4 phases = 3 boundaries of the competing rates).",
+        "error later, via four phases of the attention weights (4 phases = 3 boundaries of the competing rates). "
+        f"Source: expected: the paper proves four phases of its own definition ({PAPER}), which cannot be "
+        "checked here (numbers: evidence).",
         dict(setting, p=m["p"].tolist()),
         {"phases_per_query": {f"v{k + 1}": len(m["phases"][k]) + 1 for k in range(1, K)},
          "boundaries": {f"v{k + 1}": [(e["t"], e["kind"], e["to"]) for e in m["phases"][k]] for k in range(1, K)},
@@ -459,9 +483,8 @@ def claims_from(runs: dict, setting: dict, fig=None) -> list:
          "T_eps_step": {f"v{k + 1}": m["Teps"][k] for k in range(1, K)},
          "A_final": m["A"][-1].tolist(), "B_final_query_v2": m["B"][-1, 1].tolist(),
          "phases_per_query_other_settings": runs.get("variants", {}),
-         "note": "phases here are the measured rate regimes (incontext.phase_boundaries), fixed before the runs; "
-                 "the paper's phases are delimited by thresholds of its proof, which this check does not reproduce"},
-        fig, "proved"))
+         "evidence": FOUR_PHASE_EVIDENCE},
+        fig, "expected"))
     return claims
 
 

@@ -103,6 +103,9 @@ SETTINGS = {"quick": {"sim_steps": 4000, "stage_steps": (1000, 4000, 2000), "wid
 #: finite against infinite width: sup |S_m - S_inf| and |w_m - w_inf| over the neuron stage and over the
 #: neuron stage plus the first WIDTH_STAGE2 steps of the attention stage, mean over the seeds
 ERR_WIDTHS, WIDTH_STAGE2 = (16, 64, 256, 1024), 1000
+#: every claim's source: no paper states the multi-class case
+SOURCE = (" Source: expected (no paper proves or shows the multi-class case: seed 000's reviewers (W2) asked for "
+          "it and the mixture authors expect the layer-wise learning to survive).")
 
 
 def _run(raw, over, stages=None):
@@ -154,10 +157,17 @@ def check(path, out, quick: bool = False, log=print):
         from ...core.config import ConfigError
 
         raise ConfigError("data.function: the mixture_multiclass check needs meanfield.models.multiclass:samples")
+    from ...engine.description import description_from_dict
+    from ...engine.symmetry import pinned_entries, pinned_ties
+
+    # the infinite-width start is symmetric under the class permutations (on every group's simplex): the engine
+    # refuses it (engine.symmetry); the check runs it anyway (symmetry = allow) to report what it does
+    d0 = description_from_dict(raw)
+    pins, ties = pinned_entries(d0), pinned_ties(d0)
     log(f"[check] mixture_multiclass: simultaneous GD, {S['sim_steps']} steps (infinite width) ...")
-    dsim, sim = _run(raw, {"steps": S["sim_steps"], "record_every": 1})
+    dsim, sim = _run(raw, {"steps": S["sim_steps"], "record_every": 1, "symmetry": "allow"})
     log(f"[check] mixture_multiclass: three-stage {S['stage_steps']} (infinite width) ...")
-    d3, three = _run(raw, {"record_every": 10}, S["stage_steps"])
+    d3, three = _run(raw, {"record_every": 10, "symmetry": "allow"}, S["stage_steps"])
     fin = []
     for seed in S["seeds"]:
         log(f"[check] mixture_multiclass: three-stage at width m = {S['width']}, seed {seed} ...")
@@ -187,6 +197,8 @@ def check(path, out, quick: bool = False, log=print):
     i2 = _stage_index(three, 2)
     S2 = np.asarray(three.S)[i2 if i2 is not None else -1]  # (heads, P, P)
     sim_m["max_abs_S_c_v_after_stage2"] = float(max(np.abs(S2[:, :Kg, Kg:]).max(), np.abs(S2[:, Kg:, :Kg]).max()))
+    sim_m["pinned_by_symmetry"] = pins
+    sim_m["tied_by_symmetry"] = ties
     claims = claims_from(sim_m, sn, fins, setting, S)
     claims[-1].numbers["width_error"] = width_errors(raw, S, log)
     fig = _figure(out, d3, three, fin)
@@ -204,7 +216,7 @@ def width_errors(raw, S, log=print) -> dict:
     from ...core.report import fit_line
 
     stages = (S["stage_steps"][0], WIDTH_STAGE2, 0)
-    _, rinf = _run(raw, {"record_every": 10}, stages)
+    _, rinf = _run(raw, {"record_every": 10, "symmetry": "allow"}, stages)
     i1 = _stage_index(rinf, 1)
     Sinf, winf = np.asarray(rinf.S), np.concatenate([np.asarray(rinf.var(h, "w")).reshape(len(rinf.t), -1)
                                                      for h in rinf.heads], axis=1)
@@ -244,7 +256,8 @@ def claims_from(sim_m: dict, sn: dict, fins: list, setting: dict, S: dict) -> li
         "stagewise_learning", status(bool(np.isfinite(tw) and (not np.isfinite(tS) or tw < tS))),
         "Simultaneous training: the neurons' alignment moves before the attention scores (first time the largest "
         f"change reaches {REL:.0%} of its maximum over the run), the layer-wise behaviour the authors expect in the "
-        "multi-class setting.",
+        "multi-class setting."
+        + SOURCE,
         dict(setting, schedule="simultaneous", steps=S["sim_steps"], width="inf"),
         {k: sim_m[k] for k in ("t_neurons", "t_scores", "loss_end", "min_margin_end")}, None, "expected"))
     s1 = sn.get(1, {})
@@ -252,7 +265,7 @@ def claims_from(sim_m: dict, sn: dict, fins: list, setting: dict, S: dict) -> li
     claims.append(Claim(
         "after_neuron_stage", status(ok),
         "After the neuron stage the consistent samples are classified (margin > 0) and the inconsistent ones are "
-        "not (margin 0): the neurons alone cannot tell the signal token from a distractor of another class.",
+        "not (margin 0): the neurons alone cannot tell the signal token from a distractor of another class." + SOURCE,
         dict(setting, schedule="three-stage", stage_steps=list(S["stage_steps"]), width="inf"),
         dict(s1, tolerance=MARGIN_TOL), None, "expected"))
     s2, s3 = sn.get(2, {}), sn.get(3, {})
@@ -261,17 +274,27 @@ def claims_from(sim_m: dict, sn: dict, fins: list, setting: dict, S: dict) -> li
         "after_attention_stage", status(ok),
         "After the attention stage every sample has a positive margin, and the final neuron stage drives the loss "
         f"below {LOSS_LEVEL} (the three-stage story of the binary mixture), at infinite width (the symmetric "
-        "mean-field start).",
+        "mean-field start, run with --symmetry allow: the engine refuses it by default). Source: expected (no paper "
+        "states the multi-class case; the mixture authors expect the layer-wise story to survive).",
         dict(setting, schedule="three-stage", stage_steps=list(S["stage_steps"]), width="inf"),
         {"stage2": s2, "stage3": s3, "S_max_change": sim_m.get("S_max_change_three_stage"),
          "max_abs_S_c_v_after_stage2": sim_m.get("max_abs_S_c_v_after_stage2"),
-         "why": "at infinite width the inconsistent margins stay 0 to rounding if this fails: the symmetric start "
-                "does not break the tie between the signal's class and the distractor's"}, None, "expected"))
+         "pinned_by_symmetry": {"count": len(sim_m.get("pinned_by_symmetry", [])),
+                                "scores": [e for e in sim_m.get("pinned_by_symmetry", []) if ":S[" in e][:12],
+                                "tied_samples": len(sim_m.get("tied_by_symmetry", []))},
+         "why": "the infinite-width start (S = 0, A = B = omega^2 I, neurons 0) is invariant under every permutation "
+                "of the classes acting on all groups' simplices at once; GD keeps the state invariant, which pins "
+                "the scores S[c_k, v] between group identifiers and class signals to exactly 0 (found without "
+                "knowing the symmetry by meanfield.engine.symmetry: they stay 0 from the start and move from a "
+                "1e-6-perturbed one), so the attention cannot tell the signal from a distractor of another "
+                "class and the inconsistent margins stay 0 to rounding however long it trains. The engine refuses "
+                "such a run (exit 2) unless --symmetry allow; a finite width (random W_K, W_Q: the mixture paper's "
+                "init) breaks the symmetry: the claim at finite width below"}, None, "expected"))
     ok = all(f.get(2, {}).get("min_margin", -1) > 0 and f.get(3, {}).get("loss", 1) <= LOSS_LEVEL for f in fins)
     claims.append(Claim(
         "after_attention_stage_finite_width", status(ok),
         f"The same at finite width m = {S['width']} (sampled W_K, W_Q, seeds {list(S['seeds'])}): every margin "
-        f"positive after the attention stage and loss <= {LOSS_LEVEL} after stage 3.",
+        f"positive after the attention stage and loss <= {LOSS_LEVEL} after stage 3." + SOURCE,
         dict(setting, schedule="three-stage", stage_steps=list(S["stage_steps"]), width=S["width"],
              seeds=list(S["seeds"])),
         {"per_seed": {int(s): f for s, f in zip(S["seeds"], fins)}}, None, "expected"))
