@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from meanfield.cli import main
-from meanfield.core.ensemble import EnsembleProblem, _slabs, load, solve
+from meanfield.core.ensemble import EnsembleProblem, load, solve
+from meanfield.core.ensemble_store import _slabs
 from meanfield.models.mixture.config import make_config
 from meanfield.models.mixture.run import recorded, run
 

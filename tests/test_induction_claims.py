@@ -13,6 +13,7 @@ import pytest
 
 from meanfield.cli import main
 from meanfield.models.induction import claims as C
+from meanfield.models.induction import suite as CS
 from meanfield.models.induction import plot as P
 from meanfield.models.induction.model import Arch, subset_label
 
@@ -294,7 +295,7 @@ TINY = {"n_train": 300, "n_test": 200, "phase_steps": (60, 40, 300), "phase_etas
 @pytest.fixture(scope="module")
 def tiny_check(tmp_path_factory):
     out = tmp_path_factory.mktemp("check")
-    claims, report = C.check_suite(out, quick=True, log=lambda *a: None, base=TINY_BASE, settings=TINY)
+    claims, report = CS.check_suite(out, quick=True, log=lambda *a: None, base=TINY_BASE, settings=TINY)
     return out, claims
 
 
@@ -345,8 +346,8 @@ def test_plot_run_and_verbs(tiny_check, tmp_path, capsys, monkeypatch):
     assert "{4}" in capsys.readouterr().out
     assert main(["induction", "chi2", "--n-kernels", "1"]) == 2
     # check: exit code is 0 iff every claim passes (tiny settings through the verb)
-    monkeypatch.setitem(C.SETTINGS, "quick", TINY)
-    monkeypatch.setattr(C, "BASE", dict(C.BASE, **TINY_BASE))
+    monkeypatch.setitem(CS.SETTINGS, "quick", TINY)
+    monkeypatch.setattr(CS, "BASE", dict(CS.BASE, **TINY_BASE))
     rc = main(["induction", "check", "--quick", "--quiet", "--out", str(tmp_path / "chk")])
     rep = json.loads((tmp_path / "chk" / "report.json").read_text())
     assert rc == (0 if rep["gating_pass"] else 1)
@@ -359,7 +360,7 @@ def test_exponent_study_on_a_real_simulation():
     from meanfield.models.induction.config import make_config
 
     cfg = make_config({"alpha": 0.1, "n_train": 10, "n_test": 0})
-    vel = C.phase1_velocity(cfg, 8.0, 4, 1000)
+    vel = CS.phase1_velocity(cfg, 8.0, 4, 1000)
     chi = T.chi2_table(3, (1, 2), 0.1, (1, 2, 3), 2, n_kernels=1500, seed=1, exponents=(1, 2, 3))
     th = {k: {S: chi.values[k][:, i] for i, S in enumerate(chi.subsets)} for k in chi.exponents}
     c = C.check_exponent(th, vel)

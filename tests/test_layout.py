@@ -163,3 +163,9 @@ def test_lint_imports_contracts_hold_and_fail_on_a_wrong_arrow(tmp_path):
         fh.write("\nfrom ..models.mixture import config  # a wrong arrow\n")
     r = _lint_imports(copy)
     assert r.returncode != 0 and "meanfield.engine.plot -> meanfield.models.mixture.config" in r.stdout, r.stdout
+
+
+def test_no_file_in_the_package_is_over_800_lines():
+    long = {str(p.relative_to(ROOT)): n for p in sorted(ROOT.rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 800}
+    assert not long, f"split these along their seams (developers' guide: no file over 800 lines): {long}"

@@ -76,7 +76,6 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,29 +83,15 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from .config import ConfigError, as_int
+from .config import ConfigError
+from .ensemble_pools import Dask as _Dask
+from .ensemble_pools import InProcess as _InProcess
+from .ensemble_pools import Local as _Local
+from .ensemble_pools import check_scheduler  # noqa: F401 - public here too
+from .ensemble_store import (CHUNK_FORMAT, FORMAT_VERSION, OUTPUTS, STATUS, SWEEP_FORMAT,  # noqa: F401
+                             _chunk_done, _fid, _write_chunk, _write_json, load, paths, reduce)
 from .sweep import SYSTEMS, register_system, system_of  # noqa: F401 - the registry of systems, re-exported
 
-CHUNK_FORMAT = "meanfield-chunk"
-SWEEP_FORMAT = "meanfield-ensemble"
-FORMAT_VERSION = 1
-#: per-point status codes in chunk files and sweep.h5
-STATUS = {0: "complete", 2: "diverged (non-finite state or loss)", 3: "diverged (an entry above max_abs)",
-          -1: "not run", -3: "invalid config"}
-#: the built-in outputs (computed in one numba kernel per launch) and their meaning
-OUTPUTS = {
-    "status": "0 complete, 2 diverged (non-finite), 3 diverged (above max_abs), -1 not run, -3 invalid config",
-    "t_end": "time of the last record",
-    "steps_end": "(solver) step of the last record",
-    "loss_end": "loss at the last record",
-    "min_margin_end": "smallest margin y f(X) over all samples at the last record",
-    "min_margin_consistent_end": "smallest margin over the consistent samples at the last record (NaN: none)",
-    "min_margin_inconsistent_end": "smallest margin over the inconsistent samples at the last record (NaN: none)",
-    "T1": "neuron stage done (meanfield.models.mixture.stagetimes; NaN: not reached)",
-    "T2": "attention stage done (NaN: not reached)",
-    "T_loss": "first time with loss <= 0.05, interpolated between records (GD: to the step; NaN: not reached)",
-    "margin_end": "margin of every sample at the last record (points x samples, NaN-padded)",
-}
 DEFAULT_OUTPUTS = ("status", "t_end", "steps_end", "loss_end", "min_margin_end", "min_margin_consistent_end",
                    "min_margin_inconsistent_end", "T1", "T2", "T_loss")
 CHUNK_TARGET_S = 5.0  # default chunk length (s), inside the 1-30 s the chunks should take
@@ -460,118 +445,6 @@ class _Pick:
         return self.problem.point(self.idx[i])
 
 
-# ------------------------------------------------------------------ backends
-
-
-def _worker_init():
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt means
-
-
-class _Local:
-    """Long-lived local worker processes (spawned: no forked numba threads)."""
-
-    def __init__(self, workers: int):
-        import multiprocessing
-
-        self.ex = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                      initializer=_worker_init)
-
-    def submit(self, task):
-        return self.ex.submit(run_chunk, task)
-
-    def as_completed(self, futs):
-        from concurrent.futures import as_completed
-
-        return as_completed(futs)
-
-    def close(self, abort: bool = False):
-        if abort:
-            for p in list(getattr(self.ex, "_processes", {}).values()):
-                p.terminate()
-        self.ex.shutdown(wait=not abort, cancel_futures=True)
-
-
-class _InProcess:
-    """This process, chunk after chunk (one worker, the GPU, or tests)."""
-
-    class _Done:
-        def __init__(self, fn, task):
-            self.fn, self.task = fn, task
-
-        def result(self):
-            return self.fn(self.task)
-
-    def submit(self, task):
-        return self._Done(run_chunk, task)
-
-    def as_completed(self, futs):
-        return iter(list(futs))
-
-    def close(self, abort: bool = False):
-        pass
-
-
-class _Dask:
-    """A dask.distributed client: ``local:N`` (a LocalCluster of N one-thread
-    worker processes) or the address of a running scheduler."""
-
-    def __init__(self, scheduler: str):
-        try:
-            import distributed
-        except ImportError:
-            raise ConfigError("scheduler: needs dask.distributed; pip install 'meanfield[dask]'") from None
-        self.cluster = None
-        if scheduler.startswith("local:"):
-            import logging
-
-            n = as_int("scheduler", scheduler[len("local:"):], lo=1)
-            self.cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                                    dashboard_address=":0", silence_logs=logging.ERROR)
-            self.client = distributed.Client(self.cluster)
-        else:
-            try:
-                self.client = distributed.Client(scheduler, timeout="20s")
-            except (OSError, TimeoutError) as e:
-                raise ConfigError(f"scheduler: cannot reach {scheduler} ({type(e).__name__}: "
-                                  f"{str(e).splitlines()[0] if str(e) else 'no answer'})") from None
-        self._dist = distributed
-
-    @property
-    def workers(self) -> int:
-        n = sum(self.client.nthreads().values())
-        return max(1, n)
-
-    def submit(self, task):
-        return self.client.submit(run_chunk, task, key=f"meanfield-chunk-{task['key']}", pure=False)
-
-    def as_completed(self, futs):
-        return self._dist.as_completed(list(futs))
-
-    def close(self, abort: bool = False):
-        try:
-            self.client.close()
-        finally:
-            if self.cluster is not None:
-                self.cluster.close()
-
-
-def check_scheduler(scheduler: str | None) -> None:
-    """One-line ConfigError for a malformed ``scheduler`` (before anything runs)."""
-    if scheduler is None:
-        return
-    s = str(scheduler)
-    try:
-        if s.startswith("local:"):
-            as_int("scheduler", s[6:], lo=1)
-            return
-    except ConfigError:
-        pass
-    else:
-        if (s.startswith("tcp://") or s.startswith("tls://")) and s.split("://", 1)[1].rpartition(":")[2].isdigit():
-            return
-    raise ConfigError(f"scheduler: expected tcp://HOST:PORT or local:N (N workers >= 1), got {s!r}")
-
-
 # ------------------------------------------------------------------ driving
 
 
@@ -589,14 +462,6 @@ class EnsembleResult:
     seconds_per_trajectory: float = math.nan
     errors: list = field(default_factory=list)
     reduced: Any = None
-
-
-def paths(out: str | Path) -> dict:
-    out = Path(out)
-    if out.suffix:
-        raise ConfigError(f"out: a folder (sweep.h5 and chunks/ go inside), got {str(out)!r}")
-    return {"dir": out, "sweep": out / "sweep.h5", "plan": out / "ensemble.json", "chunks": out / "chunks",
-            "records": out / "records"}
 
 
 def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", scheduler: str | None = None,
@@ -623,10 +488,10 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
     ncpu = os.cpu_count() or 1
     ex: Any
     if scheduler is not None:
-        ex = _Dask(scheduler)
+        ex = _Dask(scheduler, run_chunk)
         nw, threads = ex.workers, "auto"
     elif be == "cuda" or workers == 1 or (workers is None and ncpu == 1):
-        ex, nw, threads = _InProcess(), 1, (1 if be == "cuda" else ncpu if workers is None else 1)
+        ex, nw, threads = _InProcess(run_chunk), 1, (1 if be == "cuda" else ncpu if workers is None else 1)
     else:
         nw = int(workers or ncpu)
         ex, threads = None, max(1, ncpu // nw)  # the pool starts after the probe
@@ -654,7 +519,7 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
         bar.skipped = N - sum(len(t["points"]) for t in todo)
         bar.update(bar.skipped, force=True)
         if ex is None:
-            ex = _Local(nw) if todo else _InProcess()
+            ex = _Local(nw, run_chunk) if todo else _InProcess(run_chunk)
         status, errors = "complete", []
 
         def on_term(signum, frame):
@@ -694,9 +559,9 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
                 if attempt == 2:
                     errors += [f"chunk {t['lo']}-{t['lo'] + len(t['points'])}: its worker process died 3 times"
                                for t in lost]
-                    ex = _InProcess()
+                    ex = _InProcess(run_chunk)
                     break
-                ex, todo = _Local(nw), lost
+                ex, todo = _Local(nw, run_chunk), lost
         except KeyboardInterrupt:
             status, aborted = "interrupted", True
             if hasattr(ex, "client"):
@@ -717,214 +582,4 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
     finally:
         if ex is not None:
             ex.close(abort=True)
-
-
-def _fid(f):
-    return getattr(f, "key", None) or id(f)  # dask futures: their key; others: the object
-
-
-def _write_json(path: Path, obj) -> None:
-    from .io import write_bytes_atomic
-
-    write_bytes_atomic(path, json.dumps(obj).encode())  # a full disk: one OSError naming the path, no tmp left
-
-
-def _chunk_done(path: Path, key: str) -> bool:
-    if not path.exists():
-        return False
-    try:
-        import h5py
-
-        with h5py.File(path, "r") as f:
-            return f.attrs.get("format") == CHUNK_FORMAT and f.attrs.get("key") == key
-    except (OSError, ValueError):
-        return False
-
-
-def _write_chunk(P: dict, problem: EnsembleProblem, r: dict) -> None:
-    from .io import write_h5_atomic
-
-    system = problem.system
-    for i, tr in r["records"].items():  # full run files of the kept points, before the chunk counts as done
-        system.save(P["records"] / f"{i:07d}.h5", system.config(problem.base, problem.point(i)), tr)
-    data = dict(r["arrays"])
-    data["index"] = np.arange(r["lo"], r["hi"], dtype=np.int64)
-    attrs = {"format": CHUNK_FORMAT, "format_version": FORMAT_VERSION, "key": r["key"], "lo": r["lo"],
-             "hi": r["hi"], "elapsed_s": r["elapsed_s"], "host": r["host"], "pid": r["pid"],
-             "threads": r["threads"], "invalid": {str(k + r["lo"]): v for k, v in r["invalid"].items()}}
-    write_h5_atomic(P["chunks"] / f"{r['key']}.h5", attrs, data)
-
-
-# ------------------------------------------------------------------ reduce
-
-
-def _slabs(lo: int, hi: int, shape: tuple[int, ...]):
-    """The C-order flat range [lo, hi) of an array of ``shape`` as hyperslabs:
-    yields (index tuple, flat start, flat stop), each index selecting a block
-    whose C-order elements are exactly flat [start, stop)."""
-    if lo >= hi:
-        return
-    if len(shape) == 1:
-        yield (slice(lo, hi),), lo, hi
-        return
-    inner = int(np.prod(shape[1:]))
-    a, ra = divmod(lo, inner)
-    b, rb = divmod(hi, inner)
-    if a == b:
-        for sl, l2, h2 in _slabs(ra, rb, shape[1:]):
-            yield (a, *sl), a * inner + l2, a * inner + h2
-        return
-    if ra:
-        for sl, l2, h2 in _slabs(ra, inner, shape[1:]):
-            yield (a, *sl), a * inner + l2, a * inner + h2
-        a += 1
-    if b > a:
-        yield (slice(a, b), *(slice(None),) * (len(shape) - 1)), a * inner, b * inner
-    if rb:
-        for sl, l2, h2 in _slabs(0, rb, shape[1:]):
-            yield (b, *sl), b * inner + l2, b * inner + h2
-
-
-def _axis_values(vals: list) -> np.ndarray:
-    try:
-        return np.array([float(v) for v in vals], np.float64)
-    except (TypeError, ValueError):
-        return np.array([str(v) for v in vals], dtype=object)
-
-
-def _room_for(path: Path, chunks: Path, plan: dict) -> None:
-    """sweep.h5 is streamed through h5py (one chunk in memory at a time), which
-    cannot fail cleanly on a full disk: refuse before writing when the free
-    space is below the chunk files' total size (sweep.h5 holds what they hold,
-    plus the axes), as one OSError naming the path."""
-    import errno
-    import shutil
-
-    need = sum(f.stat().st_size for f in chunks.glob("*.h5")) + 8 * int(plan.get("n", 0)) + (1 << 20)
-    try:
-        free = shutil.disk_usage(path.parent).free
-    except OSError:  # pragma: no cover - the folder vanished: the write below says so
-        return
-    if need > free:
-        raise OSError(errno.ENOSPC, f"no space left for sweep.h5 (needs about {need / 2**20:.3g} MiB, "
-                                    f"{free / 2**20:.3g} MiB free); the chunk files are kept: free space and "
-                                    "rerun the same command (finished chunks are not run again)", str(path))
-
-
-def reduce(out: str | Path, problem: EnsembleProblem | None = None, status: str | None = None) -> dict:
-    """Stream the plan's chunk files into ``out/sweep.h5`` (written atomically),
-    one chunk in memory at a time. Without ``problem`` the plan
-    ``out/ensemble.json`` of the last solve is used (no user reduction)."""
-    import h5py
-
-    from .. import __version__
-
-    P = paths(out)
-    plan = json.loads(P["plan"].read_text())
-    shape = tuple(plan["shape"])
-    N = int(plan["n"])
-    outputs = plan["outputs"]
-    tmp = P["sweep"].with_name(f"sweep.h5.tmp-{os.getpid()}")
-    _room_for(P["sweep"], P["chunks"], plan)  # a full disk under h5py is a crash: refuse it before writing
-    counts: dict[str, int] = {}
-    invalid: dict[str, str] = {}
-    acc = problem.reduction_init if problem is not None else None
-    n_done = 0
-    try:
-        with h5py.File(tmp, "w") as f:
-            dsets: dict = {}
-
-            def dset(name, dtype, tail=()):
-                if name not in dsets:
-                    fill = -1 if name == "status" else (-1 if np.dtype(dtype).kind == "i" else np.nan)
-                    dsets[name] = f.create_dataset(name, shape=shape + tuple(tail), dtype=dtype, fillvalue=fill)
-                return dsets[name]
-
-            dset("status", np.int8)
-            for o in outputs:
-                if o not in ("status", "margin_end"):
-                    dset(o, np.int64 if o == "steps_end" else np.float64)
-            for lo, hi, key in plan["chunks"]:
-                cp = P["chunks"] / f"{key}.h5"
-                if not _chunk_done(cp, key):
-                    continue
-                with h5py.File(cp, "r") as c:
-                    part = {k: c[k][()] for k in c.keys()}
-                    invalid.update(json.loads(c.attrs.get("invalid", "{}")))
-                if not np.array_equal(part["index"], np.arange(lo, hi)):  # pragma: no cover - keys hash the range
-                    raise RuntimeError(f"chunk file {cp} does not hold points {lo}..{hi - 1}")
-                for name, arr in part.items():
-                    if name == "index":
-                        continue
-                    ds = dset(name, arr.dtype, arr.shape[1:])
-                    if name == "margin_end" and arr.shape[1] > ds.shape[-1]:  # pragma: no cover - one K, L
-                        arr = arr[:, : ds.shape[-1]]
-                    for sl, a, b in _slabs(lo, hi, shape):
-                        blk = tuple(len(range(*x.indices(n))) for x, n in zip(sl, shape) if isinstance(x, slice))
-                        ds[sl] = arr[a - lo:b - lo].reshape(blk + arr.shape[1:])
-                st = part["status"]
-                for code in np.unique(st):
-                    nm = STATUS.get(int(code), str(int(code)))
-                    counts[nm] = counts.get(nm, 0) + int(np.count_nonzero(st == code))
-                n_done += int(np.count_nonzero(st != -1))
-                if problem is not None and problem.reduction is not None:
-                    acc = problem.reduction(acc, part)
-                del part
-            missing = N - n_done
-            if missing:
-                counts[STATUS[-1]] = counts.get(STATUS[-1], 0) + missing
-            ax = f.create_group("axes")
-            if plan["axes"] is not None:
-                names = list(plan["axes"])
-                for k, v in plan["axes"].items():
-                    vals = _axis_values(v)
-                    if vals.dtype == object:
-                        ax.create_dataset(k, data=vals.astype(str).astype(object), dtype=h5py.string_dtype())
-                    else:
-                        ax.create_dataset(k, data=vals)
-            else:
-                names = ["point"]
-                ax.create_dataset("point", data=np.arange(N))
-            if plan.get("keep_records"):
-                rg = f.create_group("records")
-                for i in plan["keep_records"]:
-                    rp = P["records"] / f"{i:07d}.h5"
-                    if rp.exists():
-                        rg[str(i)] = h5py.ExternalLink(os.path.relpath(rp, P["dir"]), "/")
-            if status is None:
-                status = "complete" if missing == 0 else "incomplete"
-            attrs = {"format": SWEEP_FORMAT, "format_version": FORMAT_VERSION, "meanfield_version": __version__,
-                     "system": plan.get("system", "mixture"), "axes": json.dumps(names),
-                     "base": json.dumps(plan["base"]),
-                     "n_points": N, "n_done": n_done, "status": status, "counts": json.dumps(counts),
-                     "status_codes": json.dumps({str(k): v for k, v in STATUS.items()}),
-                     "outputs": json.dumps({k: OUTPUTS.get(k, "output_func") for k in dsets}),
-                     "invalid": json.dumps(invalid), "backend": plan["backend"], "chunk_size": plan["chunk_size"],
-                     "n_chunks": len(plan["chunks"])}
-            for k, v in attrs.items():
-                f.attrs[k] = v
-        os.replace(tmp, P["sweep"])
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return {"path": P["sweep"], "n_done": n_done, "counts": counts, "status": status, "reduced": acc}
-
-
-def load(path: str | Path) -> dict:
-    """``sweep.h5`` as a dict: every output array (over the grid axes),
-    ``axes`` (name -> values, in order) and ``attrs``."""
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        if f.attrs.get("format") != SWEEP_FORMAT:
-            raise ValueError(f"{path}: not a meanfield ensemble file (format {f.attrs.get('format')!r})")
-        out = {k: f[k][()] for k in f.keys() if isinstance(f[k], h5py.Dataset)}
-        names = json.loads(f.attrs["axes"])
-        out["axes"] = {k: f["axes"][k][()] for k in names}
-        for k, v in out["axes"].items():
-            if v.dtype == object:
-                out["axes"][k] = np.array([x.decode() if isinstance(x, bytes) else x for x in v], dtype=object)
-        out["attrs"] = {k: (json.loads(v) if k in ("axes", "base", "counts", "status_codes", "outputs", "invalid")
-                            else v) for k, v in f.attrs.items()}
-    return out
 

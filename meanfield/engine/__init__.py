@@ -6,6 +6,16 @@ Gram blocks (``meanfield.engine.reduce``), runs its exact GD map or flow
 (``meanfield.engine.kernels``, ``meanfield.engine.system``) and writes run
 files. See ``docs/engine.md``. Imports here are lazy: ``import meanfield``
 stays light (no numba compile, no sympy).
+
+What belongs here: the general machine (descriptions, the Gram-closure
+state, the generic kernels, the symbolic derivation, the explicit-network
+oracle, finite width, batched runs, the ``meanfield model`` verbs) and the
+one registration API (:mod:`meanfield.engine.registry`) through which every
+paper, and a user's own package, adds families, fast paths, claims and
+commands. What does not: anything that names a paper (its family builder,
+variables, fast kernels, claims: ``meanfield.models.<paper>``) and generic
+machinery without descriptions (``meanfield.core``). The engine imports only
+``meanfield.core``.
 """
 
 from __future__ import annotations

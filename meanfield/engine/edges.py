@@ -185,44 +185,17 @@ def family_size_first(raw: dict, flags: dict, force: bool, **size) -> None:
 
 # ------------------------------------------------------------------ sizes before the data are built
 
-def _num(args: dict, name: str, default=None) -> float:
+def arg_number(args: dict, name: str, default=None) -> float:
+    """A data builder's numeric argument ``name`` (for a size estimate; ValueError if absent or not a number)."""
     v = args.get(name, default)
     if isinstance(v, bool) or v is None:
         raise ValueError(name)
     return float(v)
 
 
-def _log_comb(a: float, b: float) -> float:
+def log_comb(a: float, b: float) -> float:
+    """log C(a, b) for floats (lgamma), without forming the number."""
     return math.lgamma(a + 1.0) - math.lgamma(b + 1.0) - math.lgamma(a - b + 1.0)
-
-
-def _incontext_size(P: float, a: dict):
-    N = _num(a, "N", 20)
-    return math.log(P) + _log_comb(N + P - 1.0, P - 1.0), P + 1.0
-
-
-def _multiclass_size(P: float, a: dict):
-    K, C, L = _num(a, "K", 3), _num(a, "C", 3), _num(a, "L", 3)
-    return math.log(K) + math.log(C) + max(L - 2.0, 0.0) * math.log(max((K - 1.0) * C, 1.0)), L
-
-
-def _maxmargin_size(P: float, a: dict):
-    return math.log(max(_num(a, "n", 4), 1.0)), _num(a, "T", 3)
-
-
-#: sizes of the shipped data builders from their arguments alone: "module:function" -> (P, args) ->
-#: (log of the number of sequences, L); a user's builder may carry its own as the attribute
-#: ``size_estimate(P, **args) -> (n, L)`` (without it the size is checked once the data are built)
-DATA_SIZES = {
-    "meanfield.models.incontext:prompts": _incontext_size,
-    "meanfield.models.multiclass:samples": _multiclass_size,
-    "meanfield.models.maxmargin:dataset": _maxmargin_size,
-}
-
-#: the number of features a shipped feature-name builder makes, from its arguments alone
-FEATURE_COUNTS = {
-    "meanfield.models.multiclass:feature_names": lambda a: _num(a, "K") * _num(a, "C"),  # K c's + K (C - 1) v's
-}
 
 
 def _builder(ref):
@@ -245,7 +218,9 @@ def _feature_count(v) -> float | None:
         return float(as_int("dictionary.features.count", v["count"], lo=1))
     if isinstance(v, dict) and "function" in v:
         args = v.get("args") or {}
-        f = FEATURE_COUNTS.get(str(v["function"]))
+        from . import registry
+
+        f = registry.feature_count(str(v["function"]))
         if f is not None:
             return f(args)
         est = getattr(_builder(v["function"]), "size_estimate", None)
@@ -263,7 +238,9 @@ def _data_size(data, P: float):
         return math.log(len(rows)), float(max(L, 1))
     if "function" in data:
         args = data.get("args") or {}
-        f = DATA_SIZES.get(str(data["function"]))
+        from . import registry
+
+        f = registry.data_size(str(data["function"]))
         if f is not None:
             return f(P, args)
         est = getattr(_builder(data["function"]), "size_estimate", None)
@@ -279,7 +256,7 @@ def description_size_first(raw: dict, flags: dict, force: bool, particles_d=None
     parameters, BEFORE its features and data are built (``--N 1e8``,
     ``--n 1e8``, ``--K 1e8`` would otherwise allocate or loop first). The
     sequence count, their length and the feature count come from the
-    shipped builders' formulas (:data:`DATA_SIZES`, :data:`FEATURE_COUNTS`)
+    registered builders' formulas (``meanfield.engine.registry.register_data_size``)
     or a builder's own ``size_estimate``; the heads and training from the
     description itself (cheap: no data). Memory: :func:`engine_estimate` plus
     the data being built (tokens, counts, names). A description whose size

@@ -42,44 +42,8 @@ from numba import njit
 from ..core import integrate
 from ..core.config import ConfigError
 from . import kernels
+from .gaussian import check_heads, convention_attrs
 from .system import EngineSystem, pack
-
-
-def check_heads(desc, exact: bool) -> None:
-    """Refuse (one line) a head with no closed-form population loss under
-    Gaussian prompts (``exact``) and, sampled or not, a head that does not
-    read the query position's y-row as one output.
-
-    Example
-    -------
-    >>> # check_heads(desc, exact=True) raises ConfigError for softmax heads
-    """
-    for i, h in enumerate(desc.model.heads):
-        where = f"heads[{i}]"
-        if h.query != "last":
-            raise ConfigError(f"{where}.query: with family icl_regression the query is the last position "
-                              f"(query = \"last\"); got {h.query!r}")
-        if h.value in ("token",) or h.outputs != 1:
-            raise ConfigError(f"{where}.value: with family icl_regression the head outputs one number, the y-row "
-                              f"read-out (value = \"linear\" or \"matrix\" with outputs = 1); got value = {h.value!r}")
-        if not exact:
-            continue
-        if h.attention != "linear":
-            raise ConfigError(f"{where}.attention: {h.attention} attention has no closed-form population loss under "
-                              "Gaussian prompts; give --samples n (n sampled prompts, seeded: sampled, not exact) "
-                              "or attention = \"linear\"")
-        if h.query_self:
-            raise ConfigError(f"{where}.query_self: the exact population needs the query out of the keys "
-                              "(query_self = false); give --samples n to run it on sampled prompts")
-        if h.value not in ("linear", "matrix"):
-            raise ConfigError(f"{where}.value: {h.value!r} has no closed-form population loss under Gaussian "
-                              "prompts (a ReLU of the head output); give value = \"linear\" or \"matrix\", or "
-                              "--samples n")
-        if h.n_neurons != 1:
-            raise ConfigError(f"{where}.n_neurons: the exact population takes one value vector per head")
-    if exact and desc.model.loss != "squared":
-        raise ConfigError(f"model.loss: the exact population of family icl_regression is the squared loss "
-                          f"(1/2) E[(yhat - y_q)^2]; got {desc.model.loss!r}")
 
 
 # ------------------------------------------------------------------ kernels
@@ -328,7 +292,6 @@ class PopulationSystem(EngineSystem):
     def extra_datasets(self, run) -> tuple[dict, dict]:
         """(datasets, attributes) a run file adds: ``loss_min`` (the smallest loss
         of any prediction linear in G (x) x_q) and, with N_test, ``loss_test`` (T,)."""
-        from .gaussian import convention_attrs
 
         data = {}
         attrs = convention_attrs(self.law, {"N_test": self.N_test, "samples": 0, "seed": 0}, exact=True)

@@ -70,11 +70,13 @@ from typing import Any, Callable
 from ..core.config import ConfigError
 
 __all__ = ["Family", "FastPath", "Claims", "Command", "register_family", "register_fast_path", "register_claims",
-           "register_command", "register_run_plot", "family", "families", "fast_paths", "claims", "commands",
+           "register_command", "register_run_plot", "register_data_size", "data_size", "feature_count", "family", "families", "fast_paths", "claims", "commands",
            "run_plot", "load_plugins", "resolve"]
 
 #: the entry-point group a distribution names its plug-in modules in (setup.cfg ``[options.entry_points]``)
 ENTRY_POINT_GROUP = "meanfield.plugins"
+#: the package whose ``PLUGINS`` tuple lists the shipped papers' plug-in modules (found by name, like an entry point)
+SHIPPED = "meanfield.models"
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 Ref = Any  # an object or "package.module:attr"
@@ -170,6 +172,8 @@ _FAST: dict[tuple[str, str], FastPath] = {}
 _CLAIMS: dict[str, Claims] = {}
 _COMMANDS: dict[str, Command] = {}
 _PLOTS: dict[str, Ref] = {}
+_DATA_SIZES: dict[str, Ref] = {}
+_FEATURE_COUNTS: dict[str, Ref] = {}
 _LOADED: set[str] = set()
 _LOCK = threading.RLock()
 _BUILTINS_DONE = False
@@ -334,9 +338,10 @@ def register_command(name: str, add_parser: Ref, order: int = 100, replace: bool
 
     Example
     -------
-    >>> cmd = register_command("doc-example", lambda systems: None, order=999, replace=True)
-    >>> "doc-example" in [c.name for c in commands()]
-    True
+    >>> def add_parser(systems):  # doctest: +SKIP
+    ...     p = systems.add_parser("my-paper", help="my paper's verbs")
+    ...     p.set_defaults(func=lambda args: 0)
+    >>> register_command("my-paper", add_parser)  # doctest: +SKIP
     """
     cmd = Command(str(name), add_parser, int(order))
     with _LOCK:
@@ -368,6 +373,81 @@ def register_run_plot(system: str, plot: Ref, replace: bool = True) -> None:
     """
     with _LOCK:
         _put(_PLOTS, str(system), plot, "run plot", replace)
+
+
+def register_data_size(builder: str, size: Ref = None, feature_count: Ref = None, replace: bool = True) -> None:
+    """Register size formulas of a data or feature-name builder named in descriptions
+    (``"package.module:function"``), so that ``meanfield model`` refuses an absurd size
+    before the builder runs.
+
+    Parameters
+    ----------
+    builder : str
+        The builder as descriptions name it.
+    size : callable or str, optional
+        ``size(P, args) -> (log of the number of sequences, L)`` for a ``[data]`` builder.
+    feature_count : callable or str, optional
+        ``feature_count(args) -> number of features`` for a ``[dictionary] features`` builder.
+    replace : bool
+        Replace an earlier registration (default True).
+
+    Returns
+    -------
+    None
+
+    Example
+    -------
+    >>> register_data_size("my_pkg.data:rows", size=lambda P, args: (0.0, 2.0))
+    >>> data_size("my_pkg.data:rows")(4, {})
+    (0.0, 2.0)
+    """
+    with _LOCK:
+        if size is not None:
+            _put(_DATA_SIZES, str(builder), size, "data size", replace)
+        if feature_count is not None:
+            _put(_FEATURE_COUNTS, str(builder), feature_count, "feature count", replace)
+
+
+def data_size(builder: str) -> Callable | None:
+    """The registered ``size(P, args)`` of a data builder (resolved), or None.
+
+    Parameters
+    ----------
+    builder : str
+
+    Returns
+    -------
+    callable or None
+
+    Example
+    -------
+    >>> data_size("no.such:builder") is None
+    True
+    """
+    load_plugins()
+    ref = _DATA_SIZES.get(str(builder))
+    return None if ref is None else resolve(ref)
+
+
+def feature_count(builder: str) -> Callable | None:
+    """The registered ``feature_count(args)`` of a feature-name builder (resolved), or None.
+
+    Parameters
+    ----------
+    builder : str
+
+    Returns
+    -------
+    callable or None
+
+    Example
+    -------
+    >>> feature_count("no.such:builder") is None
+    True
+    """
+    load_plugins()
+    ref = _FEATURE_COUNTS.get(str(builder))
+    return None if ref is None else resolve(ref)
 
 
 # ------------------------------------------------------------------ discovery
@@ -410,7 +490,7 @@ def load_plugins(names=()) -> None:
     with _LOCK:
         if not _BUILTINS_DONE:
             _BUILTINS_DONE = True
-            shipped = getattr(importlib.import_module(__name__.rsplit(".", 2)[0] + ".models"), "PLUGINS", ())
+            shipped = getattr(importlib.import_module(SHIPPED), "PLUGINS", ())
             for mod in shipped:
                 _import_plugin(mod)
             for mod in _entry_point_modules():

@@ -150,7 +150,7 @@ def paper_init(desc, kind: str, s: float, seed: int = 0) -> np.ndarray:
 
 
 def explicit_run(path, kind: str, s: float, seed: int, **over):
-    """The explicit rank-one network (``meanfield.engine.icl_particles.PopulationOracle``:
+    """The explicit rank-one network (``meanfield.engine.population_oracle.PopulationOracle``:
     weights W_K, W_Q (1 x P), v per head, full-batch GD on the exact population loss)
     from ``paper_weights``: (desc, t, loss, As), As the predictor at every record.
 
@@ -172,7 +172,7 @@ def explicit_run(path, kind: str, s: float, seed: int, **over):
     """
     from ...engine import oracle as orc
     from ...engine.description import load_description
-    from ...engine.icl_particles import PopulationOracle
+    from ...engine.population_oracle import PopulationOracle
 
     desc = load_description(str(path), over)
     P = desc.P

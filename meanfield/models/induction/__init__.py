@@ -15,6 +15,11 @@
   trains it next to the simplified model;
 * :mod:`.theory`: exact stationary laws, the modified chi-square mutual
   information I~(S) over lag subsets, the GIH / Bayes / unigram predictors;
-* :mod:`.claims`, :mod:`.plot`: the paper's claims as checkers and the
+* :mod:`.claims`, :mod:`.suite`, :mod:`.plot`: the paper's claims as checkers, the
   ``check`` suite; figures of run files.
+
+What belongs here: this paper's own model, data, kernels, theory, claims,
+figures and its command (registered in ``plugin``). What does not: generic
+machinery (``meanfield.core``: the harness, run files, integrators, guards)
+and anything of another paper: this package imports core (and engine) only.
 """

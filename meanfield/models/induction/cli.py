@@ -221,7 +221,7 @@ def cmd_chi2(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .claims import check_suite
+    from .suite import check_suite
 
     from ...core.guard import check_output_dir
 

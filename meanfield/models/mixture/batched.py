@@ -18,7 +18,7 @@ the per-step functions of ``meanfield.models.mixture.kernels`` are ``@portable``
 plain-Python functions,
 compiled with ``numba.njit`` for the CPU and, only when the CUDA backend is
 asked for, with ``numba.cuda.jit(device=True)`` for the GPU
-(``kernels.compile_portable``). Importing this module never imports CUDA.
+(``meanfield.core.activations.compile_portable``). Importing this module never imports CUDA.
 
 What a batch supports (:func:`batchable` says why a config is refused):
 
@@ -71,12 +71,13 @@ import numpy as np
 from numba import njit
 
 from ...core import batched as core_batched
+from ...core.activations import compile_portable, portable
 from ...core import integrate
 from ...core.config import ConfigError
 from . import kernels
 from .config import MixtureConfig
 from .init import initial_state
-from .kernels import flow_rhs_into, gd_advance_into, portable
+from .kernels import flow_rhs_into, gd_advance_into
 
 #: backends, per-trajectory status codes (0 complete, 2 non-finite state or loss, 3 an entry above max_abs,
 #: 4 record buffer full: a bug), the backend choice and the CUDA launcher: every system's (meanfield.core.batched)

@@ -6,7 +6,6 @@ string, resolved when used.
 
 from __future__ import annotations
 
-from ...core.sweep import register_system
 from ...engine import registry
 
 registry.register_family(
@@ -20,4 +19,6 @@ registry.register_fast_path(
     verified_by="tests/test_engine_mixture.py::test_engine_equals_fast_path",
     summary="hand numba kernels of the orthonormal population (meanfield mixture run; S, A, B, w state)")
 registry.register_command("mixture", "meanfield.models.mixture.cli:add_parser", order=10)
-register_system("mixture", "meanfield.models.mixture.ensemble:MIXTURE")  # the chunked-ensemble adapter
+# the chunked-ensemble adapter (meanfield.models.mixture.ensemble:MIXTURE) is the core sweep registry's
+# default system for one release (meanfield.core.sweep.SYSTEMS); registering it here would import the sweep
+# machinery at every start of the command
