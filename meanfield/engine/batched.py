@@ -61,7 +61,7 @@ from . import kernels
 from .description import Description
 from .kernels import eng_gd_advance_into, eng_loss_grads, eng_update
 from .reduce import initial_state
-from .system import mode_of, pack
+from .packed import mode_of, pack
 
 #: backends and per-trajectory status codes (every system's: ``meanfield.core.batched``): 0 complete,
 #: 2 non-finite state or loss, 3 an entry above max_abs, 4 record buffer full (a bug)

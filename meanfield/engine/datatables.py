@@ -15,18 +15,7 @@ import numpy as np
 from ..core.config import ConfigError, as_float
 from .heldout import SPLIT_KEYS, TEST_KEYS
 from .objects import Data, make_data
-
-
-def _check_table(where, raw, allowed):
-    from .description import _check_table as check
-
-    check(where, raw, allowed)
-
-
-def _as_bool(name, v):
-    from .description import _as_bool as as_bool
-
-    return as_bool(name, v)
+from .parsing import as_bool, check_table
 
 
 def parse_token(name: str, v, features: tuple[str, ...]) -> np.ndarray:
@@ -58,7 +47,7 @@ def parse_token(name: str, v, features: tuple[str, ...]) -> np.ndarray:
 
 def _data_from_table(raw: dict, features: tuple[str, ...], where: str = "data") -> Data:
     """A ``[data]`` (or ``[test]``: ``where``) table: rows or a data function."""
-    _check_table(where, raw, TEST_KEYS + (SPLIT_KEYS if where == "data" else ()))
+    check_table(where, raw, TEST_KEYS + (SPLIT_KEYS if where == "data" else ()))
     data_where = where
     if ("rows" in raw) == ("function" in raw):
         raise ConfigError(f"{data_where}: give exactly one of rows (a table of sequences) or function (\"package.module:function\")")
@@ -75,7 +64,7 @@ def _data_from_table(raw: dict, features: tuple[str, ...], where: str = "data") 
     targets, weights, names, flags = [], [], [], {}
     for s, r in enumerate(rows):
         where = f"{data_where}.rows[{s}]"
-        _check_table(where, r, ("tokens", "target", "weight", "counts", "name", "flags"))
+        check_table(where, r, ("tokens", "target", "weight", "counts", "name", "flags"))
         toks = r.get("tokens")
         if not isinstance(toks, list) or not toks:
             raise ConfigError(f"{where}.tokens: must be a non-empty list of tokens")
@@ -91,7 +80,7 @@ def _data_from_table(raw: dict, features: tuple[str, ...], where: str = "data") 
         weights.append(as_float(f"{where}.weight", r.get("weight", 1.0), nonneg=True))
         names.append(str(r.get("name", f"x{s}")))
         for k, v in (r.get("flags") or {}).items():
-            flags.setdefault(k, [False] * n)[s] = _as_bool(f"{where}.flags.{k}", v)
+            flags.setdefault(k, [False] * n)[s] = as_bool(f"{where}.flags.{k}", v)
     try:
         y = np.array(targets, dtype=float)
     except (TypeError, ValueError):

@@ -79,31 +79,13 @@ import numpy as np
 
 from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
 from .datatables import _data_from_table, data_from_function, parse_token  # noqa: F401
-from .heldout import check_targets, held_out
+from .heldout import held_out
 from .rates import check_training, format_group_eta, has_rates, parse_group_eta, parse_schedule
 from .rates import stage_rates as _stage_rates
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, NORMALISE, QUERIES,  # noqa: F401
                       VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
                       make_data)
-
-#: head options that would put the model outside the Gram-closure class, and why
-_OUT_OF_CLASS = {
-    "hidden_activation": "a nonlinearity applied entrywise in the hidden space (relu(M x) over the m units) makes a "
-                         "mean-field network over hidden units whose state is a distribution, not a finite Gram",
-    "key_activation": "a nonlinearity between W_K and the token inside the bilinear form x^T W_K^T W_Q x' means the "
-                      "loss no longer depends on W_K only through Gram blocks",
-    "query_activation": "a nonlinearity between W_Q and the token inside the bilinear form x^T W_K^T W_Q x' means "
-                        "the loss no longer depends on W_Q only through Gram blocks",
-    "outer": "a wide matrix read as M_a M_b^T (a hidden-space outer product) is not a function of the Gram "
-             "blocks E^T M_a^T M_b E",
-    "l1_penalty": "an entrywise penalty on a wide matrix is not a function of its Gram blocks",
-}
-#: why trainable token embeddings are refused (docs/engine.md, "Trainable embeddings")
-TRAINABLE_EMBEDDINGS = ("a step of trainable token embeddings E moves them by sum_a M_a^T dLoss/dU_a, so the next "
-                        "blocks M_b E' read M_b M_a^T, i.e. the wide weights off span(E) that a fixed E never sees; "
-                        "the state closes only when every wide row stays in span(E) (then in Q and Gamma, "
-                        "docs/engine.md, Trainable embeddings), which the engine does not hold yet")
-
+from .parsing import OUT_OF_CLASS, TRAINABLE_EMBEDDINGS, as_bool, as_matrix, check_gram, check_table
 
 # ------------------------------------------------------------------ the run knobs of a general description
 
@@ -209,50 +191,6 @@ def make_params(raw: dict) -> RunParams:
     return RunParams(**out)
 
 
-# ------------------------------------------------------------------ parsing helpers
-
-
-def _check_table(where: str, raw: dict, allowed) -> None:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: must be a table; got {raw!r}")
-    for k in raw:
-        if k in _OUT_OF_CLASS:
-            raise ConfigError(f"{where}.{k}: outside the Gram-closure class: {_OUT_OF_CLASS[k]}")
-        if k not in allowed:
-            raise ConfigError(f"{where}: unknown key '{k}'; allowed: {', '.join(allowed)}")
-
-
-def _as_bool(name: str, v) -> bool:
-    if isinstance(v, bool):
-        return v
-    if str(v).lower() in ("true", "1", "yes"):
-        return True
-    if str(v).lower() in ("false", "0", "no"):
-        return False
-    raise ConfigError(f"{name}: must be true or false; got {v!r}")
-
-
-def _matrix(name: str, v, shape) -> np.ndarray:
-    try:
-        M = np.array(v, dtype=float)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: must be a {shape[0]}x{shape[1]} matrix of numbers; got {v!r}") from None
-    if M.shape != tuple(shape):
-        raise ConfigError(f"{name}: must be a {shape[0]}x{shape[1]} matrix; got shape {M.shape}")
-    if not np.all(np.isfinite(M)):
-        raise ConfigError(f"{name}: entries must be finite numbers")
-    return M
-
-
-def check_gram(name: str, G: np.ndarray) -> np.ndarray:
-    if np.max(np.abs(G - G.T)) > 1e-12 * max(1.0, float(np.max(np.abs(G)))):
-        raise ConfigError(f"{name}: must be symmetric")
-    ev = float(np.linalg.eigvalsh(G).min())
-    if not ev > 1e-10 * max(1.0, float(np.abs(G).max())):
-        raise ConfigError(f"{name}: must be symmetric positive definite; smallest eigenvalue {ev:.3g}")
-    return G
-
-
 def _import_function(field: str, ref):
     s = str(ref)
     if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", s):
@@ -292,12 +230,12 @@ def _feature_names(v):
 def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -> Head:
     where = f"heads[{i}]"
     names = [f.name for f in dataclasses.fields(Head)]
-    _check_table(where, raw, names)
+    check_table(where, raw, names)
     d = {f.name: f.default for f in dataclasses.fields(Head)}
     d.update(raw)
     out = {"name": str(d["name"]) if "name" in raw else f"h{i + 1}"}
     if d["kq"] == "outer":
-        raise ConfigError(f"{where}.kq: 'outer' is outside the Gram-closure class: {_OUT_OF_CLASS['outer']}")
+        raise ConfigError(f"{where}.kq: 'outer' is outside the Gram-closure class: {OUT_OF_CLASS['outer']}")
     out["attention"] = as_choice(f"{where}.attention", d["attention"], ATTENTIONS)
     out["kq"] = as_choice(f"{where}.kq", d["kq"], KQ)
     out["query"] = as_choice(f"{where}.query", d["query"], QUERIES)
@@ -310,7 +248,7 @@ def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -
         raise ConfigError(f"{where}.query_vector: only with query = fixed")
     else:
         out["query_vector"] = None
-    out["query_self"] = _as_bool(f"{where}.query_self", d["query_self"])
+    out["query_self"] = as_bool(f"{where}.query_self", d["query_self"])
     if "query_self" in raw and out["query"] != "last":
         raise ConfigError(f"{where}.query_self: only with query = last (it takes the last token out of the keys); "
                           f"with query = {out['query']} it has no effect: remove it")
@@ -323,7 +261,7 @@ def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -
                           "query vector has none")
     out["scale"] = as_float(f"{where}.scale", d["scale"])
     if d["value"] == "mlp":
-        raise ConfigError(f"{where}.value: 'mlp' is outside the Gram-closure class: {_OUT_OF_CLASS['hidden_activation']}")
+        raise ConfigError(f"{where}.value: 'mlp' is outside the Gram-closure class: {OUT_OF_CLASS['hidden_activation']}")
     out["value"] = as_choice(f"{where}.value", d["value"], VALUES)
     out["n_neurons"] = as_int(f"{where}.n_neurons", d["n_neurons"], lo=1)
     if out["n_neurons"] > 1 and out["value"] != "neuron":
@@ -334,7 +272,7 @@ def make_head(raw: dict, i: int, P: int, dictionary: Dictionary | None = None) -
     if out["value"] == "token":
         out["outputs"] = P
     out["sign"] = as_float(f"{where}.sign", d["sign"])
-    out["train_sign"] = _as_bool(f"{where}.train_sign", d["train_sign"])
+    out["train_sign"] = as_bool(f"{where}.train_sign", d["train_sign"])
     if dictionary is not None:  # initial values of the head's blocks (meanfield.engine.inits)
         from . import inits
 
@@ -371,6 +309,19 @@ def make_model(heads: list[Head], loss: str, r0: float, targets: np.ndarray, P: 
     return Model(heads=tuple(heads), loss=loss, relu_prime_at_zero=r0)
 
 
+def check_targets(test: Data, data: Data, model) -> None:
+    """Refuse a test set ([test], train_frac: meanfield.engine.heldout) whose targets are not of the training
+    set's kind (one line)."""
+    if np.asarray(test.target).shape[1:] != np.asarray(data.target).shape[1:]:
+        raise ConfigError(f"test.target: must have the shape of the training targets (n, {data.target.shape[1:]}); "
+                          f"got {test.target.shape}")
+    try:
+        make_model(list(model.heads), model.loss, model.relu_prime_at_zero, np.asarray(test.target),
+                   int(test.tokens.shape[2]))
+    except ConfigError as e:
+        raise ConfigError(f"test.target: {str(e).removeprefix('model.loss: ')}") from None
+
+
 def training_from(params: RunParams, stages_raw, heads) -> Training:
     gd = params.method == "gd"
     stages = []
@@ -379,7 +330,7 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
             raise ConfigError("training.stages: must be a list of [[training.stages]] tables")
         for i, s in enumerate(stages_raw):
             where = f"training.stages[{i}]"
-            _check_table(where, s, ("name", "train", "steps", "time", "criterion", "eta", "eta_schedule"))
+            check_table(where, s, ("name", "train", "steps", "time", "criterion", "eta", "eta_schedule"))
             train = []
             for g in as_list(f"{where}.train", s.get("train", list(GROUPS))):
                 g = GROUP_ALIASES.get(str(g), str(g))
@@ -496,7 +447,7 @@ def coerce_parameter(name: str, default, v):
     string or a Python keyword): int, float, true/false, string, or a list
     (comma-separated on the command line) of the default's element type."""
     if isinstance(default, bool):
-        return _as_bool(name, v)
+        return as_bool(name, v)
     if isinstance(default, int):
         return as_int(name, v)
     if isinstance(default, float):
@@ -728,12 +679,12 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
                               f">= {Lmax} or true")
         heads[i] = dataclasses.replace(h, rpe=Lmax) if h.rpe == -1 else h
     mraw = raw.get("model", {})
-    _check_table("model", mraw, ("loss",) + tuple(_OUT_OF_CLASS))
+    check_table("model", mraw, ("loss",) + tuple(OUT_OF_CLASS))
     model = make_model(heads, mraw.get("loss", "logistic"), params.relu_prime_at_zero, data.target, P)
     if test is not None:
         check_targets(test, data, model)
     traw = raw.get("training", {})
-    _check_table("training", traw, ("stages",))
+    check_table("training", traw, ("stages",))
     training = training_from(params, traw.get("stages"), heads)
     if data_family is None:  # rows given: criteria over no row, knobs no head uses (meanfield.engine.applicable)
         from .applicable import check_criteria_rows, check_knobs_apply
@@ -758,8 +709,9 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
                               "(its exact population map steps every group with one eta)")
     if params.init_from is not None:
         from .initfrom import check
+        from .reduce import layout
 
-        check(desc, params.init_from)
+        check(desc, params.init_from, layout(desc))
     if any(h.init_gram for h in heads) and desc.init.width is not None:
         raise ConfigError("heads.init_gram: only at infinite width (width = inf); at finite width m the Gram is "
                           "U^T U of the sampled weights")
@@ -772,7 +724,7 @@ def _dictionary_and_data(raw: dict, dic) -> tuple[Dictionary, Data]:
         raise ConfigError("dictionary: required ([dictionary] with features = [...])")
     if isinstance(dic, dict) and dic.get("trainable"):  # trainable embeddings: refused with the reason
         raise ConfigError(f"dictionary.trainable: outside the Gram-closure class: {TRAINABLE_EMBEDDINGS}")
-    _check_table("dictionary", dic, ("features", "gram"))
+    check_table("dictionary", dic, ("features", "gram"))
     feats = _feature_names(dic.get("features"))
     if not isinstance(feats, list) or not feats or not all(isinstance(f, str) and f for f in feats):
         raise ConfigError("dictionary.features: must be a non-empty list of feature names")
@@ -782,7 +734,7 @@ def _dictionary_and_data(raw: dict, dic) -> tuple[Dictionary, Data]:
     P = len(feats)
     gram = None
     if dic.get("gram") is not None:
-        gram = check_gram("dictionary.gram", _matrix("dictionary.gram", dic["gram"], (P, P)))
+        gram = check_gram("dictionary.gram", as_matrix("dictionary.gram", dic["gram"], (P, P)))
     dictionary = Dictionary(features=feats, gram=gram)
     if "data" not in raw:
         raise ConfigError("data: required ([data] with rows = [...] or function = \"package.module:function\")")

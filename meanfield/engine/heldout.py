@@ -115,20 +115,6 @@ def held_out(raw: dict, data: Data, features: tuple[str, ...], parse) -> tuple[D
     return data, test
 
 
-def check_targets(test: Data, data: Data, model) -> None:
-    """Refuse a test set whose targets are not of the training set's kind (one line)."""
-    from .description import make_model
-
-    if np.asarray(test.target).shape[1:] != np.asarray(data.target).shape[1:]:
-        raise ConfigError(f"test.target: must have the shape of the training targets (n, {data.target.shape[1:]}); "
-                          f"got {test.target.shape}")
-    try:
-        make_model(list(model.heads), model.loss, model.relu_prime_at_zero, np.asarray(test.target),
-                   int(test.tokens.shape[2]))
-    except ConfigError as e:
-        raise ConfigError(f"test.target: {str(e).removeprefix('model.loss: ')}") from None
-
-
 def test_description(desc):
     """``desc`` with its test set as the data (for the kernels and the explicit
     network); None when it has none."""
@@ -172,7 +158,7 @@ def observables(desc, Y: np.ndarray) -> dict | None:
     td = test_description(desc)
     if td is None:
         return None
-    from .system import EngineSystem, pack
+    from .packed import EngineSystem, pack
 
     sysm = EngineSystem(pack(td))
     Y = np.atleast_2d(np.asarray(Y, dtype=np.float64))

@@ -53,8 +53,9 @@ def structure(desc) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def check(desc, path) -> Path:
-    """Refuse (one line naming ``init_from``) what cannot start ``desc``; returns the path."""
+def check(desc, path, lay) -> Path:
+    """Refuse (one line naming ``init_from``) what cannot start ``desc``, whose state
+    layout is ``lay`` (``meanfield.engine.reduce.layout(desc)``); returns the path."""
     import h5py
 
     p = Path(str(path))
@@ -78,16 +79,13 @@ def check(desc, path) -> Path:
                                   f"differ: structure {st} != {structure(desc)})")
             if f["t"].shape[0] < 1:
                 raise ConfigError(f"init_from: {p} has no records")
-            _blocks(desc, f, p)  # every block present, with its shape
+            _blocks(lay, f, p)  # every block present, with its shape
     except OSError as e:
         raise ConfigError(f"init_from: cannot read {p} ({e})") from None
     return p
 
 
-def _blocks(desc, f, p) -> dict:
-    from .reduce import layout
-
-    lay = layout(desc)
+def _blocks(lay, f, p) -> dict:
     out = {}
     for b in lay.blocks:
         key = f"variables/{b.head}/{b.name}"
@@ -106,20 +104,14 @@ def initial_state(desc, lay) -> np.ndarray:
     """The flat state of the last record of ``desc.init.init_from`` in ``lay``'s layout."""
     import h5py
 
-    from .reduce import H_N, H_QOFF
-
-    p = check(desc, desc.init.init_from)
+    p = check(desc, desc.init.init_from, lay)
     with h5py.File(p, "r") as f:
-        vals = _blocks(desc, f, p)
+        vals = _blocks(lay, f, p)
     y = np.zeros(lay.size)
-    names = [h.name for h in lay.heads]
     for b in lay.blocks:
         v = vals[(b.head, b.name)]
         if b.kind == "gram":
-            k = names.index(b.head)
-            N = int(lay.hi[k, H_N])
-            off = int(lay.hi[k, H_QOFF])
-            Q = y[off:off + N * N].reshape(N, N)
+            Q = lay.gram(y, b.head)
             (r0, r1), (c0, c1) = b.rows, b.cols
             Q[c0:c1, r0:r1] = v.T
             Q[r0:r1, c0:c1] = v  # a diagonal block as recorded

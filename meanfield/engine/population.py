@@ -43,7 +43,7 @@ from ..core import integrate
 from ..core.config import ConfigError
 from . import kernels
 from .gaussian import check_heads, convention_attrs
-from .system import EngineSystem, pack
+from .packed import EngineSystem, pack
 
 
 # ------------------------------------------------------------------ kernels

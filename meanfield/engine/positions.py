@@ -36,6 +36,7 @@ import dataclasses
 import numpy as np
 
 from ..core.config import ConfigError, as_choice, as_int
+from .parsing import TRAINABLE_EMBEDDINGS, as_matrix, check_gram, check_table
 
 POSITION_KEYS = ("mode", "length", "names", "gram", "cross", "trainable")
 MODES = ("added", "concatenated")
@@ -64,14 +65,10 @@ def apply(raw: dict, dictionary, data, test=None):
     >>> dic.features, d.tokens.shape
     (('a', 'b', 'pos1', 'pos2', 'pos3'), (1, 3, 5))
     """
-    from .description import _check_table, _matrix, check_gram
-
     if not isinstance(raw, dict):
         raise ConfigError("positions: must be a table ([positions] mode = \"added\" or \"concatenated\")")
-    _check_table("positions", raw, POSITION_KEYS)  # (trainable = false is accepted)
+    check_table("positions", raw, POSITION_KEYS)  # (trainable = false is accepted)
     if raw.get("trainable"):
-        from .description import TRAINABLE_EMBEDDINGS
-
         raise ConfigError(f"positions.trainable: learned position vectors are trainable embeddings: "
                           f"{TRAINABLE_EMBEDDINGS}")
     if "mode" not in raw:
@@ -87,11 +84,11 @@ def apply(raw: dict, dictionary, data, test=None):
     if set(names) & set(dictionary.features) or len(set(names)) != L:
         raise ConfigError("positions.names: must be distinct and differ from the token features")
     P = dictionary.P
-    G = np.eye(L) if raw.get("gram") is None else _matrix("positions.gram", raw["gram"], (L, L))
+    G = np.eye(L) if raw.get("gram") is None else as_matrix("positions.gram", raw["gram"], (L, L))
     if raw.get("cross") is not None and mode == "concatenated":
         raise ConfigError("positions.cross: concatenated positions are orthogonal to the tokens (x = [token; p]); "
                           "a Gram between them is mode = added")
-    X = np.zeros((P, L)) if raw.get("cross") is None else _matrix("positions.cross", raw["cross"], (P, L))
+    X = np.zeros((P, L)) if raw.get("cross") is None else as_matrix("positions.cross", raw["cross"], (P, L))
     full = np.block([[dictionary.Gamma, X], [X.T, G]])
     # the enlarged dictionary's Gram [[Gamma, cross], [cross^T, gram]] must be positive definite
     full = check_gram("positions.gram" if raw.get("cross") is None else "positions.cross (with the token Gram and "

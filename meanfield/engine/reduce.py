@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.config import ConfigError
-from .description import Description
+from .objects import Description
 
 ATT = {"softmax": 0, "linear": 1}
 KQC = {"separate": 0, "merged": 1}
@@ -100,15 +100,19 @@ class Layout:
         b = self.block(head, name)
         lead = y.shape[:-1]
         if b.kind == "gram":
-            hidx = [h.name for h in self.heads].index(head)
-            N = int(self.hi[hidx, H_N])
-            off = int(self.hi[hidx, H_QOFF])
-            Q = y[..., off:off + N * N].reshape(lead + (N, N))
+            Q = self.gram(y, head)
             r0, r1 = b.rows
             c0, c1 = b.cols
             return Q[..., r0:r1, c0:c1]
         n = int(np.prod(b.shape))
         return y[..., b.offset:b.offset + n].reshape(lead + b.shape)
+
+    def gram(self, y: np.ndarray, head: str) -> np.ndarray:
+        """The Gram matrix Q_h of ``head`` in a state (or a (T, size) stack): a view into ``y``."""
+        hidx = [h.name for h in self.heads].index(head)
+        N = int(self.hi[hidx, H_N])
+        off = int(self.hi[hidx, H_QOFF])
+        return y[..., off:off + N * N].reshape(y.shape[:-1] + (N, N))
 
     def counts(self) -> dict:
         return {f"{b.head}:{b.name}": b.count for b in self.blocks}

@@ -31,7 +31,8 @@ import numpy as np
 from ..core import harness, integrate
 from ..core.io import write_run
 from .description import Description
-from .system import EngineSystem, integrate_description, observables, system_of
+from .packed import EngineSystem
+from .system import integrate_description, observables, system_of
 from .symmetry import refuse_symmetric_start
 
 EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)

@@ -71,7 +71,8 @@ def _fingerprint(desc) -> bytes:
     fingerprints differ only in their initial state and step size."""
     import hashlib
 
-    from .system import pack, save_at
+    from .packed import pack
+    from .system import save_at
 
     pk = pack(desc)
     lay = pk.lay

@@ -1,0 +1,149 @@
+"""The engine's reduced dynamics as a system for ``meanfield.core.integrate`` (``meanfield.engine.packed``).
+
+:func:`pack` turns a description into the kernels' arrays (:class:`Packed`);
+:class:`EngineSystem` adapts the generic kernels (``meanfield.engine.kernels``)
+to the shared steppers (exact GD map, RK4, adaptive Dormand-Prince); a stage's
+``mode`` (:func:`mode_of`) is the bit mask of the parameter groups it trains
+(1 attention, 2 values, 4 readout, 8 signs). Subclasses replace the loss (the
+exact Gaussian population: ``meanfield.engine.population``);
+``meanfield.engine.system`` picks the system of a description and holds the
+stages, solver, record grid and observables.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core import integrate
+from . import kernels
+from .objects import STAGE_SHIFT, Description
+from .reduce import GROUP_BIT, LOSS, Layout, layout
+
+
+@dataclass
+class Packed:
+    """The description as the kernels' arrays."""
+
+    lay: Layout
+    Gam: np.ndarray
+    X: np.ndarray
+    nzi: np.ndarray  # (n, L, Z) int64: features with a non-zero coefficient, per token
+    nzc: np.ndarray  # (n, L, Z): those coefficients
+    nzn: np.ndarray  # (n, L) int64: how many
+    cnt: np.ndarray
+    last: np.ndarray
+    leff: np.ndarray
+    target: np.ndarray
+    weight: np.ndarray
+    consistent: np.ndarray
+    kind: int
+    r0: float
+    R: int  # rows of u per head
+    C: int
+
+
+def _own(a, dtype) -> np.ndarray:
+    """A C-contiguous, writeable copy: numba compiles a separate specialisation
+    for read-only arrays (the mixture's sample arrays are read-only), so every
+    description must hand the kernels the same array types to share one cache."""
+    return np.array(a, dtype=dtype, order="C", copy=True)
+
+
+def _state(y) -> np.ndarray:
+    return np.require(y, np.float64, ["C", "W"])
+
+
+def pack(desc: Description) -> Packed:
+    lay = layout(desc)
+    d = desc.data
+    X = _own(d.tokens, np.float64)
+    cnt = _own(d.count_array, np.float64)
+    last = np.array([int(np.flatnonzero(c > 0)[-1]) for c in cnt], dtype=np.int64)
+    leff = cnt.sum(axis=1)
+    C = desc.model.heads[0].outputs
+    t = np.asarray(d.target, dtype=np.float64)
+    target = _own(t.reshape(t.shape[0], -1), np.float64)
+    R = max(h.outputs * h.n_neurons for h in desc.model.heads)
+    nz = X != 0.0
+    nzn = nz.sum(axis=2).astype(np.int64)
+    Z = max(1, int(nzn.max()))
+    nzi = np.zeros(X.shape[:2] + (Z,), dtype=np.int64)
+    nzc = np.zeros(X.shape[:2] + (Z,))
+    for s_, i_ in zip(*np.nonzero(nzn)):
+        idx = np.flatnonzero(nz[s_, i_])
+        nzi[s_, i_, :idx.size] = idx
+        nzc[s_, i_, :idx.size] = X[s_, i_, idx]
+    return Packed(lay=lay, Gam=_own(desc.dictionary.Gamma, np.float64), X=X, nzi=nzi, nzc=nzc, nzn=nzn,
+                  cnt=cnt, last=last, leff=leff,
+                  target=target, weight=_own(d.weight, np.float64),
+                  consistent=_own(d.flag("consistent"), np.bool_), kind=LOSS[desc.model.loss],
+                  r0=float(desc.model.relu_prime_at_zero), R=R, C=C)
+
+
+#: the stage-mode bit of normalised GD (``training.normalise = "parameter"``; kernels.eng_update)
+NORMALISED = 16
+
+
+def mode_of(train, normalise: str = "none") -> int:
+    """The bit mask of a stage: its trained groups (1 attention, 2 values, 4
+    readout, 8 signs), plus 16 for normalised GD."""
+    m = 0
+    for g in train:
+        m |= GROUP_BIT[g]
+    return m | (NORMALISED if normalise != "none" else 0)
+
+
+def _bits(mode) -> int:
+    """The kernel's part of a stage's mode: group and normalisation bits, without the stage's index."""
+    return int(mode) & ((1 << STAGE_SHIFT) - 1)
+
+
+@dataclass
+class EngineSystem:
+    """A description's reduced dynamics for ``meanfield.core.integrate``."""
+
+    pk: Packed
+    max_abs: float = math.inf
+    #: per stage (index = mode >> STAGE_SHIFT) the kernel's (Gr, hf) with the stage's group rates
+    #: (``meanfield.engine.rates.rate_arrays``); None: the layout's (every rate the step size)
+    rates: list | None = None
+
+    def _rated(self, mode):
+        lay = self.pk.lay
+        if self.rates is None:
+            return lay.Gr, lay.hf
+        return self.rates[int(mode) >> STAGE_SHIFT]
+
+    def _data(self):
+        pk = self.pk
+        return pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff, pk.target, pk.weight, pk.kind, pk.r0
+
+    def gd_advance(self, y, nsteps, eta, mode, criterion):
+        pk, lay = self.pk, self.pk.lay
+        kind, op, thr = integrate.criterion_args(criterion, kernels.CRITERIA)
+        Gr, hf = self._rated(mode)
+        done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), _bits(mode), lay.hi, hf, lay.qv, Gr,
+                                           lay.grp, pk.Gam, *self._data(), pk.consistent, kind, op, thr,
+                                           float(self.max_abs), pk.R, pk.C, lay.Nmax)
+        return int(done), int(code)
+
+    def rhs(self, y, mode):
+        pk, lay = self.pk, self.pk.lay
+        out = np.empty_like(y)
+        Gr, hf = self._rated(mode)
+        kernels.flow_rhs(_state(y), out, _bits(mode), lay.hi, hf, lay.qv, Gr, lay.grp, pk.Gam,
+                         *self._data(), pk.R, pk.C, lay.Nmax)
+        return out
+
+    def criterion_value(self, y, name):
+        pk, lay = self.pk, self.pk.lay
+        return float(kernels.criterion_value(_state(y), kernels.CRITERIA[name], lay.hi, lay.hf, lay.qv,
+                                             pk.Gam, *self._data(), pk.consistent, pk.R, pk.C, lay.Nmax))
+
+    def loss_and_grads(self, y):
+        pk, lay = self.pk, self.pk.lay
+        return kernels.loss_and_grads(_state(y), lay.hi, lay.hf, lay.qv, *self._data(), pk.R, pk.C,
+                                      lay.Nmax)
