@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from meanfield.core.config import ConfigError
-from meanfield.engine.description import _OUT_OF_CLASS, description_from_dict, load_description
+from meanfield.engine.description import description_from_dict, load_description
+from meanfield.engine.parsing import OUT_OF_CLASS as _OUT_OF_CLASS
 
 ROOT = Path(__file__).resolve().parents[1]
 MAJORITY = ROOT / "docs" / "examples" / "majority.toml"

@@ -256,7 +256,7 @@ def markdown() -> str:
     >>> "| `loss` |" in markdown()
     True
     """
-    from .description import _OUT_OF_CLASS
+    from .parsing import OUT_OF_CLASS as _OUT_OF_CLASS
 
     out = []
     for table, what, keys in reference():
