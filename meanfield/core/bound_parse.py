@@ -364,6 +364,6 @@ def parse_bound(text: str) -> Bound:
     >>> parse_bound("__import__('os')")
     Traceback (most recent call last):
     ...
-    meanfield.core.bounds.BoundError: bound "__import__('os')": call of '__import__' not allowed; functions: abs, exp, log, sqrt, min, max
+    meanfield.core.bound_parse.BoundError: bound "__import__('os')": call of '__import__' not allowed; functions: abs, exp, log, sqrt, min, max
     """
     return _Parser(text).parse()

@@ -113,36 +113,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BoundResult:
-    """Outcome of a bound over the selected records (made by :func:`evaluate`).
+    """Outcome of a bound over the selected records.
 
-    Parameters
-    ----------
-    text : str
-        The bound as written.
-    holds : bool
-        True at every selected time.
-    worst_slack : float
-        The minimum slack (NaN if a NaN occurred).
-    t_worst : float
-        Its (first) time.
-    first_violation_t : float or None
-        The first time it fails (None if it holds).
-    n_times : int
-        Selected records.
-    n_violations : int
-        How many of them fail.
-    during, tmin, tmax
-        The selection it was checked over.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from meanfield import Run
-    >>> run = Run({"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([0.69, 0.4, 0.1])}, attrs={"system": "mixture"})
-    >>> r = evaluate("loss <= 0.5", run)
-    >>> r.holds, r.first_violation_t, r.n_violations
-    (False, 0.0, 1)
-    """
+    holds: true at every selected time; worst_slack: the minimum slack (NaN if
+    a NaN occurred); t_worst: its (first) time; first_violation_t: the first
+    time it fails (None if it holds); n_times: selected records; n_violations:
+    how many of them fail."""
 
     text: str
     holds: bool
@@ -484,36 +460,7 @@ def _check_during(during) -> str:
 
 
 def select(run, during: str = "all", tmin=None, tmax=None) -> np.ndarray:
-    """The records a bound is checked at.
-
-    Parameters
-    ----------
-    run : meanfield.core.io.Run
-        A run read into memory (``run["t"]``, ``run["stage"]``, ``run.attrs``).
-    during : str
-        ``all``, ``stage1``, ``stage2`` or ``stage3`` (the records of that
-        stage, its start included).
-    tmin, tmax : float, str or None
-        Keep records with ``tmin <= t <= tmax``.
-
-    Returns
-    -------
-    numpy.ndarray
-        Boolean mask of shape (T,).
-
-    Raises
-    ------
-    BoundError
-        For an unknown ``during``, ``tmin > tmax``, or a stage the run does not have.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from meanfield import Run
-    >>> run = Run({"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([0.69, 0.4, 0.1])}, attrs={"system": "mixture"})
-    >>> select(run, tmin=1).tolist()
-    [False, True, True]
-    """
+    """Boolean mask over the run's records for ``during`` / ``tmin`` / ``tmax`` (see the module docstring)."""
     d = _check_during(during)
     tmin, tmax = _num("tmin", tmin), _num("tmax", tmax)
     if tmin is not None and tmax is not None and tmin > tmax:
@@ -541,40 +488,9 @@ def select(run, during: str = "all", tmin=None, tmax=None) -> np.ndarray:
 
 
 def evaluate(bound: Bound | str, run, during: str = "all", tmin=None, tmax=None) -> BoundResult:
-    """Check a bound at every selected record of a run.
-
-    Parameters
-    ----------
-    bound : Bound or str
-        The bound (a string is parsed with :func:`parse_bound`).
-    run : meanfield.core.io.Run, str or Path
-        A run in memory, or the path of a run file (mixture or a described
-        model's run).
-    during : str
-        ``all``, ``stage1``, ``stage2`` or ``stage3``.
-    tmin, tmax : float, str or None
-        Keep records with ``tmin <= t <= tmax`` (a stage end such as
-        ``"T1"`` may be named).
-
-    Returns
-    -------
-    BoundResult
-        Whether it holds, the worst slack and where, the first violation.
-
-    Raises
-    ------
-    BoundError
-        A name or atom the run does not have, an empty selection.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from meanfield import Run
-    >>> run = Run({"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([0.69, 0.4, 0.1])}, attrs={"system": "mixture"})
-    >>> r = evaluate("loss <= log(2)", run)
-    >>> r.holds, round(r.worst_slack, 4), r.t_worst
-    (True, 0.0031, 0.0)
-    """
+    """Check ``bound`` over the run's records selected by ``during`` ("all",
+    "stage1", "stage2", "stage3") and ``tmin <= t <= tmax``. ``run``: a
+    :class:`meanfield.core.io.Run` (or a path to a run file)."""
     if isinstance(bound, str):
         bound = parse_bound(bound)
     if isinstance(run, (str, Path)):
@@ -611,29 +527,7 @@ def evaluate(bound: Bound | str, run, during: str = "all", tmin=None, tmax=None)
 
 
 def values(text: str, run) -> np.ndarray:
-    """The value of an arithmetic expression at every record.
-
-    Parameters
-    ----------
-    text : str
-        An expression in the bounds grammar without a comparison
-        (``"S+[c1,v1] - S-[c1,v1]"``, ``"2 * loss"``).
-    run : meanfield.core.io.Run, str or Path
-        A run in memory or the path of a run file.
-
-    Returns
-    -------
-    numpy.ndarray
-        Shape (T,), float64.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from meanfield import Run
-    >>> run = Run({"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([0.69, 0.4, 0.1])}, attrs={"system": "mixture"})
-    >>> values("2 * loss", run).tolist()
-    [1.38, 0.8, 0.2]
-    """
+    """The value of an arithmetic expression (same grammar, no comparison) at every record, shape (T,)."""
     p = _Parser(text)
     tree = p.parse_value()
     if isinstance(run, (str, Path)):
@@ -675,35 +569,11 @@ _BOUND_KEYS = ("name", "expr", "during", "tmin", "tmax")
 
 
 def load_bounds(path: str | Path, during: str = "all", tmin=None, tmax=None) -> list[tuple]:
-    """Read the ``[[bound]]`` tables of a TOML file.
+    """Read ``[[bound]]`` tables (keys: name, expr, during, tmin, tmax) from a TOML file.
 
-    Parameters
-    ----------
-    path : str or Path
-        The file: ``[[bound]]`` tables with keys ``name``, ``expr`` and
-        optionally ``during``, ``tmin``, ``tmax``.
-    during, tmin, tmax
-        Defaults for the tables that omit them.
-
-    Returns
-    -------
-    list of tuple
-        ``(name, text, during, tmin, tmax)`` per table, in file order.
-
-    Raises
-    ------
-    BoundError
-        One line: a missing file, an unknown key, a duplicate name, an
-        expression that does not parse.
-
-    Examples
-    --------
-    >>> import pathlib, tempfile
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "b.toml"
-    >>> _ = p.write_text('[[bound]]\\nname = "small loss"\\nexpr = "loss <= 0.5"\\ntmin = 1\\n')
-    >>> load_bounds(p)
-    [('small loss', 'loss <= 0.5', 'all', 1.0, None)]
-    """
+    Returns a list of ``(name, text, during, tmin, tmax)``; ``during`` / ``tmin`` /
+    ``tmax`` given here are the defaults of tables that omit them. Every
+    expression is parsed; any problem is a one-line :class:`BoundError`."""
     from .guard import read_config_text  # size cap (/dev/zero), UTF-8, nesting depth
 
     p = Path(path)
@@ -752,29 +622,7 @@ def load_bounds(path: str | Path, during: str = "all", tmin=None, tmax=None) -> 
 
 
 def format_result(name: str, result: BoundResult) -> str:
-    """A bound's result as one line (what ``meanfield ... bound`` prints).
-
-    Parameters
-    ----------
-    name : str
-        The bound's name (or its text).
-    result : BoundResult
-        What :func:`evaluate` returned.
-
-    Returns
-    -------
-    str
-        ``HOLDS`` / ``VIOLATED`` / ``UNDEFINED``, the name, the worst slack
-        and where, the first violation, the selection.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from meanfield import Run
-    >>> run = Run({"t": np.array([0.0, 1.0, 2.0]), "loss": np.array([0.69, 0.4, 0.1])}, attrs={"system": "mixture"})
-    >>> format_result("small loss", evaluate("loss <= log(2)", run))
-    'HOLDS     small loss: worst slack +0.003147 at t=0 (3 times, during=all)'
-    """
+    """One line: HOLDS / VIOLATED, the name, the worst slack and where, the first violation."""
     sel = f"during={result.during}"
     if result.tmin is not None:
         sel += f", t>={result.tmin:g}"
