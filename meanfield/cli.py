@@ -76,6 +76,14 @@ from pathlib import Path  # noqa: E402
 
 
 class _Parser(argparse.ArgumentParser):
+    """Every parser of the command line: one-line errors (exit 2) and no
+    prefix matching of long options (``--step 5`` is not ``--steps``: an
+    abbreviation that works today could become ambiguous tomorrow)."""
+
+    def __init__(self, *a, **kw):
+        kw["allow_abbrev"] = False
+        super().__init__(*a, **kw)
+
     def error(self, message):  # one line, exit 2
         self.exit(2, f"{self.prog}: error: {message}\n")
 

@@ -238,7 +238,10 @@ def test_nan_and_inf(run):
     assert not r.holds and np.isnan(r.worst_slack) and r.first_violation_t == run["t"][0]
     r = evaluate("m <= inf and 1/sqrt(m) == 0", run)
     assert r.holds and r.worst_slack == 0
-    assert not evaluate("9**9**9**9 < 1", run).holds  # float arithmetic: inf, no huge integers
+    with pytest.raises(BoundError, match="not a representable number"):  # issue 26: refused, not inf
+        evaluate("9**9**9**9 < 1", run)  # (and float arithmetic: no huge integers are ever formed)
+    with pytest.raises(BoundError, match="too large"):
+        evaluate("loss < 1e400", run)
 
 
 # --------------------------------------------------------------------------- safety

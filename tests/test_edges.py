@@ -72,7 +72,7 @@ CASES = [
     ("derive-K-1000", ["mixture", "derive", "--K", "1000"], "size"),
     ("derive-symmetry-K-10", ["mixture", "derive", "--K", "10", "--reduce-symmetry", "--format", "json"], "size"),
     ("construct-K-1000", ["mixture", "construct", "--K", "1000"], "size"),
-    ("width-sweep-seeds-1e9", ["mixture", "width-sweep", "--widths", "4", "--seeds", "1e9", "--out", "x.h5"], "size"),
+    ("width-sweep-seeds-1e9", ["mixture", "width-sweep", "--widths", "4", "--seeds", "1e9", "--out", "x.h5"], "seeds"),
     ("sweep-1e9-points", ["mixture", "sweep", "--param", "omega=0.01:1:log:1000000000", "--out", "sw"], "param"),
     ("sweep-1e12-grid", ["mixture", "sweep", "--param", "omega=0.01:1:log:1000000", "--param",
                          "eta=0.1:1:lin:1000000", "--out", "sw"], "size"),

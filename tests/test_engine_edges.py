@@ -72,7 +72,7 @@ CASES = [
     ("particles-mixture-width-1e9", ["model", "particles", "mixture", "--width", "1000000000", "--out", "x.h5"],
      "size"),
     ("width-sweep-seeds-1e9", ["model", "width-sweep", "incontext", "--widths", "4", "--seeds", "1000000000",
-                               "--steps", "2", "--out", "w.h5"], "size"),
+                               "--steps", "2", "--out", "w.h5"], "seeds"),
     ("sweep-1e8-points", ["model", "sweep", "incontext", "--param", "omega=0.01:1:log:10000", "--param",
                           "eta=0.1:1:lin:10000", "--out", "sw"], "size"),
     # general descriptions: estimated from the declared parameters BEFORE the features and data are built

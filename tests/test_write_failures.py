@@ -81,3 +81,61 @@ def test_final_write_on_a_full_disk_is_one_line(tmp_path, argv):
     assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.h5"]  # no r.h5.tmp-PID
     assert old.read_bytes() == b"an earlier file\n"
+
+
+class _FullDiskOS:
+    """``os`` as meanfield.core.io sees it, except that every ``write`` fails with ENOSPC."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def write(self, fd, data):
+        import errno
+
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    from meanfield.core import io
+
+    monkeypatch.setattr(io, "os", _FullDiskOS(io.os))
+
+
+def _one_line_naming(err, path):
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "No space left on device" in lines[0] and str(path) in lines[0], err[-2000:]
+    assert "Traceback" not in err
+
+
+def test_derive_all_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, full_disk, capsys):
+    """issue 26: derive --format all wrote its files in place; a full disk left a partial one, unnamed."""
+    from meanfield.cli import main
+
+    out = tmp_path / "derived"
+    rc = main(["mixture", "derive", "--format", "json", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    _one_line_naming(err, out / "mixture_K2_L3.json")
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # no partial file, no tmp file
+
+
+def test_plot_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, capsys, monkeypatch):
+    """issue 26: plot wrote figures in place; a full disk left partial files and did not name the path."""
+    from meanfield.cli import main
+    from meanfield.core import io
+
+    run = tmp_path / "r.h5"
+    assert main(["mixture", "run", "--steps", "20", "--quiet", "--out", str(run)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(io, "os", _FullDiskOS(io.os))
+    figs = tmp_path / "figs"
+    for argv in (["mixture", "plot", str(run), "--out", str(figs)], ["model", "plot", str(run), "--out", str(figs)]):
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2, err
+        _one_line_naming(err, figs)
+        assert not [p for p in figs.rglob("*") if p.is_file()]

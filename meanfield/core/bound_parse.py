@@ -18,7 +18,9 @@ Example
 from __future__ import annotations
 
 import ast
+import math
 import re
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -281,7 +283,8 @@ class _Parser:
                       "(no space between the letter, the sign and '[')")
         if nid in ("margin", "g"):
             self.fail(f"'{nid}' needs a sample index: write {nid}[i]")
-        self.fail(f"unknown name '{nid}'; variables: {', '.join(VARIABLES)}; bracketed forms: {_ATOM_FORMS}")
+        self.fail(f"unknown name '{nid}' (names such as t, loss, T2, S+[a,b], margin[i]; the full list: "
+                  f"meanfield mixture bound --help)")
 
     # -- translation into the private tree
     def _depth(self, depth: int) -> int:
@@ -305,9 +308,12 @@ class _Parser:
         depth = self._depth(depth)
         if isinstance(node, ast.Constant):
             try:
-                return ("const", float(node.value))
+                v = float(node.value)
             except OverflowError:
-                self.fail(f"number '{self.seg(node)}' too large")
+                v = math.inf
+            if not math.isfinite(v):  # 1e400 parses as inf: a number the comparison cannot represent
+                self.fail(f"number '{self.seg(node)}' too large (beyond {sys.float_info.max:.3g})")
+            return ("const", v)
         if isinstance(node, ast.Name):
             if node.id in self.refs:
                 return ("ref", self.refs[node.id])
@@ -317,7 +323,20 @@ class _Parser:
             x = self._value(node.operand, depth)
             return ("neg", x) if isinstance(node.op, ast.USub) else x
         if isinstance(node, ast.BinOp):
-            return ("bin", _BIN[type(node.op)], self._value(node.left, depth), self._value(node.right, depth))
+            out = ("bin", _BIN[type(node.op)], self._value(node.left, depth), self._value(node.right, depth))
+            if out[2][0] == "const" and out[3][0] == "const":  # a constant part must be a representable number
+                a, b = out[2][1], out[3][1]
+                try:
+                    with np.errstate(all="ignore"):
+                        v = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else math.nan,
+                             "**": a ** b if a > 0 or float(b).is_integer() else math.nan}[out[1]]
+                except (OverflowError, ZeroDivisionError):
+                    v = math.inf
+                if isinstance(v, complex) or not math.isfinite(v):
+                    self.fail(f"'{self.seg(node)}' is not a representable number (it overflows or is undefined); "
+                              f"its value must be finite, at most {sys.float_info.max:.3g}")
+                return ("const", float(v))
+            return out
         if isinstance(node, ast.Call):
             name = node.func.id
             lo, hi = FUNCTIONS[name]

@@ -35,7 +35,9 @@ def check_keys(cls, data: dict[str, Any], where: str) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     for k in data:
         if k not in names:
-            raise ConfigError(f"{where}: unknown key '{k}'; allowed: {', '.join(names)}")
+            from .guard import unknown_name
+
+            raise unknown_name(where, "key", k, names, "the command's --help (one flag per key)")
 
 
 INT_MAX = 2**63 - 1  # every integer field is stored as an int64 (HDF5 attributes, numpy seeds)
@@ -53,7 +55,9 @@ def _ascii_number(name: str, v, what: str) -> None:
         raise ConfigError(f"{name}: must be {what} in ASCII digits, got {_short(v)}")
 
 
-def as_int(name: str, v, lo: int | None = None) -> int:
+def as_int(name: str, v, lo: int | None = None, hi: int | None = None) -> int:
+    """``v`` as an integer, at least ``lo`` and at most ``hi`` when given (a
+    ConfigError naming ``name`` and the range otherwise)."""
     if isinstance(v, bool):
         raise ConfigError(f"{name}: must be an integer, got {_short(v)}")
     _ascii_number(name, v, "an integer")
@@ -67,14 +71,45 @@ def as_int(name: str, v, lo: int | None = None) -> int:
             raise ConfigError(f"{name}: must be an integer, got {_short(v)}") from None
     if i != f:
         raise ConfigError(f"{name}: must be an integer, got {_short(v)}")
-    if lo is not None and i < lo:
+    if lo is not None and i < lo and hi is None:
         raise ConfigError(f"{name}: must be an integer >= {lo}, got {_short(v)}")
+    if hi is not None and ((lo is not None and i < lo) or i > hi):
+        rng = f"in [{lo}, {hi}]" if lo is not None else f"<= {hi}"
+        raise ConfigError(f"{name}: must be an integer {rng}, got {_short(v)}")
     if abs(i) > INT_MAX:
         raise ConfigError(f"{name}: must be an integer below 2^63 (stored as int64), got {_short(v)}")
     return i
 
 
-def as_float(name: str, v, positive: bool = False, nonneg: bool = False) -> float:
+def check_workers(v, field: str = "workers"):
+    """``--workers`` as an integer in [1, :func:`max_workers`] (None stays None).
+
+    Parameters
+    ----------
+    v : str, int or None
+        The value given.
+    field : str
+        The flag named in the message.
+
+    Returns
+    -------
+    int or None
+
+    Example
+    -------
+    >>> check_workers("2")
+    2
+    """
+    from .limits import max_workers
+
+    if v is None:
+        return None
+    return as_int(field, v, lo=1, hi=max_workers())
+
+
+def as_float(name: str, v, positive: bool = False, nonneg: bool = False, hi: float | None = None) -> float:
+    """``v`` as a finite float (> 0 with ``positive``, >= 0 with ``nonneg``,
+    <= ``hi`` when given), or a ConfigError naming ``name``."""
     if isinstance(v, bool):
         raise ConfigError(f"{name}: must be a number, got {_short(v)}")
     _ascii_number(name, v, "a number")
@@ -88,6 +123,8 @@ def as_float(name: str, v, positive: bool = False, nonneg: bool = False) -> floa
         raise ConfigError(f"{name}: must be > 0, got {_short(v)}")
     if nonneg and f < 0:
         raise ConfigError(f"{name}: must be >= 0, got {_short(v)}")
+    if hi is not None and f > hi:
+        raise ConfigError(f"{name}: must be <= {hi:g}, got {_short(v)}")
     return f
 
 

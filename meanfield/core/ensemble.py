@@ -253,7 +253,9 @@ def validate(problem: EnsembleProblem, backend: str = "cpu") -> None:
     if problem.axes is not None:
         for k, vals in problem.axes.items():
             if k not in names:
-                raise ConfigError(f"param: unknown config field {k!r}; allowed: {', '.join(sorted(names))}")
+                from .guard import unknown_name
+
+                raise unknown_name("param", "config field", k, sorted(names), "the sweep's --help")
             for v in vals:
                 try:
                     check({k: v})

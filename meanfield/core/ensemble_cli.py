@@ -43,7 +43,9 @@ def cmd_sweep(args, base: dict, params: dict, system=None) -> int:
                           "batched already)")
     check_scheduler(args.scheduler)
     cs = as_int("chunk_size", args.chunk_size, lo=1) if args.chunk_size else None
-    workers = as_int("workers", args.workers, lo=1) if args.workers else None
+    from .config import check_workers
+
+    workers = check_workers(args.workers) if args.workers else None
     P = paths(Path(args.out))
     if args.scheduler and workers:
         raise ConfigError("workers: not with --scheduler (the cluster has its workers; local:N sets N)")
@@ -74,7 +76,8 @@ def add_sweep_flags(sw) -> None:
     """The chunked-ensemble flags of ``mixture sweep`` and ``model sweep``."""
     sw.add_argument("--chunked", action="store_true",
                     help="run the grid as chunks of batched trajectories (meanfield.core.ensemble): OUT/sweep.h5 with "
-                         "one array per output over the grid axes; implied by --scheduler/--chunk-size/--keep-records")
+                         "one array per output over the grid axes; implied by --scheduler; --chunk-size and "
+                         "--keep-records need it")
     sw.add_argument("--scheduler", default=None,
                     help="chunked: a dask.distributed cluster, tcp://HOST:8786 or local:N (N local workers); "
                          "needs pip install 'meanfield[dask]'")
@@ -99,5 +102,12 @@ def add_plot_parser(verbs) -> None:
 
 
 def chunked_requested(args) -> bool:
-    return bool(getattr(args, "chunked", False) or getattr(args, "scheduler", None)
-                or getattr(args, "chunk_size", None) or getattr(args, "keep_records", None))
+    """``--chunked`` or ``--scheduler`` (a cluster runs chunks); ``--chunk-size`` / ``--keep-records``
+    without either are refused: they set how a chunked sweep runs, and must not silently switch a sweep
+    to another output layout (sweep.h5 instead of sweep.json + points/)."""
+    on = bool(getattr(args, "chunked", False) or getattr(args, "scheduler", None))
+    for flag in ("chunk_size", "keep_records"):
+        if getattr(args, flag, None) is not None and not on:
+            raise ConfigError(f"{flag}: only with --chunked (or --scheduler); add --chunked, or drop "
+                              f"--{flag.replace('_', '-')}")
+    return on

@@ -177,7 +177,9 @@ def sweep_plot(path: str | Path, x: str, y: str, z: str | None = None, hue: str 
         plt.close(fig)
         raise ConfigError(f"out: a .png, .pdf or .svg file, got {str(out)!r}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    from .io import save_figure
+
+    save_figure(fig, out, dpi=120)
     plt.close(fig)
     return out
 

@@ -31,19 +31,14 @@ import tempfile
 from pathlib import Path
 
 from .errors import ConfigError
+from .limits import (  # noqa: F401 (re-exported: the ceilings live in meanfield.core.limits)
+    EXCERPT_CHARS, MAX_HEADS, MAX_HORIZON, MAX_LIST, MAX_OMEGAS, MAX_SECONDS, MAX_SEEDS, _fmt_bytes, _fmt_seconds,
+    check_list, check_run_numbers, check_size, chi2_estimate, excerpt, full_study_estimate,
+    max_workers, memory_limit, unknown_name)
 
 CONFIG_MAX_BYTES = 1 << 20  # a config is a few hundred bytes; 1 MiB is far beyond any real one
 CONFIG_MAX_DEPTH = 16  # tables/arrays nested deeper than this are not a config
-EXCERPT_CHARS = 60
 
-
-def excerpt(value, n: int = EXCERPT_CHARS) -> str:
-    """``repr(value)`` cut to about ``n`` characters (an error message must not
-    quote megabytes of user input back)."""
-    r = repr(value) if not isinstance(value, str) else repr(value)
-    if len(r) <= n:
-        return r
-    return f"{r[: n - 10]}...{r[-6:]} ({len(r)} characters)"
 
 
 def one_line(msg: str, n: int = 400) -> str:
@@ -236,9 +231,6 @@ _T_SAMPLE = 2e-9  # seconds per (sample x token^2 x feature)
 _T_MATRIX = 1e-8  # seconds per P^3 (the GD map's matrix products)
 _T_CALL = 1e-6
 
-MAX_SECONDS = 24 * 3600.0  # a single command estimated beyond a day is refused without --force
-
-
 def _log_n_samples(K: int, L: int) -> float:
     """log of K x 2 x C(2(K-1) + L - 3, L - 2), without forming the number."""
     a = 2 * (K - 1) + L - 3
@@ -246,14 +238,6 @@ def _log_n_samples(K: int, L: int) -> float:
     if b < 0 or a < b:
         return math.log(2 * K)
     return math.log(2 * K) + math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
-
-
-def memory_limit() -> int:
-    """Bytes a command may plan to use: 80% of the machine's physical memory."""
-    try:
-        return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover
-        return 8 << 30
 
 
 def _records(cfg) -> float:
@@ -299,39 +283,6 @@ def mixture_estimate(cfg, particles_d: int | None = None) -> dict:
         mem += 8.0 * (6.0 * m * particles_d + 4.0 * n * cfg.L * particles_d)
         per_eval += 5e-9 * m * particles_d * n * cfg.L
     return {"n_samples": n, "records": T, "bytes": mem, "steps": steps, "seconds": steps * per_eval}
-
-
-def _fmt_bytes(b: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if b < 1024 or unit == "PiB":
-            return f"{b:.3g} {unit}"
-        b /= 1024.0
-    return f"{b:.3g} PiB"  # pragma: no cover
-
-
-def _fmt_seconds(s: float) -> str:
-    if s < 120:
-        return f"{s:.3g} s"
-    if s < 2 * 3600:
-        return f"{s / 60:.3g} min"
-    if s < 2 * 86400:
-        return f"{s / 3600:.3g} h"
-    return f"{s / 86400:.3g} days"
-
-
-def check_size(est: dict, what: str, force: bool = False, hint: str = "") -> None:
-    """Refuse (ConfigError) when ``est`` (``bytes``, ``seconds``) is beyond
-    :func:`memory_limit` or :data:`MAX_SECONDS`, unless ``force``."""
-    if force:
-        return
-    lim = memory_limit()
-    b, s = est.get("bytes", 0.0), est.get("seconds", 0.0)
-    if not b <= lim:
-        raise ConfigError(f"{what}: needs about {_fmt_bytes(b)} of memory, more than this machine's "
-                          f"{_fmt_bytes(lim)}{hint}; --force runs it anyway")
-    if not s <= MAX_SECONDS:
-        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)} (estimated from the config), more than "
-                          f"{_fmt_seconds(MAX_SECONDS)}{hint}; --force runs it anyway")
 
 
 def check_mixture_size(cfg, force: bool = False, what: str = "size", particles_d: int | None = None,
@@ -396,7 +347,13 @@ def induction_estimate(cfg) -> dict:
     else:
         steps = 0.0
     per = n if cfg.sampling == "fixed" else float(cfg.batch)
-    return {"bytes": mem, "seconds": steps * _T_IND * per * L * heads, "steps": steps}
+    # the model's features: every subset of at most D heads; a sequence's kernel: d^(|pa| + 1) floats
+    n_feat = float(sum(math.comb(cfg.H, j) for j in range(0, cfg.D + 1)))
+    kernel = math.exp(min((len(cfg.pa) + 1) * math.log(max(cfg.d, 1)), 700.0))
+    rec = cfg.record_log if cfg.record_log is not None else (steps / cfg.record_every if cfg.record_every
+                                                             else min(steps, 1000.0))
+    mem += 8.0 * (4.0 * kernel + float(rec + 4) * (cfg.H * cfg.M + n_feat + 8.0))
+    return {"bytes": mem, "seconds": steps * _T_IND * per * L * heads * max(1.0, n_feat / 7.0), "steps": steps}
 
 
 def check_induction_size(cfg, force: bool = False) -> dict:
@@ -408,8 +365,9 @@ def check_induction_size(cfg, force: bool = False) -> dict:
 def induction_data_estimate(N: int, d: int, L: int, n_parents: int, kernels: bool, force: bool = False) -> dict:
     """``induction data``: tokens N (L + 1) int64, kernels N d^(|pa| + 1) floats;
     generation about 3.2e-8 s per token (README: 32 ms for 10,000 x 100)."""
-    k = float(d) ** (n_parents + 1) if kernels else 0.0
-    est = {"bytes": 3.0 * 8.0 * float(N) * ((L + 1) + k), "seconds": 3.2e-8 * float(N) * (L + 1 + k)}
+    k1 = math.exp(min((n_parents + 1) * math.log(max(d, 1)), 700.0))  # one sequence's kernel, always drawn
+    k = k1 if kernels else 0.0
+    est = {"bytes": 3.0 * 8.0 * (float(N) * ((L + 1) + k) + k1), "seconds": 3.2e-8 * float(N) * (L + 1 + k1)}
     check_size(est, "size", force, f" (induction data: {N} sequences of L = {L})")
     return est
 
@@ -740,6 +698,12 @@ def _barrier_body(call, debug: bool, after_work=None) -> int:
             after_work()
         return rc
     except ConfigError as e:
+        from .errors import PENDING
+
+        if PENDING["signal"] is not None:  # a failed import (the signal's KeyboardInterrupt inside it) named as
+            say("interrupted (SIGINT/SIGTERM); files are written whole or not at all, so any file at the "
+                "output path is a complete or checkpoint file")  # bad input: the signal is the cause
+            return 130
         say(f"error: {e}")
         return 2
     except KeyboardInterrupt:
@@ -761,7 +725,7 @@ def _barrier_body(call, debug: bool, after_work=None) -> int:
         if debug:
             traceback.print_exc()
         where = e.filename if e.filename is not None else ""
-        say(f"error: {excerpt(str(where)) + ': ' if where else ''}{e.strerror or e}")
+        say(f"error: {excerpt(str(where), 240) + ': ' if where else ''}{e.strerror or e}")
         return 2
     except RecursionError:
         if debug:
@@ -771,6 +735,12 @@ def _barrier_body(call, debug: bool, after_work=None) -> int:
     except Exception as e:  # a bug: visible, but one line unless asked
         if debug:
             traceback.print_exc()
+        from .errors import PENDING
+
+        if PENDING["signal"] is not None:  # the signal's KeyboardInterrupt was turned into another error on the
+            say("interrupted (SIGINT/SIGTERM); files are written whole or not at all, so any file at the "
+                "output path is a complete or checkpoint file")  # way (raised inside a class's creation, ...)
+            return 130
         say(f"internal error: {type(e).__name__}: {e} (a bug in meanfield; rerun with -v or MEANFIELD_DEBUG=1 "
             "for the traceback)")
         return EXIT_INTERNAL

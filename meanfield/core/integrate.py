@@ -116,6 +116,15 @@ class Trajectory:
         }
 
 
+def _numba_compiling() -> bool:
+    """True while numba's compiler lock is held (a kernel is being compiled)."""
+    mod = sys.modules.get("numba.core.compiler_lock")
+    try:
+        return bool(mod is not None and mod.global_compiler_lock.is_locked())
+    except Exception:  # pragma: no cover - another numba
+        return False
+
+
 class Monitor:
     """Progress line on stderr for runs longer than ``quiet_s`` seconds, a stop
     flag set by SIGINT/SIGTERM while active (use as a context manager), and an
@@ -170,6 +179,11 @@ class Monitor:
 
     def _handle(self, signum, frame):
         self.signal = signum
+        if getattr(self, "_first", None) is None:  # no chunk done yet: the first one is compiling or loading
+            # its numba kernels from the cache (seconds; a minute on a loaded machine; _numba_compiling() tells
+            # the two apart), which never looks at the flag: stop now (exit 130 within 2 s), as a signal during
+            # set-up does; nothing is computed yet, nothing is written
+            raise KeyboardInterrupt(f"signal {signum}")
 
     @property
     def stop_requested(self) -> bool:

@@ -72,6 +72,64 @@ def write_bytes_atomic(path: str | Path, payload) -> Path:
     return Path(path)
 
 
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (:func:`write_bytes_atomic`):
+    a full disk is one OSError naming ``path``, no partial file is left.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file.
+    text : str
+        Its content.
+
+    Returns
+    -------
+    Path
+
+    Example
+    -------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+    >>> write_text_atomic(p, "x").read_text()
+    'x'
+    """
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def save_figure(fig, path: str | Path, **kw) -> Path:
+    """``fig.savefig`` into memory, then :func:`write_bytes_atomic` to ``path``
+    (format from the suffix): a figure is whole or absent, and a full disk is
+    one OSError naming ``path``.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+        The figure.
+    path : str or Path
+        The file (.png, .pdf, .svg).
+    **kw
+        Passed to ``savefig`` (dpi, ...).
+
+    Returns
+    -------
+    Path
+
+    Example
+    -------
+    >>> import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt, tempfile, pathlib
+    >>> fig = plt.figure(); p = save_figure(fig, pathlib.Path(tempfile.mkdtemp()) / "f.png"); plt.close(fig)
+    >>> p.stat().st_size > 0
+    True
+    """
+    import io as _io
+
+    path = Path(path)
+    buf = _io.BytesIO()
+    fig.savefig(buf, format=(path.suffix.lstrip(".") or "png"), **kw)
+    return write_bytes_atomic(path, buf.getbuffer())
+
+
 @contextlib.contextmanager
 def _tmp_beside(path: Path):
     """``PATH.tmp-PID`` in the folder of ``path`` (created; a stale tmp of a

@@ -101,7 +101,9 @@ def parse_params(items: list[str], allowed: list[str]) -> dict[str, list]:
         if not eq:
             raise ConfigError(f"param: expected NAME=VALUES, got {it!r}")
         if name not in allowed:
-            raise ConfigError(f"param: unknown config field {name!r}; allowed: {', '.join(allowed)}")
+            from .guard import unknown_name
+
+            raise unknown_name("param", "config field", name, allowed, "the sweep's --help (one run flag per field)")
         if name in out:
             raise ConfigError(f"param: {name} given twice")
         out[name] = parse_values(name, spec)
@@ -254,12 +256,17 @@ def _isolated(fn: Callable, items: list, todo: list[int], workers: int, finish: 
         raise
 
 
-def _stop_workers(ex: ProcessPoolExecutor, running: list, grace_s: float = 20.0) -> None:
+STOP_GRACE_S = 1.5  # a sweep exits within 2 s of a signal: busy workers get this long to write their point
+
+
+def _stop_workers(ex: ProcessPoolExecutor, running: list, grace_s: float = STOP_GRACE_S) -> None:
     """Stop a local process pool now. Workers ignore SIGINT between points; a
     running point's monitor catches it and writes its file as interrupted. The
     pool has already handed a few queued points to its workers, so SIGINT is
     repeated until every handed-out point has returned, and a worker still
-    busy after ``grace_s`` is killed (it has written nothing yet)."""
+    busy after ``grace_s`` is killed (still compiling or still writing: its
+    point has no file, or a stale tmp file that the next run removes; a
+    rerun of the same sweep runs it; the finished points are kept)."""
     procs = list((getattr(ex, "_processes", None) or {}).values())
     t_end = time.perf_counter() + grace_s
     while time.perf_counter() < t_end and not all(f.done() for f in running):
@@ -367,6 +374,10 @@ def open_sweep(index_path: Path, folder: Path, points: list[dict], keys: list, f
         if any(old.get(k) != _jsonable(v) for k, v in identity.items()):
             raise ConfigError(f"out: {index_path.parent} holds a sweep over another grid or base config "
                               f"(params {excerpt(old.get('params'))}); use a new folder, or delete this one")
+    if not index_path.exists():  # the manifest first: a signal now leaves a folder that the same command continues
+        _write_index(index_path, {"format": "meanfield-sweep", "format_version": 1, "status": "starting",
+                                  **{k: _jsonable(v) for k, v in identity.items()}, "n_points": len(points),
+                                  "points": []})
     folder.mkdir(parents=True, exist_ok=True)
     nd = max(4, len(str(len(points) - 1)))
     paths = [folder / f"{i:0{nd}d}.h5" for i in range(len(points))]

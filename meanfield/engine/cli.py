@@ -113,8 +113,13 @@ def _overrides(args, raw, path) -> dict:
     given.update(getattr(args, "declared", None) or {})
     for name in given:
         if name not in allowed:
-            raise ConfigError(f"--{name.replace('_', '-')}: not a parameter of model {path.name}; its parameters: "
-                              + ", ".join("--" + a.replace("_", "-") for a in sorted(allowed)))
+            import difflib
+
+            flag, flags = "--" + name.replace("_", "-"), ["--" + a.replace("_", "-") for a in sorted(allowed)]
+            near = difflib.get_close_matches(flag, flags, n=3)
+            raise ConfigError(f"{flag}: not a parameter of model {path.name}"
+                              + (f" (did you mean {', '.join(near)}?)" if near else "")
+                              + f"; its {len(flags)} parameters: meanfield model run {path.stem} --help")
     return given
 
 
@@ -251,6 +256,7 @@ def _test_line(path) -> str:
 
 
 def _plot(path: Path, out: Path) -> list:
+    from ..core.guard import excerpt
     from ..core.io import read_run
 
     try:
@@ -259,9 +265,13 @@ def _plot(path: Path, out: Path) -> list:
         raise ConfigError(f"run: {path} is not a readable run file ({e})") from None
     from . import registry
 
-    plot = registry.run_plot(str(r.attrs.get("system", "")))  # a paper's own run-file schema: its figures
+    system = str(r.attrs.get("system", ""))
+    plot = registry.run_plot(system)  # a paper's own run-file schema: its figures
     if plot is not None:
-        return plot(path, out)
+        try:
+            return plot(path, out)
+        except (FileNotFoundError, ValueError) as e:  # an incomplete file of that schema: one line
+            raise ConfigError(f"run: {e}") from None
     if "t" not in r or len(r.t) == 0:
         raise ConfigError(f"run: {path} has no records (an incomplete run file)")
     from .plot import plot_engine_run, plot_generic_run
@@ -302,7 +312,9 @@ def _cmd_sweep(args) -> int:
         n_points *= len(v)
     desc = description_from_args(args, size={"copies": n_points})  # the base must be valid on its own
     base = _overrides(args, raw, path)
-    workers = as_int("workers", args.workers, lo=1) if args.workers is not None else None
+    from ..core.config import check_workers
+
+    workers = check_workers(args.workers)
     del desc
     from ..core.ensemble_cli import chunked_requested, cmd_sweep
 
@@ -364,8 +376,12 @@ def _cmd_width_sweep(args) -> int:
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     for suffix in (".json", ".png"):  # written beside it
         check_output_file(out.with_suffix(suffix), "out")
-    widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
-    n_seeds = as_int("seeds", args.seeds, lo=1)
+    from ..core.guard import check_list
+
+    widths = [as_int("widths", v, lo=1) for v in check_list("widths", as_list("widths", args.widths))]
+    from ..core.guard import MAX_SEEDS
+
+    n_seeds = as_int("seeds", args.seeds, lo=1, hi=MAX_SEEDS)
     from ..core.guard import check_size
 
     n_jobs = float(len(widths)) * n_seeds  # each particle run holds a description and its errors: >= 10 KiB
@@ -373,7 +389,9 @@ def _cmd_width_sweep(args) -> int:
                f" (width-sweep: {n_jobs:.3g} particle runs, {len(widths)} widths x {n_seeds} seeds)")
     desc = description_from_args(args, size={"particles_d": _particles_d(args), "width": max(widths),
                                              "copies": len(widths) * n_seeds + 1})
-    workers = as_int("workers", args.workers, lo=1) if args.workers is not None else 1
+    from ..core.config import check_workers
+
+    workers = check_workers(args.workers) or 1
     s = width_sweep(desc, widths, args.seeds, Path(args.out), d=args.d, workers=workers, progress=not args.quiet)
     print(s["message"])
     for f in s["files"]:

@@ -18,6 +18,11 @@ from .objects import Data, make_data
 from .parsing import as_bool, check_table
 
 
+#: a position stands for at most this many identical tokens (its log enters the attention logits; far
+#: beyond any sequence a described model's data stand for, and still exact in float64 sums)
+MAX_COUNT = 1e6
+
+
 def parse_token(name: str, v, features: tuple[str, ...]) -> np.ndarray:
     """A token: a signed 1-based feature index (``2``, ``-3``), a feature name
     with an optional sign (``"c1"``, ``"-v2"``) or a coefficient vector."""
@@ -73,7 +78,7 @@ def _data_from_table(raw: dict, features: tuple[str, ...], where: str = "data") 
         cnt = r.get("counts", [1] * len(toks))
         if not isinstance(cnt, list) or len(cnt) != len(toks):
             raise ConfigError(f"{where}.counts: must be {len(toks)} counts (one per token)")
-        counts[s, :len(toks)] = [as_float(f"{where}.counts", c, nonneg=True) for c in cnt]
+        counts[s, :len(toks)] = [as_float(f"{where}.counts", c, nonneg=True, hi=MAX_COUNT) for c in cnt]
         if "target" not in r:
             raise ConfigError(f"{where}.target: required (a label, a number or a list of numbers)")
         targets.append(r["target"])

@@ -78,6 +78,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.config import ConfigError, as_choice, as_float, as_int, as_list, parse_criterion, record_options
+from .datatables import MAX_COUNT  # noqa: F401 (re-exported)
 from .datatables import _data_from_table, data_from_function, parse_token  # noqa: F401
 from .heldout import held_out
 from .rates import check_training, format_group_eta, has_rates, parse_group_eta, parse_schedule
@@ -143,7 +144,9 @@ def make_params(raw: dict) -> RunParams:
     names = [f.name for f in dataclasses.fields(RunParams)]
     for k in raw:
         if k not in names:
-            raise ConfigError(f"parameters: unknown key '{k}'; allowed: {', '.join(names)}")
+            from ..core.guard import unknown_name
+
+            raise unknown_name("parameters", "key", k, names, "meanfield model run --help (one flag per key)")
     d = {f.name: f.default for f in dataclasses.fields(RunParams)}
     d.update({k: v for k, v in raw.items() if v is not None})
     out = {}
@@ -153,14 +156,14 @@ def make_params(raw: dict) -> RunParams:
     if out["normalise"] != "none" and out["method"] != "gd":
         raise ConfigError(f"normalise: only with method gd (normalised GD is a map, not a flow); got method "
                           f"{out['method']}")
-    out["steps"] = as_int("steps", d["steps"], lo=0)
+    out["steps"] = as_int("steps", d["steps"], lo=1)
     out["t_end"] = as_float("t_end", d["t_end"], positive=True) if d["t_end"] is not None else (
         out["steps"] * out["eta"] if out["method"] != "gd" else None)
     out["dt"] = as_float("dt", d["dt"], positive=True) if d["dt"] is not None else (
         out["eta"] if out["method"] == "rk4" else None)
     out["rtol"] = as_float("rtol", d["rtol"], positive=True)
     out["atol"] = as_float("atol", d["atol"], positive=True)
-    out["h_min"] = as_float("h_min", d["h_min"], nonneg=True) if d["h_min"] is not None else None
+    out["h_min"] = as_float("h_min", d["h_min"], positive=True) if d["h_min"] is not None else None
     out["max_abs"] = as_float("max_abs", d["max_abs"], positive=True)
     crit = d["criterion"]
     out["criterion"] = None if parse_criterion("criterion", crit, CRITERIA) is None else str(crit).replace(" ", "")
@@ -184,6 +187,9 @@ def make_params(raw: dict) -> RunParams:
     out["group_eta"] = format_group_eta(parse_group_eta("group_eta", d["group_eta"]))
     out["eta_schedule"] = parse_schedule("eta_schedule", d["eta_schedule"])
     out["init_from"] = None if d["init_from"] in (None, "") else str(d["init_from"])
+    from ..core.guard import check_run_numbers
+
+    check_run_numbers(out)
     if out["stage_steps"] is not None and out["method"] != "gd":
         raise ConfigError(f"stage_steps: only for method gd; with {out['method']} give stage_times")
     if out["stage_times"] is not None and out["method"] == "gd":

@@ -196,6 +196,9 @@ def cmd_chi2(args) -> int:
     seed = tuple(as_int("seed", v, lo=0) for v in as_list("seed", args.seed))
     if not seed:
         raise ConfigError("seed: needs at least one non-negative integer")
+    from ...core.guard import chi2_estimate
+
+    chi2_estimate(cfg.d, cfg.pa, lags, cfg.D, n, force=args.force)  # before any kernel is drawn
     res = chi2_table(cfg.d, cfg.pa, cfg.alpha, lags, cfg.D, n, seed, exps)
     print("modified chi-square MI  I~_k(S) = E_pi sum_z mu(z)^k (sum_e mu(e|z)^2/mu(e) - 1)")
     print(f"d={cfg.d}, pa={list(cfg.pa)}, alpha={cfg.alpha:g}, candidate lags {list(res.lags)} "
@@ -251,6 +254,11 @@ def cmd_full(args) -> int:
     settings = {}
     if args.steps is not None:
         settings["steps"] = as_int("steps", args.steps, lo=1)
+    from ...core.guard import full_study_estimate
+    from .full import FULL_SETTINGS
+
+    S = dict(FULL_SETTINGS["quick" if args.quick else "full"], **settings)
+    full_study_estimate(S["steps"], S["n_train"], S["L"], force=args.force)  # before any step
     if args.loss is not None:
         if args.loss not in ("official-ce", "nll"):
             raise ConfigError(f"loss: must be one of official-ce, nll; got {args.loss!r}")
@@ -313,6 +321,7 @@ def add_parser(systems):
     x.add_argument("--n-kernels", dest="n_kernels", default="2000", help="Monte Carlo kernels from the prior")
     x.add_argument("--seed", default="0", help="seed of the kernels (an int or comma-separated ints)")
     x.add_argument("--json", default=None, help="also write the table (means, standard errors, rankings) here")
+    x.add_argument("--force", action="store_true", help="run even when the estimated memory or time is too large")
     x.set_defaults(func=cmd_chi2)
 
     c = verbs.add_parser("check", help="rerun the paper's claims; report.md, report.json, figures, run.h5; "
@@ -339,5 +348,6 @@ def add_parser(systems):
     f.add_argument("--steps", default=None, help="simultaneous GD steps (default 300 quick; 2000 with L = 20 and 1000 sequences)")
     f.add_argument("--loss", default=None, help="official-ce (default, the official code's) | nll")
     f.add_argument("--quiet", action="store_true", help="no progress lines")
+    f.add_argument("--force", action="store_true", help="run even when the estimated time is beyond a day")
     f.set_defaults(func=cmd_full)
     return ind

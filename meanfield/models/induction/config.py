@@ -283,9 +283,11 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
     if len(set(pa)) != len(pa):
         raise ConfigError(f"pa: parent lags must be distinct, got {d['pa']!r}")
     out["pa"] = tuple(sorted(pa))
-    out["H"] = as_int("H", d["H"], lo=1)
+    from ...core.guard import MAX_HEADS
+
+    out["H"] = as_int("H", d["H"], lo=1, hi=MAX_HEADS)
     out["M"] = as_int("M", d["M"], lo=1)
-    out["D"] = as_int("D", d["D"], lo=0)
+    out["D"] = as_int("D", d["D"], lo=1)  # D = 0: only the empty subset, a model of no head
     if out["D"] > out["H"]:
         raise ConfigError(f"D: must be <= H = {out['H']}, got {out['D']}")
     H, M = out["H"], out["M"]
@@ -334,7 +336,7 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
     if out["sampling"] == "fresh" and out["train_file"] is not None:
         raise ConfigError("train_file: only with sampling fixed or minibatch (fresh batches are generated)")
     out["eta"] = as_float("eta", d["eta"], positive=True)
-    out["steps"] = as_int("steps", d["steps"], lo=0)
+    out["steps"] = as_int("steps", d["steps"], lo=1)
     n_ph = 3 if out["schedule"] == "simultaneous" else len(phases)
     if out["schedule"] != "simultaneous":  # defaults follow what each stage trains
         if "stage_etas" not in raw:
@@ -371,6 +373,9 @@ def make_config(data: dict | None = None, /, **overrides) -> InductionConfig:
     record_options(d, out)  # the shared recording options (and their errors)
     if flow and out["schedule"] == "simultaneous" and out["t_end"] <= 0:
         raise ConfigError(f"t_end: must be > 0, got {out['t_end']}")
+    from ...core.guard import check_run_numbers
+
+    check_run_numbers(out)
     if out["train_file"] is not None:
         _check_train_file(out, explicit_n="n_train" in raw)
     cfg = InductionConfig(**out)

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from meanfield.core.io import save_figure
+
 __all__ = ["plot_run", "FIGURES", "plot_c_mass", "plot_rpe", "plot_a", "plot_losses", "plot_chi2",
            "plot_generalisation"]
 
@@ -122,7 +124,7 @@ def plot_c_mass(run, out: Path, name: str = "c_mass.png") -> str:
     ax.legend(fontsize=7, loc="center left")
     fig.suptitle(_title(run), fontsize=7)
     fig.tight_layout()
-    fig.savefig(Path(out) / name, dpi=120)
+    save_figure(fig, Path(out) / name, dpi=120)
     plt.close(fig)
     return name
 
@@ -152,7 +154,7 @@ def plot_rpe(run, out: Path, name: str = "rpe.png") -> str:
         ax.set_title(f"{what} (t = {t[i]:.4g})", fontsize=9)
     fig.colorbar(im, ax=axes, fraction=0.04)
     fig.suptitle("RPE softmax per head (copier)", fontsize=9)
-    fig.savefig(Path(out) / name, dpi=120)
+    save_figure(fig, Path(out) / name, dpi=120)
     plt.close(fig)
     return name
 
@@ -188,7 +190,7 @@ def plot_a(run, out: Path, fit: dict | None = None, a_star: dict | None = None, 
     ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(_title(run), fontsize=7)
     fig.tight_layout()
-    fig.savefig(Path(out) / name, dpi=120)
+    save_figure(fig, Path(out) / name, dpi=120)
     plt.close(fig)
     return name
 
@@ -269,7 +271,7 @@ def plot_losses(run, out: Path, baselines: dict | None = None, name: str = "loss
         ax.legend(fontsize=7)
     fig.suptitle(_title(run), fontsize=7)
     fig.tight_layout()
-    fig.savefig(Path(out) / name, dpi=120)
+    save_figure(fig, Path(out) / name, dpi=120)
     plt.close(fig)
     return name
 
@@ -297,7 +299,7 @@ def plot_exponent_profile(results: dict, out: Path, name: str = "chi2_exponent_p
     ax.set_title("exponent of mu(z): profile fit of the phase-1 velocities, pooled over parent sets", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(Path(out) / name, dpi=120)
+    save_figure(fig, Path(out) / name, dpi=120)
     plt.close(fig)
     return name
 
@@ -364,7 +366,7 @@ def plot_chi2(chi, velocity: dict, out: Path, end_weights: dict | None = None,
         cx.set_ylabel("c_S^2 / sum c^2")
         cx.set_title("end of phase 1 (clean copiers)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(Path(out) / name, dpi=120)
+    save_figure(fig, Path(out) / name, dpi=120)
     plt.close(fig)
     return name
 
@@ -390,7 +392,7 @@ def plot_generalisation(rows_L: list, rows_alpha: list, L: int, alpha: float, mo
     ax.set_title("generalisation: longer contexts and other priors (model trained once)", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(Path(out) / name, dpi=120)
+    save_figure(fig, Path(out) / name, dpi=120)
     plt.close(fig)
     return name
 

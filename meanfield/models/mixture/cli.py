@@ -232,9 +232,9 @@ def _base_from_args(args) -> dict:
 
 
 def _workers(args):
-    from ...core.config import as_int
+    from ...core.config import check_workers
 
-    return as_int("workers", args.workers, lo=1) if args.workers is not None else None
+    return check_workers(args.workers)
 
 
 def _cmd_sweep(args) -> int:
@@ -276,8 +276,12 @@ def _cmd_width_sweep(args) -> int:
     from ...core.config import as_float, as_int, as_list
     from .widths import width_sweep
 
-    widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
-    seeds = as_int("seeds", args.seeds, lo=1)
+    from ...core.guard import check_list
+
+    widths = [as_int("widths", v, lo=1) for v in check_list("widths", as_list("widths", args.widths))]
+    from ...core.guard import MAX_SEEDS
+
+    seeds = as_int("seeds", args.seeds, lo=1, hi=MAX_SEEDS)
     tol = as_float("kink_tol", args.kink_tol, positive=True)
     base = _base_from_args(args)
     if base.get("width") not in (None, "inf"):
@@ -351,8 +355,10 @@ def _cmd_study(args) -> int:
         raise ConfigError("quick: not used by study k-mixtures (set --K, --steps, --widths, --seeds instead)")
     check_output_dir(args.out if args.name == "k-mixtures" or args.out != "runs/study_k_mixtures"
                      else f"runs/study_{args.name}", "out")
-    args.K, args.L, args.steps = args.K or "3,4,8", args.L or "3", args.steps or "4000"
-    args.widths, args.seeds = args.widths or "16,64,256,1024,4096", args.seeds or "4"
+    for k, default in (("K", "3,4,8"), ("L", "3"), ("steps", "4000"), ("widths", "16,64,256,1024,4096"),
+                       ("seeds", "4")):  # an empty value given is refused below, not replaced by the default
+        if getattr(args, k) is None:
+            setattr(args, k, default)
 
     if args.name == "robustness":
         from .robustness import robustness_study
@@ -373,11 +379,19 @@ def _cmd_study(args) -> int:
             raise ConfigError(str(e)) from None
         print(f"report: {out / 'report.md'}")
         return 0
-    Ks = [as_int("K", v, lo=2) for v in as_list("K", args.K)]
-    widths = [as_int("widths", v, lo=1) for v in as_list("widths", args.widths)]
-    rep = studies.k_mixtures(Ks, Path(args.out), L=as_int("L", args.L, lo=2),
-                             steps=as_int("steps", args.steps, lo=1), widths=widths,
-                             seeds=as_int("seeds", args.seeds, lo=1))
+    from ...core.guard import MAX_SEEDS, check_list, check_mixture_size
+    from .config import make_config
+
+    Ks = [as_int("K", v, lo=2) for v in check_list("K", as_list("K", args.K))]
+    widths = [as_int("widths", v, lo=1) for v in check_list("widths", as_list("widths", args.widths))]
+    L, steps = as_int("L", args.L, lo=2), as_int("steps", args.steps, lo=1)
+    seeds = as_int("seeds", args.seeds, lo=1, hi=MAX_SEEDS)
+    for K in Ks:  # every run of the study estimated before the first: one per K, then 2 x seeds per width at Ks[0]
+        cfg = make_config({}, K=K, L=L, steps=steps, record_every=max(1, steps // 400))
+        check_mixture_size(cfg, what="size", copies=1.0 + (2.0 * seeds * len(widths) + 2 if K == Ks[0] else 0))
+    check_mixture_size(make_config({}, K=Ks[0], L=L, steps=steps, record_every=steps, width=max(widths)),
+                       copies=2.0 * seeds * len(widths))
+    rep = studies.k_mixtures(Ks, Path(args.out), L=L, steps=steps, widths=widths, seeds=seeds)
     for r in rep["rows"]:
         print(f"K={r['K']}: same-group {r['same_group_mean']:.4g}, between-group {r['between_group_mean']:.4g}")
     return 0
@@ -408,7 +422,15 @@ def _cmd_escape(args) -> int:
     cfg = None if args.run_file else _config_from_args(args)
     eps = as_float("eps", args.eps, positive=True)
     theta = as_float("theta", args.theta, positive=True)
-    omegas = [as_float("omegas", v, positive=True) for v in args.omegas.split(",")] if args.omegas else None
+    from ...core.config import as_list
+    from ...core.guard import MAX_OMEGAS, check_list, check_mixture_size
+
+    omegas = None
+    if args.omegas is not None:  # "" is an empty list, refused (not the default list)
+        omegas = [as_float("omegas", v, positive=True)
+                  for v in check_list("omegas", as_list("omegas", args.omegas), 1, MAX_OMEGAS)]
+    if cfg is not None:  # the stage runs plus one run per omega, estimated before any of them
+        check_mixture_size(cfg, args.force, copies=2.0 + len(omegas or (1, 2, 3, 4)))
     return escape_cli(cfg, args.stage, run_path=args.run_file, json_path=args.json, eps=eps, omegas=omegas,
                       theta=theta)
 
@@ -519,11 +541,13 @@ def add_parser(systems) -> None:
     st.add_argument("--out", default="runs/study_k_mixtures")
     st.set_defaults(func=_cmd_study)
 
+    from ...core.bound_parse import _ATOM_FORMS, FUNCTIONS, VARIABLES
+
     b = verbs.add_parser("bound", help="check an inequality over a run: holds / violated, worst slack, first violation",
-                         description="Expressions use the paper's names: S+[c1,v1], A-[v2,v2], B+[v1,v2], w+[c1], "
-                                     "loss, margin[i], g[i], u+[i], t, omega, eta, m, K, L, T1, T2, T3, ...; "
-                                     "operators + - * / ** and abs exp log sqrt min max. Exit 0 if every bound "
-                                     "holds, 1 if one is violated, 2 on bad input.")
+                         description="Expressions use the paper's names. Variables: " + ", ".join(VARIABLES)
+                                     + ". Bracketed forms: " + _ATOM_FORMS + ". Operators + - * / ** and functions "
+                                     + " ".join(FUNCTIONS) + ". Exit 0 if every bound holds, 1 if one is violated, "
+                                     "2 on bad input.")
     b.add_argument("run", help="run file (.h5)")
     b.add_argument("expr", nargs="?", help='the inequality, e.g. "loss <= log(2) * exp(-(t - T2) / 1000)"')
     b.add_argument("--file", help="a TOML file of [[bound]] tables (name, expr, during, tmin, tmax)")

@@ -282,7 +282,9 @@ def _finish(fig, run, out: Path) -> Path:
 
     fig.suptitle(_title(run), fontsize=10)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    from meanfield.core.io import save_figure
+
+    save_figure(fig, out, dpi=110)
     plt.close(fig)
     return out
 

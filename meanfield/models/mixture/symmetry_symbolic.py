@@ -487,5 +487,6 @@ def write(K: int, L: int, fmt: str, out_dir) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / filename(K, L, fmt)
-    path.write_text(text, encoding="utf-8")
-    return path
+    from meanfield.core.io import write_text_atomic  # whole or absent; a full disk names the path
+
+    return write_text_atomic(path, text)

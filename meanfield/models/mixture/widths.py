@@ -86,6 +86,27 @@ def _finite_job(job):
             "err_t": err_t, "sides": sides, "elapsed_s": time.perf_counter() - t0}
 
 
+def _write_interrupted(out: Path, cfg_inf, widths, seeds: int, t, finished: list, n_jobs: int) -> Path:
+    """The file of an interrupted width sweep (status ``interrupted``): the
+    infinite-width record times (when that run finished) and, per finished
+    finite-width run, its width, seed, status and sup-norm errors."""
+    from ...core.io import write_h5_atomic
+
+    done = [r for r in finished if r is not None and r.get("status") != "interrupted"]
+    data = {"widths": np.array(sorted(set(int(m) for m in widths))), "seeds": np.arange(seeds),
+            "t": np.asarray(t if t is not None else [], dtype=float),
+            "done_width": np.array([int(r["width"]) for r in done], dtype=np.int64),
+            "done_seed": np.array([int(r["seed"]) for r in done], dtype=np.int64),
+            "done_status": np.array([str(r["status"]) for r in done], dtype=object),
+            "done_sup_error": {q: np.array([float(np.max(r["err_t"][q])) for r in done]) for q in QUANTITIES}}
+    where = "during the infinite-width run" if t is None or not n_jobs else (
+        f"after {len(done)} of {n_jobs} finite-width runs")
+    attrs = {"format": "meanfield-width-sweep", "format_version": 1, "system": "mixture",
+             "config": json.dumps(cfg_inf.to_dict(), sort_keys=True), "status": "interrupted",
+             "message": f"interrupted (SIGINT/SIGTERM) {where}; rerun the command for the full sweep"}
+    return write_h5_atomic(out, attrs, data)
+
+
 def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: float = 1e-9,
                 workers: int | None = None, executor=None, progress: bool = True, log=print,
                 particles_up_to: int = 0, backend: str = "cpu") -> dict:
@@ -117,7 +138,14 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
     widths = sorted(set(int(m) for m in widths))
     t0 = time.perf_counter()
     log(f"[width-sweep] infinite width, {cfg_inf.method}, {cfg_inf.schedule} ...")
-    traj_inf, arr_inf, obs_inf = _observe(cfg_inf)
+    try:
+        traj_inf, arr_inf, obs_inf = _observe(cfg_inf)
+    except KeyboardInterrupt:
+        _write_interrupted(out, cfg_inf, widths, seeds, None, [], 0)
+        raise
+    if traj_inf.status == "interrupted":  # the infinite-width run caught the signal
+        _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], [], 0)
+        raise KeyboardInterrupt
     events = kink_events(arr_inf["t"], obs_inf["u"], tol_rel)
     inf = {"t": arr_inf["t"], **{q: obs_inf[q] for q in QUANTITIES}}
     if particles_up_to and cfg_inf.method != "gd":
@@ -137,7 +165,18 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
         res = [_finite_job(j + (tr,)) for j, tr in zip(jobs, trajs)]
         bar.update(len(jobs), force=True)
     else:
-        res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar)
+        finished: list = []
+
+        def got(i, r):
+            finished.append(r)
+            if r.get("status") == "interrupted":  # a run in this process caught the signal
+                raise KeyboardInterrupt
+
+        try:
+            res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar, on_result=got)
+        except KeyboardInterrupt:  # like a run: a valid file with every finite-width run done so far
+            _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], finished, len(jobs))
+            raise
 
     kinks = kink_splits(events, res, cfg_inf.relu_prime_at_zero, lambda i: samples_of(cfg_inf).describe(i))
     split_events = [k for k in kinks if k["split"]]

@@ -1,0 +1,267 @@
+"""Ceilings of the resource arguments, and the estimates of the commands
+that are not mixture runs (issue 26): every argument that sets an amount of
+work or of processes has a stated ceiling here, once, or goes through an
+estimate refused before the work starts. Every refusal is a
+:class:`meanfield.core.errors.ConfigError` (one line, exit 2).
+Re-exported by :mod:`meanfield.core.guard`."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from .errors import ConfigError
+
+
+EXCERPT_CHARS = 60
+
+
+def excerpt(value, n: int = EXCERPT_CHARS) -> str:
+    """``repr(value)`` cut to about ``n`` characters (an error message must not
+    quote megabytes of user input back)."""
+    r = repr(value) if not isinstance(value, str) else repr(value)
+    if len(r) <= n:
+        return r
+    return f"{r[: n - 10]}...{r[-6:]} ({len(r)} characters)"
+
+
+MAX_SECONDS = 24 * 3600.0  # a single command estimated beyond a day is refused without --force
+
+
+def memory_limit() -> int:
+    """Bytes a command may plan to use: 80% of the machine's physical memory."""
+    try:
+        return int(0.8 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover
+        return 8 << 30
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if b < 1024 or unit == "PiB":
+            return f"{b:.3g} {unit}"
+        b /= 1024.0
+    return f"{b:.3g} PiB"  # pragma: no cover
+
+
+def _fmt_seconds(s: float) -> str:
+    if s < 120:
+        return f"{s:.3g} s"
+    if s < 2 * 3600:
+        return f"{s / 60:.3g} min"
+    if s < 2 * 86400:
+        return f"{s / 3600:.3g} h"
+    return f"{s / 86400:.3g} days"
+
+
+def check_size(est: dict, what: str, force: bool = False, hint: str = "") -> None:
+    """Refuse (ConfigError) when ``est`` (``bytes``, ``seconds``) is beyond
+    :func:`memory_limit` or :data:`MAX_SECONDS`, unless ``force``."""
+    if force:
+        return
+    lim = memory_limit()
+    b, s = est.get("bytes", 0.0), est.get("seconds", 0.0)
+    if not b <= lim:
+        raise ConfigError(f"{what}: needs about {_fmt_bytes(b)} of memory, more than this machine's "
+                          f"{_fmt_bytes(lim)}{hint}; --force runs it anyway")
+    if not s <= MAX_SECONDS:
+        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)} (estimated from the config), more than "
+                          f"{_fmt_seconds(MAX_SECONDS)}{hint}; --force runs it anyway")
+
+
+MAX_LIST = 1000  # values in one comma-separated list (--widths, --K of a study, ...)
+MAX_SEEDS = 1000  # seeds per width of a width sweep or study (the spread over seeds is settled far sooner)
+MAX_HEADS = 256  # induction heads H (the model's features are the subsets of at most D heads)
+MAX_OMEGAS = 100  # escape --omegas: one run per omega (a slope needs a few; 100 is far beyond a figure)
+
+
+MAX_HORIZON = 1e9  # time units of a flow / rk4 run: every shipped model settles by t ~ 1e5 at its defaults
+
+
+def check_run_numbers(out: dict) -> None:
+    """Shared checks of a resolved training's numbers (the mixture config's and
+    an engine description's ``parameters``): a horizon a run can reach, an
+    initial scale whose square (the initial A = B = omega^2 I) is below the
+    divergence threshold ``max_abs``, a stage plan that trains at all.
+
+    Parameters
+    ----------
+    out : dict
+        The resolved fields (``omega``, ``max_abs``, ``t_end``, ``stage_steps``,
+        ``stage_times``; absent ones are skipped).
+
+    Returns
+    -------
+    None
+        Raises ConfigError naming the field.
+
+    Example
+    -------
+    >>> check_run_numbers({"omega": 0.1, "max_abs": 1e6, "t_end": 10.0})
+    """
+    om, mx = out.get("omega"), out.get("max_abs")
+    if om is not None and mx is not None and not om * om < mx:
+        raise ConfigError(f"omega: must be below sqrt(max_abs) = {math.sqrt(mx):.3g} (the initial A = B = "
+                          f"omega^2 I would already count as diverged), got {om:.3g}")
+    for name in ("t_end", "stage_times"):
+        v = out.get(name)
+        if v is None:
+            continue
+        tot = float(sum(v)) if isinstance(v, (tuple, list)) else float(v)
+        if not tot <= MAX_HORIZON:
+            raise ConfigError(f"{name}: at most {MAX_HORIZON:.0e} time units in all, got {tot:.3g}")
+    for name in ("stage_steps", "stage_times"):
+        v = out.get(name)
+        if v is not None and len(v) and not sum(v) > 0:
+            raise ConfigError(f"{name}: at least one stage must train (> 0), got {','.join(map(str, v))}")
+
+
+def max_workers() -> int:
+    """Most local worker processes a command may start: 4 per core (more only
+    queue for the same cores, and each costs an interpreter's memory)."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_list(field: str, items, lo: int = 1, hi: int = MAX_LIST) -> list:
+    """A list of values of ``field`` with between ``lo`` and ``hi`` items.
+
+    Parameters
+    ----------
+    field : str
+        The flag named in the message.
+    items : list
+        The parsed values.
+    lo, hi : int
+        Fewest and most items.
+
+    Returns
+    -------
+    list
+        ``items``.
+
+    Example
+    -------
+    >>> check_list("widths", [4, 8])
+    [4, 8]
+    """
+    n = len(items)
+    if n < lo:
+        raise ConfigError(f"{field}: give at least {lo} comma-separated value{'s' if lo > 1 else ''}, got {n}")
+    if n > hi:
+        raise ConfigError(f"{field}: at most {hi} comma-separated values, got {n}")
+    return items
+
+
+def unknown_name(where: str, what: str, name, allowed, pointer: str = "--help") -> ConfigError:
+    """The one-line error for an unknown ``name`` among ``allowed``: the list
+    itself when it is short, else the close matches, the count and where the
+    full list is (``pointer``).
+
+    Parameters
+    ----------
+    where : str
+        The field named first in the message.
+    what : str
+        What ``name`` is ("key", "config field").
+    name : object
+        The unknown name.
+    allowed : iterable of str
+        The valid names.
+    pointer : str
+        Where the full list is shown.
+
+    Returns
+    -------
+    ConfigError
+        To raise.
+
+    Example
+    -------
+    >>> str(unknown_name("param", "config field", "omga", ["omega", "eta"]))
+    "param: unknown config field 'omga'; allowed: omega, eta"
+    """
+    import difflib
+
+    allowed = [str(a) for a in allowed]
+    full = ", ".join(allowed)
+    if len(full) <= 120:
+        return ConfigError(f"{where}: unknown {what} {excerpt(str(name))}; allowed: {full}")
+    near = difflib.get_close_matches(str(name), allowed, n=3)
+    return ConfigError(f"{where}: unknown {what} {excerpt(str(name))}"
+                       + (f" (did you mean {', '.join(near)}?)" if near else "")
+                       + f"; {len(allowed)} allowed, listed by {pointer}")
+
+
+def chi2_estimate(d: int, pa, lags, D: int, n: int, force: bool = False) -> dict:
+    """Refuse an ``induction chi2`` table that would not fit or finish: the
+    exact stationary joint law of a window W = max(pa, lags) holds d^(W+1)
+    floats per kernel (1000 kernels at a time), the kernels n d^(|pa|+1), and
+    every subset of the lags with |S| <= D is scored on every kernel (about
+    1e-8 s per law entry and subset). Logs throughout: d = 1e6 must not overflow.
+
+    Parameters
+    ----------
+    d : int
+        Alphabet size.
+    pa, lags : sequences of int
+        Parent lags and candidate lags.
+    D : int
+        Largest subset size.
+    n : int
+        Monte Carlo kernels.
+    force : bool
+        Go past the estimate on purpose.
+
+    Returns
+    -------
+    dict
+        ``bytes`` and ``seconds``.
+
+    Example
+    -------
+    >>> chi2_estimate(3, (1, 2), (1, 2, 3), 2, 2000)["bytes"] < 1e9
+    True
+    """
+    W = max(max(pa), max(lags))
+    ld = math.log(max(d, 1))
+    n_sub = sum(math.comb(len(lags), j) for j in range(0, min(D, len(lags)) + 1)) if len(lags) < 10_000 else math.inf
+
+    def ex(x):
+        return math.exp(min(x, 700.0))
+
+    law = ex((W + 1) * ld)
+    est = {"bytes": 8.0 * (2.0 * min(n, 1000) * law + n * ex((len(pa) + 1) * ld)),
+           "seconds": 1e-8 * n * law * n_sub}
+    check_size(est, "size", force, f" (chi2: alphabet d = {d}, window {W}, {len(lags)} lags, {n} kernels)")
+    return est
+
+
+# ``induction full``: the simplified model and the official code's full transformer, trained side by side;
+# the quick study (300 sequences of L = 20, 300 steps) takes about a minute here: ~3.3e-5 s per
+# (sequence x position x step).
+_T_FULL = 3.3e-5
+
+
+def full_study_estimate(steps: int, n: int, L: int, force: bool = False) -> dict:
+    """Refuse an ``induction full`` study estimated beyond :data:`MAX_SECONDS`.
+
+    Parameters
+    ----------
+    steps, n, L : int
+        GD steps, training sequences and their length.
+    force : bool
+        Go past the estimate on purpose.
+
+    Returns
+    -------
+    dict
+        ``bytes`` and ``seconds``.
+
+    Example
+    -------
+    >>> full_study_estimate(300, 300, 20)["seconds"] < 3600
+    True
+    """
+    est = {"bytes": 64.0 * n * (L + 1), "seconds": _T_FULL * float(steps) * n * (L + 1)}
+    check_size(est, "steps", force, f" (induction full: {steps:.3g} steps on {n} sequences of L = {L})")
+    return est

