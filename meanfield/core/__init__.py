@@ -17,11 +17,14 @@ What belongs here (machinery that names no paper):
 * ``sweep`` / ``ensemble`` (``ensemble_store``, ``ensemble_pools``, ``ensemble_cli``,
   ``ensemble_plot``): many runs (per-point sweeps, chunked ensembles; systems plug in through adapters);
 * ``escape``: escape times from saddles (Jacobian spectra);
-* ``guard`` / ``outcome``: input and output checks, console outcomes.
+* ``guard`` / ``limits`` / ``outcome``: input and output checks, the generic size ceilings and estimates,
+  console outcomes (a paper's own estimates: ``meanfield.models.<paper>.sizes``);
+* ``hooks``: the few pieces core needs from a paper (a system's run-file check, its ensemble adapter),
+  registered by the plug-ins through ``meanfield.engine.registry`` and looked up here.
 
 What does not: descriptions, the closed Gram state and its kernels, the
 oracle, finite width, the registry (``meanfield.engine``); anything of one
 paper (``meanfield.models.<paper>``). No module here imports the engine, a
 paper or the CLI, not even inside a function (``lint-imports``,
-``tests/test_layout.py``).
+``tests/test_layout.py``, ``tests/test_core_hooks.py``); ``hooks`` loads the plug-ins by name.
 """
