@@ -129,3 +129,89 @@ def test_size_refused_before_allocating():
 def test_doctests():
     r = doctest.testmod(twolayer)
     assert r.failed == 0 and r.attempted > 0
+
+
+# ------------------------------------------------------------------ latent causal graphs
+
+from meanfield.engine.twolayer import graph_law, graph_posterior_mean  # noqa: E402
+
+GRAPH = [[], [1], [1], [2, 3], [3], [4, 1]]  # one root; rows of the 1-parent and the 2-parent tables shared by several positions
+
+
+def _graph_quadrature(parents, alpha, n_nodes=7):
+    """E_prior[p(x | pi)] at d = 2 by a product Gauss-Jacobi rule over every row of every table."""
+    ks = sorted({len(ps) for ps in parents if ps})
+    slots = [(k, z) for k in ks for z in range(2 ** k)]
+    th, w = _beta_nodes(alpha, n_nodes)
+    grid = np.array(list(itertools.product(range(n_nodes), repeat=len(slots))))
+    theta = th[grid]
+    weight = np.prod(w[grid], axis=1)
+    col = {s: i for i, s in enumerate(slots)}
+
+    def prob(x):
+        p = np.full(len(weight), 1.0)
+        for i, ps in enumerate(parents):
+            if not ps:
+                p = p * 0.5
+                continue
+            z = sum(x[q - 1] * 2 ** j for j, q in enumerate(ps))
+            t = theta[:, col[(len(ps), z)]]
+            p = p * (t if x[i] == 0 else 1.0 - t)
+        return p
+
+    return prob, weight, theta, col
+
+
+def test_graph_law_equals_quadrature_d2():
+    alpha = 0.8
+    law = graph_law(2, GRAPH, alpha)
+    prob, weight, _, _ = _graph_quadrature(GRAPH, alpha)
+    for x, p in zip(law.tokens, law.prob):
+        assert abs(p - (weight * prob(tuple(int(v) for v in x))).sum()) <= 1e-12
+    assert abs(law.prob.sum() - 1.0) <= 1e-12
+
+
+def test_graph_posterior_mean_equals_quadrature_d2():
+    alpha, target = 1.7, [5, 2]  # a further position with parents (5, 2): the 2-parent table
+    prob, weight, theta, col = _graph_quadrature(GRAPH, alpha)
+    law = graph_law(2, GRAPH, alpha)
+    post = graph_posterior_mean(law.tokens, 2, GRAPH, target, alpha)
+    for x, pm in zip(law.tokens, post):
+        x = tuple(int(v) for v in x)
+        px = weight * prob(x)
+        z = x[target[0] - 1] + 2 * x[target[1] - 1]
+        assert abs(pm[0] - (px * theta[:, col[(2, z)]]).sum() / px.sum()) <= 1e-12
+
+
+def test_graph_law_equals_monte_carlo_d3():
+    d, alpha, parents = 3, 0.9, [[], [1], [2], [1, 3]]
+    law = graph_law(d, parents, alpha)
+    rng = np.random.default_rng(21)
+    n = 200_000
+    t1 = rng.dirichlet(alpha * np.ones(d), size=(n, d))
+    t2 = rng.dirichlet(alpha * np.ones(d), size=(n, d * d))
+    worst = 0.0
+    for x, p in zip(law.tokens, law.prob):
+        x = [int(v) for v in x]
+        s = (1.0 / d) * t1[:, x[0], x[1]] * t1[:, x[1], x[2]] * t2[:, x[0] + d * x[2], x[3]]
+        worst = max(worst, abs(s.mean() - p) / (s.std(ddof=1) / np.sqrt(n)))
+    assert worst < 5.0, worst
+
+
+def test_graph_law_of_lag_parents_is_the_markov_law():
+    d, L, pa, alpha = 2, 5, (1, 3), 0.4
+    parents = [[] if l <= 3 else [l - 1, l - 3] for l in range(1, L + 2)]
+    assert np.abs(graph_law(d, parents, alpha).prob - markov_law(d, L, pa, alpha).prob).max() <= 1e-15
+
+
+@pytest.mark.parametrize("parents", [[[1]], [[], [2]], [[], [0]], [[], [1, 1]], "x", [], [[], ["a"]], [[], [True]]])
+def test_bad_graphs_are_one_line_refusals(parents):
+    with pytest.raises(ConfigError) as e:
+        graph_law(2, parents, 1.0)
+    assert str(e.value).startswith("parents:") and "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="^alpha:"):
+        graph_law(2, [[], [1]], -1.0)
+    with pytest.raises(ConfigError, match="^parents:.*sequences"):
+        graph_law(2, [[]] * 40, 1.0)
+    with pytest.raises(ConfigError, match="^target_parents:"):
+        graph_posterior_mean(np.zeros((1, 2), dtype=int), 2, [[], [1]], [3], 1.0)

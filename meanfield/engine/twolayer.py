@@ -34,7 +34,8 @@ from scipy.special import gammaln
 
 from ..core.errors import ConfigError
 
-__all__ = ["MAX_SEQUENCES", "SequenceLaw", "markov_law", "posterior_mean", "population_mean", "context_codes"]
+__all__ = ["MAX_SEQUENCES", "SequenceLaw", "markov_law", "posterior_mean", "population_mean", "context_codes",
+           "graph_law", "graph_posterior_mean"]
 
 #: the most sequences an exact law enumerates (d^{L+1}); above it the law is refused before allocating
 MAX_SEQUENCES = 2_000_000
@@ -157,12 +158,142 @@ def markov_law(d: int, L: int, pa=(1,), alpha: float = 1.0) -> SequenceLaw:
     d, L, pa, a = _check(d, L, pa, alpha)
     T = L + 1
     grids = np.indices((d,) * T).reshape(T, -1).T.astype(np.int64)
-    counts = _counts(grids, d, pa, T)
-    tot = counts.sum(axis=2)
-    # log B(alpha + n_z) - log B(alpha): zero for contexts that never occur
-    logp = (gammaln(a + counts) - gammaln(a)).sum(axis=(1, 2)) - (gammaln(d * a + tot) - gammaln(d * a)).sum(axis=1)
-    logp -= pa[-1] * math.log(d)
+    logp = _log_dirichlet_multinomial(_counts(grids, d, pa, T), a) - pa[-1] * math.log(d)
     return SequenceLaw(grids, np.exp(logp), d, L, pa, a)
+
+
+def _log_dirichlet_multinomial(counts: np.ndarray, a: float) -> np.ndarray:
+    """sum_z log B(a 1 + n_z) - log B(a 1) per sequence, counts (n, contexts, d); zero for absent contexts."""
+    d = counts.shape[2]
+    tot = counts.sum(axis=2)
+    return (gammaln(a + counts) - gammaln(a)).sum(axis=(1, 2)) - (gammaln(d * a + tot) - gammaln(d * a)).sum(axis=1)
+
+
+def _check_graph(d, parents, alpha):
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2:
+        raise ConfigError(f"d: an integer >= 2; got {d!r}")
+    try:
+        par = tuple(tuple(int(q) for q in ps) for ps in parents)
+        bad = any(isinstance(q, bool) or int(q) != q for ps in parents for q in ps)
+    except (TypeError, ValueError):
+        par, bad = (), True
+    if bad or not par or any(not (1 <= q < i + 1) or len(set(ps)) != len(ps) for i, ps in enumerate(par) for q in ps):
+        raise ConfigError("parents: one list per position 1..T of distinct earlier positions (1-based, [] for a root); "
+                          f"got {parents!r}")
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        a = float("nan")
+    if not (a > 0 and math.isfinite(a)):
+        raise ConfigError(f"alpha: a number > 0 (the Dirichlet concentration); got {alpha!r}")
+    T = len(par)
+    if T * math.log(d) > math.log(MAX_SEQUENCES):
+        raise ConfigError(f"parents: the exact law enumerates d^T = {d}^{T} sequences, more than {MAX_SEQUENCES}; "
+                          f"give fewer positions or a smaller d, or sample sequences instead")
+    cells = sum(d ** (k + 1) for k in {len(ps) for ps in par if ps})
+    if T * math.log(d) + math.log(max(cells, 1)) > math.log(_MAX_CELLS):
+        raise ConfigError(f"parents: the exact law's count tables exceed {_MAX_CELLS} cells; give fewer parents per position")
+    return int(d), par, a
+
+
+def _graph_counts(tokens: np.ndarray, d: int, parents: tuple, positions) -> dict:
+    """{k: n[s, z, e]}: per parent count k, the pairs (parents' values z, value e) over ``positions`` (1-based)."""
+    n = tokens.shape[0]
+    rows = np.arange(n)
+    out: dict = {}
+    for i in positions:
+        ps = parents[i - 1]
+        if not ps:
+            continue
+        k = len(ps)
+        if k not in out:
+            out[k] = np.zeros((n, d ** k, d), dtype=np.int64)
+        z = np.zeros(n, dtype=np.int64)
+        for j, q in enumerate(ps):
+            z += tokens[:, q - 1].astype(np.int64) * d ** j
+        np.add.at(out[k], (rows, z, tokens[:, i - 1]), 1)
+    return out
+
+
+def graph_law(d: int, parents, alpha: float = 1.0) -> SequenceLaw:
+    """The exact law of a sequence with a latent causal graph over its positions.
+
+    Position i (1-based) with parent positions ``parents[i-1]`` (earlier
+    positions, in the given order) draws x_i ~ pi_k(. | x_parents) from the
+    table of its parent count k; every table row is an independent
+    Dirichlet(alpha 1_d), shared by all positions with k parents; a root
+    (no parent) is uniform. Integrating the prior out:
+    p(x) = d^{-roots} prod_k prod_z B(alpha 1 + n_kz) / B(alpha 1).
+
+    Parameters
+    ----------
+    d : int
+        Vocabulary size (>= 2).
+    parents : list of lists of int
+        One list per position (``[]`` for a root).
+    alpha : float
+        Dirichlet concentration (> 0).
+
+    Returns
+    -------
+    SequenceLaw
+        ``tokens`` (d^T, T) in lexicographic order, ``prob``; ``L = T - 1``, ``pa`` the parents.
+
+    Example
+    -------
+    >>> law = graph_law(2, [[], [1], [1]], 1.0)
+    >>> round(float(law.prob.sum()), 12), law.tokens.shape
+    (1.0, (8, 3))
+    """
+    d, par, a = _check_graph(d, parents, alpha)
+    T = len(par)
+    grids = np.indices((d,) * T).reshape(T, -1).T.astype(np.int64)
+    logp = -sum(1 for ps in par if not ps) * math.log(d) * np.ones(grids.shape[0])
+    for counts in _graph_counts(grids, d, par, range(1, T + 1)).values():
+        logp += _log_dirichlet_multinomial(counts, a)
+    return SequenceLaw(grids, np.exp(logp), d, T - 1, par, a)
+
+
+def graph_posterior_mean(context: np.ndarray, d: int, parents, target_parents, alpha: float = 1.0) -> np.ndarray:
+    """E[pi_k(. | x_target_parents) | context]: the soft target of a further position.
+
+    (n_kz(e) + alpha) / (n_kz + d alpha), k = len(target_parents), z the
+    context's values at ``target_parents``, the counts over the context's
+    positions with k parents; uniform when ``target_parents`` is empty.
+
+    Parameters
+    ----------
+    context : ndarray of int, shape (n, T)
+    d : int
+    parents : list of lists of int
+        The context positions' parents (as :func:`graph_law`).
+    target_parents : list of int
+        The parents of the predicted position (1-based positions of the context).
+    alpha : float
+
+    Returns
+    -------
+    ndarray, shape (n, d)
+
+    Example
+    -------
+    >>> graph_posterior_mean(np.array([[0, 0, 1]]), 2, [[], [1], [1]], [3], 1.0).tolist()
+    [[0.5, 0.5]]
+    """
+    d, par, a = _check_graph(d, parents, alpha)
+    context = np.atleast_2d(np.asarray(context, dtype=np.int64))
+    tp = tuple(int(q) for q in target_parents)
+    if context.shape[1] != len(par) or any(not 1 <= q <= len(par) for q in tp):
+        raise ConfigError(f"target_parents: positions 1..{len(par)} of the context; got {target_parents!r}")
+    n = context.shape[0]
+    if not tp:
+        return np.full((n, d), 1.0 / d)
+    counts = _graph_counts(context, d, par, range(1, len(par) + 1)).get(len(tp), np.zeros((n, d ** len(tp), d), dtype=np.int64))
+    z = np.zeros(n, dtype=np.int64)
+    for j, q in enumerate(tp):
+        z += context[:, q - 1] * d ** j
+    row = counts[np.arange(n), z]
+    return (row + a) / (row.sum(axis=1, keepdims=True) + d * a)
 
 
 def posterior_mean(context: np.ndarray, d: int, pa=(1,), alpha: float = 1.0) -> np.ndarray:
