@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean install
+.PHONY: demo test bench clean install docs
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,8 +27,18 @@ test: $(STAMP)
 	$(BIN)/lint-imports  # the layers and the papers' independence (setup.cfg [importlinter])
 	$(BIN)/python -m pytest -q
 
+# the documentation site (mkdocs.yml) into site/: --strict turns every warning
+# (a broken link or anchor, a missing page, an API reference that does not resolve) into a failure
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,docs,analysis]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info runs/demo
+	rm -rf $(VENV) build *.egg-info runs/demo site

@@ -52,8 +52,8 @@ def load(model, **overrides):
     ConfigError
         one line naming the field (an undeclared parameter, a wrong type, ...).
 
-    Example
-    -------
+    Examples
+    --------
     >>> import meanfield as mf
     >>> desc = mf.load("incontext", K=3, N=6, steps=20)
     >>> desc.name, dict(desc.declared)["K"]
@@ -84,8 +84,8 @@ def set_parameters(desc, **overrides):
     -------
     Description
 
-    Example
-    -------
+    Examples
+    --------
     >>> import meanfield as mf
     >>> d = mf.set_parameters(mf.load("incontext", K=3, N=6), N=8)
     >>> dict(d.declared)["N"], dict(d.declared)["K"]
@@ -122,8 +122,8 @@ def run(model, out=None, progress: bool = True, **overrides):
         SIGTERM, e.g. the notebook's stop button, ends it with what was
         reached).
 
-    Example
-    -------
+    Examples
+    --------
     >>> import meanfield as mf
     >>> r = mf.run("incontext", K=3, N=6, steps=20, progress=False)
     >>> r.status, len(r.t)
@@ -181,8 +181,8 @@ def particles(model, d=None, out=None, progress: bool = True, **overrides):
         the projected states (Gram blocks of the explicit weights), the same
         entries as :func:`run` of the description.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import meanfield as mf
     >>> r = mf.particles("incontext", K=3, N=6, steps=5, width=8, progress=False)
     >>> r.status
@@ -230,8 +230,8 @@ def width_sweep(model, widths=(16, 64, 256), seeds: int = 3, out="runs/model_wid
         the summary (sup errors per width, the exponent and its interval,
         ``files``).
 
-    Example
-    -------
+    Examples
+    --------
     >>> s = meanfield.width_sweep("incontext", widths=[8, 32], seeds=2, steps=20)   # doctest: +SKIP
     >>> s["exponent"]                                                              # doctest: +SKIP
     """
@@ -262,8 +262,8 @@ def check(model, out="runs/model_check", quick: bool = True, progress: bool = Tr
         the claims (``.name``, ``.passed``, ``.source`` proved | shown |
         expected, numbers) and the report's path.
 
-    Example
-    -------
+    Examples
+    --------
     >>> claims, report = meanfield.check("incontext", out="runs/ic_check")   # doctest: +SKIP
     >>> all(c.passed for c in claims)                                       # doctest: +SKIP
     """
@@ -292,8 +292,8 @@ def derive(model, latex: bool = True, **overrides):
         ``variables`` (head, name, kind, shape, count of each), the GD map and flow in words,
         ``parameters`` and ``latex``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import meanfield as mf
     >>> [v["name"] for v in mf.derive("incontext", K=2, N=3, latex=False)["variables"]]
     ['W']
@@ -316,8 +316,8 @@ def warm(names=None) -> float:
     float
         seconds taken.
 
-    Example
-    -------
+    Examples
+    --------
     >>> meanfield.warm()          # doctest: +SKIP
     """
     from . import cli

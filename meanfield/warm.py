@@ -65,8 +65,8 @@ def warm(main, names=None) -> float:
     RuntimeError
         naming the command, if one of them fails.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import meanfield.cli, meanfield.warm
     >>> meanfield.warm.warm(meanfield.cli.main, names={"engine"})   # doctest: +SKIP
     """

@@ -1,7 +1,11 @@
-"""A fresh-clone test of the README (issue 14): every ``meanfield ...`` command
-of the README's ``sh`` blocks is extracted and run in order, as a new user would
-type it after ``make demo`` and ``source .venv/bin/activate``, in a fresh
-folder holding what a clone holds (``runs/*.toml``, ``docs/``).
+"""A fresh-clone test of the README and the docs pages (issues 14, 25): every
+``meanfield ...`` command of the ``sh`` blocks of README.md and then of the
+documentation pages (``docs/*.md`` in the order of ``mkdocs.yml``'s nav; the
+README's sections moved there in issue 25) is extracted and run in order, as a
+new user would type it after ``make demo`` and ``source .venv/bin/activate``,
+in a fresh folder holding what a clone holds (``runs/*.toml``, ``docs/``). A
+command written twice (the quick start repeats the README's first screen) runs
+once.
 
 Sizes are kept small by rewriting a few size flags (SMALL below: steps, stage
 lengths, widths, seeds, Monte Carlo counts) and by adding ``--quick`` where a
@@ -43,6 +47,33 @@ QUICK_VERBS = {("mixture", "check"), ("mixture", "demo"), ("induction", "check")
 EXTRA = {("induction", "run"): ["--n-train", "300", "--n-test", "50"]}
 PLACEHOLDER = re.compile(r"\[|\]|\bFILE\b|\bDIR\b|PATH\.h5|RUN\.h5|FILE\.|\bEXPR\b|\bM\b(?!=)| \| |\w\|\w")
 SKIP_PREFIX = ("git ", "make ", "source ", "cd ", "pytest ", "python ", "pip ")
+
+
+def doc_pages() -> list[Path]:
+    """The site's pages in the order of ``mkdocs.yml``'s nav (read without a YAML parser)."""
+    nav = (ROOT / "mkdocs.yml").read_text().partition("\nnav:")[2]
+    names = re.findall(r"^\s*-\s*(?:[^:\n]+:\s*)?([\w/.-]+\.md)\s*$", nav, flags=re.M)
+    return [ROOT / "docs" / n for n in names if (ROOT / "docs" / n).exists()]
+
+
+def all_commands() -> list[tuple[str, str]]:
+    """(source, command) for the README and then every docs page, first occurrence of each command only."""
+    out, seen = [], set()
+    for path in [ROOT / "README.md"] + doc_pages():
+        for c in readme_commands(path.read_text()):
+            key = " ".join(re.sub(r"\s+#.*$", "", c).split())  # the same command with another comment: once
+            if key not in seen:
+                seen.add(key)
+                out.append((path.relative_to(ROOT).as_posix(), c))
+    return out
+
+
+def test_docs_pages_are_found():
+    pages = [p.name for p in doc_pages()]
+    assert pages[:3] == ["index.md", "install.md", "quickstart.md"], pages
+    sources = {src for src, _ in all_commands()}
+    for page in ("README.md", "docs/own_model.md", "docs/mixture.md", "docs/induction.md", "docs/catalogue.md"):
+        assert page in sources, (page, sorted(sources))
 
 
 def readme_commands(text: str) -> list[str]:
@@ -97,7 +128,6 @@ def test_readme_extraction_finds_the_first_screen():
 
 
 def test_readme_commands_run_in_order(tmp_path):
-    text = (ROOT / "README.md").read_text()
     work = tmp_path / "clone"
     work.mkdir()
     (work / "runs").mkdir()
@@ -111,7 +141,8 @@ def test_readme_commands_run_in_order(tmp_path):
     env_vars: dict[str, str] = {}
     failures, ran = [], 0
     t_all = time.perf_counter()
-    for line in readme_commands(text):
+    per_source: dict[str, int] = {}
+    for source, line in all_commands():
         m = re.fullmatch(r"([A-Z_]+)=(\S+)", line)
         if m:
             env_vars[m.group(1)] = m.group(2)
@@ -138,11 +169,12 @@ def test_readme_commands_run_in_order(tmp_path):
         t0 = time.perf_counter()
         r = subprocess.run(exe + argv, cwd=work, capture_output=True, text=True, timeout=600)
         ran += 1
+        per_source[source] = per_source.get(source, 0) + 1
         if redirect:
             (work / redirect).write_text(r.stdout)
         if r.returncode not in (0, 1) or "Traceback" in r.stderr:
-            failures.append(f"{line}\n    ran as: meanfield {shlex.join(argv)}\n    exit {r.returncode} after "
+            failures.append(f"{source}: {line}\n    ran as: meanfield {shlex.join(argv)}\n    exit {r.returncode} after "
                             f"{time.perf_counter() - t0:.1f} s: {r.stderr.strip()[-400:]}")
-    assert ran >= 20, ran
-    assert not failures, "README commands that fail:\n" + "\n".join(failures) + \
+    assert ran >= 20 and per_source.get("README.md", 0) >= 5, per_source
+    assert not failures, "README / docs commands that fail:\n" + "\n".join(failures) + \
         f"\n({ran} commands run in {time.perf_counter() - t_all:.0f} s)"

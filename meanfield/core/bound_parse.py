@@ -118,8 +118,25 @@ class Ref:
 
 @dataclass(frozen=True)
 class Bound:
-    """A parsed bound: ``text`` as written, ``tree`` the private expression tree,
-    ``refs`` the bracketed atoms and ``names`` the variables it uses."""
+    """A parsed bound (made by :func:`parse_bound`).
+
+    Parameters
+    ----------
+    text : str
+        The inequality as written.
+    tree : tuple
+        The private expression tree.
+    refs : tuple of Ref
+        The bracketed atoms it uses (``S+[c1,v1]``, ``margin[3]``, ...).
+    names : frozenset of str
+        The variables it uses (``loss``, ``T2``, ...).
+
+    Examples
+    --------
+    >>> b = parse_bound("loss <= 0.5")
+    >>> str(b), sorted(b.names)
+    ('loss <= 0.5', ['loss'])
+    """
 
     text: str
     tree: tuple
@@ -335,8 +352,37 @@ class _Parser:
 
 
 def parse_bound(text: str) -> Bound:
-    """Parse a bound (an inequality, see the module docstring); a :class:`BoundError` if it is not one.
+    """Parse a bound: an inequality over a run's variables (the module docstring has the grammar).
 
     Checks everything that does not depend on a run; :func:`evaluate` checks the
-    rest (feature names, sample indices, stage ends) against the run."""
+    rest (feature names, sample indices, stage ends) against the run. Nothing
+    is evaluated as Python: the text is parsed against a whitelist.
+
+    Parameters
+    ----------
+    text : str
+        The inequality, e.g. ``"S+[c1,v1] >= 0.5 * omega**2"`` or
+        ``"min_margin >= 0.5"`` (comparisons may be chained and joined by
+        ``and`` / ``or``).
+
+    Returns
+    -------
+    Bound
+        The parsed bound.
+
+    Raises
+    ------
+    BoundError
+        One line naming the offending part (an unknown name, a forbidden
+        construct, a missing comparison, ...).
+
+    Examples
+    --------
+    >>> sorted(parse_bound("loss <= log(2) and T2 < 1000").names)
+    ['T2', 'loss']
+    >>> parse_bound("__import__('os')")
+    Traceback (most recent call last):
+    ...
+    meanfield.core.bound_parse.BoundError: bound "__import__('os')": call of '__import__' not allowed; functions: abs, exp, log, sqrt, min, max
+    """
     return _Parser(text).parse()

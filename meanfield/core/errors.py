@@ -10,7 +10,21 @@ from __future__ import annotations
 
 
 class ConfigError(ValueError):
-    """Bad user input: a one-line message naming the field and what is allowed."""
+    """Bad user input: a one-line message naming the field and what is allowed.
+
+    Raised with one argument, the message: one line naming the field, the
+    value given and the values allowed. The command prints it and exits 2,
+    writing nothing; the Python API raises it.
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> try:
+    ...     mf.load("docs/examples/majority.toml", no_such_knob=1)
+    ... except mf.ConfigError as e:
+    ...     print(str(e)[:38])
+    parameters: unknown key 'no_such_knob'
+    """
 
 
 #: the signal (SIGINT / SIGTERM) the ``meanfield`` command received while its

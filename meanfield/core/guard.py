@@ -602,8 +602,8 @@ def first_use_notice(*dispatchers, family: str | None = None, echo: bool = False
     bool
         whether the kernels compile now.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from meanfield.engine import kernels                                  # doctest: +SKIP
     >>> first_use_notice(kernels.gd_advance, family="engine", echo=True)      # doctest: +SKIP
     """

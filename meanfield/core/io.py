@@ -220,7 +220,47 @@ def write_h5_atomic(path: str | Path, attrs: dict[str, Any], data: dict[str, Any
 
 def write_run(path: str | Path, *, system: str, config: dict, status: str, message: str,
               data: dict[str, Any], attrs: dict[str, Any] | None = None) -> Path:
-    """Write a run file atomically. ``data``: name -> array, or name -> dict (a group)."""
+    """Write a run file atomically (to ``PATH.tmp-PID``, then renamed over ``path``).
+
+    Parameters
+    ----------
+    path : str or Path
+        The run file.
+    system : str
+        ``mixture``, ``engine`` or ``induction`` (root attribute ``system``).
+    config : dict
+        The fully resolved config (stored as JSON in ``config``).
+    status : str
+        ``complete``, ``diverged`` or ``interrupted``.
+    message : str
+        Where and why the run stopped.
+    data : dict
+        Name -> array (a dataset), or name -> dict (a group of them).
+    attrs : dict or None
+        More root attributes (dicts and lists are stored as JSON).
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``status``.
+    OSError
+        The folder cannot be written or the disk is full (nothing is left
+        at ``path`` or beside it).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.core.io import read_run, write_run
+    >>> p = write_run("runs/tiny.h5", system="engine", config={"eta": 0.1}, status="complete",
+    ...               message="", data={"t": np.arange(3.0), "loss": np.ones(3)})
+    >>> r = read_run(p); r.attrs["status"], r["t"].tolist()
+    ('complete', [0.0, 1.0, 2.0])
+    """
     if status not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
     base = {"format": FORMAT, "format_version": FORMAT_VERSION, "system": system, "meanfield_version": __version__,
@@ -245,8 +285,8 @@ def read_run(path: str | Path) -> Run:
     -------
     Run
 
-    Example
-    -------
+    Examples
+    --------
     >>> r = read_run("runs/mixture.h5")     # doctest: +SKIP
     >>> r["S"].shape, r.attrs["status"]     # doctest: +SKIP
     """

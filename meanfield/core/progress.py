@@ -29,8 +29,8 @@ class TqdmMonitor(integrate.Monitor):
     **kw
         passed to :class:`~meanfield.core.integrate.Monitor`.
 
-    Example
-    -------
+    Examples
+    --------
     >>> with TqdmMonitor(total=100, unit="step") as mon:     # doctest: +SKIP
     ...     traj = solver.solve(system, y0, stages, saveat, mon)
     """
@@ -88,8 +88,8 @@ def monitor(progress, total: float, unit: str, desc: str = "", **kw) -> integrat
     -------
     meanfield.core.integrate.Monitor
 
-    Example
-    -------
+    Examples
+    --------
     >>> mon = monitor(False, total=100, unit="step")
     >>> mon.quiet_s
     inf

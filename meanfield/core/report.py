@@ -20,6 +20,39 @@ SOURCES = ("proved", "shown", "expected")
 
 @dataclass
 class Claim:
+    """One checked statement of a paper: PASS / FAIL with its numbers.
+
+    Parameters
+    ----------
+    name : str
+        Short identifier (``stage1_neurons_align``).
+    status : str
+        ``"PASS"`` or ``"FAIL"`` (see :func:`status`).
+    statement : str
+        The claim in words, as the paper makes it.
+    setting : dict
+        The setting it was checked in (sizes, step size, seeds, ...).
+    numbers : dict
+        The measured numbers that decide it (JSON-able).
+    figure : str or None
+        Path of a figure showing it.
+    source : str
+        ``proved`` (a theorem or lemma), ``shown`` (a figure or experiment of
+        the paper) or ``expected`` (what the authors expect; does not decide
+        the exit code).
+
+    Raises
+    ------
+    ValueError
+        For a ``source`` outside ``proved``, ``shown``, ``expected``.
+
+    Examples
+    --------
+    >>> c = Claim("loss_to_zero", status(0.003 < 0.01), "the loss goes to 0", numbers={"final_loss": 0.003})
+    >>> c.passed, c.source
+    (True, 'shown')
+    """
+
     name: str
     status: str  # "PASS" | "FAIL"
     statement: str
@@ -34,14 +67,32 @@ class Claim:
 
     @property
     def passed(self) -> bool:
+        """Whether the status is PASS."""
         return self.status == "PASS"
 
 
 def fit_line(x, y) -> dict:
-    """Least-squares y = slope x + intercept (``scipy.stats.linregress``):
-    slope, intercept, R^2 (NaN when undefined: fewer than 2 points or constant
-    y), the slope's standard error and the residuals. Constant x (no slope to
-    fit) falls back to the minimum-norm least-squares solution."""
+    """Least-squares line y = slope x + intercept (``scipy.stats.linregress``).
+
+    Parameters
+    ----------
+    x, y : array_like
+        The points, same length (for an exponent: log m and log error).
+
+    Returns
+    -------
+    dict
+        ``slope``, ``intercept``, ``r2`` (NaN when undefined: fewer than 2
+        points or constant y), ``slope_se`` (the slope's standard error; NaN
+        with 2 points or constant x) and ``residuals`` (list). Constant x (no
+        slope to fit) falls back to the minimum-norm least-squares solution.
+
+    Examples
+    --------
+    >>> f = fit_line([0.0, 1.0, 2.0], [1.0, 3.0, 5.0])
+    >>> round(f["slope"], 12), round(f["intercept"], 12), round(f["r2"], 12)
+    (2.0, 1.0, 1.0)
+    """
     import numpy as np
 
     x, y = np.asarray(x, float), np.asarray(y, float)
@@ -64,16 +115,67 @@ def fit_line(x, y) -> dict:
 
 
 def gating(claims) -> list:
-    """The claims that decide a check's exit code: the proved and shown ones."""
+    """The claims that decide a check's exit code: the proved and shown ones.
+
+    Parameters
+    ----------
+    claims : iterable of Claim
+        Every claim of a check.
+
+    Returns
+    -------
+    list of Claim
+        Those whose source is ``proved`` or ``shown``; a check exits 0 iff
+        all of them pass.
+
+    Examples
+    --------
+    >>> cs = [Claim("a", "PASS", "..."), Claim("b", "FAIL", "...", source="expected")]
+    >>> [c.name for c in gating(cs)]
+    ['a']
+    """
     return [c for c in claims if c.source != "expected"]
 
 
 def status(ok: bool) -> str:
+    """A claim's status word.
+
+    Parameters
+    ----------
+    ok : bool
+        Whether the claim holds.
+
+    Returns
+    -------
+    str
+        ``"PASS"`` or ``"FAIL"``.
+
+    Examples
+    --------
+    >>> status(True), status(False)
+    ('PASS', 'FAIL')
+    """
     return "PASS" if ok else "FAIL"
 
 
 def jfloat(x):
-    """JSON-friendly float (None for None or NaN)."""
+    """A JSON-friendly float.
+
+    Parameters
+    ----------
+    x : float, numpy scalar or None
+        The value.
+
+    Returns
+    -------
+    float or None
+        ``float(x)``; None for None or NaN (JSON has no NaN).
+
+    Examples
+    --------
+    >>> jfloat(float("nan")) is None, jfloat(2)
+    (True, 2.0)
+    """
     if x is None:
         return None
     x = float(x)

@@ -128,8 +128,8 @@ class Run(dict):
     path : str or Path, optional
         the file it was read from.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import meanfield
     >>> r = meanfield.open_run("runs/incontext.h5")            # doctest: +SKIP
     >>> r.entries[:2], r.state(2.5)[:2], r.to_xarray()          # doctest: +SKIP
@@ -341,8 +341,8 @@ class Run(dict):
         numpy.ndarray
             (E,) values, in the order of :attr:`entries`.
 
-        Example
-        -------
+        Examples
+        --------
         >>> r = meanfield.open_run("runs/incontext.h5")     # doctest: +SKIP
         >>> dict(zip(r.entries, r.state(2.5)))              # doctest: +SKIP
         """
@@ -439,8 +439,8 @@ class Run(dict):
         -------
         xarray.Dataset
 
-        Example
-        -------
+        Examples
+        --------
         >>> ds = meanfield.open_run("runs/incontext.h5").to_xarray()   # doctest: +SKIP
         >>> ds.state.sel(entry="W[h,x1,x1]").plot()                     # doctest: +SKIP
         """
@@ -463,8 +463,8 @@ class Run(dict):
         -------
         pandas.DataFrame
 
-        Example
-        -------
+        Examples
+        --------
         >>> df = meanfield.open_run("runs/incontext.h5").to_dataframe()   # doctest: +SKIP
         >>> df[["loss", "W[h,x1,x1]"]].plot()                              # doctest: +SKIP
         """
@@ -501,8 +501,8 @@ class Run(dict):
         -------
         matplotlib.figure.Figure
 
-        Example
-        -------
+        Examples
+        --------
         >>> fig = meanfield.open_run("runs/incontext.h5").plot()   # doctest: +SKIP
         """
         import matplotlib.pyplot as plt
@@ -565,8 +565,8 @@ def open_run(path) -> Run:
     FileNotFoundError, ValueError
         no such file; not a meanfield run file.
 
-    Example
-    -------
+    Examples
+    --------
     >>> r = meanfield.open_run("runs/incontext.h5")    # doctest: +SKIP
     >>> r.system, r.loss[-1], r.entries[:3]            # doctest: +SKIP
     """
@@ -606,8 +606,8 @@ def read_file(path) -> Run:
     ------
     FileNotFoundError, ValueError
 
-    Example
-    -------
+    Examples
+    --------
     >>> r = read_file("runs/incontext.h5")     # doctest: +SKIP
     """
     import h5py
@@ -681,8 +681,8 @@ def plot_runs(runs, label=None, entries=None, logy: bool = True):
     -------
     matplotlib.figure.Figure
 
-    Example
-    -------
+    Examples
+    --------
     >>> fig = meanfield.plot_runs(["runs/w16.h5", "runs/w64.h5"], label="width")   # doctest: +SKIP
     """
     import matplotlib.pyplot as plt

@@ -64,8 +64,8 @@ def first_crossing(conds, t, start: int = 0, step=None) -> float:
     -------
     float
 
-    Example
-    -------
+    Examples
+    --------
     >>> first_crossing([(np.array([1.0, 0.5, 0.0]), "<=", 0.25)], np.array([0.0, 10.0, 20.0]))
     15.0
     >>> first_crossing([(np.array([1.0, 0.5, 0.0]), "<=", 0.25)], np.array([0.0, 10.0, 20.0]), step=np.array([0, 4, 8]))

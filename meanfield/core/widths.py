@@ -59,8 +59,8 @@ def fit_exponent(widths, errors) -> dict:
     dict
         ``exponent``, ``exponent_ci`` ([lo, hi] or None), ``r2``, ``two_points``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> fit_exponent([10, 1000], [[1.0, 1.0], [0.1, 0.1]])["exponent"], fit_exponent([10, 1000], [[1.0], [0.1]])["exponent_ci"]
     (-0.5, None)
     """
@@ -99,8 +99,8 @@ def exponent_text(name: str, fit: dict) -> str:
     -------
     str
 
-    Example
-    -------
+    Examples
+    --------
     >>> exponent_text("S", fit_exponent([10, 1000], [[1.0], [0.1]]))
     'sup-norm error of S ~ m^-0.500 (two widths: two points fix a line, so no interval (give three or more widths for a 95% CI))'
     """

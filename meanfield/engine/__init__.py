@@ -36,24 +36,37 @@ def __dir__():
 
 
 def load(path, **overrides):
-    """Read a TOML description; keyword overrides replace its parameters.
+    """Read a TOML model description, with parameter overrides.
 
     Parameters
     ----------
     path : str or Path
-        the description (TOML).
+        The description (``docs/examples/majority.toml``,
+        ``meanfield/models/mixture.toml``, ...; every key:
+        ``docs/description.md``).
     **overrides
-        parameter values (the CLI flags): ``K=3, width=5``.
+        Values of the description's declared parameters and of the run knobs
+        (``width``, ``seed``, ``steps``, ``eta``, ...): the same names as the
+        command's flags, ``load("mixture.toml", K=3, width=5)``.
 
     Returns
     -------
     Description
+        The resolved description (frozen dataclasses of
+        :mod:`meanfield.engine.description`).
 
-    Example
-    -------
+    Raises
+    ------
+    ConfigError
+        One line naming the key and what is allowed (an undeclared parameter,
+        a wrong type, a Gram matrix that is not positive semi-definite, ...).
+
+    Examples
+    --------
     >>> import meanfield.engine as me
-    >>> me.load("meanfield/models/incontext.toml", K=2).name   # doctest: +SKIP
-    'incontext'
+    >>> desc = me.load("docs/examples/majority.toml", width=16, seed=2)
+    >>> desc.name, desc.init.width, dict(desc.declared)["overlap"]
+    ('majority', 16, 0.3)
     """
     from .description import load_description
 
@@ -79,3 +92,4 @@ def __getattr__(name):
 
         return getattr(finite, name)
     raise AttributeError(name)
+

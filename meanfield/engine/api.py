@@ -19,23 +19,35 @@ from .runs import Run, run, run_to_file  # noqa: F401
 
 
 def derive(desc: Description, latex: bool = True) -> dict:
-    """Names and counts of the reduced variables, the GD map and flow in words,
-    and (``latex``) the derivation in LaTeX from the symbolic module when it
-    provides one for a description (``latex`` is None otherwise); for a small
-    model (``meanfield.engine.symbolic_entries.supported``) also the explicit
-    loss and the GD map of each state entry.
+    """What ``meanfield model derive`` prints: the reduced variables and their dynamics.
+
+    For a small model (``meanfield.engine.symbolic_entries.supported``) the
+    LaTeX also has the explicit loss and the GD map of each state entry.
 
     Parameters
     ----------
     desc : Description
+        A loaded description (:func:`meanfield.engine.load`).
     latex : bool
+        Also build the derivation in LaTeX (needs sympy; per state entry for
+        small models, the general Gram-block form otherwise).
 
     Returns
     -------
     dict
+        ``model``, ``P`` (number of features), ``features``, ``state_size``,
+        ``variables`` (one dict per reduced block: ``head``, ``name``,
+        ``kind``, ``shape``, ``count`` of independent entries),
+        ``independent`` (their total), ``gd_map`` and ``flow`` in words,
+        ``parameters`` (the declared parameters' values) and ``latex`` (a
+        string, or None when ``latex`` is false or sympy is missing).
 
-    Example
-    -------
+    Examples
+    --------
+    >>> import meanfield.engine as me
+    >>> info = me.derive(me.load("docs/examples/majority.toml"), latex=False)
+    >>> [(v["name"], v["count"]) for v in info["variables"]], info["independent"]
+    ([('A', 6), ('S', 9), ('B', 6), ('w', 3)], 24)
     >>> import meanfield as mf
     >>> "W[h,v1,v2]" in derive(mf.load("incontext", K=2, N=2))["latex"].replace("_{h,v1,v2}", "[h,v1,v2]")
     True

@@ -280,8 +280,35 @@ def _per_trajectory(name, val, B, cast):
 
 
 def initial_states(desc: Description, seeds=None, widths=None) -> np.ndarray:
-    """(B, state) initial states of ``desc`` with per-trajectory ``seeds`` and
-    ``widths`` (a width None: infinite width); lists, or a scalar repeated."""
+    """Initial states of B trajectories of a description.
+
+    Parameters
+    ----------
+    desc : Description
+        The model.
+    seeds : int, list of int or None
+        Per-trajectory seeds of the sampled init (default the description's).
+    widths : int, list of int or None, or None
+        Per-trajectory widths (an entry None: infinite width; default the
+        description's). Lists must have the same length B; a scalar is repeated.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape (B, state size): the packed reduced states at t = 0.
+
+    Raises
+    ------
+    ConfigError
+        Lists of different lengths, a width below 1.
+
+    Examples
+    --------
+    >>> import meanfield.engine as me
+    >>> desc = me.load("docs/examples/majority.toml")
+    >>> me.initial_states(desc, seeds=[0, 1, 2], widths=16).shape[0]
+    3
+    """
     B = max(len(x) if x is not None and np.ndim(x) > 0 else 1 for x in (seeds, widths))
     seeds = _per_trajectory("seeds", seeds, B, int) or [desc.init.seed] * B
     widths = _per_trajectory("widths", widths, B, int) if widths is not None else [desc.init.width] * B
@@ -309,16 +336,51 @@ def record_capacity(desc: Description, step: float, every: int) -> int:
 
 def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, backend: str = "cpu",
               record_every: int | None = None, max_bytes: float = 4 * 2**30) -> BatchRun:
-    """Advance B trajectories of ``desc`` together under its exact GD map
-    (method gd) or fixed-step RK4 of its flow (method rk4, without stop criteria).
+    """Advance B trajectories of a description together (CPU threads or one CUDA thread each).
 
-    ``y0s`` (B, state): the initial states (default: built from ``seeds`` /
-    ``widths`` by :func:`initial_states`, or the description's own initial
-    state, B = 1); ``eta``: the step size (gd: eta; rk4: dt), one or one per
-    trajectory (default the description's); ``record_every``: also record
-    every N steps (default: the summary only); ``backend``: ``cpu``, ``cuda``
-    or ``auto``. Stages, their masks and criteria and ``max_abs`` come from
-    the description. Bad input raises a one-line ConfigError naming the field."""
+    The exact GD map (method gd) or fixed-step RK4 of the flow (method rk4,
+    without stop criteria). Stages, their masks and criteria and ``max_abs``
+    come from the description. The CPU batch equals single runs bit for bit.
+
+    Parameters
+    ----------
+    desc : Description
+        The model.
+    y0s : array_like or None
+        (B, state) initial states (default: built from ``seeds`` / ``widths``
+        by :func:`initial_states`, or the description's own initial state, B = 1).
+    eta : float, list of float or None
+        The step size (gd: eta; rk4: dt), one or one per trajectory (default
+        the description's).
+    seeds, widths
+        As in :func:`initial_states` (used when ``y0s`` is None).
+    backend : str
+        ``cpu``, ``cuda`` or ``auto`` (CUDA only when a GPU is present).
+    record_every : int or None
+        Also record every N steps (default: the summary only).
+    max_bytes : float
+        Refuse a batch whose record buffers would exceed this.
+
+    Returns
+    -------
+    BatchRun
+        Final states, per-trajectory status, stage ends, losses and the
+        records (``record_every``).
+
+    Raises
+    ------
+    ConfigError
+        One line naming the field: method flow, criteria with rk4, a backend
+        that is not available, buffers beyond ``max_bytes``.
+
+    Examples
+    --------
+    >>> import meanfield.engine as me
+    >>> desc = me.load("docs/examples/majority.toml", steps=100)
+    >>> b = me.run_batch(desc, seeds=[0, 1, 2, 3], widths=16)
+    >>> len(b.status)
+    4
+    """
     be = resolve_backend(backend)
     tr = desc.training
     if "population" in desc.data.extra:  # meanfield.engine.population's kernels, not the batch's

@@ -582,13 +582,52 @@ def _read(path) -> dict:
 
 
 def load_description(path, overrides: dict | None = None) -> Description:
-    """Read and validate a TOML description; ``overrides`` (CLI flags,
-    None values ignored) replace entries of its ``[parameters]``."""
+    """Read and validate a TOML description (what ``meanfield.engine.load`` calls).
+
+    Parameters
+    ----------
+    path : str or Path
+        The TOML file (every key: ``docs/description.md``).
+    overrides : dict or None
+        Values replacing its ``[parameters]`` (as the CLI flags; None values ignored).
+
+    Returns
+    -------
+    Description
+        Validated; a bad key or value raises ConfigError (one line naming it).
+
+    Examples
+    --------
+    >>> load_description("docs/examples/majority.toml", {"width": 16}).init.width
+    16
+    """
     raw = read_raw(path)
     return description_from_dict(raw, overrides, source=str(path))
 
 
 def description_from_dict(raw: dict, overrides: dict | None = None, source: str | None = None) -> Description:
+    """Validate a description given as a dict (the TOML file's tables, parsed).
+
+    Parameters
+    ----------
+    raw : dict
+        The tables as ``tomllib`` reads them.
+    overrides : dict or None
+        As in :func:`load_description`.
+    source : str or None
+        Where it came from (the name defaults to its stem).
+
+    Returns
+    -------
+    Description
+
+    Examples
+    --------
+    >>> raw = {"dictionary": {"features": ["a", "b"]}, "heads": [{"value": "linear"}],
+    ...        "data": {"rows": [{"tokens": ["a", "b"], "target": 1}, {"tokens": ["b", "b"], "target": -1}]}}
+    >>> description_from_dict(raw).data.n
+    2
+    """
     if not isinstance(raw, dict):
         raise ConfigError("model: a description is a TOML table")
     for k in raw:

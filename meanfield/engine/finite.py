@@ -113,9 +113,53 @@ def _projected(desc: Description, psys, traj):
 
 
 def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=None, batch=None, batch_seed=None):
-    """Train the explicit network of ``desc`` (finite width, GD; ``batch``: online SGD on
-    sampled prompt batches, icl_regression data) and return an engine
-    :class:`~meanfield.engine.runs.Run` of its projected states (``run.S["+", "c1", "v1"]`` ...)."""
+    """Train the explicit finite-width network of a description and project its states.
+
+    The network is generated from the description (wide W_K, W_Q in R^{m x d}
+    with the tokens embedded in R^d, ``m = desc.init.width``) and trained by
+    plain numpy full-batch GD (or RK4 of its flow): an implementation
+    independent of the reduced dynamics, against which they are tested.
+
+    Parameters
+    ----------
+    desc : Description
+        A description with a finite width (``load(path, width=16)``).
+    d : int or None
+        Embedding dimension of the tokens (default: enough for the Gram
+        matrix, see ``default_d``).
+    embed_seed : int or None
+        Seed of the random embedding E with E^T E = Gamma (default: the
+        description's seed).
+    monitor : meanfield.core.integrate.Monitor or None
+        Progress and interruption (None: none).
+    batch : int or None
+        Online SGD on sampled prompt batches of this size (icl_regression
+        data); None: full-batch GD.
+    batch_seed : int or None
+        Seed of the sampled batches.
+
+    Returns
+    -------
+    Run
+        An engine run of the projected states (the same names as
+        :func:`meanfield.engine.run`: ``r.S["h", "plus", "blank"]``, ``r.loss``),
+        with the particle system as ``r.particles``.
+
+    Raises
+    ------
+    ConfigError
+        Infinite width, a ``d`` too small for the Gram matrix, a size beyond
+        the machine.
+
+    Examples
+    --------
+    >>> import meanfield.engine as me
+    >>> desc = me.load("docs/examples/majority.toml", width=16, seed=2, steps=200)
+    >>> net = me.particles(desc)            # the explicit network, m = 16
+    >>> red = me.run(desc)                  # the reduced dynamics, same init
+    >>> float(abs(net.loss - red.loss).max()) < 1e-9
+    True
+    """
     from .runs import in_memory
     from .system import system_of
 
@@ -127,12 +171,49 @@ def particles(desc: Description, d: int | None = None, embed_seed=None, monitor=
 
 def particles_to_file(desc: Description, out, d: int | None = None, embed_seed=None, progress: bool = True,
                       checkpoint_s: float = 60.0, batch=None, batch_seed=None):
-    """:func:`particles` written as a run file (the engine's schema; attrs ``particles`` = 1,
-    ``d``, ``embed_seed``) through the shared harness (``meanfield.core.harness.run_to_file``):
-    progress on stderr for long runs, a checkpoint (status interrupted, naming the step or
-    time reached; one that fails is a warning and the run goes on) every ``checkpoint_s``
-    seconds, SIGINT/SIGTERM end the run with a valid file (status interrupted), a blow-up
-    with status diverged."""
+    """:func:`particles` written as a run file (what ``meanfield model particles`` does).
+
+    The file has the engine's schema with attrs ``particles`` = 1, ``d`` and
+    ``embed_seed``; it is written through the shared harness
+    (``meanfield.core.harness.run_to_file``): progress on stderr for long
+    runs, a checkpoint every ``checkpoint_s`` seconds (status interrupted,
+    naming the step or time reached; one that fails is a warning and the run
+    goes on), SIGINT/SIGTERM end the run with a valid file (status
+    interrupted), a blow-up with status diverged.
+
+    Parameters
+    ----------
+    desc : Description
+        A description with a finite width.
+    out : str or Path
+        The run file (``.h5`` or ``.hdf5``).
+    d, embed_seed, batch, batch_seed
+        As in :func:`particles`.
+    progress : bool
+        Print progress for runs longer than 2 s.
+    checkpoint_s : float
+        Seconds between checkpoints.
+
+    Returns
+    -------
+    tuple of (Run, Path)
+        The projected run (as :func:`particles`; ``r.status`` is
+        ``complete``, ``diverged`` or ``interrupted``) and the path written.
+
+    Raises
+    ------
+    ConfigError
+        A path that is not ``.h5`` or cannot be written, and the errors of
+        :func:`particles`.
+
+    Examples
+    --------
+    >>> import meanfield.engine as me
+    >>> desc = me.load("docs/examples/majority.toml", width=16, seed=2, steps=200)
+    >>> r, path = me.particles_to_file(desc, "runs/majority_net16.h5", progress=False)
+    >>> r.status, path.name
+    ('complete', 'majority_net16.h5')
+    """
     from ..core import harness
     from .runs import in_memory, save
     from .system import system_of
@@ -207,8 +288,61 @@ def _finite_job(job):
 
 def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None, tol_rel: float = 1e-9,
                 workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
-    """Infinite-width engine run against the particle system at every (m, seed) (module
-    docstring); writes ``out`` (.h5), ``out.json``, ``out.png``; returns the summary."""
+    """Finite widths against infinite width: the error of the explicit network at every (m, seed).
+
+    Runs the infinite-width reduced dynamics once and the explicit network
+    (:func:`particles`) at every width and seed, measures the sup-norm error
+    of each recorded variable over the run, fits the exponent of its decay in
+    m and names kinks (pre-activations tied at the ReLU kink) where the error
+    does not decay.
+
+    Parameters
+    ----------
+    desc : Description
+        The model (its width is ignored: every width in ``widths`` is run).
+    widths : iterable of int
+        The widths m; the exponent's interval needs three or more (with two,
+        the slope through the two points and no interval).
+    seeds : int
+        Seeds 0..seeds-1 per width.
+    out : str or Path
+        The run file of the errors (``.h5``); ``out.json`` and ``out.png``
+        (the figure) are written beside it.
+    d : int or None
+        Embedding dimension (as in :func:`particles`).
+    tol_rel : float
+        Relative tolerance below which an error counts as rounding.
+    workers : int or None
+        Processes for the (m, seed) points (None: one per core).
+    executor : optional
+        A ``concurrent.futures`` executor to use instead.
+    progress : bool
+        Print progress.
+    log : callable
+        Where the summary lines go (``print``).
+
+    Returns
+    -------
+    dict
+        The summary written to ``out.json``: per quantity the errors per
+        width and seed (``errors``), the fitted exponents with their
+        intervals, the kinks found, and ``files`` (the .h5, .json and .png
+        written).
+
+    Raises
+    ------
+    ConfigError
+        Bad widths or seeds, a path that is not ``.h5``.
+
+    Examples
+    --------
+    >>> import meanfield.engine as me
+    >>> desc = me.load("docs/examples/majority.toml", width=16, seed=2, steps=200)
+    >>> s = me.width_sweep(desc, [4, 16, 64], seeds=2, out="runs/majority_widths.h5", progress=False,
+    ...                    log=lambda line: None)
+    >>> [f.rsplit(".", 1)[1] for f in s["files"]]
+    ['h5', 'json', 'png']
+    """
     from ..core.widths import exponent_text, fit_exponent, kink_events, kink_splits, write_outputs
     from ..core.sweep import Progress, map_points
     from .runs import run as engine_run

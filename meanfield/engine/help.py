@@ -55,8 +55,8 @@ def parameter_comments(text: str) -> dict[str, str]:
     -------
     dict
 
-    Example
-    -------
+    Examples
+    --------
     >>> parameter_comments("[parameters]\\nK = 4   # features v1..vK\\n")
     {'K': 'features v1..vK'}
     """
@@ -96,8 +96,8 @@ def model_parameters(path: Path, mixture_help: dict | None = None) -> tuple[str,
     -------
     tuple
 
-    Example
-    -------
+    Examples
+    --------
     >>> from meanfield.engine.cli import model_path
     >>> fam, declared, knobs = model_parameters(model_path("incontext"))
     >>> [r[:2] for r in declared]

@@ -41,6 +41,29 @@ STAGE_SHIFT = 5
 
 @dataclass(frozen=True)
 class Dictionary:
+    """The finite token dictionary: feature names and their Gram matrix (``[dictionary]``).
+
+    Parameters
+    ----------
+    features : tuple of str
+        The P feature names (a token is a signed feature or P coefficients).
+    gram : numpy.ndarray or None
+        Gamma = E^T E (P x P, symmetric positive semi-definite); None: the
+        identity (orthonormal features).
+    report : numpy.ndarray or None
+        A report map C (P x R): recorded blocks are X_rep = C^T X C (the
+        mixture's noisy training sets); None: the identity.
+    report_names : tuple of str or None
+        Names of the R reported coordinates.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> d = Dictionary(("plus", "minus"), gram=np.array([[1.0, 0.3], [0.3, 1.0]]))
+    >>> d.P, float(d.Gamma[0, 1]), d.names
+    (2, 0.3, ('plus', 'minus'))
+    """
+
     features: tuple[str, ...]
     gram: np.ndarray | None = None
     report: np.ndarray | None = None
@@ -68,6 +91,33 @@ class Dictionary:
 
 @dataclass(frozen=True)
 class Data:
+    """The finite weighted set of sequences (``[data]``); build it with :func:`make_data`.
+
+    Parameters
+    ----------
+    tokens : numpy.ndarray
+        (n, L, P): each position's coefficients over the features.
+    target : numpy.ndarray
+        (n,) or (n, C): labels (+-1 for the logistic loss) or targets.
+    weight : numpy.ndarray
+        (n,) sample weights, summing to 1.
+    counts : numpy.ndarray or None
+        (n, L): how many identical tokens each position stands for (0 =
+        padding); None: all 1.
+    names : tuple of str or None
+        A name per row (run files, bounds).
+    flags : dict
+        Boolean row flags by name (``consistent``, ``flipped``, ...).
+    extra : dict
+        Family-specific data the engine does not read.
+
+    Examples
+    --------
+    >>> d = make_data([[[1.0, 0.0], [0.0, 1.0]]], target=[1.0])
+    >>> d.n, d.L, d.count_array.tolist()
+    (1, 2, [[1.0, 1.0]])
+    """
+
     tokens: np.ndarray
     target: np.ndarray
     weight: np.ndarray
@@ -116,6 +166,39 @@ class Head:
     block R = r^T M_V E), ``token`` (the attended token itself: outputs zbar,
     P of them). ``outputs`` C: one value vector per output (class).
     sign: the head's output multiplier a_j (``train_sign``: trainable).
+
+    Parameters
+    ----------
+    name : str
+        The head's name (runs and bounds name its variables by it).
+    attention : str
+        ``softmax`` or ``linear``.
+    kq : str
+        ``separate`` (wide W_K, W_Q) or ``merged`` (one narrow W).
+    query : str
+        ``mean``, ``last`` or ``fixed``.
+    query_vector : tuple of float or None
+        With ``query = "fixed"``: the query's P coefficients.
+    query_self : bool
+        With ``query = "last"``: False leaves the query position out of the keys.
+    scale : float
+        Multiplies the logits.
+    value : str
+        ``neuron``, ``linear``, ``matrix`` or ``token``.
+    n_neurons : int
+        With ``value = "neuron"``: neurons sharing the head's attention.
+    outputs : int
+        Outputs C (``value = "token"`` has P).
+    sign : float
+        The output multiplier a_j.
+    train_sign : bool
+        Whether a_j is trained.
+
+    Examples
+    --------
+    >>> h = Head(name="h", value="linear")
+    >>> h.attention, h.kq, h.n_out
+    ('softmax', 'separate', 1)
     """
 
     name: str = "h"
@@ -143,6 +226,25 @@ class Head:
 
 @dataclass(frozen=True)
 class Model:
+    """The heads and the loss (``[[heads]]``, ``[model]``); the output is the sum of the heads'.
+
+    Parameters
+    ----------
+    heads : tuple of Head
+        One or more heads, all with the same number of outputs.
+    loss : str
+        ``logistic``, ``squared``, ``cross_entropy``, ... (the allowed
+        values: ``docs/description.md``).
+    relu_prime_at_zero : float
+        ReLU'(0) in {0, 0.5, 1}.
+
+    Examples
+    --------
+    >>> m = Model(heads=(Head(value="linear"),), loss="logistic")
+    >>> m.n_outputs(3)
+    1
+    """
+
     heads: tuple[Head, ...]
     loss: str = "logistic"
     relu_prime_at_zero: float = 1.0
@@ -154,6 +256,29 @@ class Model:
 
 @dataclass(frozen=True)
 class Init:
+    """The initialisation (run knobs ``width``, ``seed``, ``omega``, ...).
+
+    Parameters
+    ----------
+    width : int or None
+        The width m; None: infinite width (S = 0, A = B = omega^2 Gamma).
+    seed : int
+        Seed of the sampled initial weights (finite m) and gaussian neurons.
+    omega : float
+        Init scale of W_K, W_Q: entries N(0, omega^2 / m).
+    omega_v : float
+        Init scale of a wide value matrix.
+    sigma_r : float
+        Init scale of the readout vectors.
+    neuron_init : str
+        ``zero``, ``const:V1,...,VP`` or ``gaussian:SIGMA``.
+
+    Examples
+    --------
+    >>> Init(width=16, seed=2).omega
+    0.1
+    """
+
     width: int | None = None
     seed: int = 0
     omega: float = 0.1
@@ -166,6 +291,26 @@ class Init:
 
 @dataclass(frozen=True)
 class StageSpec:
+    """One training stage (``[[training.stages]]``).
+
+    Parameters
+    ----------
+    name : str
+        The stage's name.
+    train : tuple of str
+        What it trains (``attention``, ``neurons``, ``values``, ...).
+    length : float
+        Its length: steps (GD) or time (flow, RK4); a cap when a criterion is given.
+    criterion : tuple of (str, str, float) or None
+        (name, ``>=`` or ``<=``, threshold): the stage ends when it holds.
+
+    Examples
+    --------
+    >>> s = StageSpec("s1", ("attention",), 100, ("loss", "<=", 0.01))
+    >>> s.length, s.criterion[0]
+    (100, 'loss')
+    """
+
     name: str
     train: tuple[str, ...]
     length: float
@@ -177,6 +322,39 @@ class StageSpec:
 
 @dataclass(frozen=True)
 class Training:
+    """How a description is trained: method, step, stages, tolerances, records.
+
+    Parameters
+    ----------
+    method : str
+        ``gd`` (the exact GD map), ``flow`` (adaptive Dormand-Prince 5(4)) or
+        ``rk4`` (fixed step ``dt``).
+    eta : float
+        The GD step size (time t = steps x eta).
+    stages : tuple of StageSpec
+        The stages, in order (a simultaneous run has one).
+    schedule : str
+        The schedule's name.
+    dt : float or None
+        RK4 step (default eta).
+    rtol, atol : float
+        Flow tolerances.
+    h_min : float or None
+        The flow's smallest step.
+    max_abs : float
+        A state entry above this stops the run as diverged.
+    record_every, record_log : int or None
+        Record every N steps, or at N log-spaced steps.
+    record_dt : float or None
+        Record every DT time units (flow, RK4).
+
+    Examples
+    --------
+    >>> t = Training(eta=0.2, stages=(StageSpec("all", ("attention", "neurons"), 4000),))
+    >>> t.horizon
+    4000.0
+    """
+
     method: str = "gd"
     eta: float = 0.5
     normalise: str = "none"  # method gd only: none | parameter (normalised GD, see NORMALISE)
@@ -200,6 +378,40 @@ class Training:
 
 @dataclass(frozen=True)
 class Description:
+    """A loaded model description: what :func:`meanfield.load` returns.
+
+    Parameters
+    ----------
+    name : str
+        The model's name.
+    dictionary : Dictionary
+    data : Data
+    model : Model
+    init : Init
+    training : Training
+    family : str or None
+        A registered family (``mixture``) whose generator built it.
+    parameters : object
+        The validated parameters (a MixtureConfig for the mixture family,
+        else :class:`~meanfield.engine.description.RunParams`).
+    source : str or None
+        The file it was read from.
+    declared : tuple
+        The description's own declared parameters as (name, value) pairs,
+        after overrides.
+    test : Data or None
+        A held-out test set, never trained on (``meanfield.engine.heldout``).
+    overrides : tuple
+        The (name, value) overrides it was loaded with.
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> desc = mf.load("docs/examples/majority.toml")
+    >>> desc.name, desc.P, desc.dictionary.features
+    ('majority', 3, ('plus', 'minus', 'blank'))
+    """
+
     name: str
     dictionary: Dictionary
     data: Data
@@ -220,8 +432,48 @@ class Description:
 
 def make_data(tokens, target, weight=None, counts=None, names=None, flags=None, P: int | None = None,
               where: str = "data") -> Data:
-    """Validate arrays into a :class:`Data` (tokens (n, L, P); target (n,) or
-    (n, C); weight default 1/n; counts default 1)."""
+    """Validate arrays into a :class:`Data`: the finite weighted set of sequences.
+
+    Parameters
+    ----------
+    tokens : array_like
+        (n, L, P): each position's coefficients over the P features.
+    target : array_like
+        (n,) labels +-1 (logistic), reals (squared) or class indices
+        (cross_entropy), or (n, C) vector targets (squared).
+    weight : array_like or None
+        (n,) weights >= 0 (default 1/n each).
+    counts : array_like or None
+        (n, L): a position stands for ``count`` identical tokens (0 = padding;
+        default 1).
+    names : sequence of str or None
+        The sequences' names.
+    flags : dict or None
+        Named boolean (n,) flags (``consistent``, ``flipped``).
+    P : int or None
+        The number of features, checked against the tokens' last axis.
+    where : str
+        The field name used in error messages.
+
+    Returns
+    -------
+    Data
+        Read-only arrays.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the field (a shape, a non-finite entry, a negative
+        weight or count).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[[1.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 1.0]]])   # n = 2, L = 2, P = 2
+    >>> data = make_data(X, target=[1, -1], counts=[[2, 1], [1, 1]])
+    >>> data.n, data.L, data.weight.tolist()
+    (2, 2, [0.5, 0.5])
+    """
     X = np.asarray(tokens, dtype=float)
     if X.ndim != 3 or X.shape[0] < 1 or X.shape[1] < 1:
         raise ConfigError(f"{where}.tokens: must be an (n, L, P) array with n, L >= 1; got shape {X.shape}")

@@ -63,8 +63,8 @@ def engine_figures(r) -> list[tuple[str, object]]:
         ``variables_<head>`` (every reduced variable of the head, one panel
         each).
 
-    Example
-    -------
+    Examples
+    --------
     >>> figs = engine_figures(meanfield.open_run("runs/incontext.h5"))   # doctest: +SKIP
     >>> [name for name, _ in figs]                                       # doctest: +SKIP
     ['loss', 'variables_h']
@@ -181,8 +181,8 @@ def plot_engine_run(r, path: Path, out: Path) -> list[Path]:
     -------
     list of Path
 
-    Example
-    -------
+    Examples
+    --------
     >>> plot_engine_run(meanfield.open_run(p), p, Path("figs"))   # doctest: +SKIP
     """
     import matplotlib

@@ -60,8 +60,8 @@ def in_memory(desc: Description, system: EngineSystem, traj: integrate.Trajector
     -------
     Run
 
-    Example
-    -------
+    Examples
+    --------
     >>> system, traj = integrate_description(desc)      # doctest: +SKIP
     >>> r = in_memory(desc, system, traj); r.S.shape    # doctest: +SKIP
     """
@@ -107,8 +107,35 @@ def compile_notice(desc: Description, echo: bool = False) -> bool:
 
 
 def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) -> Run:
-    """Integrate ``desc`` (from ``y0`` if given) and return a :class:`Run`. From the description's own start,
-    a start that GD cannot leave by symmetry is refused first (``meanfield.engine.symmetry``)."""
+    """Integrate the exact reduced dynamics of a description, in memory.
+
+    Parameters
+    ----------
+    desc : Description
+        A loaded description (:func:`meanfield.engine.load`); its training
+        section fixes the method (GD map, flow, RK4), stages and records.
+    y0 : numpy.ndarray or None
+        A flat initial state (default: the description's initialisation, the
+        first record). From the description's own start, a start that GD
+        cannot leave by symmetry is refused first (``meanfield.engine.symmetry``).
+    monitor : meanfield.core.integrate.Monitor or None
+        Progress and interruption (None: none).
+
+    Returns
+    -------
+    Run
+        A :class:`meanfield.Run` (``r.t``, ``r.loss``, ``r.margin``, the
+        reduced variables by name: ``r.S["h", "plus", "blank"]``,
+        ``r.var("h", "w")``; ``r.status``, ``r.stage_ends``), the same object
+        :func:`meanfield.open_run` gives for its run file.
+
+    Examples
+    --------
+    >>> import meanfield.engine as me
+    >>> r = me.run(me.load("docs/examples/majority.toml", steps=50))
+    >>> r.status, len(r.t), round(float(r.loss[0]), 4)
+    ('complete', 51, 0.6834)
+    """
     if y0 is None:
         system = system_of(desc)
         refuse_symmetric_start(desc, system)
@@ -309,8 +336,8 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
     -------
     Path
 
-    Example
-    -------
+    Examples
+    --------
     >>> save("runs/m.h5", desc, run(desc))     # doctest: +SKIP
     """
     if desc.family is not None:  # a family with its own run-file schema writes it (meanfield.engine.registry)
@@ -327,11 +354,41 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
 
 def run_to_file(desc: Description, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0,
                 extra_attrs: dict | None = None, monitor_factory=None):
-    """Run and write ``out`` through the shared harness
-    (``meanfield.core.harness.run_to_file``): progress on stderr for long
-    runs, a checkpoint (status "interrupted") every ``checkpoint_s`` seconds,
-    SIGINT/SIGTERM end the run with a valid file (status interrupted), a
-    blow-up with status diverged. Returns (Run, path)."""
+    """Run a description and write its run file (what ``meanfield model run`` does).
+
+    Through the shared harness (``meanfield.core.harness.run_to_file``):
+    progress on stderr for long runs, a checkpoint (status "interrupted")
+    every ``checkpoint_s`` seconds, SIGINT/SIGTERM end the run with a valid
+    file (status interrupted), a blow-up with status diverged.
+
+    Parameters
+    ----------
+    desc : Description
+        A loaded description.
+    out : str or Path
+        The run file (``.h5``; format: ``docs/run-files.md``).
+    progress : bool
+        Print progress for runs longer than 2 s.
+    checkpoint_s : float
+        Seconds between checkpoints.
+    extra_attrs : dict or None
+        More root attributes for the file.
+    monitor_factory : callable or None
+        Builds the run's monitor (the Python API passes a tqdm one).
+
+    Returns
+    -------
+    tuple of (Run, Path)
+        The run (as :func:`run`) and the path written.
+
+    Examples
+    --------
+    >>> import meanfield.engine as me
+    >>> desc = me.load("docs/examples/majority.toml", steps=50)
+    >>> r, path = me.run_to_file(desc, "runs/majority_short.h5", progress=False)
+    >>> r.status, path.name
+    ('complete', 'majority_short.h5')
+    """
     system = system_of(desc)
     refuse_symmetric_start(desc, system)  # before anything is written
     return harness.run_to_file(

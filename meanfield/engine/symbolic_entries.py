@@ -57,8 +57,8 @@ def entry_system(desc) -> dict:
         Symbols), ``loss`` (sympy expression), ``grad`` (name -> dL/dX),
         ``eta``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import meanfield as mf
     >>> s = entry_system(mf.load("incontext", K=2, N=2))
     >>> s["entries"]
@@ -157,8 +157,8 @@ def entry_latex(desc) -> str:
     -------
     str
 
-    Example
-    -------
+    Examples
+    --------
     >>> print(entry_latex(mf.load("incontext", K=2, N=2)))   # doctest: +SKIP
     """
     import sympy as sp
