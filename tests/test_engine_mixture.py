@@ -148,26 +148,36 @@ def test_flow_rhs_against_scipy_dop853():
     assert err <= 1e-7, err
 
 
-def test_cached_description_runs_in_second_process_under_1s():
+def test_cached_description_second_process_compiles_nothing():
     """Compile once: after a first process compiled (and cached) the kernels, a
-    second process loads and runs the description in < 1 s. Timed from after
-    numba's own one-time start-up (its first dispatch imports numba.np and
-    scipy.linalg, ~0.6 s, the same for the fast path and any numba code)."""
+    second process loads and runs the description without compiling anything:
+    every numba kernel of the package it dispatched came from numba's cache
+    (no cache miss, at least one hit). Counted from numba's own per-dispatcher
+    cache statistics, not timed (a wall-clock bound fails on a loaded machine;
+    the speed itself is measured in benchmarks/bench_first_use.py)."""
     code = (
-        "import time, numba\n"
-        "numba.njit(lambda x: x + 1)(1)  # numba's one-time start-up, not ours\n"
-        "t0 = time.perf_counter()\n"
+        "import sys\n"
         "import meanfield.engine as me\n"
         f"d = me.load({str(ROOT / 'meanfield/models/mixture.toml')!r}, K=2, L=3, steps=100, record_every=10)\n"
         "r = me.run(d)\n"
-        "print(time.perf_counter() - t0, r.status)\n"
+        "from numba.core.dispatcher import Dispatcher\n"
+        "hits = misses = 0\n"
+        "for name, mod in list(sys.modules.items()):\n"
+        "    if not name.startswith('meanfield'):\n"
+        "        continue\n"
+        "    for obj in list(vars(mod).values()):\n"
+        "        if isinstance(obj, Dispatcher) and obj._cache is not None and obj.signatures:\n"
+        "            st = obj.stats\n"
+        "            hits += sum(st.cache_hits.values())\n"
+        "            misses += sum(st.cache_misses.values())\n"
+        "print(hits, misses, r.status)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, cwd=tempfile.gettempdir())
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          cwd=tempfile.gettempdir())
-    secs, status = out.stdout.split()
+    hits, misses, status = out.stdout.split()
     assert status == "complete"
-    assert float(secs) < 1.0, f"second process took {float(secs):.2f} s"
+    assert int(hits) > 0 and int(misses) == 0, f"second process: {hits} kernels from the cache, {misses} compiled"
 
 
 def test_mixture_family_maps_every_config_field():
