@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from meanfield.core import bounds as Bd
-from meanfield.core.bounds import BoundError, evaluate, load_bounds, parse_bound, run_bounds_cli, values
+from meanfield.core.bound_files import format_result, load_bounds, run_bounds_cli
+from meanfield.core.bounds import BoundError, evaluate, parse_bound, values
 from meanfield.core.config import ConfigError
 from meanfield.core.io import read_run
 from meanfield.models.mixture import run as R
@@ -134,7 +135,7 @@ def test_bounds_match_independent_numpy(run):
             assert res.worst_slack >= 0, expr
         else:
             assert res.first_violation_t == tt[int(np.argmax(~h))], expr
-        line = Bd.format_result(expr, res)
+        line = format_result(expr, res)
         assert "\n" not in line and line.startswith("HOLDS" if res.holds else "VIOLATED")
 
 

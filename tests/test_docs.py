@@ -289,7 +289,7 @@ def test_missing_sections_can_fail():
     assert missing_sections(f) == list(SECTIONS) and missing_sections(g) == []
 
 
-@pytest.mark.parametrize("module", ["meanfield.core.report", "meanfield.core.bound_parse", "meanfield.engine.schema",
+@pytest.mark.parametrize("module", ["meanfield.core.report", "meanfield.core.bound_parse", "meanfield.core.bounds", "meanfield.core.bound_files", "meanfield.engine.schema",
                                     "meanfield.api", "meanfield.core.run", "meanfield.core.io", "meanfield.core.errors",
                                     "meanfield.engine", "meanfield.engine.api", "meanfield.engine.runs",
                                     "meanfield.engine.description", "meanfield.engine.objects"])

@@ -331,7 +331,7 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_bound(args) -> int:
-    from ..core.bounds import run_bounds_cli
+    from ..core.bound_files import run_bounds_cli
     from ..core.config import as_float
 
     tmin = as_float("tmin", args.tmin) if args.tmin is not None else None

@@ -631,6 +631,9 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     if not isinstance(raw, dict):
         raise ConfigError("model: a description is a TOML table")
     for k in raw:
+        if k == "layers":
+            raise ConfigError("layers: two-layer descriptions are not implemented yet (this engine reads one layer of "
+                              "[[heads]]; which two-layer models close: docs/engine.md, 'Two-layer attention')")
         if k not in TOP_KEYS:
             raise ConfigError(f"model: unknown key '{k}'; allowed: {', '.join(TOP_KEYS)}")
     raw, overrides, declared = resolve_parameters(raw, overrides)

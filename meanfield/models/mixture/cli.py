@@ -219,7 +219,7 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_bound(args) -> int:
-    from ...core.bounds import run_bounds_cli
+    from ...core.bound_files import run_bounds_cli
 
     tmin, tmax = args.tmin, args.tmax  # a number or a stage time (T1, T2, T2 + 100): checked by bounds
     exprs = [args.expr] if args.expr else []
