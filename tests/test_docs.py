@@ -141,6 +141,7 @@ def test_catalogue_has_every_shipped_description():
         assert f"`meanfield model check {name}`" in text, name
 
 
+@pytest.mark.docs  # needs the docs extra (nbformat), installed by make docs: run by .ci/run after it
 def test_notebook_page_renders_markdown_code_and_outputs(tmp_path):
     import nbformat
 

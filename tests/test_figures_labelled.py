@@ -101,8 +101,13 @@ def captured(monkeypatch):
     return figs
 
 
+def _doc_text() -> str:
+    """The README and the page its engine walk-through moved to (docs/own_model.md): both run by tests/test_readme.py."""
+    return (ROOT / "README.md").read_text() + "\n" + (ROOT / "docs" / "own_model.md").read_text()
+
+
 def test_readme_finds_the_figure_commands():
-    cmds = _figure_commands((ROOT / "README.md").read_text())
+    cmds = _figure_commands(_doc_text())
     verbs = {w[2] for w in cmds if w[2] in FIGURE_VERBS or "--plot" in w}
     assert {"plot", "width-sweep"} <= verbs, verbs
     assert any("--plot" in w for w in cmds)
@@ -115,7 +120,7 @@ def test_every_engine_figure_of_the_readme_is_labelled(tmp_path, captured, monke
     shutil.copytree(ROOT / "docs", work / "docs")
     monkeypatch.chdir(work)
     bad, seen = [], 0
-    for words in _figure_commands((ROOT / "README.md").read_text()):
+    for words in _figure_commands(_doc_text()):
         argv = _small(words)[1:]
         if words[2] == "sweep":
             # the chunked sweep of the README: two values of each parameter

@@ -90,7 +90,13 @@ def test_dense_run_file_equals_golden(name, tmp_path):
     r = read_run(path)
     got = flatten(r)
     want = {k: g[k] for k in g.files if not k.startswith("__")}
-    assert sorted(got) == sorted(want)
+    # run-file format 2 adds the initial state as its own group and the tokens with their counts
+    # (docs/run-files.md); everything the golden file holds must still be there and equal
+    extra = set(got) - set(want)
+    assert set(want) <= set(got) and all(k.startswith("initial_state/") or k in ("samples/counts", "samples/tokens")
+                                         for k in extra), sorted(extra)
+    for k in (k for k in extra if k.startswith("initial_state/")):
+        np.testing.assert_array_equal(got[k], got[k.split("/", 1)[1]][0], err_msg=k)  # the state at the first record
     for k, b in want.items():
         a = got[k]
         assert a.shape == b.shape, (k, a.shape, b.shape)
@@ -108,10 +114,28 @@ def test_dense_run_file_equals_golden(name, tmp_path):
     want_attrs = json.loads(str(g["__attrs__"]))
     got_attrs = json.loads(json.dumps({k: v for k, v in r.attrs.items() if k != "meanfield_version"},
                                       sort_keys=True, default=str))
-    assert sorted(got_attrs) == sorted(want_attrs)
+    assert set(want_attrs) <= set(got_attrs) and set(got_attrs) - set(want_attrs) <= {"description", "description_hash",
+                                                                                      "head_scales"}
     for k, b in want_attrs.items():
         a = got_attrs[k]
-        if k == "config":
+        if k == "format_version":  # run-file format 2 (docs/run-files.md): the golden files were written as 1
+            assert str(b) == "1" and str(a) == "2", (a, b)
+        elif k == "width" and str(b) == "-1":  # format 2 writes infinite width as inf (was -1)
+            assert float(a) == np.inf, (a, b)
+        elif k.startswith("stage_time_criteria") and isinstance(b, dict):
+            # stage times are interpolated between records now (docs/engine.md): the definitions say so
+            for q, text in b.items():
+                if not isinstance(text, str):
+                    _same(a[q], text, f"{k}.{q}", tol)
+                    continue
+                base = text.replace("first record", "first time", 1) + ", interpolated between records"
+                assert a[q] in (text, base, base + " to the step"), (k, q, a[q], text)
+        elif k in ("T1", "T2", "T_loss") and isinstance(b, (int, float)) and not isinstance(b, bool) and b == b:
+            # the golden value is the first record past the crossing; now interpolated: in (previous record, golden]
+            t = np.asarray(got["t"], float)
+            prev = float(t[t < b].max()) if (t < b).any() else -np.inf
+            assert prev < a <= b * (1 + 1e-12) + 1e-300, (k, a, b, prev)
+        elif k == "config":
             assert a == b
         else:
             _same(a, b, k, tol)

@@ -143,7 +143,7 @@ def test_in_place_refused_step_writes_nothing(monkeypatch):
     run ends where the buffered way (which decides on the projection of the result) ends."""
     from meanfield.engine.finite import ParticleSystem
 
-    for kw in (dict(eta=1e3, steps=50, seed=1), dict(eta=0.5, omega=2.0, steps=200, max_abs=3.0)):
+    for kw in (dict(eta=1e3, steps=50, seed=1), dict(eta=0.5, omega=1.7, steps=200, max_abs=3.0)):
         cfg = _cfg(2, 3, 5, "simultaneous", **kw)
         t = _both_ways(monkeypatch, cfg, 9)
         assert t["in place"].status == t["buffered"].status == run.run(cfg).status != "complete", kw

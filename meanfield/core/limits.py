@@ -119,10 +119,6 @@ def check_run_numbers(out: dict) -> None:
         tot = float(sum(v)) if isinstance(v, (tuple, list)) else float(v)
         if not tot <= MAX_HORIZON:
             raise ConfigError(f"{name}: at most {MAX_HORIZON:.0e} time units in all, got {tot:.3g}")
-    for name in ("stage_steps", "stage_times"):
-        v = out.get(name)
-        if v is not None and len(v) and not sum(v) > 0:
-            raise ConfigError(f"{name}: at least one stage must train (> 0), got {','.join(map(str, v))}")
 
 
 def max_workers() -> int:

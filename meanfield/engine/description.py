@@ -163,7 +163,7 @@ def make_params(raw: dict) -> RunParams:
         out["eta"] if out["method"] == "rk4" else None)
     out["rtol"] = as_float("rtol", d["rtol"], positive=True)
     out["atol"] = as_float("atol", d["atol"], positive=True)
-    out["h_min"] = as_float("h_min", d["h_min"], positive=True) if d["h_min"] is not None else None
+    out["h_min"] = as_float("h_min", d["h_min"], nonneg=True) if d["h_min"] is not None else None
     out["max_abs"] = as_float("max_abs", d["max_abs"], positive=True)
     crit = d["criterion"]
     out["criterion"] = None if parse_criterion("criterion", crit, CRITERIA) is None else str(crit).replace(" ", "")

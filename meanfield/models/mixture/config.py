@@ -270,7 +270,7 @@ def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
     if out["method"] != "gd" and out["schedule"] == "simultaneous" and out["t_end"] <= 0:
         raise ConfigError(f"t_end: must be > 0, got {out['t_end']}")
     if d["h_min"] is not None:
-        out["h_min"] = as_float("h_min", d["h_min"], positive=True)
+        out["h_min"] = as_float("h_min", d["h_min"], nonneg=True)
     elif out["method"] == "flow":
         H = sum(out["stage_times"]) if out["schedule"] == "three-stage" else out["t_end"]
         out["h_min"] = 1e-4 * H
@@ -279,12 +279,6 @@ def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
     from ...core.guard import check_run_numbers
 
     check_run_numbers(out)
-    if out["schedule"] == "three-stage" and out["neuron_init"] == "zero":
-        first = out["stage_steps"][0] if out["method"] == "gd" else out["stage_times"][0]
-        if not first > 0:  # the scores' gradient goes through the neurons: with w = 0 stage 2 never moves
-            name = "stage_steps" if out["method"] == "gd" else "stage_times"
-            raise ConfigError(f"{name}: stage 1 must train (> 0) when neuron_init is zero (stage 2 moves the "
-                              f"scores through the neurons, which would stay 0)")
     # ------------------------------------------------------- the reviewers' extensions
     out["label_prob"] = as_float("label_prob", d["label_prob"])
     if not 0.0 < out["label_prob"] < 1.0:
