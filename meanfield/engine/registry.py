@@ -432,6 +432,13 @@ def register_data_size(builder: str, size: Ref = None, feature_count: Ref = None
             _put(_FEATURE_COUNTS, str(builder), feature_count, "feature count", replace)
 
 
+def _lookup(table: dict, key) -> Callable | None:
+    """``table[key]`` resolved (a ``"module:attr"`` string imported on first use), or None; plug-ins loaded first."""
+    load_plugins()
+    ref = table.get(str(key))
+    return None if ref is None else resolve(ref)
+
+
 def data_size(builder: str) -> Callable | None:
     """The registered ``size(P, args)`` of a data builder (resolved), or None.
 
@@ -448,9 +455,7 @@ def data_size(builder: str) -> Callable | None:
     >>> data_size("no.such:builder") is None
     True
     """
-    load_plugins()
-    ref = _DATA_SIZES.get(str(builder))
-    return None if ref is None else resolve(ref)
+    return _lookup(_DATA_SIZES, builder)
 
 
 def feature_count(builder: str) -> Callable | None:
@@ -469,9 +474,7 @@ def feature_count(builder: str) -> Callable | None:
     >>> feature_count("no.such:builder") is None
     True
     """
-    load_plugins()
-    ref = _FEATURE_COUNTS.get(str(builder))
-    return None if ref is None else resolve(ref)
+    return _lookup(_FEATURE_COUNTS, builder)
 
 
 # ------------------------------------------------------------------ discovery
@@ -657,9 +660,7 @@ def run_plot(system: str) -> Callable | None:
     >>> run_plot("no such system") is None
     True
     """
-    load_plugins()
-    ref = _PLOTS.get(str(system))
-    return None if ref is None else resolve(ref)
+    return _lookup(_PLOTS, system)
 
 
 def parameter_names() -> list[str]:
