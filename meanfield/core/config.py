@@ -199,3 +199,45 @@ def add_dataclass_flags(parser, cls, help: dict | None = None, aliases: dict | N
         parser.add_argument(flag_of(old), dest=old, default=None, metavar=old.upper(),
                             help=f"old name of {flag_of(new)} (accepted for one release)")
     return flags
+
+
+def check_cli_values(given: dict) -> None:
+    """The command line's own refusals (issue 26), on the flags given (field ->
+    text, None when absent): values the Python API accepts on purpose but
+    that mean nothing typed as a flag. ``--h-min 0`` (no floor on the adaptive
+    step: from Python a deliberate choice, as a flag a typo that lets a flow
+    run crawl through a kink) and a stage plan that trains no step at all
+    (``--stage-steps 0,0,0``, ``--stage-times 0,0``: from Python the
+    evaluate-at-the-start run, from the command line a run that writes a
+    flat line). A config file and ``--param`` of a sweep keep the API's rules.
+
+    Parameters
+    ----------
+    given : dict
+        Field -> the flag's text (or None: not given).
+
+    Returns
+    -------
+    None
+        Raises ConfigError naming the flag and the allowed values.
+
+    Example
+    -------
+    >>> check_cli_values({"h_min": "1e-6", "stage_steps": "0,100"})
+    >>> check_cli_values({"h_min": None})
+    """
+    v = given.get("h_min")
+    if v is not None and not as_float("h_min", v) > 0:
+        raise ConfigError(f"--h-min (h_min): must be > 0 on the command line (the smallest adaptive step; "
+                          f"omit it for the default 1e-4 * horizon), got {_short(v)}")
+    for name, parse in (("stage_steps", lambda x: as_int("stage_steps", x, lo=0)),
+                        ("stage_times", lambda x: as_float("stage_times", x, nonneg=True)),
+                        ("phase_steps", lambda x: as_int("phase_steps", x, lo=0)),
+                        ("phase_times", lambda x: as_float("phase_times", x, nonneg=True))):
+        v = given.get(name)
+        if v is None:
+            continue
+        vals = [parse(x) for x in as_list(name, v)]
+        if vals and not sum(vals) > 0:
+            raise ConfigError(f"{flag_of(name)} ({name}): at least one stage must train (> 0) on the command "
+                              f"line, got {_short(v)}")

@@ -111,6 +111,9 @@ def _overrides(args, raw, path) -> dict:
     given = {name: getattr(args, "param_" + name) for name in _param_fields()
              if getattr(args, "param_" + name, None) is not None}
     given.update(getattr(args, "declared", None) or {})
+    from ..core.config import check_cli_values
+
+    check_cli_values(given)
     for name in given:
         if name not in allowed:
             import difflib

@@ -98,6 +98,9 @@ def config_from_args(args):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         flags = {f: getattr(args, f, None) for f in (*_fields(), *_aliases())}
+        from ...core.config import check_cli_values
+
+        check_cli_values(flags)
         cfg = make_config(data, **flags)
     from .config import check_applicable
 
