@@ -353,6 +353,6 @@ def add_parser(systems):
     f.add_argument("--steps", default=None, help="simultaneous GD steps (default 300 quick; 2000 with L = 20 and 1000 sequences)")
     f.add_argument("--loss", default=None, help="official-ce (default, the official code's) | nll")
     f.add_argument("--quiet", action="store_true", help="no progress lines")
-    f.add_argument("--force", action="store_true", help="run even when the estimated time is beyond a day")
+    f.add_argument("--force", action="store_true", help="run even when the estimated time is beyond 10 minutes (the full study: ~23 min)")
     f.set_defaults(func=cmd_full)
     return ind
