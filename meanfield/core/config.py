@@ -241,3 +241,71 @@ def check_cli_values(given: dict) -> None:
         if vals and not sum(vals) > 0:
             raise ConfigError(f"{flag_of(name)} ({name}): at least one stage must train (> 0) on the command "
                               f"line, got {_short(v)}")
+
+
+def _numeric_kind(type_text: str) -> str | None:
+    """``"scalar"`` for a number type in words (``int``, ``float or none``,
+    ``int >= 0``, ``number or list``), ``"list"`` for a list of numbers
+    (``list of float``, ``tuple[int, int, int]``), else None."""
+    t = str(type_text).strip().lower()
+    if t.startswith(("int", "float", "number")):
+        return "scalar"
+    if t.startswith(("list of float", "list of int", "tuple[int", "tuple[float")):
+        return "list"
+    return None
+
+
+def field_types(cls) -> dict[str, str]:
+    """field -> its type in words, of the config dataclass ``cls`` (what
+    :func:`check_toml_numbers` reads)."""
+    return {f.name: str(f.type) for f in dataclasses.fields(cls)}
+
+
+def check_toml_numbers(where: str, table, types: dict[str, str], strings: dict | None = None) -> None:
+    """Refuse a string where a TOML file must hold a number (issue 26:
+    ``steps = "100"`` in a description was read as 100): the file is typed,
+    and a number in quotes is almost always a slip. Command-line flags are
+    text and are not checked here. A ``"$name"`` reference (a declared
+    parameter, resolved later) is let through, and so are the words in
+    ``strings`` (key -> allowed strings, e.g. ``width = "inf"``).
+
+    Parameters
+    ----------
+    where : str
+        The table, named in the message (``parameters``, ``heads[0]``).
+    table : dict
+        The table as read from TOML (anything else: left to the table's own check).
+    types : dict
+        key -> type in words (``int``, ``float or none``, ``list of float``,
+        a dataclass field's type): the number-typed ones are checked.
+    strings : dict, optional
+        key -> tuple of strings allowed for that key.
+
+    Returns
+    -------
+    None
+        Raises ConfigError naming the key and its type.
+
+    Example
+    -------
+    >>> check_toml_numbers("parameters", {"steps": 100, "width": "inf"}, {"steps": "int", "width": "int | None"},
+    ...                    {"width": ("inf",)})
+    >>> try:
+    ...     check_toml_numbers("parameters", {"steps": "100"}, {"steps": "int"})
+    ... except ConfigError as e:
+    ...     print(e)
+    parameters.steps: must be a TOML number (int), got the string '100' (write it without quotes)
+    """
+    if not isinstance(table, dict):
+        return
+    for key, v in table.items():
+        kind = _numeric_kind(types.get(str(key).replace("-", "_"), ""))
+        if kind is None:
+            continue
+        vals = v if kind == "list" and isinstance(v, (list, tuple)) else [v] if kind == "scalar" else []
+        for x in vals:
+            if not isinstance(x, str) or x.startswith("$") or x in ((strings or {}).get(key) or ()):
+                continue
+            shown = str(types[str(key).replace("-", "_")]).replace(" | None", " or none")
+            raise ConfigError(f"{where}.{key}: must be a TOML number ({shown}), got the string {_short(x)} "
+                              f"(write it without quotes)")

@@ -568,11 +568,15 @@ def read_raw(path) -> dict:
         import tomllib
 
         with open(p, "rb") as fh:
-            return tomllib.load(fh)
+            raw = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"model: file not found: {p}") from None
     except Exception as e:  # tomllib.TOMLDecodeError
         raise ConfigError(f"model: malformed TOML in {p}: {e}") from None
+    from .parsing import check_description_numbers
+
+    check_description_numbers(raw)  # a number in quotes in the file (a family's dict of flags is text: not here)
+    return raw
 
 
 def _read(path) -> dict:

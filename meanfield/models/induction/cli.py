@@ -95,6 +95,10 @@ def config_from_args(args):
     from .config import make_config
 
     data = load_toml(args.config) if getattr(args, "config", None) else {}
+    from ...core.config import check_toml_numbers, field_types
+    from .config import InductionConfig
+
+    check_toml_numbers("config", data, field_types(InductionConfig))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         flags = {f: getattr(args, f, None) for f in (*_fields(), *_aliases())}

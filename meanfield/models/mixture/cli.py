@@ -78,13 +78,25 @@ def _config_from_args(args):
 
     from ...core.guard import check_applicable
 
-    data = load_toml(args.config) if getattr(args, "config", None) else {}
+    data = _toml_config(args)
     flags = {f: getattr(args, f) for f in RUN_FLAGS.values()}
     check_cli_values(flags)
     cfg = make_config(data, **flags)
     check_applicable({**data, **{k: v for k, v in flags.items() if v is not None}}, cfg)  # ignored keys: errors
     _check_first_stage(flags, cfg)
     return cfg
+
+
+def _toml_config(args) -> dict:
+    """The --config TOML file (empty without one), its number-typed fields refused as strings."""
+    if not getattr(args, "config", None):
+        return {}
+    from ...core.config import check_toml_numbers, field_types
+    from .config import MixtureConfig
+
+    data = load_toml(args.config)
+    check_toml_numbers("config", data, field_types(MixtureConfig), {"width": ("inf",)})
+    return data
 
 
 def _check_first_stage(flags: dict, cfg) -> None:
@@ -246,7 +258,7 @@ def _cmd_bound(args) -> int:
 
 def _base_from_args(args) -> dict:
     """Config overrides from --config and the run flags, not yet validated."""
-    data = load_toml(args.config) if getattr(args, "config", None) else {}
+    data = _toml_config(args)
     flags = {f: getattr(args, f) for f in RUN_FLAGS.values() if getattr(args, f) is not None}
     check_cli_values(flags)
     data.update(flags)
