@@ -286,6 +286,15 @@ def _finite_job(job):
             "elapsed_s": time.perf_counter() - t0}
 
 
+#: A quantity is named as not decreasing with m when its mean sup error falls, from the smallest width to the
+#: largest, by less than m^NOT_DECREASING: the midpoint, on a log scale, between the mean-field rate m^-1/2 and
+#: no decrease at all (the nearer of the two hypotheses). Asking for any decrease (err at the largest width >=
+#: err at the smallest) decided between two O(1) errors that differ by a few percent (0.709 at m = 16, 0.690 at
+#: m = 256 for the multi-class neurons), i.e. by the seeds' spread and the rounding (CPU, SIMD summation order)
+#: that the unstable trajectory amplifies: a machine-dependent verdict.
+NOT_DECREASING = -0.25
+
+
 def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None, tol_rel: float = 1e-9,
                 workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
     """Finite widths against infinite width: the error of the explicit network at every (m, seed).
@@ -428,13 +437,14 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
         summary["message"] = ("no kink is crossed; " + exponent_text(lead, fits[lead])
                               if fits[lead]["exponent"] is not None
                               else "no kink is crossed; too few widths to fit an exponent")
-        # a quantity whose mean error is no smaller at the largest width than at the smallest is named, whatever
-        # the lead says (e.g. attention frozen: S keeps its m^-1/2 init error while the neurons leave by O(1))
+        # a quantity whose mean error does not fall at the mean-field rate is named, whatever the lead says (e.g.
+        # attention frozen: S keeps its m^-1/2 init error while the neurons leave by O(1)): see NOT_DECREASING
         err = summary["errors"]
-        flat = [nm for nm in quantities if len(widths) > 1 and err[nm][-1] >= err[nm][0] > 0]
+        flat = [nm for nm in quantities if len(widths) > 1 and err[nm][0] > 0
+                and err[nm][-1] > err[nm][0] * (widths[-1] / widths[0]) ** NOT_DECREASING]
         summary["not_decreasing"] = flat
         if flat:
-            summary["message"] += "; NOT decreasing with m: " + ", ".join(
+            summary["message"] += "; NOT decreasing with m at the mean-field rate: " + ", ".join(
                 f"{nm} (m^{fits[nm]['exponent']:.3f}; sup error {summary['errors'][nm][0]:.3g} at m = {widths[0]}, "
                 f"{summary['errors'][nm][-1]:.3g} at m = {widths[-1]})" for nm in flat)
     summary["elapsed_s"] = time.perf_counter() - t0
