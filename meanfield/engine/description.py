@@ -101,6 +101,7 @@ class RunParams:
     method: str = "gd"
     eta: float = 0.5
     normalise: str = "none"  # gd only: none | parameter (normalised GD)
+    ridge: float = 0.0  # lambda of the attention's ridge penalty lambda (||W_K||^2 + ||W_Q||^2), or lambda ||W||^2
     steps: int = 1000
     t_end: float | None = None
     dt: float | None = None
@@ -156,6 +157,7 @@ def make_params(raw: dict) -> RunParams:
     if out["normalise"] != "none" and out["method"] != "gd":
         raise ConfigError(f"normalise: only with method gd (normalised GD is a map, not a flow); got method "
                           f"{out['method']}")
+    out["ridge"] = as_float("ridge", d["ridge"], nonneg=True)
     out["steps"] = as_int("steps", d["steps"], lo=1)
     out["t_end"] = as_float("t_end", d["t_end"], positive=True) if d["t_end"] is not None else (
         out["steps"] * out["eta"] if out["method"] != "gd" else None)
@@ -363,7 +365,8 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
         stages = [dataclasses.replace(s, length=v) for s, v in zip(stages, given)]
     H = sum(s.length for s in stages)
     h_min = params.h_min if params.h_min is not None else (1e-4 * H if params.method == "flow" else None)
-    tr = Training(method=params.method, eta=params.eta, normalise=params.normalise, stages=tuple(stages),
+    tr = Training(method=params.method, eta=params.eta, normalise=params.normalise, ridge=params.ridge,
+                  stages=tuple(stages),
                   schedule="simultaneous" if len(stages) == 1 else "staged", dt=params.dt, rtol=params.rtol,
                   atol=params.atol, h_min=h_min, max_abs=params.max_abs, record_every=params.record_every,
                   record_log=params.record_log, record_dt=params.record_dt,
@@ -710,6 +713,10 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     desc = Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
                        family=None, test=test, parameters=params, source=source,
                        declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
+    if training.ridge:
+        from .ridge import check_ridge
+
+        check_ridge(desc)
     if data_family is not None:
         from .gaussian import check_description
 
@@ -764,6 +771,7 @@ def describe(desc: Description) -> dict:
         "heads": [dataclasses.asdict(h) for h in desc.model.heads], "loss": desc.model.loss,
         "init": dataclasses.asdict(desc.init),
         "training": {"method": desc.training.method, "eta": desc.training.eta, "normalise": desc.training.normalise,
+                     **({"ridge": desc.training.ridge} if getattr(desc.training, "ridge", 0.0) else {}),
                      "group_eta": dict(desc.training.group_eta), "eta_schedule": desc.training.eta_schedule,
                      "stages": [{"name": s.name, "train": list(s.train), "length": s.length, "eta": s.eta,
                                  "group_eta": dict(s.group_eta), "eta_schedule": s.eta_schedule,

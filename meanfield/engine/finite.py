@@ -83,6 +83,11 @@ def make_particles(desc: Description, d: int | None = None, embed_seed=None, bat
 
         raise ConfigError("normalise: the explicit network (particles) runs plain GD only; use normalise = none "
                           "or the engine's own run (exact at every width)")
+    if getattr(desc.training, "ridge", 0.0):
+        from ..core.config import ConfigError
+
+        raise ConfigError("ridge: the explicit network (particles) trains without the penalty; use ridge = 0 or "
+                          "the engine's own run (exact at every width)")
     seed = desc.init.seed if embed_seed is None else embed_seed
     E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
     params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])

@@ -482,6 +482,44 @@ def eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, T):
                 Xm[a, b] *= sc
 
 
+@_hot
+def eng_normalise_xm(y, off, N, P, hi, k, Xm):
+    """Normalised GD for head k's wide matrices with a ridge (Gamma = I,
+    ``meanfield.engine.ridge``): each object's columns of Xm (K, Q, V: P
+    columns each; each readout: one), its whole gradient in column
+    coordinates with the ridge's 2 lambda I, scaled by
+    1 / (||M Xm_o||_F + NGD_EPS), ||M Xm_o||_F^2 = sum_{c in o} (Xm^T Q Xm)[c, c]
+    (E orthonormal: the parameter-space norm). An untrained object stays 0."""
+    iK, iQ, iV, iR, C = hi[k, 9], hi[k, 10], hi[k, 11], hi[k, 12], hi[k, 6]
+    for o in range(3 + C):
+        if o == 0:
+            s0, w = iK, P
+        elif o == 1:
+            s0, w = iQ, P
+        elif o == 2:
+            s0, w = iV, P
+        else:
+            s0, w = (iR + (o - 3) if iR >= 0 else -1), 1
+        if s0 < 0:
+            continue
+        acc = 0.0
+        nz = False
+        for c in range(s0, s0 + w):
+            for a in range(N):
+                if Xm[a, c] != 0.0:
+                    nz = True
+                    h = 0.0
+                    for b in range(N):
+                        h += y[off + a * N + b] * Xm[b, c]
+                    acc += Xm[a, c] * h
+        if not nz:
+            continue
+        sc = 1.0 / (math.sqrt(max(acc, 0.0)) + NGD_EPS)
+        for a in range(N):
+            for c in range(s0, s0 + w):
+                Xm[a, c] *= sc
+
+
 @_root
 def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym, tmp):
     """GD map (exact: ``out`` = the next state) or flow right-hand side
@@ -535,8 +573,16 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                             g = grp[k, b]
                             if gr != 0.0 and ((g == 0 and tr_att) or (g == 1 and tr_val) or (g == 2 and tr_r)):
                                 Xm[a, b] += gs * gr
+                rdg = hf[k, 7]  # the ridge lambda (||W_K||^2 + ||W_Q||^2): its gradient 2 lambda W moves the
+                if rdg != 0.0 and tr_att:  # attention columns by 2 lambda x their rate (Gamma = I: Gr's diagonal)
+                    for b in range(N):
+                        if grp[k, b] == 0:
+                            Xm[b, b] += 2.0 * rdg * Gr[k, b, b]
                 if nrm:
-                    eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, Ym)
+                    if rdg != 0.0:
+                        eng_normalise_xm(y, off, N, P, hi, k, Xm)
+                    else:
+                        eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, Ym)
                 # Ym = Q Xm, accumulated row c of Xm at a time over its non-zero span (same sums, same order)
                 for a in range(N):
                     for b in range(N):
@@ -594,7 +640,18 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                         acc += gflat[wo + a * P + c] * Gam[c, b]
                     tmp[a, b] = acc
             sc = 1.0
-            if nrm:  # ||E G_W E^T||_F^2 = tr(G_W^T Gamma G_W Gamma) = sum_ab G_W[a, b] (Gamma G_W Gamma)[a, b]
+            rdg = hf[k, 7]  # the ridge lambda ||W||^2 (Gamma = I: W~ = W, its gradient 2 lambda W~)
+            if nrm and rdg != 0.0:  # the norm of the whole gradient Gamma G_W Gamma + 2 lambda W~
+                acc = 0.0
+                for a in range(P):
+                    for b in range(P):
+                        gg = 0.0
+                        for c in range(P):
+                            gg += Gam[a, c] * tmp[c, b]
+                        gg += 2.0 * rdg * y[wo + a * P + b]
+                        acc += gg * gg
+                sc = 1.0 / (math.sqrt(acc) + NGD_EPS)
+            elif nrm:  # ||E G_W E^T||_F^2 = tr(G_W^T Gamma G_W Gamma) = sum_ab G_W[a, b] (Gamma G_W Gamma)[a, b]
                 acc = 0.0
                 for a in range(P):
                     for b in range(P):
@@ -608,6 +665,8 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                     acc = 0.0
                     for c in range(P):
                         acc += Gam[a, c] * tmp[c, b]
+                    if rdg != 0.0:
+                        acc += 2.0 * rdg * y[wo + a * P + b]
                     if exact:
                         out[wo + a * P + b] = y[wo + a * P + b] - eta * sc * hf[k, 3] * acc
                     else:

@@ -358,6 +358,7 @@ class Training:
     method: str = "gd"
     eta: float = 0.5
     normalise: str = "none"  # method gd only: none | parameter (normalised GD, see NORMALISE)
+    ridge: float = 0.0  # the attention's ridge penalty (meanfield.engine.ridge)
     stages: tuple[StageSpec, ...] = ()
     schedule: str = "simultaneous"
     dt: float | None = None

@@ -55,6 +55,9 @@ def _choices(values) -> str:
 _RUN_KNOBS = {
     "normalise": "gd only: `none` (plain GD) or `parameter` (normalised GD: each trained parameter matrix steps "
                  "by eta grad / ||grad||_F, the norm taken exactly from the Gram state)",
+    "ridge": "lambda >= 0 of the attention's ridge penalty: loss + lambda (||W_K||^2 + ||W_Q||^2) (separate) or "
+             "lambda ||W||^2 (merged), in GD, flow and normalised GD; orthonormal dictionaries only; the recorded "
+             "loss is without it (`meanfield.engine.ridge`)",
     "omega_q": "separate keys and queries: the queries' init scale (default: omega; 0: Q(0) = 0)",
     "symmetry": "`refuse` or `allow`: an infinite-width start that GD cannot leave by symmetry is refused "
                 "unless allowed (`meanfield.engine.symmetry`)",
