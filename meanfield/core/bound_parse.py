@@ -134,6 +134,10 @@ def variables() -> dict:
     for names in registered():
         for k, v in names.variables.items():
             out.setdefault(k, v)
+        for k, (flag, value) in names.groups.items():  # a group or an attribute is a variable, named or not
+            out.setdefault(k, f"min of margin[i] over the samples with {flag} = {value}")
+        for k, key in names.attrs.items():
+            out.setdefault(k, f"run attribute {key}")
     return out
 
 

@@ -11,6 +11,14 @@ gradient-flow time t (steps x eta for GD).
 
 :func:`engine_figures` returns the matplotlib Figures (tests read their
 artists); :func:`plot_engine_run` writes them as PNGs.
+
+A paper's run files (named arrays, time first, then the head) get the
+panels the paper registered (:class:`RunPanels`, ``registry.register_run_panels``),
+drawn by :func:`plot_panels`: per-head panels of labelled lines
+(:class:`HeadPanels` of :class:`Lines`), the loss beside the smallest margin
+of two sample groups (:class:`LossMargins`), stage ends as dashed lines and
+every stage labelled above the panels. The one run-plot module: no paper
+draws its own axes.
 """
 
 from __future__ import annotations
