@@ -82,7 +82,7 @@ class BoundNames:
     forms : str
         The signed forms for the help (``S+[a,b], ...``).
     help : str
-        Where the full list is (``meanfield PAPER bound --help``).
+        Where the full list is (``meanfield PAPER bound --help``; default: ``bound_parse.variables()``).
 
     Example
     -------
@@ -418,7 +418,7 @@ class _Parser:
         if nid in ("margin", "g"):
             self.fail(f"'{nid}' needs a sample index: write {nid}[i]")
         pair = next((f"{k}{n.heads[0]}[a,b], " for k, (n, _, form) in self.signed.items() if form == "pair"), "")
-        where = next((n.help for n in registered() if n.help), "meanfield bound --help")
+        where = next((n.help for n in registered() if n.help), "meanfield.core.bound_parse.variables()")
         self.fail(f"unknown name '{nid}' (names such as t, loss, T2, {pair}margin[i]; the full list: {where})")
 
     # -- translation into the private tree
