@@ -313,7 +313,7 @@ class _Parser:
                 self.fail(f"{raw!s}: expected {n} names or indices inside the brackets (the head's name first), "
                           f"e.g. {dict(S='S[h,a,b]', A='A[h,a,b]', B='B[h,a,b]', W='W[h,a,b]', w='w[h,a]', u='u[h,i]', var='var[h,V.r1,a]')[kind]}")
             return Ref("@" + kind, parts[0], tuple(parts[1:]), f"{kind}[{','.join(parts)}]")
-        if mt.group("kind"):
+        if mt.groupdict().get("kind"):  # (no such group when no paper registered a signed atom)
             kind, sign = mt.group("kind"), mt.group("head")
             names, _, form = self.signed[kind]
             if sign not in names.heads:
