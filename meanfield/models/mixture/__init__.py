@@ -11,7 +11,8 @@ generic path by ``tests/test_engine_mixture.py``), the symmetry reduction
 ``symmetry_symbolic``), the named-variable derivation (``symbolic``,
 ``symbolic_gram``: named on the engine's derivation), the construction (``construct``), the
 claims and studies (``claims``, ``studies``, ``extensions``, ``robustness``,
-``escape``, ``figure4``, ``widths``, ``softmax_scale``), figures (``plot``),
+``escape``, ``figure4``, ``widths``, ``softmax_scale``), figures (``plot``: which of the engine's
+generic panels, with the paper's labels), its names in the bound language (``schema.BOUND_NAMES``),
 the demo and the command (``cli``).
 
 What does not: generic machinery (``meanfield.core``, ``meanfield.engine``),
