@@ -41,9 +41,10 @@ from numba import njit
 
 from ..core import integrate
 from ..core.config import ConfigError
-from . import kernels
+from . import kernels, lowrank
 from .gaussian import check_heads, convention_attrs
 from .packed import EngineSystem, pack
+from .reduce import H_N, H_QOFF
 
 
 # ------------------------------------------------------------------ kernels
@@ -157,9 +158,11 @@ def pop_loss_grads(y, hi, hf, P, d, K4, Lam, m, c0, grad, T, U, gT, G, gflat):
 
 @njit(cache=True)
 def pop_gd_advance(y, nsteps, eta, mode, hi, hf, Gr, grp, Gam, P, d, K4, Lam, m, c0, crit_kind, crit_op, crit_thresh,
-                   max_abs, T, U, gT, G, gflat, margin, consistent, Xm, Ym, tmp, new):
+                   max_abs, T, U, gT, G, gflat, margin, consistent, Xm, Ym, tmp, new, rank_m, col_n, col_off):
     """Up to ``nsteps`` exact GD steps of the population loss, in place (the
-    engine's map ``kernels.eng_update``; criterion checked before each step).
+    engine's map ``kernels.eng_update``; criterion checked before each step;
+    at finite width ``rank_m`` > 0 each step's Gram blocks projected back onto
+    rank <= m, ``meanfield.engine.lowrank``).
     Returns (steps done, code, loss): 0 done, 1 criterion, 2 non-finite, 3 above max_abs."""
     ny = y.shape[0]
     k = 0
@@ -182,6 +185,8 @@ def pop_gd_advance(y, nsteps, eta, mode, hi, hf, Gr, grp, Gam, P, d, K4, Lam, m,
                 return k, 3, loss
         for i in range(ny):
             y[i] = new[i]
+        if rank_m > 0:
+            lowrank.project_rank(y, hi, rank_m, col_n, col_off)
         k += 1
 
 
@@ -226,6 +231,16 @@ class PopulationSystem(EngineSystem):
         self._tmp = np.zeros((P, P))
         self._new = np.zeros(lay.size)
         self._cons = np.ones(1, dtype=np.bool_)
+        #: the width whose rank the GD map and the flow's steps keep (0: none; meanfield.engine.lowrank)
+        self.rank_m = lowrank.width_to_hold(desc, lay)
+
+    def project(self, y) -> bool:
+        """Put ``y``'s Gram blocks back on rank <= ``rank_m`` in place (``meanfield.engine.lowrank``;
+        the flow solvers' hook, called after every accepted step); whether anything was done."""
+        if self.rank_m <= 0:
+            return False
+        lowrank.project(y, self.pk.lay, self.rank_m)
+        return True
 
     @staticmethod
     def moment_arrays(mom):
@@ -267,7 +282,8 @@ class PopulationSystem(EngineSystem):
         done, code, _ = pop_gd_advance(y, int(nsteps), float(eta), int(mode), lay.hi, lay.hf, lay.Gr, lay.grp,
                                        self.pk.Gam, self.P, self.d, K4, Lam, m, c0, kind, op, thr,
                                        float(self.max_abs), self._T, self._U, self._gT, self._G, self._gflat,
-                                       self._margin, self._cons, self._Xm, self._Ym, self._tmp, self._new)
+                                       self._margin, self._cons, self._Xm, self._Ym, self._tmp, self._new,
+                                       self.rank_m, H_N, H_QOFF)
         return int(done), int(code)
 
     def rhs(self, y, mode):
