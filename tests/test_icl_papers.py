@@ -257,3 +257,17 @@ def test_rank_leak_sees_a_rank_two_state():
     y[off:off + N * N] = Q.ravel()
     r.y = np.vstack([r.y, y])
     assert saddles.rank_leak(d_e, r) > 1e-3
+
+
+def test_engine_network_gap_sees_a_difference_and_a_missing_record():
+    from types import SimpleNamespace
+
+    t = np.array([0.0, 1.0, 2.0])
+    loss = np.array([0.5, 0.4, 0.3])
+    r = SimpleNamespace(t=np.array([0.0, 0.5, 1.0, 1.5, 2.0]), loss=np.array([0.5, 0.45, 0.4, 0.35, 0.3]))
+    assert saddles.engine_network_gap(r, t, loss) == 0.0
+    r.loss = r.loss.copy()
+    r.loss[2] = 0.4 * (1 + 1e-6)
+    assert abs(saddles.engine_network_gap(r, t, loss) - 1e-6) < 1e-12
+    r2 = SimpleNamespace(t=np.array([0.0, 0.5, 2.0]), loss=np.array([0.5, 0.45, 0.3]))
+    assert saddles.engine_network_gap(r2, t, loss) == float("inf")
