@@ -339,3 +339,16 @@ def test_derive_names_the_data():
     assert out["data"]["exact"] == 1 and abs(out["data"]["loss_min"] - zfb_minimum([1, 0.5, 0.25], 8)) < 1e-12
     out = me.derive(me.load("meanfield/models/icl_zfb.toml", samples=7), latex=False)
     assert out["data"]["exact"] == 0 and "sampled, not exact: 7 prompts" in out["data"]["population"]
+
+
+def test_run_file_says_when_the_state_is_projected():
+    from meanfield.engine.population import PopulationSystem
+
+    for width, said in ((1, True), (None, False), (50, False)):  # 50 >= N = 10: nothing to hold
+        over = {"steps": 2} | ({"width": width} if width else {"width": "inf", "symmetry": "allow"})
+        desc = me.load("meanfield/models/icl_saddles.toml", **over)
+        sysm = PopulationSystem(desc)
+        r = me.run(desc)
+        attrs = sysm.extra_datasets(r)[1]
+        assert ("rank_projection" in attrs) == said, width
+        assert sysm.rank_m == (1 if said else 0)

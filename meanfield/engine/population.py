@@ -312,6 +312,10 @@ class PopulationSystem(EngineSystem):
         data = {}
         attrs = convention_attrs(self.law, {"N_test": self.N_test, "samples": 0, "seed": 0}, exact=True)
         attrs["loss_min"] = self.mom.minimum_loss()
+        if self.rank_m > 0:
+            attrs["rank_projection"] = (f"every step, each head's Gram state projected onto the positive "
+                                        f"semi-definite matrices of rank <= {self.rank_m} (the width; "
+                                        "meanfield.engine.lowrank, docs/engine.md 'Finite width')")
         if self.N_test:
             data["loss_test"] = np.array([self.loss(v, N=self.N_test) for v in run.y])
             attrs["loss_min_test"] = self.law.with_N(self.N_test).moments().minimum_loss()
