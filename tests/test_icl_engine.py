@@ -270,7 +270,7 @@ def test_projection_is_the_nearest_rank_m_gram():
         Qs = U.T @ U
         E = 1e-6 * rng.standard_normal((N, N))
         y = (Qs + E).ravel()
-        project_rank(y, np.array([[N, 0]]), m, 0, 1)
+        project_rank(y, np.array([[N, 0]]), m, 0, 1, np.zeros((1, N, m)), np.zeros(1, bool))
         Pq = y.reshape(N, N)
         ev = np.linalg.eigvalsh(Pq)
         assert np.array_equal(Pq, Pq.T) and ev[0] >= -1e-14 * ev[-1] and abs(ev[-m - 1]) <= 1e-14 * ev[-1]
@@ -279,7 +279,40 @@ def test_projection_is_the_nearest_rank_m_gram():
     # N <= m: nothing to do, the state is not touched
     y = rng.standard_normal(9)
     y0 = y.copy()
-    assert project_rank(y, np.array([[3, 0]]), 3, 0, 1) == 0.0 and np.array_equal(y, y0)
+    assert project_rank(y, np.array([[3, 0]]), 3, 0, 1, np.zeros((1, 3, 3)), np.zeros(1, bool)) == 0.0
+    assert np.array_equal(y, y0)
+
+
+def test_warm_started_projection_equals_the_full_eigen_decomposition():
+    """The projection's warm start (one subspace-iteration step from the previous basis, Rayleigh-Ritz)
+    against a full eigen-decomposition every step, along the 2000 GD steps of the width-m heads (the two
+    runs' states to 1e-12 relative), and it refuses a basis that no longer spans the state."""
+    from meanfield.engine import lowrank
+    from meanfield.engine.population import PopulationSystem
+
+    for m in (1, 3):
+        desc, lay, _ = _rank_test_setup(m, 1)
+        y0 = initial_state(desc, lay)
+        warm, cold = PopulationSystem(desc), PopulationSystem(desc)
+        ya, yb = y0.copy(), y0.copy()
+        worst = 0.0
+        for _ in range(20):
+            warm.gd_advance(ya, 100, 0.25, 3, None)
+            for _ in range(100):  # the same steps, each projected from scratch
+                cold.rank_m = 0
+                cold.gd_advance(yb, 1, 0.25, 3, None)
+                lowrank.project(yb, lay, m)
+            worst = max(worst, float(np.abs(ya - yb).max() / np.abs(yb).max()))
+        assert worst <= 1e-12, (m, worst)
+        assert warm._basis[1].all()  # the warm start was in use
+    # a basis orthogonal to the state's range is refused (full eigen-decomposition instead)
+    u = np.array([1.0, 0.0, 0.0, 0.0])
+    y = (np.outer(u, u) + 1e-12 * np.eye(4)).ravel()
+    basis = np.zeros((1, 4, 1))
+    basis[0, 1, 0] = 1.0
+    lowrank.project_rank(y, np.array([[4, 0]]), 1, 0, 1, basis, np.ones(1, bool))
+    np.testing.assert_allclose(y.reshape(4, 4), np.outer(u, u) * (1 + 1e-12), atol=1e-15)
+    np.testing.assert_allclose(np.abs(basis[0, :, 0]), u, atol=1e-12)
 
 
 def zfb_minimum(ev, N):

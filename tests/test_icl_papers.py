@@ -332,3 +332,14 @@ def test_multitask_quick_claims():
     assert [c.name for c in claims] == ["chen_multitask_learns", "chen_task_allocation"]
     assert all(c.source == "expected" and "SAMPLED, NOT EXACT" in c.statement for c in claims)
     assert claims[0].numbers["criteria"]["forward_matches_engine"]
+
+
+def test_multitask_sizes_refused_before_building(tmp_path, capsys):
+    from meanfield.cli import main
+
+    for flags in (["--samples", "100000000"], ["--tasks", "100000"]):
+        out = tmp_path / "x.h5"
+        assert main(["model", "run", "icl_softmax_multitask", *flags, "--out", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "size" in err[0], err
+        assert not out.exists()

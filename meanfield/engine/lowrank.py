@@ -31,10 +31,82 @@ from numba import njit
 from .reduce import H_N, H_QOFF
 
 
+#: the warm start (below) is accepted when its Ritz residual ||Q W - W diag(theta)||_F is at most this times
+#: ||Q||_F (rounding level: a computed step's error is a few eps ||Q||), and the rest of Q outside span(W)
+#: carries at most SPAN_TOL^2 of ||Q||_F^2; otherwise the full eigen-decomposition is used
+RITZ_TOL = 1e-12
+SPAN_TOL = 1e-6
+
+
 @njit(cache=True)
-def project_rank(y, hi, m, col_n, col_off):
+def _write(y, off, N, W, th, m):
+    """Q = sum_i max(theta_i, 0) w_i w_i^T into y (symmetric by construction); the change's Frobenius norm."""
+    ch = 0.0
+    for a in range(N):
+        for b in range(a, N):
+            acc = 0.0
+            for i in range(m):
+                if th[i] > 0.0:
+                    acc += th[i] * W[a, i] * W[b, i]
+            ch += (acc - y[off + a * N + b]) ** 2
+            y[off + a * N + b] = acc
+            if b != a:
+                ch += (acc - y[off + b * N + a]) ** 2
+                y[off + b * N + a] = acc
+    return np.sqrt(ch)
+
+
+@njit(cache=True)
+def _ritz(Q, V, m):
+    """One subspace-iteration step from V (N x m) and Rayleigh-Ritz: (W, theta, ok)."""
+    N = Q.shape[0]
+    B = Q @ V
+    for j in range(m):  # modified Gram-Schmidt
+        for i in range(j):
+            r = 0.0
+            for a in range(N):
+                r += B[a, i] * B[a, j]
+            for a in range(N):
+                B[a, j] -= r * B[a, i]
+        nr = 0.0
+        for a in range(N):
+            nr += B[a, j] * B[a, j]
+        nr = np.sqrt(nr)
+        if not (nr > 0.0 and np.isfinite(nr)):
+            return B, np.zeros(m), False
+        for a in range(N):
+            B[a, j] /= nr
+    T = B.T @ (Q @ B)
+    T = 0.5 * (T + T.T)
+    th, S = np.linalg.eigh(T)
+    W = B @ S
+    R = Q @ W
+    res = 0.0
+    for a in range(N):
+        for i in range(m):
+            res += (R[a, i] - th[i] * W[a, i]) ** 2
+    q2 = 0.0
+    for a in range(N):
+        for b in range(N):
+            q2 += Q[a, b] * Q[a, b]
+    t2 = 0.0
+    for i in range(m):
+        t2 += th[i] * th[i]
+    ok = res <= (RITZ_TOL ** 2) * q2 and q2 - t2 <= (SPAN_TOL ** 2) * q2
+    return W, th, ok
+
+
+@njit(cache=True)
+def project_rank(y, hi, m, col_n, col_off, basis, have):
     """Project every head's Gram block Q (N x N, N > m) of state ``y`` in place
     onto the positive semi-definite matrices of rank <= m (module docstring).
+
+    The top-m eigenvectors come from one subspace-iteration step started at
+    the previous call's (``basis``, where ``have`` says so) with Rayleigh-Ritz,
+    accepted when its residual is at rounding level (RITZ_TOL) and span(W)
+    holds all of Q but SPAN_TOL^2 of its squared norm: then they are the top-m
+    eigenvectors to the accuracy of a full eigen-decomposition, which is used
+    otherwise (the first call, or a state that moved off the basis).
 
     Parameters
     ----------
@@ -47,6 +119,11 @@ def project_rank(y, hi, m, col_n, col_off):
     col_n, col_off : int
         The columns of ``hi`` holding a head's N and the offset of its Q
         (``reduce.H_N``, ``reduce.H_QOFF``).
+    basis : numpy.ndarray
+        (H, Nmax, m) scratch: each head's top-m eigenvectors (updated).
+    have : numpy.ndarray
+        (H,) bool: whether ``basis`` holds a head's (updated; all False: full
+        eigen-decompositions).
 
     Returns
     -------
@@ -58,7 +135,7 @@ def project_rank(y, hi, m, col_n, col_off):
     -------
     >>> import numpy as np
     >>> u = np.array([1.0, 2.0, 0.5]); y = (np.outer(u, u) + 1e-9 * np.eye(3)).ravel()
-    >>> hi = np.array([[3, 0]]); d = project_rank(y, hi, 1, 0, 1)
+    >>> hi = np.array([[3, 0]]); d = project_rank(y, hi, 1, 0, 1, np.zeros((1, 3, 1)), np.zeros(1, bool))
     >>> bool(abs(np.linalg.eigvalsh(y.reshape(3, 3))[1]) < 1e-14)
     True
     """
@@ -72,20 +149,19 @@ def project_rank(y, hi, m, col_n, col_off):
         for a in range(N):
             for b in range(N):
                 Q[a, b] = 0.5 * (y[off + a * N + b] + y[off + b * N + a])
-        w, V = np.linalg.eigh(Q)
-        ch = 0.0
-        for a in range(N):
-            for b in range(a, N):
-                acc = 0.0
-                for i in range(N - m, N):
-                    if w[i] > 0.0:
-                        acc += w[i] * V[a, i] * V[b, i]
-                ch += (acc - y[off + a * N + b]) ** 2
-                y[off + a * N + b] = acc
-                if b != a:
-                    ch += (acc - y[off + b * N + a]) ** 2
-                    y[off + b * N + a] = acc
-        worst = max(worst, np.sqrt(ch))
+        done = False
+        if have[k]:
+            W, th, ok = _ritz(Q, np.ascontiguousarray(basis[k, :N, :]), m)
+            if ok:
+                worst = max(worst, _write(y, off, N, W, th, m))
+                basis[k, :N, :] = W
+                done = True
+        if not done:
+            w, V = np.linalg.eigh(Q)
+            W = np.ascontiguousarray(V[:, N - m:])
+            worst = max(worst, _write(y, off, N, W, w[N - m:], m))
+            basis[k, :N, :] = W
+            have[k] = True
     return worst
 
 
@@ -118,7 +194,26 @@ def width_to_hold(desc, lay) -> int:
     return m if any(int(lay.hi[k, H_N]) > m for k in range(lay.hi.shape[0])) else 0
 
 
-def project(y, lay, m) -> float:
+def scratch(lay, m) -> tuple[np.ndarray, np.ndarray]:
+    """(basis, have) for :func:`project_rank`: no basis yet.
+
+    Parameters
+    ----------
+    lay : Layout
+    m : int
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+
+    Example
+    -------
+    >>> # basis, have = scratch(layout(desc), 1)
+    """
+    return np.zeros((lay.hi.shape[0], max(int(lay.Nmax), 1), max(int(m), 1))), np.zeros(lay.hi.shape[0], np.bool_)
+
+
+def project(y, lay, m, basis=None, have=None) -> float:
     """:func:`project_rank` on state ``y`` (in place) with the layout's columns; 0 if m = 0.
 
     Parameters
@@ -127,6 +222,8 @@ def project(y, lay, m) -> float:
     lay : Layout
     m : int
         From :func:`width_to_hold`.
+    basis, have : numpy.ndarray, optional
+        :func:`scratch` (a warm start kept between calls); fresh if not given.
 
     Returns
     -------
@@ -139,7 +236,9 @@ def project(y, lay, m) -> float:
     """
     if m <= 0:
         return 0.0
-    return float(project_rank(y, lay.hi, int(m), H_N, H_QOFF))
+    if basis is None:
+        basis, have = scratch(lay, m)
+    return float(project_rank(y, lay.hi, int(m), H_N, H_QOFF, basis, have))
 
 
 def rank_leak(y, lay, m: int = 1) -> float:

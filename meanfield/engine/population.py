@@ -158,7 +158,8 @@ def pop_loss_grads(y, hi, hf, P, d, K4, Lam, m, c0, grad, T, U, gT, G, gflat):
 
 @njit(cache=True)
 def pop_gd_advance(y, nsteps, eta, mode, hi, hf, Gr, grp, Gam, P, d, K4, Lam, m, c0, crit_kind, crit_op, crit_thresh,
-                   max_abs, T, U, gT, G, gflat, margin, consistent, Xm, Ym, tmp, new, rank_m, col_n, col_off):
+                   max_abs, T, U, gT, G, gflat, margin, consistent, Xm, Ym, tmp, new, rank_m, col_n, col_off,
+                   basis, have):
     """Up to ``nsteps`` exact GD steps of the population loss, in place (the
     engine's map ``kernels.eng_update``; criterion checked before each step;
     at finite width ``rank_m`` > 0 each step's Gram blocks projected back onto
@@ -186,7 +187,7 @@ def pop_gd_advance(y, nsteps, eta, mode, hi, hf, Gr, grp, Gam, P, d, K4, Lam, m,
         for i in range(ny):
             y[i] = new[i]
         if rank_m > 0:
-            lowrank.project_rank(y, hi, rank_m, col_n, col_off)
+            lowrank.project_rank(y, hi, rank_m, col_n, col_off, basis, have)
         k += 1
 
 
@@ -239,8 +240,15 @@ class PopulationSystem(EngineSystem):
         the flow solvers' hook, called after every accepted step); whether anything was done."""
         if self.rank_m <= 0:
             return False
-        lowrank.project(y, self.pk.lay, self.rank_m)
+        lowrank.project(y, self.pk.lay, self.rank_m, *self._rank_scratch())
         return True
+
+    def _rank_scratch(self):
+        """The projection's warm start (``lowrank.scratch``), kept between calls; a stale one only costs a
+        full eigen-decomposition (the Ritz test refuses it)."""
+        if getattr(self, "_basis", None) is None:
+            self._basis = lowrank.scratch(self.pk.lay, max(self.rank_m, 1))
+        return self._basis
 
     @staticmethod
     def moment_arrays(mom):
@@ -283,7 +291,7 @@ class PopulationSystem(EngineSystem):
                                        self.pk.Gam, self.P, self.d, K4, Lam, m, c0, kind, op, thr,
                                        float(self.max_abs), self._T, self._U, self._gT, self._G, self._gflat,
                                        self._margin, self._cons, self._Xm, self._Ym, self._tmp, self._new,
-                                       self.rank_m, H_N, H_QOFF)
+                                       self.rank_m, H_N, H_QOFF, *self._rank_scratch())
         return int(done), int(code)
 
     def rhs(self, y, mode):

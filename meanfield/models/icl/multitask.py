@@ -77,6 +77,53 @@ def _positive(name, v) -> int:
     return int(v)
 
 
+def prompts_size(P: float, a: dict) -> tuple[float, float]:
+    """(log of the number of prompts, L) of ``prompts`` from its arguments alone (registered in
+    ``.plugin``: ``meanfield model`` refuses an absurd size before the builder runs).
+
+    Parameters
+    ----------
+    P : float
+        The number of features.
+    a : dict
+        The builder's arguments.
+
+    Returns
+    -------
+    (float, float)
+
+    Example
+    -------
+    >>> prompts_size(6.0, {"samples": 400, "N": 8})[1]
+    9.0
+    """
+    from ...engine.edges import arg_number
+
+    return math.log(max(arg_number(a, "samples", 400), 1.0)), arg_number(a, "N", 8) + 1.0
+
+
+def feature_count(a: dict) -> float:
+    """The number of features of ``features(d_task, tasks)`` from its arguments.
+
+    Parameters
+    ----------
+    a : dict
+
+    Returns
+    -------
+    float
+
+    Example
+    -------
+    >>> feature_count({"d_task": 2, "tasks": 3})
+    9.0
+    """
+    from ...engine.edges import arg_number
+
+    t = arg_number(a, "tasks", 2)
+    return arg_number(a, "d_task", 2) * t + t
+
+
 def sample(d_task: int, tasks: int, N: int, noise: float, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
     """n prompts: tokens Z (n, N + 1, P) (query last, its y entries 0) and targets Y (n, tasks).
 
