@@ -47,7 +47,7 @@ class System(Protocol):
     #: a state entry above this in absolute value stops the run as diverged
     max_abs: float
 
-    # optional: ``project(y) -> bool`` puts a state back on an invariant manifold of the dynamics in place
+    # optional: ``hold_manifold(y) -> bool`` puts a state back on an invariant manifold of the dynamics in place
     # (the flow solvers call it after every accepted step and on every interpolated record)
 
 
@@ -350,9 +350,9 @@ class _FlowDriver:
         nstep = 0
         traj.record(0.0, 0, stages[0].index if stages else 0, y)
         pts = save.points if save.points is not None else np.empty(0)
-        # optional hook: project(y) puts a state back on the system's invariant manifold in place (a finite-width
+        # optional hook: hold_manifold(y) puts a state back on the system's invariant manifold in place (a finite-width
         # Gram state on rank <= m) and says whether it did anything; applied after every accepted step
-        project = getattr(system, "project", None)
+        project = getattr(system, "hold_manifold", None)
         for stage in stages:
             t_end = t + float(stage.length)
             crit = stage.criterion

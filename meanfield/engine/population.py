@@ -235,7 +235,7 @@ class PopulationSystem(EngineSystem):
         #: the width whose rank the GD map and the flow's steps keep (0: none; meanfield.engine.lowrank)
         self.rank_m = lowrank.width_to_hold(desc, lay)
 
-    def project(self, y) -> bool:
+    def hold_manifold(self, y) -> bool:
         """Put ``y``'s Gram blocks back on rank <= ``rank_m`` in place (``meanfield.engine.lowrank``;
         the flow solvers' hook, called after every accepted step); whether anything was done."""
         if self.rank_m <= 0:
