@@ -385,3 +385,20 @@ def test_run_file_says_when_the_state_is_projected():
         attrs = sysm.extra_datasets(r)[1]
         assert ("rank_projection" in attrs) == said, width
         assert sysm.rank_m == (1 if said else 0)
+
+
+def test_init_from_a_state_of_higher_rank_is_refused(tmp_path, capsys):
+    """A width-m population run may not start from a Gram state of rank > m (an infinite-width run's):
+    one line naming init_from, exit 2, nothing written; from a width-1 run it starts."""
+    from meanfield.cli import main
+
+    inf, w1, out = tmp_path / "inf.h5", tmp_path / "w1.h5", tmp_path / "o.h5"
+    base = ["model", "run", "icl_saddles", "--steps", "3", "--quiet"]
+    assert main(base + ["--width", "inf", "--symmetry", "allow", "--out", str(inf)]) == 0
+    assert main(base + ["--width", "1", "--out", str(w1)]) == 0
+    capsys.readouterr()
+    assert main(base + ["--width", "1", "--init-from", str(inf), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("meanfield: error: init_from:") and "rank" in err[0], err
+    assert not out.exists()
+    assert main(base + ["--width", "1", "--init-from", str(w1), "--out", str(out)]) == 0

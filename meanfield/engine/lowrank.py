@@ -36,6 +36,9 @@ from .reduce import H_N, H_QOFF
 #: carries at most SPAN_TOL^2 of ||Q||_F^2; otherwise the full eigen-decomposition is used
 RITZ_TOL = 1e-12
 SPAN_TOL = 1e-6
+#: a starting state (``init_from``) whose lambda_(m+1) / lambda_1 exceeds this is not a width-m network's
+#: (rounding leaves ~1e-16; the projection would otherwise change it by far more than a step's error)
+START_TOL = 1e-8
 
 
 @njit(cache=True)
