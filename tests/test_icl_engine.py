@@ -218,8 +218,8 @@ def _rank_test_setup(m, steps, **over):
 
 
 def test_flow_stays_on_the_rank_one_manifold():
-    """The gradient flow (Dormand-Prince, rtol 1e-10) of the same width-1 heads to t = 1000 against the
-    explicit network's own gradient flow (its weights integrated by scipy's DOP853, rtol 1e-12): losses
+    """The gradient flow (Dormand-Prince, rtol 1e-8) of the same width-1 heads to t = 800 against the
+    explicit network's own gradient flow (its weights integrated by scipy's DOP853, rtol 1e-9): losses
     to 1e-6 relative at every record and lambda_2 / lambda_1 <= 1e-10. Before the projection the flow's
     truncation error seeded the second direction (6.7e-10 at t = 100 on icl_saddles' random init) and it
     grew to lambda_2 / lambda_1 = 0.77 by t = 300 (RK4 at dt = 0.5 diverged at t = 276)."""
@@ -227,8 +227,8 @@ def test_flow_stays_on_the_rank_one_manifold():
 
     from meanfield.engine.lowrank import rank_leak
 
-    T_end = 1000.0
-    desc, lay, net = _rank_test_setup(1, 1, method="flow", t_end=T_end, rtol=1e-10, atol=1e-14, record_dt=50.0)
+    T_end = 800.0
+    desc, lay, net = _rank_test_setup(1, 1, method="flow", t_end=T_end, rtol=1e-8, atol=1e-12, record_dt=50.0)
     run = me.run(desc)
     assert run.status == "complete"
     keys = [(k, n) for k, p in enumerate(net.p) for n in ("WK", "WQ", "w")]
@@ -247,7 +247,7 @@ def test_flow_stays_on_the_rank_one_manifold():
         return -np.concatenate([grads[k][n].ravel() for k, n in keys])
 
     x0 = np.concatenate([net.p[k][n].ravel() for k, n in keys])
-    sol = solve_ivp(rhs, (0.0, T_end), x0, method="DOP853", rtol=1e-12, atol=1e-15, t_eval=run.t)
+    sol = solve_ivp(rhs, (0.0, T_end), x0, method="DOP853", rtol=1e-9, atol=1e-12, t_eval=run.t)
     assert sol.success
     losses = []
     for x in sol.y.T:
