@@ -9,6 +9,11 @@
   the engine's initial weights; the engine's Gram-closure run (every Gram
   block U^T U, every narrow block, the loss) equals it to 1e-10 at m = 1, 3, 50.
   Nothing of ``meanfield.engine.population`` / ``kernels`` is used for it.
+* the rank-m manifold (docs/engine.md, "Finite width"): the same explicit network over 5000 GD
+  steps of five width-m heads in the saddle-to-saddle regime (m = 1, 3, 50; 1e-10, rank <= m to
+  1e-10), the width-1 gradient flow against the network's own flow (scipy DOP853), the projection
+  as the nearest rank-m Gram and its warm start equal to a full eigen-decomposition, the run-file
+  attribute and the refusal of a higher-rank start.
 * ``test_icl_zfb_acceptance``: the shipped description converges to the
   closed-form minimum L* = (1/2)(tr Lambda - tr(Lambda Gamma^{-1} Lambda)),
   Gamma = (1 + 1/N) Lambda + tr(Lambda)/N I, to 1e-6 relative (computed here
