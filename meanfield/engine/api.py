@@ -82,5 +82,6 @@ def derive(desc: Description, latex: bool = True) -> dict:
             out["latex"] = (out["latex"] or "") + "\n" + symbolic_entries.entry_latex(desc)
         else:
             out["latex"] = (out["latex"] or "") + (f"% no entry-by-entry ODE: {why} (it is printed for at most "
-                                                   f"{symbolic_entries.MAX_ENTRIES} narrow entries, Gram = I)\n")
+                                                   f"{symbolic_entries.MAX_ENTRIES} state entries of a finite data "
+                                                   "set; above: the general block maps)\n")
     return out
