@@ -3,8 +3,8 @@ entry's gradient-flow right-hand side (sympy, from the explicit loss over the de
 closure map of the Gram blocks). Every printed expression, lambdified, is checked against the engine's own
 kernel derivative (``flow_rhs``, numba: an independent implementation) at random states, for every closure
 (merged / separate keys and queries, several heads, every value kind, a general Gram matrix, trained signs,
-positional biases with a causal mask, group rates, each loss), the shipped small descriptions and randomly
-drawn ones; the narrow entries' GD maps against the engine's GD step."""
+positional biases with a causal mask, group rates, each loss, the exact Gaussian population), the shipped small
+descriptions and randomly drawn ones; the narrow entries' GD maps against the engine's GD step."""
 
 import numpy as np
 import pytest
@@ -136,7 +136,10 @@ def test_random_small_descriptions_rhs_equals_the_engine_kernel(tmp_path, seed):
 
 
 @pytest.mark.parametrize("name,kw", [("incontext", dict(K=2, N=2)), ("incontext", dict(K=3, N=2)),
-                                     ("icl_softmax", dict(d=1, N=2, samples=4))])
+                                     ("icl_softmax", dict(d=1, N=2, samples=4)),
+                                     # the exact Gaussian population (closed-form moments; PopulationSystem.rhs)
+                                     ("icl_zfb", dict(d=1, cov="1")),
+                                     ("icl_zfb", dict(d=2, cov="1,0.5", task_cov="1,2", noise=0.3))])
 def test_shipped_small_descriptions_rhs_equals_the_engine_kernel(name, kw):
     desc = mf.load(name, **kw)
     assert supported(desc) is None
@@ -178,4 +181,4 @@ def test_cli_latex_has_each_entry_and_large_models_say_why_not(tmp_path, capsys)
     assert f"no entry-by-entry ODE: 16 independent state entries (> {MAX_ENTRIES})" in out
     maj = model_path("incontext").parents[2] / "docs" / "examples" / "majority.toml"
     assert "no entry-by-entry ODE: 24 independent state entries" in mf.derive(maj)["latex"]
-    assert "Gaussian population loss" in (supported(mf.load("icl_zfb")) or "")
+    assert supported(mf.load("icl_zfb")) == f"20 independent state entries (> {MAX_ENTRIES})"

@@ -4,8 +4,10 @@ For a description with at most :data:`MAX_ENTRIES` independent state entries
 (every closure the engine's finite-data kernels run: merged or separate
 keys/queries, any number of heads, values token / linear / neuron (any
 number of neurons) / matrix with readouts, any Gram matrix, trainable signs,
-relative positional biases, causal masks, per-group rates) the loss is
-written out explicitly over the description's finite data set, in the state
+relative positional biases, causal masks, per-group rates; and the exact
+Gaussian population of ``icl_regression`` data, L = (1/2) (T . M T - 2 m . T + c0)
+with its moments) the loss is written out explicitly over the description's
+data, in the state
 entries as scalar symbols named as in the run file (``W[h,v1,v2]``,
 ``S[h,v1,v2]``, ``A[h,v1,v2]`` (a symmetric block: once, upper triangle),
 ``w[h,out1,n1,v1]``, ``V.r1[h,v1,r1]``, ``a[h]``, ``b[h,0]``):
@@ -70,9 +72,6 @@ def supported(desc) -> str | None:
     >>> supported(mf.load("incontext", K=2, N=2)) is None
     True
     """
-    extra = getattr(desc.data, "extra", None) or {}
-    if "population" in extra:
-        return "a Gaussian population loss (closed-form moments, not a finite data set)"
     n = _count(desc)
     if n > MAX_ENTRIES:
         return f"{n} independent state entries (> {MAX_ENTRIES})"
@@ -239,7 +238,10 @@ def entry_system(desc, stage: int = 0) -> dict:
     Vr = [None if heads[k].value == "token" else value_rows(k) for k in range(H)]
     r0 = nq(float(desc.model.relu_prime_at_zero))
     total = 0
-    for s in range(d.n):
+    extra = getattr(d, "extra", None) or {}
+    if "population" in extra:
+        total = _population_loss(extra["population"]["law"], heads, Sc, Vr, a)
+    for s in range(0 if "population" in extra else d.n):
         T = [sp.Matrix([nq(x) for x in tokens[s, i]]) for i in range(L)]
         c = [nq(counts[s, i]) for i in range(L)]
         pos = [i for i in range(L) if counts[s, i] > 0]
@@ -346,6 +348,34 @@ def entry_system(desc, stage: int = 0) -> dict:
             "grad": grad, "rhs": rhs, "narrow": narrow, "stage": stage}
 
 
+def _population_loss(law, heads, Sc, Vr, a):
+    """The exact population loss of Gaussian prompts (``meanfield.engine.population``) in the state entries:
+    L = (1/2) (T . M T - 2 m . T + c0), T_abj = sum_k a_k scale_k v_k[a] S_k[b, j] (j < d),
+    M = K4 (x) Lambda, with the law's exact moments (``meanfield.engine.gaussian.Moments``)."""
+    import sympy as sp
+
+    mom = law.moments()
+    P, d = law.P, law.d
+    nq = sp.nsimplify
+    T = {}
+    for k, h in enumerate(heads):
+        ak = a[k] if k in a else nq(h.sign)
+        v = Vr[k][0]
+        for aa in range(P):
+            for b in range(P):
+                for j in range(d):
+                    T[(aa, b, j)] = T.get((aa, b, j), 0) + ak * nq(h.scale) * v[aa] * Sc[k][b, j]
+    Lam = law.Lambda
+    quad = 0
+    for (aa, b, j), t1 in T.items():
+        for (c, e, l), t2 in T.items():
+            coef = float(mom.K4[aa, b, c, e]) * float(Lam[j, l])
+            if coef != 0.0:
+                quad += nq(coef) * t1 * t2
+    lin = sum(nq(float(mom.m[aa, b, j])) * t for (aa, b, j), t in T.items() if mom.m[aa, b, j] != 0.0)
+    return (quad - 2 * lin + nq(float(mom.c0))) / 2
+
+
 _TEX_BASE = {"W": r"\tilde W", "w": r"\tilde w"}
 
 
@@ -403,8 +433,10 @@ def entry_latex(desc) -> str:
         rep = {x: sp.Symbol(_tex_entry(n)) for n, x in zip(s["entries"], s["symbols"])}
         st = desc.training.stages[i]
         if not lines:
-            lines += [r"\paragraph{Each state entry.} The loss over the description's "
-                      f"{desc.data.n} weighted sequences, in the state entries:",
+            pop = "population" in (getattr(desc.data, "extra", None) or {})
+            lines += [r"\paragraph{Each state entry.} The "
+                      + ("exact population loss of the Gaussian prompts (closed-form moments)" if pop else
+                         f"loss over the description's {desc.data.n} weighted sequences") + ", in the state entries:",
                       r"\begin{align}", r"\mathcal{L} &= " + sp.latex(s["loss"].xreplace(rep)), r"\end{align}"]
         lines += [rf"Gradient flow of stage {i + 1} ({st.name}: trains {', '.join(st.train) or 'nothing'}); "
                   r"GD: $X' = X + \eta\,\dot X$ for the narrow entries (a Gram entry adds the $\eta^2$ term "
