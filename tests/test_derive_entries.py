@@ -113,7 +113,7 @@ def _rhs_matches(desc, seed=0):
         for i in s["index"][n]:  # a symmetric Gram block's entry sits at (a, b) and (b, a)
             y[i] = v
     ref = system_of(desc).rhs(y, stages(desc)[0].mode)
-    f = sp.lambdify(s["symbols"], [s["rhs"][n] for n in s["entries"]], [NUMPY_FUNCTIONS, "numpy"])
+    f = sp.lambdify(s["symbols"], [s["rhs"][n] for n in s["entries"]], [NUMPY_FUNCTIONS, "numpy"], cse=True)
     got = np.array(f(*vals), dtype=float)
     want = np.array([ref[s["index"][n][0]] for n in s["entries"]])
     assert np.abs(got - want).max() <= 1e-12 * max(1.0, np.abs(want).max()), (got, want)
@@ -158,7 +158,7 @@ def test_narrow_gd_maps_equal_the_engine_step(tmp_path):
         r = run(desc, y0=y0)
         X0, X1 = r.states[0], r.states[1]
         idx = [r.entries.index(n) for n in s["narrow"]]  # the same names as the run file's entries
-        f = sp.lambdify(s["symbols"], [s["rhs"][n] for n in s["narrow"]], [NUMPY_FUNCTIONS, "numpy"])
+        f = sp.lambdify(s["symbols"], [s["rhs"][n] for n in s["narrow"]], [NUMPY_FUNCTIONS, "numpy"], cse=True)
         vals = [X0[r.entries.index(n)] for n in s["entries"]]
         err = np.abs(X1[idx] - (X0[idx] + desc.training.eta * np.array(f(*vals), dtype=float))).max()
         assert err < 1e-12 * max(1.0, np.abs(X1).max()), err
