@@ -1,7 +1,8 @@
 """`meanfield model derive --format latex` of a small model (at most 12 state entries) prints each state
 entry's gradient-flow right-hand side (sympy, from the explicit loss over the description's data and the
 closure map of the Gram blocks). Every printed expression, lambdified, is checked against the engine's own
-kernel derivative (``flow_rhs``, numba: an independent implementation) at random states, for every closure
+kernel derivative (``flow_rhs``, numba: an independent implementation) at random states, both expanded and in
+the printed form over shared subexpressions (evaluated in order), for every closure
 (merged / separate keys and queries, several heads, every value kind, a general Gram matrix, trained signs,
 positional biases with a causal mask, group rates, each loss, the exact Gaussian population), the shipped small
 descriptions and randomly drawn ones; the narrow entries' GD maps against the engine's GD step."""
@@ -14,7 +15,7 @@ import meanfield.cli
 from meanfield.engine.cli import model_path
 from meanfield.engine.reduce import initial_state
 from meanfield.engine.runs import run
-from meanfield.engine.symbolic_entries import MAX_ENTRIES, NUMPY_FUNCTIONS, entry_system, supported
+from meanfield.engine.symbolic_entries import MAX_ENTRIES, NUMPY_FUNCTIONS, entry_system, shared_form, supported
 from meanfield.engine.system import stages, system_of
 
 TEMPLATE = '''
@@ -118,7 +119,22 @@ def _rhs_matches(desc, seed=0):
     want = np.array([ref[s["index"][n][0]] for n in s["entries"]])
     assert np.abs(got - want).max() <= 1e-12 * max(1.0, np.abs(want).max()), (got, want)
     assert np.abs(want).max() > 1e-4  # the flow moves: the comparison can fail
+    # the printed form: the shared subexpressions xi_k evaluated in order, then each entry's right-hand side
+    printed = _eval_shared(shared_form(s), s["symbols"], vals)
+    got = np.array([printed[n] for n in s["entries"]])
+    assert np.abs(got - want).max() <= 1e-12 * max(1.0, np.abs(want).max()), (got, want)
     return s
+
+
+def _eval_shared(sf, symbols, vals):
+    """The printed form evaluated as printed: one generated function that assigns xi_0, xi_1, ... in order
+    (lambdify's ``cse`` hook handed the printed replacements) and returns each entry's right-hand side."""
+    import sympy as sp
+
+    names = list(sf["rhs"])
+    reduced = [sf["rhs"][n] for n in names]
+    f = sp.lambdify(symbols, reduced, [NUMPY_FUNCTIONS, "numpy"], cse=lambda _exprs: (sf["shared"], reduced))
+    return dict(zip(names, (float(v) for v in f(*vals))))
 
 
 @pytest.mark.parametrize("tag", sorted(CASES))

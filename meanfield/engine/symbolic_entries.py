@@ -34,10 +34,15 @@ treated as independent of the others):
   Gamma_r^rho the block metric with each object's columns scaled by its
   group's rate, D the trained columns.
 
+:func:`entry_latex` prints the loss and every right-hand side over shared
+subexpressions xi_k (sympy ``cse``, :func:`shared_form`): expanded, a few
+sequences already give 10^5 characters per description.
+
 The GD map of a narrow entry is X' = X + eta dX/dt; a Gram entry's adds the
 eta^2 term of the general map (printed by the block maps above it).
-``tests/test_derive_entries.py`` checks every right-hand side, lambdified,
-against the engine's own kernel derivative (``flow_rhs``) at random states
+``tests/test_derive_entries.py`` checks every right-hand side, lambdified
+(expanded, and in the printed shared form evaluated in order), against the
+engine's own kernel derivative (``flow_rhs``) at random states
 (and the narrow GD maps against its GD step). Larger descriptions get the
 general block maps only (:func:`meanfield.engine.symbolic.description_latex`),
 with one line saying why.
@@ -407,6 +412,36 @@ def _stage_keys(desc):
     return out
 
 
+def shared_form(system: dict) -> dict:
+    """The loss and the right-hand sides of :func:`entry_system` over shared subexpressions (sympy ``cse``),
+    the form :func:`entry_latex` prints (the expanded expressions run to 10^5 characters for a few sequences).
+
+    Parameters
+    ----------
+    system : dict
+        what :func:`entry_system` returns.
+
+    Returns
+    -------
+    dict
+        ``shared``: [(xi_k, expression)] in order (each in the entries and the xi_j before it),
+        ``loss`` and ``rhs`` (name -> expression) in the entries and the xi_k.
+
+    Examples
+    --------
+    >>> import meanfield as mf
+    >>> f = shared_form(entry_system(mf.load("incontext", K=2, N=2)))
+    >>> sorted(f["rhs"]) == sorted(entry_system(mf.load("incontext", K=2, N=2))["entries"])
+    True
+    """
+    import sympy as sp
+
+    names = system["entries"]
+    exprs = [system["loss"]] + [system["rhs"][n] for n in names]
+    shared, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("xi_", real=True), optimizations=None)
+    return {"shared": list(shared), "loss": reduced[0], "rhs": dict(zip(names, reduced[1:]))}
+
+
 def entry_latex(desc) -> str:
     """The LaTeX (amsmath) of :func:`entry_system`: the loss and each entry's ODE, per distinct stage.
 
@@ -431,20 +466,23 @@ def entry_latex(desc) -> str:
     for i in _stage_keys(desc):
         s = entry_system(desc, stage=i)
         rep = {x: sp.Symbol(_tex_entry(n)) for n, x in zip(s["entries"], s["symbols"])}
+        sf = shared_form(s)
         st = desc.training.stages[i]
-        if not lines:
-            pop = "population" in (getattr(desc.data, "extra", None) or {})
-            lines += [r"\paragraph{Each state entry.} The "
-                      + ("exact population loss of the Gaussian prompts (closed-form moments)" if pop else
-                         f"loss over the description's {desc.data.n} weighted sequences") + ", in the state entries:",
-                      r"\begin{align}", r"\mathcal{L} &= " + sp.latex(s["loss"].xreplace(rep)), r"\end{align}"]
+        pop = "population" in (getattr(desc.data, "extra", None) or {})
+        lines += [(r"\paragraph{Each state entry.} The " if not lines else rf"\paragraph{{Stage {i + 1}.}} The ")
+                  + ("exact population loss of the Gaussian prompts (closed-form moments)" if pop else
+                     f"loss over the description's {desc.data.n} weighted sequences") + ", in the state entries, "
+                  r"over the shared subexpressions $\xi_k$:", r"\begin{align}"]
+        body = [rf"{sp.latex(x)} &= {sp.latex(e.xreplace(rep))}" for x, e in sf["shared"]]
+        body.append(r"\mathcal{L} &= " + sp.latex(sf["loss"].xreplace(rep)))
+        lines += [" \\\\\n".join(body), r"\end{align}"]
         lines += [rf"Gradient flow of stage {i + 1} ({st.name}: trains {', '.join(st.train) or 'nothing'}); "
                   r"GD: $X' = X + \eta\,\dot X$ for the narrow entries (a Gram entry adds the $\eta^2$ term "
                   r"of its block map above):", r"\begin{align}"]
         body = []
         for n in s["entries"]:
             base, idx = _tex_parts(n)
-            body.append(rf"\dot{{{base}}}_{{{idx}}} &= {sp.latex(s['rhs'][n].xreplace(rep))}")
+            body.append(rf"\dot{{{base}}}_{{{idx}}} &= {sp.latex(sf['rhs'][n].xreplace(rep))}")
         lines.append(" \\\\\n".join(body))
         lines.append(r"\end{align}")
     return "\n".join(lines) + "\n"
