@@ -102,3 +102,17 @@ def test_declared_parameter_without_comment_gets_the_schema_meaning(capsys, tmp_
     p.write_text(src)
     out = _help(capsys, ["model", "run", str(p), "--help"])
     assert _line(out, "--sc") == "heads[0].scale: multiplies the logits z_i = scale x_i^T S x_q (default: 1.5)"
+
+
+def test_every_shipped_description_gives_every_parameter_and_knob_a_meaning():
+    """No row of any shipped description's help is a bare default (a new knob or parameter without a meaning
+    in the schema, the family registration or a comment fails here)."""
+    from meanfield.engine.help import model_parameters
+
+    root = model_path("incontext").parent
+    files = sorted(root.glob("*.toml")) + sorted((root.parents[1] / "docs" / "examples").glob("*.toml"))
+    assert len(files) >= 8
+    for p in files:
+        _fam, declared, knobs = model_parameters(p)
+        for name, _default, meaning in declared + knobs:
+            assert meaning.strip(), (p.name, name)

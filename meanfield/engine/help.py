@@ -75,6 +75,31 @@ def parameter_comments(text: str) -> dict[str, str]:
     return out
 
 
+def knob_meaning(name: str) -> str:
+    """The meaning of run knob ``name``: :data:`KNOB_HELP`'s short line, else the description
+    reference's (``meanfield.engine.schema``, which has one for every knob), backticks dropped.
+
+    Parameters
+    ----------
+    name : str
+        a :class:`~meanfield.engine.description.RunParams` field.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> knob_meaning("eta")
+    'GD step size (> 0); time = steps x eta'
+    """
+    if name in KNOB_HELP:
+        return KNOB_HELP[name]
+    from .schema import _RUN_KNOBS
+
+    return _RUN_KNOBS.get(name, "").replace("`", "")
+
+
 def _references(node, name: str, path=()):
     """Every path in a description's raw tables where ``"$name"`` is a whole string value."""
     if isinstance(node, dict):
@@ -202,12 +227,12 @@ def model_parameters(path: Path, mixture_help: dict | None = None) -> tuple[str,
         for f in dataclasses.fields(fam.params_class()):
             default = table.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
             meaning = (comments.get(f.name) or field_help.get(f.name) or (mixture_help or {}).get(f.name)
-                       or KNOB_HELP.get(f.name, ""))
+                       or knob_meaning(f.name))
             rows.append((f.name, _fmt(default), meaning))
         return str(raw["family"]), rows, []
     declared = [(k, _fmt(v), _declared_meaning(raw, k, comments.get(k)))
                 for k, v in declared_parameters(raw).items()]
-    knobs = [(f.name, _fmt(table.get(f.name, f.default)), comments.get(f.name) or KNOB_HELP.get(f.name, ""))
+    knobs = [(f.name, _fmt(table.get(f.name, f.default)), comments.get(f.name) or knob_meaning(f.name))
              for f in dataclasses.fields(RunParams)]
     return str(raw.get("family") or ""), declared, knobs
 
