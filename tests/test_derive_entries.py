@@ -101,11 +101,11 @@ def _random_case(seed):
             return c
 
 
-def _rhs_matches(desc, seed=0):
+def _rhs_matches(desc, seed=0, stage=0):
     """Every entry's printed right-hand side, lambdified at a random state, equals the engine's flow_rhs."""
     import sympy as sp
 
-    s = entry_system(desc)
+    s = entry_system(desc, stage=stage)
     assert len(s["entries"]) <= MAX_ENTRIES
     rng = np.random.default_rng(seed)
     y = initial_state(desc).copy()
@@ -113,7 +113,7 @@ def _rhs_matches(desc, seed=0):
     for v, n in zip(vals, s["entries"]):
         for i in s["index"][n]:  # a symmetric Gram block's entry sits at (a, b) and (b, a)
             y[i] = v
-    ref = system_of(desc).rhs(y, stages(desc)[0].mode)
+    ref = system_of(desc).rhs(y, stages(desc)[stage].mode)
     f = sp.lambdify(s["symbols"], [s["rhs"][n] for n in s["entries"]], [NUMPY_FUNCTIONS, "numpy"], cse=True)
     got = np.array(f(*vals), dtype=float)
     want = np.array([ref[s["index"][n][0]] for n in s["entries"]])
@@ -142,6 +142,32 @@ def test_each_closure_rhs_equals_the_engine_kernel(tmp_path, tag):
     desc = mf.load(_write(tmp_path, tag, CASES[tag]))
     assert supported(desc) is None
     _rhs_matches(desc, seed=len(tag))
+
+
+STAGES = """
+[[training.stages]]
+name = "values"
+train = ["values"]
+steps = 1
+[[training.stages]]
+name = "attention"
+train = ["attention"]
+steps = 1
+"""
+
+
+def test_each_stage_trains_its_own_groups(tmp_path):
+    """A staged description: each stage's right-hand sides (its trained columns D; frozen entries 0)."""
+    p = _write(tmp_path, "staged", dict(heads=_head(kq="separate")))
+    p.write_text(p.read_text().replace("steps = 1\n", "", 1) + STAGES)
+    desc = mf.load(p)
+    for stage in (0, 1):
+        s = _rhs_matches(desc, seed=stage, stage=stage)
+        moving = {n for n in s["entries"] if s["rhs"][n] != 0}
+        assert moving == ({n for n in s["entries"] if n.startswith("w[")} if stage == 0 else
+                          {n for n in s["entries"] if not n.startswith("w[")})
+    tex = mf.derive(desc)["latex"]
+    assert "Gradient flow of stage 1 (values: trains values)" in tex and r"\paragraph{Stage 2.}" in tex
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
