@@ -116,3 +116,26 @@ def test_every_shipped_description_gives_every_parameter_and_knob_a_meaning():
         _fam, declared, knobs = model_parameters(p)
         for name, _default, meaning in declared + knobs:
             assert meaning.strip(), (p.name, name)
+
+
+def test_a_plugin_family_registers_its_fields_meanings(tmp_path, monkeypatch):
+    from dataclasses import dataclass
+
+    from meanfield.engine import registry
+    from meanfield.engine.help import model_parameters
+
+    @dataclass(frozen=True)
+    class Knobs:
+        steps: int = 5
+        alpha: float = 0.5
+
+    monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))  # the registration stays in this test
+    registry.register_family("help_test_family", params=Knobs, build=lambda values, name, source: None,
+                             field_help={"alpha": "the user's own coupling"}, replace=True)
+    p = tmp_path / "fam.toml"
+    p.write_text('family = "help_test_family"\n[parameters]\nalpha = 0.75\n')
+    fam, rows, _ = model_parameters(p)
+    assert fam == "help_test_family"
+    assert dict((n, (d, m)) for n, d, m in rows) == {"steps": ("5", "GD steps (when the description has no "
+                                                              "[[training.stages]])"),
+                                                     "alpha": ("0.75", "the user's own coupling")}

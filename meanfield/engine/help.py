@@ -141,7 +141,7 @@ def _key_meaning(raw: dict, path: tuple) -> str:
 
 def referenced_meaning(raw: dict, name: str) -> str:
     """The meaning of a declared parameter without a comment: where the description uses ``"$name"``
-    and the schema's meaning of that key (``[data] d: input dimension d ...``), so it cannot drift.
+    and the schema's meaning of that key (``data.d: input dimension d ...``), so it cannot drift.
 
     Parameters
     ----------
