@@ -227,3 +227,58 @@ def test_cli_runs_and_refuses(tmp_path):
     p = subprocess.run([sys.executable, "-m", "meanfield", "model", "particles", str(toml), "--out", str(bad)],
                        capture_output=True, text=True)
     assert p.returncode == 2 and not bad.exists() and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("seed", (0, 1, 4, 5))
+def test_flow_rhs_equals_the_explicit_gradient(seed):
+    """The flow's right-hand side (method flow / rk4) at the initial state equals the explicit
+    network's -grad mapped to the ambient state: dK/dt = M^T dM + dM^T M with dM = -(rate/eta) grad M,
+    dE/dt = -(rate_E/eta) grad E, and the narrow values' -rate grad (1e-12)."""
+    from meanfield.engine.system import stages, system_of
+
+    raw = embedding_raw(seed, 3)
+    raw.pop("training", None)
+    d = description_from_dict(raw)
+    sy = system_of(d)
+    y0 = sy.initial_state()
+    st = stages(d)[0]
+    rhs = sy.rhs(y0, st.mode)
+    net = _net(d, sy)
+    loss = net.loss()
+    ws = [net.E] + [v for p in net.params for v in p.values()]
+    grads = dict(zip(range(len(ws)), torch.autograd.grad(loss, ws)))
+    from meanfield.engine.rates import stage_base_eta, stage_group_rates
+
+    r = stage_group_rates(d.training, d.training.stages[0])
+    rho = {g: v / stage_base_eta(d.training, d.training.stages[0]) for g, v in r.items()}
+    el = sy.el
+    want = np.zeros_like(y0)
+    want[el.E:] = -(rho["embeddings"] * grads[0].numpy()).ravel()
+    i = 1
+    for k, (h, p) in enumerate(zip(d.model.heads, net.params)):
+        hh = el.heads[k]
+        cols, dcols = [], []
+        for key, v in p.items():
+            g = grads[i].numpy()
+            i += 1
+            grp = {"WK": "keys", "WQ": "queries", "W": "keys", "w": "values", "MV": "values", "r": "readout",
+                   "a": "signs"}[key]
+            lr = rho[grp] * (h.n_neurons if (key == "w" and h.value == "neuron") else 1)
+            if key in ("WK", "WQ", "MV"):
+                cols.append(v.detach().numpy())
+                dcols.append(-lr * g)
+            elif key == "r":
+                cols.append(v.detach().numpy().T)
+                dcols.append(-lr * g.T)
+            elif key == "W":
+                want[hh["W"]:hh["W"] + el.d ** 2] = (-lr * g).ravel()
+            elif key == "w":
+                want[hh["w"]:hh["w"] + g.size] = (-lr * g).ravel()
+            elif key == "a" and h.train_sign:
+                want[hh["a"]] = -lr * float(g)
+        if cols:
+            M, dM = np.concatenate(cols, axis=1), np.concatenate(dcols, axis=1)
+            D = hh["D"]
+            want[hh["K"]:hh["K"] + D * D] = (M.T @ dM + dM.T @ M).ravel()
+    assert np.abs(rhs - want).max() <= 1e-12 * max(1.0, np.abs(want).max())
+    assert np.abs(want[el.E:]).max() > 1e-6

@@ -87,6 +87,33 @@ def check(desc: Description) -> None:
         raise ConfigError("normalise: not with dictionary.trainable (normalised GD of the embeddings is not derived)")
 
 
+def describe_state(desc: Description, lay) -> dict:
+    """The ambient state of trainable embeddings for ``meanfield model derive`` (JSON-able).
+
+    Parameters
+    ----------
+    desc : Description
+    lay : Layout
+        The reduced layout (``meanfield.engine.reduce.layout``).
+
+    Returns
+    -------
+    dict
+        ambient d, the state size and, per head, the ambient width D_h of its K_h.
+
+    Examples
+    --------
+    >>> describe_state(desc, layout(desc))["ambient"]   # doctest: +SKIP
+    2
+    """
+    el = EmbeddingLayout(desc, lay)
+    return {"ambient": el.d, "state_size": el.size, "K": {h.name: el.heads[k]["D"] for k, h in
+                                                        enumerate(desc.model.heads)},
+            "gd_map": "K' = (I - H X) K (I - X H), X = Eb Ghat Eb^T; E' = E - eta_E [sum_a (K Eb Ghat)_aa + "
+                      "W E G_W^T + W^T E G_W + w^T g]; W' = W - eta E G_W E^T; w' = w - eta lr g E^T",
+            "reduced": "Q = Eb^T K Eb, W~ = E^T W E, w~ = E^T w, Gamma = E^T E"}
+
+
 class EmbeddingLayout:
     """Offsets of the ambient state (module docstring): per head K_h, W, w, a, b; then E."""
 
