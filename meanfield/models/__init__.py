@@ -29,4 +29,5 @@ PLUGINS = (
     "meanfield.models.multiclass.plugin",
     "meanfield.models.icl.plugin",
     "meanfield.models.scansnap.plugin",
+    "meanfield.models.prompt_attention.plugin",
 )
