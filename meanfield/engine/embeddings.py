@@ -202,7 +202,25 @@ def ambient_initial(desc: Description, lay, Ms=None) -> np.ndarray:
     """The ambient initial state: K_h = M_h^T M_h (``Ms`` given) or its m = inf
     expectation blockdiag(omega_a^2 I); E0; the narrow values of the reduced
     initial state mapped to the smallest ambient ones (W = E0^{+T} W~ E0^+,
-    w = E0^{+T} w~, E0^+ = Gamma^{-1} E0^T)."""
+    w = E0^{+T} w~, E0^+ = Gamma^{-1} E0^T).
+
+    Parameters
+    ----------
+    desc : Description
+    lay : Layout
+        The reduced layout.
+    Ms : list of numpy.ndarray or None
+        Per head the explicit wide weights (m x D_h); None: infinite width.
+
+    Returns
+    -------
+    numpy.ndarray
+        The flat ambient state (:class:`EmbeddingLayout`).
+
+    Examples
+    --------
+    >>> y0 = ambient_initial(desc, pack(desc).lay)   # doctest: +SKIP
+    """
     el = EmbeddingLayout(desc, lay)
     P, d = el.P, el.d
     G = desc.dictionary.Gamma

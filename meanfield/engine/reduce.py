@@ -326,13 +326,7 @@ def initial_state(desc: Description, lay: Layout | None = None) -> np.ndarray:
 def derive_summary(desc: Description) -> dict:
     """Names and counts of the reduced variables (JSON-able)."""
     lay = layout(desc)
-    more = {}
-    if desc.dictionary.trainable:  # trainable embeddings: the ambient state (meanfield.engine.embeddings)
-        from .embeddings import describe_state
-
-        more = {"embeddings": describe_state(desc, lay)}
     return {
-        **more,
         "model": desc.name, "P": lay.P, "features": list(desc.dictionary.features), "state_size": lay.size,
         "variables": [{"head": b.head, "name": b.name, "kind": b.kind, "shape": list(b.shape), "count": b.count}
                       for b in lay.blocks],

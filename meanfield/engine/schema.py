@@ -196,6 +196,9 @@ def reference() -> list[tuple[str, str, list[Key]]]:
                 "feature names; `{prefix = \"v\", count = \"$K\"}` makes v1..vK; `{function = \"pkg.mod:fn\", args "
                 "= {...}}` imports a function by name (never evaluated) that returns them"),
             Key("gram", "P x P matrix", "identity", "the Gram matrix Gamma = E^T E (symmetric positive definite)"),
+            Key("trainable", "bool", "false", "trainable token embeddings E: the state holds the ambient Gram of the "
+                "wide weights and E (docs/engine.md, Trainable embeddings); the rate group `embeddings`"),
+            Key("ambient", "int >= P", "P", "the embeddings' ambient dimension d (only with `trainable`)"),
         ]),
         ("[data]", "the data set: exactly one of `rows` and `function`", [
             Key("rows", "array of tables", "-", "the sequences, one table each (keys below)"),

@@ -39,13 +39,48 @@ def _law(desc) -> dict:
 
 
 def attention(W_p, tokens) -> np.ndarray:
-    """Softmax weights of the prompt for each token: (T_rec, n, L) from the prompt logits W~[:, p] (T_rec, P)."""
+    """Softmax weights of the prompt for each token.
+
+    Parameters
+    ----------
+    W_p : numpy.ndarray
+        The prompt's logit vectors W~[:, p] at each record (T_rec, P).
+    tokens : numpy.ndarray
+        (n, L, P) token coefficients.
+
+    Returns
+    -------
+    numpy.ndarray
+        (T_rec, n, L) attention weights.
+
+    Examples
+    --------
+    >>> attention(np.zeros((1, 3)), np.eye(3)[None]).round(3).tolist()
+    [[[0.333, 0.333, 0.333]]]
+    """
     z = np.einsum("nlp,tp->tnl", tokens, W_p)
     e = np.exp(z - z.max(axis=2, keepdims=True))
     return e / e.sum(axis=2, keepdims=True)
 
 
 def measure(desc, r, n_test: int) -> dict:
+    """The attention and held-out numbers of one run (module docstring).
+
+    Parameters
+    ----------
+    desc : Description
+    r : Run
+    n_test : int
+        The test set's size (the law is redrawn with seed 1000 to find its relevant tokens).
+
+    Returns
+    -------
+    dict
+
+    Examples
+    --------
+    >>> measure(desc, run(desc), 400)["test_error_end"]   # doctest: +SKIP
+    """
     dec = dict(desc.declared)
     law = _law(desc)
     tr = dataset(desc.dictionary.features, n=dec["n_train"], seed=dec["data_seed"], **law)

@@ -40,8 +40,25 @@ SETTINGS = {"quick": {"ratios": (1, 4, 16), "steps": 2000, "main": 8},
 
 
 def attention(desc, r) -> tuple[np.ndarray, np.ndarray, list]:
-    """The attention of every class at every record: (T, n_classes, L - 1) weights, the logits z
-    of the keys, and the key names of each class."""
+    """The attention of every class at every record.
+
+    Parameters
+    ----------
+    desc : Description
+        The scansnap description.
+    r : Run
+        Its run.
+
+    Returns
+    -------
+    tuple
+        (T, n_classes, L - 1) weights p_l = c_l e^{z_l} / sum c e^z, the logits z, and the key names
+        of each class.
+
+    Examples
+    --------
+    >>> p, z, names = attention(desc, run(desc))   # doctest: +SKIP
+    """
     W = r.var("h", "W")                              # (T, P, P)
     X = np.asarray(desc.data.tokens)                 # (n, L, P) one-hot
     c = np.asarray(desc.data.count_array)
@@ -54,7 +71,24 @@ def attention(desc, r) -> tuple[np.ndarray, np.ndarray, list]:
 
 
 def measure(desc, r, n_common: int) -> dict:
-    """The scan and snap numbers of one run (module docstring)."""
+    """The scan and snap numbers of one run (module docstring).
+
+    Parameters
+    ----------
+    desc : Description
+    r : Run
+    n_common : int
+        The number of common tokens (the first keys of every class).
+
+    Returns
+    -------
+    dict
+        JSON-able numbers: distinct mass, increments, peak times, snap time, speeds.
+
+    Examples
+    --------
+    >>> measure(desc, run(desc), 4)["snap_t"]   # doctest: +SKIP
+    """
     p, z, _ = attention(desc, r)
     t = np.asarray(r.t)
     dist = p[:, :, n_common:].sum(axis=2)            # (T, n): mass on the class's distinct tokens
