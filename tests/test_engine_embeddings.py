@@ -279,3 +279,20 @@ def test_flow_rhs_equals_the_explicit_gradient(seed):
             want[hh["K"]:hh["K"] + D * D] = (M.T @ dM + dM.T @ M).ravel()
     assert np.abs(rhs - want).max() <= 1e-12 * max(1.0, np.abs(want).max())
     assert np.abs(want[el.E:]).max() > 1e-6
+
+
+def test_init_from_a_trainable_run_is_refused(tmp_path):
+    """A fixed-dictionary run may not start from a trainable-embedding run file (its Gram moved)."""
+    import copy
+
+    import meanfield.engine as me
+    from meanfield.core.config import ConfigError
+
+    raw = copy.deepcopy(MAJ)
+    path = tmp_path / "t.h5"
+    me.run_to_file(description_from_dict(raw), path, progress=False)
+    raw["dictionary"]["trainable"] = False
+    raw["parameters"]["init_from"] = str(path)
+    with pytest.raises(ConfigError) as e:
+        description_from_dict(raw)
+    assert str(e.value).startswith("init_from:") and "trainable embeddings" in str(e.value)
