@@ -61,7 +61,7 @@ _RUN_KNOBS = {
     "init_from": "a run file whose last state is the initial state (`meanfield.engine.initfrom`; its model "
                  "structure must match)",
     "group_eta": "a rate per parameter group for the whole run, `\"keys=0.1,values=2\"` or a table "
-                 "(`meanfield.engine.rates`; groups: keys, queries, values, readout, signs, positions, attention)",
+                 "(`meanfield.engine.rates`; groups: keys, queries, values, readout, signs, positions, embeddings, attention)",
     "eta_schedule": "a multiplier of every rate at step k: `cosine`, `step:E:G`, `warmup:W+cosine`, `inverse:T0` "
                     "(`meanfield.engine.rates`)",
     "method": f"{_choices(METHODS)}: the exact GD map, gradient flow (adaptive Dormand-Prince 5(4)) or fixed-step RK4",
