@@ -187,6 +187,11 @@ MAJ = {"name": "tiny", "dictionary": {"features": ["a", "b"], "trainable": True}
     (lambda r: r["heads"][0].update(rpe=True), "heads[0].rpe: not with dictionary.trainable"),
     (lambda r: r["parameters"].update(normalise="parameter"), "normalise: not with dictionary.trainable"),
     (lambda r: r["parameters"].update(group_eta="embedding=1"), "group_eta: unknown group 'embedding'"),
+    (lambda r: (r["dictionary"].update(trainable=False), r["parameters"].update(group_eta="embeddings=0.1")),
+     "group_eta: a rate for embeddings needs [dictionary] trainable = true"),
+    (lambda r: (r["dictionary"].update(trainable=False), r.update(training={"stages": [
+        {"name": "s", "train": ["values"], "steps": 3, "eta": {"embeddings": 0.1}}]}), r["parameters"].pop("steps")),
+     "training.stages[0].eta: a rate for embeddings needs"),
 ])
 def test_refusals_are_one_line(edit, msg):
     from meanfield.core.config import ConfigError

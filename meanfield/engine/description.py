@@ -729,6 +729,12 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         from .embeddings import check as check_embeddings
 
         check_embeddings(desc)
+    else:  # a rate for fixed token vectors would be accepted without effect
+        where = ["group_eta"] * ("embeddings" in dict(training.group_eta)) + [
+            f"training.stages[{i}].eta" for i, st in enumerate(training.stages) if "embeddings" in dict(st.group_eta)]
+        if where:
+            raise ConfigError(f"{where[0]}: a rate for embeddings needs [dictionary] trainable = true (the token "
+                              "vectors are fixed otherwise)")
     if any(h.init_gram for h in heads) and desc.init.width is not None:
         raise ConfigError("heads.init_gram: only at infinite width (width = inf); at finite width m the Gram is "
                           "U^T U of the sampled weights")
