@@ -86,7 +86,7 @@ from .rates import stage_rates as _stage_rates
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, NORMALISE, QUERIES,  # noqa: F401
                       VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
                       make_data)
-from .parsing import OUT_OF_CLASS, TRAINABLE_EMBEDDINGS, as_bool, as_matrix, check_gram, check_table
+from .parsing import OUT_OF_CLASS, as_bool, as_matrix, check_gram, check_table
 
 # ------------------------------------------------------------------ the run knobs of a general description
 
@@ -680,6 +680,10 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         if "positions" in raw:  # absolute positional features: an enlarged dictionary (engine.positions)
             from .positions import apply
 
+            if dictionary.trainable:
+                raise ConfigError("positions: not with dictionary.trainable (positional features with trainable "
+                                  "embeddings are not derived here)")
+
             dictionary, data, test = apply(raw["positions"], dictionary, data, test)
             P = dictionary.P
     elif "positions" in raw:
@@ -732,6 +736,16 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         from .reduce import layout
 
         check(desc, params.init_from, layout(desc))
+    if dictionary.trainable:  # trainable embeddings: what they do not support (meanfield.engine.embeddings)
+        from .embeddings import check as check_embeddings
+
+        check_embeddings(desc)
+    else:  # a rate for fixed token vectors would be accepted without effect
+        where = ["group_eta"] * ("embeddings" in dict(training.group_eta)) + [
+            f"training.stages[{i}].eta" for i, st in enumerate(training.stages) if "embeddings" in dict(st.group_eta)]
+        if where:
+            raise ConfigError(f"{where[0]}: a rate for embeddings needs [dictionary] trainable = true (the token "
+                              "vectors are fixed otherwise)")
     if any(h.init_gram for h in heads) and desc.init.width is not None:
         raise ConfigError("heads.init_gram: only at infinite width (width = inf); at finite width m the Gram is "
                           "U^T U of the sampled weights")
@@ -742,9 +756,7 @@ def _dictionary_and_data(raw: dict, dic) -> tuple[Dictionary, Data]:
     """The [dictionary] and [data] tables of a general description."""
     if dic is None:
         raise ConfigError("dictionary: required ([dictionary] with features = [...])")
-    if isinstance(dic, dict) and dic.get("trainable"):  # trainable embeddings: refused with the reason
-        raise ConfigError(f"dictionary.trainable: outside the Gram-closure class: {TRAINABLE_EMBEDDINGS}")
-    check_table("dictionary", dic, ("features", "gram"))
+    check_table("dictionary", dic, ("features", "gram", "trainable", "ambient"))
     feats = _feature_names(dic.get("features"))
     if not isinstance(feats, list) or not feats or not all(isinstance(f, str) and f for f in feats):
         raise ConfigError("dictionary.features: must be a non-empty list of feature names")
@@ -755,7 +767,13 @@ def _dictionary_and_data(raw: dict, dic) -> tuple[Dictionary, Data]:
     gram = None
     if dic.get("gram") is not None:
         gram = check_gram("dictionary.gram", as_matrix("dictionary.gram", dic["gram"], (P, P)))
-    dictionary = Dictionary(features=feats, gram=gram)
+    trainable = as_bool("dictionary.trainable", dic.get("trainable", False))  # meanfield.engine.embeddings
+    ambient = None
+    if dic.get("ambient") is not None:
+        if not trainable:
+            raise ConfigError("dictionary.ambient: only with trainable = true (a fixed dictionary reads only its Gram)")
+        ambient = as_int("dictionary.ambient", dic["ambient"], lo=P)
+    dictionary = Dictionary(features=feats, gram=gram, trainable=trainable, ambient=ambient)
     if "data" not in raw:
         raise ConfigError("data: required ([data] with rows = [...] or function = \"package.module:function\")")
     return dictionary, _data_from_table(raw["data"], feats)
@@ -767,6 +785,8 @@ def describe(desc: Description) -> dict:
         "name": desc.name, "family": desc.family, "features": list(desc.dictionary.features),
         "declared": {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared},
         "gram": None if desc.dictionary.gram is None else np.asarray(desc.dictionary.gram).tolist(),
+        **({"embeddings": {"trainable": True, "ambient": desc.dictionary.ambient or desc.P}}
+           if desc.dictionary.trainable else {}),
         "n_sequences": desc.data.n, "L": desc.data.L,
         "heads": [dataclasses.asdict(h) for h in desc.model.heads], "loss": desc.model.loss,
         "init": dataclasses.asdict(desc.init),

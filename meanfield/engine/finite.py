@@ -55,6 +55,9 @@ def default_d(desc: Description) -> int:
 def _check(desc: Description, d: int | None) -> int:
     if desc.init.width is None:
         raise ConfigError("width: the explicit network needs a finite width m (--width M)")
+    if desc.dictionary.trainable:
+        raise ConfigError("dictionary.trainable: not for the explicit network of particles / width-sweep (its "
+                          "oracle holds E fixed); run the engine, whose state with trainable embeddings is exact at every m")
     if desc.init.init_from is not None:
         raise ConfigError("init_from: not for the explicit network (a run file holds the weights' Gram, which does "
                           "not determine the weights); run the engine")

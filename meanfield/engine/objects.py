@@ -69,6 +69,8 @@ class Dictionary:
     report: np.ndarray | None = None
     report_names: tuple[str, ...] | None = None
     groups: tuple = ()  # named groups of features, ((name, (feature, ...)), ...): e.g. the icl_regression x and y
+    trainable: bool = False  # trainable token embeddings (meanfield.engine.embeddings)
+    ambient: int | None = None  # their ambient dimension d >= P (None: P)
 
     @property
     def P(self) -> int:
