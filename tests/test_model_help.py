@@ -139,3 +139,19 @@ def test_a_plugin_family_registers_its_fields_meanings(tmp_path, monkeypatch):
     assert dict((n, (d, m)) for n, d, m in rows) == {"steps": ("5", "GD steps (when the description has no "
                                                               "[[training.stages]])"),
                                                      "alpha": ("0.75", "the user's own coupling")}
+
+
+def test_unknown_flag_hint_names_the_model_as_given_and_its_help_works(capsys, tmp_path):
+    """The one-line refusal of an undeclared flag ends with a help command; for a user's file it must
+    name the file (the bare stem is no shipped model, and its --help would be the plain one)."""
+    src = (model_path("incontext").parent.parent.parent / "docs" / "examples" / "majority.toml").read_text()
+    p = tmp_path / "mine.toml"
+    p.write_text(src)
+    out = tmp_path / "x.h5"
+    assert meanfield.cli.main(["model", "run", str(p), "--bogus", "1", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and not out.exists(), err
+    hint = re.search(r"meanfield (model run \S+ --help)$", err[0])
+    assert hint and hint.group(1).split()[2] == str(p), err[0]
+    text = _help(capsys, hint.group(1).split())
+    assert "--overlap V" in text and "--label-noise" not in text  # the model's own help, not the plain one

@@ -122,7 +122,7 @@ def _overrides(args, raw, path) -> dict:
             near = difflib.get_close_matches(flag, flags, n=3)
             raise ConfigError(f"{flag}: not a parameter of model {path.name}"
                               + (f" (did you mean {', '.join(near)}?)" if near else "")
-                              + f"; its {len(flags)} parameters: meanfield model run {path.stem} --help")
+                              + f"; its {len(flags)} parameters: meanfield model run {getattr(args, 'model', path.stem)} --help")
     return given
 
 
