@@ -1,0 +1,479 @@
+"""``make bench``: every speed figure of issue 27 in one run, with ratios against the peers.
+
+    python benchmarks/run_all.py [--quick | --smoke] [--B 10000] [--steps 1000] [--out FILE]
+
+Measured in one process, one after the other, so that ratios mean something
+on a shared machine (the load average before and after is printed). One core:
+numba, XLA and torch are set to one thread each before any work.
+The problem is the issue's: the mixture K = 2, L = 3 (8 samples, state of 104
+numbers), the exact GD map, infinite-width init (omega in [1e-3, 0.3], eta in
+{0.1, 0.25, 0.5} per trajectory), records at the start and the end only.
+
+1. Batched: B trajectories x steps, microseconds per trajectory-step, for
+   ``mixture.batched.advance`` (the reference, 1.00), the vectorised mixture
+   path, ``engine.run_batch`` on the mixture description, ``jax.vmap`` of the
+   reduced map and of the explicit width-64 network (on min(B, 1000)
+   trajectories), with the largest difference of the final losses to the
+   reference (the network's are another init: not compared).
+2. B in {10, 100, 1000, 10^4}: the package against ``jax.vmap`` of the reduced map.
+3. One trajectory, one step: the mixture fast path, the engine's generic
+   path, ``lax.scan`` of the reduced map (JAX), eager PyTorch m = 64.
+4. A 100-point omega grid: the chunked sweep (``meanfield.core.ensemble``)
+   against one run per point (``run_sweep``, a process per point in a pool of 1).
+5. The induction full-batch gradient (``benchmarks/bench_induction.py``'s size).
+
+A peer whose library is missing is reported as skipped, never a failure
+(the peers are the optional ``bench`` extra: ``pip install 'meanfield[bench]'``).
+The table goes to stdout and to ``benchmarks/results/latest.md`` (``--out``).
+``--smoke`` runs every section at toy sizes in seconds (CI runs it: the
+numbers mean nothing there, the code paths do).
+Targets are printed as PASS / MISS (not met), never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (str(ROOT), str(ROOT / "benchmarks")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+K, L = 2, 3
+M_NET = 64
+SIZES = {  # B, steps, B list of section 2 (steps), single-step steps, sweep points/steps, induction N
+    "full": dict(B=10_000, steps=1000, Bs=(10, 100, 1000, 10_000), steps2=1000, single=20_000, points=100,
+                 sweep_steps=1000, induction_N=10_000, reps=3),
+    "quick": dict(B=10_000, steps=100, Bs=(10, 100, 1000, 10_000), steps2=100, single=5000, points=100,
+                  sweep_steps=200, induction_N=10_000, reps=2),
+    "smoke": dict(B=8, steps=3, Bs=(2, 4), steps2=3, single=5, points=3, sweep_steps=5, induction_N=50, reps=1),
+}
+
+
+def load() -> str:
+    la = os.getloadavg()
+    return f"load average {la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} (1 / 5 / 15 min) on {os.cpu_count()} cores"
+
+
+def best(fn, reps: int) -> float:
+    out = np.inf
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        out = min(out, time.perf_counter() - t)
+    return out
+
+
+def problem(B: int, steps: int):
+    """B infinite-width mixture configs (the issue's mix) and their initial states."""
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.init import initial_state
+
+    omegas = np.geomspace(1e-3, 0.3, 16)
+    cfgs = [make_config(K=K, L=L, steps=steps, record_every=steps, omega=float(omegas[b % 16]),
+                        eta=[0.1, 0.25, 0.5][(b // 16) % 3]) for b in range(B)]
+    return cfgs, np.stack([initial_state(c) for c in cfgs])
+
+
+class Table:
+    def __init__(self, title: str, ref: str | None = None):
+        self.title, self.ref, self.rows = title, ref, []
+
+    def add(self, name: str, us: float | None, note: str = ""):
+        self.rows.append((name, us, note))
+        print(f"  {name}: " + ("skipped" if us is None else f"{us:.3f} us") + (f"  ({note})" if note else ""),
+              flush=True)
+
+    def ref_us(self):
+        return next((u for n, u, _ in self.rows if n == self.ref), None) if self.ref else None
+
+    def markdown(self) -> str:
+        r = self.ref_us()
+        head = "| path | us | " + (f"vs {self.ref} |" if r else "") + " note |"
+        lines = [f"### {self.title}", "", head, "|---|---|" + ("---|" if r else "") + "---|"]
+        for n, u, note in self.rows:
+            if u is None:
+                lines.append(f"| {n} | skipped |" + (" |" if r else "") + f" {note} |")
+            else:
+                lines.append(f"| {n} | {u:.3f} |" + (f" {u / r:.2f} |" if r else "") + f" {note} |")
+        return "\n".join(lines) + "\n"
+
+
+def _peer(tab: Table, name: str, fn):
+    """Run a peer measurement fn() -> (us, note); a missing library is a skipped row."""
+    from peers import Skipped
+
+    try:
+        us, note = fn()
+    except Skipped as e:
+        tab.add(name, None, f"skipped: {e}")
+        return None
+    tab.add(name, us, note)
+    return us
+
+
+# ------------------------------------------------------------------ 1 + 2: batched
+
+
+def mixture_batched(cfgs, Y0, reps):
+    from meanfield.models.mixture import batched
+
+    res = None
+
+    def go():
+        nonlocal res
+        res = batched.advance(cfgs, list(Y0), "cpu")
+
+    t = best(go, reps)
+    assert np.all(res.code == 0), "a benchmark trajectory diverged"
+    return t, res
+
+
+def final_losses(cfgs, Y):
+    from meanfield.models.mixture import kernels
+    from meanfield.models.mixture.data import sample_set
+
+    s = sample_set(K, L)
+    out = np.empty(len(Y))
+    u, mg = np.empty((s.n, 2)), np.empty(s.n)
+    for b, y in enumerate(Y):
+        out[b] = kernels.forward(np.ascontiguousarray(y), s.P, s.idx, s.sgn, s.y, s.weight, u, mg)
+    return out
+
+
+_JR: dict = {}
+
+
+def _jax_reduced(s):
+    """peers.jax_reduced, built once per process (its jitted functions keep their compiled shapes)."""
+    import peers
+
+    if "f" not in _JR:
+        _JR["f"] = peers.jax_reduced(s)
+    return _JR["f"]
+
+
+def jax_reduced_batch(Y0, etas, steps, reps):
+    import peers
+    from meanfield.models.mixture.data import sample_set
+
+    _, _, run_b = _jax_reduced(sample_set(K, L))
+    out = None
+
+    def go():
+        nonlocal out
+        y, loss = run_b(Y0, etas, steps)
+        out = (np.asarray(y.block_until_ready()), np.asarray(loss))
+
+    run_b(Y0, etas, steps)[0].block_until_ready()  # compile at this shape
+    return best(go, reps), out
+
+
+def section_batched(sz, lines) -> dict:
+    B, steps, reps = sz["B"], sz["steps"], sz["reps"]
+    print(f"\n1. batched: {B} trajectories x {steps} exact GD steps (us per trajectory-step, one core)")
+    cfgs, Y0 = problem(B, steps)
+    etas = np.array([c.eta for c in cfgs])
+    ts = B * steps
+    tab = Table(f"1. {B} trajectories x {steps} steps, K = {K}, L = {L}: us per trajectory-step",
+                "mixture.batched.advance")
+    mixture_batched(cfgs[:4], Y0[:4], 1)  # compile / cache
+    t_ref, res = mixture_batched(cfgs, Y0, reps)
+    ref_loss = final_losses(cfgs, res.y[np.arange(B), res.n_records - 1])
+    tab.add("mixture.batched.advance", t_ref / ts * 1e6)
+    out = {"ref_us": t_ref / ts * 1e6}
+
+    import meanfield.engine as me
+    from meanfield.engine import batched as eb
+
+    desc = me.load(str(ROOT / "meanfield/models/mixture.toml"), K=K, L=L, steps=steps, eta=0.5)
+    Ye = eb.initial_states(desc, seeds=list(range(B)))  # infinite width: every row the description's init
+    me.run_batch(desc, y0s=Ye[:2], eta=etas[:2])
+    br = None
+
+    def go():
+        nonlocal br
+        br = me.run_batch(desc, y0s=Ye, eta=etas)
+
+    t_eng = best(go, reps)
+    # the same trajectories (the description's omega) on the mixture path, first 16: their final losses
+    from meanfield.models.mixture.config import make_config
+
+    k = min(B, 16)
+    c16 = [make_config(K=K, L=L, steps=steps, record_every=steps, eta=float(e)) for e in etas[:k]]
+    from meanfield.models.mixture import batched as mb
+
+    r16 = mb.advance(c16, None, "cpu")
+    d = float(np.max(np.abs(br.loss[:k] - final_losses(c16, r16.y[np.arange(k), r16.n_records - 1]))))
+    tab.add("engine.run_batch", t_eng / ts * 1e6, f"max |final loss - mixture path| {d:.1e} (first {k}; the description's omega)")
+    out["engine_us"] = t_eng / ts * 1e6
+
+    def jr():
+        t, (y, loss) = jax_reduced_batch(Y0, etas, steps, reps)
+        return t / ts * 1e6, f"max |final loss - reference| {float(np.max(np.abs(loss - ref_loss))):.1e}"
+
+    out["jax_us"] = _peer(tab, "jax.vmap of the reduced map", jr)
+
+    def jn():
+        import peers
+        from meanfield.models.mixture.data import sample_set
+
+        s = sample_set(K, L)
+        Bn = min(B, 1000)
+        E, WK, WQ, w = peers.network_init(s, M_NET, Bn)
+        _, run_b = peers.jax_network(s, E)
+        run_b(WK, WQ, w, etas[:Bn], steps)[3].block_until_ready()
+        t = best(lambda: run_b(WK, WQ, w, etas[:Bn], steps)[3].block_until_ready(), reps)
+        return t / (Bn * steps) * 1e6, f"m = {M_NET}, on {Bn} trajectories"
+
+    _peer(tab, f"jax.vmap of the explicit network m={M_NET}", jn)
+    lines.append(tab.markdown())
+    return out
+
+
+def section_Bs(sz, lines) -> dict:
+    steps, reps = sz["steps2"], sz["reps"]
+    print(f"\n2. B trajectories x {steps} steps: the package against jax.vmap of the reduced map")
+    tab_rows = []
+    out = {}
+    for B in sz["Bs"]:
+        cfgs, Y0 = problem(B, steps)
+        etas = np.array([c.eta for c in cfgs])
+        t_pkg, _ = mixture_batched(cfgs, Y0, reps)
+        try:
+            t_jax = jax_reduced_batch(Y0, etas, steps, reps)[0]
+        except Exception as e:  # a missing jax: skipped
+            from peers import Skipped
+
+            if not isinstance(e, Skipped):
+                raise
+            t_jax = None
+        u_p = t_pkg / (B * steps) * 1e6
+        u_j = None if t_jax is None else t_jax / (B * steps) * 1e6
+        out[B] = (u_p, u_j)
+        print(f"  B = {B}: package {u_p:.3f} us, jax.vmap " + ("skipped" if u_j is None else f"{u_j:.3f} us"),
+              flush=True)
+        tab_rows.append(f"| {B} | {u_p:.3f} | " + ("skipped | - |" if u_j is None else f"{u_j:.3f} | {u_j / u_p:.2f} |"))
+    lines.append("### 2. us per trajectory-step against B (mixture.batched.advance vs jax.vmap of the reduced map)\n\n"
+                 "| B | package | jax.vmap | jax / package |\n|---|---|---|---|\n" + "\n".join(tab_rows) + "\n")
+    return out
+
+
+# ------------------------------------------------------------------ 3: one trajectory
+
+
+def section_single(sz, lines) -> dict:
+    from meanfield.models.mixture import kernels
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.data import sample_set
+    from meanfield.models.mixture.family import mixture_description
+    from meanfield.models.mixture.init import initial_state
+
+    n, reps = sz["single"], max(3, sz["reps"])
+    print(f"\n3. one trajectory, {n} steps (us per step)")
+    s = sample_set(K, L)
+    cfg = make_config({}, K=K, L=L)
+    y0 = initial_state(cfg)
+    tab = Table(f"3. one trajectory, one exact GD step (us; {n} steps per call)", "mixture fast path (kernels.gd_advance)")
+
+    def fast():
+        y = y0.copy()
+        kernels.gd_advance(y, n, 0.5, s.P, s.idx, s.sgn, s.y, s.weight, s.consistent, 1.0, True, True, 0, 1, 0.0,
+                           np.inf)
+
+    fast()
+    t_fast = best(fast, reps) / n * 1e6
+    tab.add("mixture fast path (kernels.gd_advance)", t_fast)
+    from meanfield.engine.reduce import initial_state as eng_init
+    from meanfield.engine.system import system_of
+
+    desc = mixture_description(make_config({}, K=K, L=L))
+    system = system_of(desc)
+    ye = eng_init(desc)
+    system.gd_advance(ye.copy(), 2, 0.5, 3, None)
+    t_eng = best(lambda: system.gd_advance(ye.copy(), n, 0.5, 3, None), reps) / n * 1e6
+    tab.add("engine generic path (system.gd_advance)", t_eng)
+
+    def jscan():
+        import peers
+
+        _, run, _ = _jax_reduced(s)
+        run(y0, 0.5, n)[0].block_until_ready()
+        return best(lambda: run(y0, 0.5, n)[0].block_until_ready(), reps) / n * 1e6, "jit of the scanned map"
+
+    _peer(tab, "jax lax.scan of the reduced map", jscan)
+
+    def torch_eager():
+        import peers
+
+        torch = peers._torch()
+        torch.set_num_threads(1)
+        E, WK, WQ, w = peers.network_init(s, M_NET, 1)
+        step = peers.torch_network(s, E)
+        prm = [torch.tensor(a[0], requires_grad=True) for a in (WK, WQ, w)]
+        k = max(2, min(200, n))
+        step(prm, 0.5)
+        return best(lambda: [step(prm, 0.5) for _ in range(k)], reps) / k * 1e6, f"m = {M_NET}, autograd"
+
+    _peer(tab, f"PyTorch eager explicit network m={M_NET}", torch_eager)
+    lines.append(tab.markdown())
+    return {"fast_us": t_fast, "engine_us": t_eng}
+
+
+# ------------------------------------------------------------------ 4: sweeps
+
+
+def section_sweep(sz, lines) -> dict:
+    from meanfield.core.ensemble import EnsembleProblem, solve
+    from meanfield.core.sweep import SweepSpec, run_sweep
+
+    n, steps = sz["points"], sz["sweep_steps"]
+    print(f"\n4. a {n}-point omega grid, {steps} GD steps a point")
+    axes = {"omega": [float(x) for x in np.geomspace(1e-3, 0.3, n)]}
+    base = {"K": K, "L": L, "steps": steps, "record_every": steps}
+    tmp = Path(tempfile.mkdtemp(prefix="mf_bench_"))
+    try:
+        solve(EnsembleProblem(base, axes={"omega": axes["omega"][:1]}), tmp / "warm", workers=1, progress=False)
+        t0 = time.perf_counter()
+        r = solve(EnsembleProblem(base, axes=axes), tmp / "chunked", workers=1, progress=False)
+        t_ch = time.perf_counter() - t0
+        assert r.n_done == n, r.status
+        t0 = time.perf_counter()
+        idx = run_sweep(SweepSpec(base, axes, tmp / "points"), workers=1, progress=False)
+        t_pp = time.perf_counter() - t0
+        assert idx["n_done"] == n
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ratio = t_pp / t_ch
+    print(f"  chunked {t_ch:.2f} s, one run per point {t_pp:.2f} s: {ratio:.1f}x")
+    lines.append(f"### 4. {n}-point sweep, {steps} steps a point\n\n| path | s | per point (ms) |\n|---|---|---|\n"
+                 f"| chunked (core.ensemble.solve, 1 worker) | {t_ch:.2f} | {t_ch / n * 1e3:.1f} |\n"
+                 f"| one run per point (core.sweep.run_sweep, 1 worker process) | {t_pp:.2f} | {t_pp / n * 1e3:.1f} |\n"
+                 f"\nratio per point / chunked: {ratio:.1f}x\n")
+    return {"sweep_ratio": ratio}
+
+
+# ------------------------------------------------------------------ 5: induction
+
+
+def section_induction(sz, lines) -> dict:
+    from bench_induction import L as IL, PA, H, Dd, M, d
+    from meanfield.models.induction import data as D
+    from meanfield.models.induction import kernels as Kn
+    from meanfield.models.induction import model as Mo
+
+    N = sz["induction_N"]
+    print(f"\n5. induction full-batch gradient on {N} sequences (L = {IL})")
+    arch = Mo.Arch(d, H, M, Dd)
+    theta = Mo.init_params(arch, 2.0, 0.0, 1.0, 1.0) + 0.3 * np.random.default_rng(0).standard_normal(arch.n_params)
+    ds = D.generate(N, d, IL, PA, 1.0, seed=1)
+    b = Kn.Batch(ds.tokens, arch, "pattern")
+    grad = np.zeros(arch.n_params)
+    cap = Kn.log_cap_of(1e-300)
+    Kn.loss_grad(theta, *b.args(), cap, True, grad)
+    t = best(lambda: Kn.loss_grad(theta, *b.args(), cap, True, grad), max(3, 3 * sz["reps"]))
+    print(f"  {t * 1e3:.2f} ms")
+    lines.append(f"### 5. induction gradient ({N} sequences, L = {IL})\n\n{t * 1e3:.2f} ms (best of repeats)\n")
+    return {"induction_ms": t * 1e3}
+
+
+# ------------------------------------------------------------------ main
+
+
+def verdicts(res: dict, smoke: bool) -> list[str]:
+    def v(ok):
+        return "PASS" if ok else "MISS"
+
+    out = []
+    b = res.get("batched", {})
+    if b:
+        out.append(f"batched mixture {b['ref_us']:.3f} us per trajectory-step (target <= 1.0): {v(b['ref_us'] <= 1.0)}")
+        out.append(f"engine.run_batch / mixture batched {b['engine_us'] / b['ref_us']:.2f} (target <= 1.2): "
+                   f"{v(b['engine_us'] / b['ref_us'] <= 1.2)}")
+    Bs = res.get("Bs", {})
+    faster = [f"B={B}: jax/package {uj / up:.2f}" for B, (up, uj) in Bs.items() if uj is not None]
+    if faster:
+        ok = all(uj > up for up, uj in Bs.values() if uj is not None)
+        out.append(f"faster than jax.vmap of the reduced map at every B ({', '.join(faster)}): {v(ok)}")
+    s = res.get("single", {})
+    if s:
+        r = s["engine_us"] / s["fast_us"]
+        out.append(f"engine generic step / fast step {r:.2f} (target <= 1.3): {v(r <= 1.3)}")
+    if "sweep" in res:
+        r = res["sweep"]["sweep_ratio"]
+        out.append(f"chunked / per-point sweep {r:.1f}x (target >= 50x): {v(r >= 50)}")
+    if "induction" in res:
+        t = res["induction"]["induction_ms"]
+        out.append(f"induction gradient {t:.2f} ms (target <= 25 ms): {v(t <= 25)}")
+    if smoke:
+        out = [x + " (smoke sizes: meaningless)" for x in out]
+    return out
+
+
+SECTIONS = {"batched": section_batched, "Bs": section_Bs, "single": section_single, "sweep": section_sweep,
+            "induction": section_induction}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="fewer steps (a few minutes)")
+    g.add_argument("--smoke", action="store_true", help="toy sizes, every code path (seconds; CI)")
+    ap.add_argument("--B", type=int, help="trajectories of section 1")
+    ap.add_argument("--steps", type=int, help="steps of sections 1 and 2")
+    ap.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run (of {','.join(SECTIONS)})")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/latest.md"))
+    a = ap.parse_args(argv)
+    sz = dict(SIZES["smoke" if a.smoke else "quick" if a.quick else "full"])
+    if a.B:
+        sz["B"] = a.B
+    if a.steps:
+        sz["steps"] = sz["steps2"] = a.steps
+    only = [x for x in a.only.split(",") if x]
+    for x in only:
+        if x not in SECTIONS:
+            print(f"run_all: --only: sections are {', '.join(SECTIONS)}; got {x!r}", file=sys.stderr)
+            return 2
+    import numba
+
+    numba.set_num_threads(1)
+    t0 = time.perf_counter()
+    la0 = load()
+    head = (f"machine: {platform.machine()}, python {platform.python_version()}, numpy {np.__version__}, "
+            f"numba {numba.__version__}; one thread (numba, XLA, torch); {la0} at the start")
+    print(head, flush=True)
+    lines = ["# make bench (benchmarks/run_all.py)", "", head, ""]
+    res = {}
+    for x in only:
+        ts = time.perf_counter()
+        res[x] = SECTIONS[x](sz, lines)
+        print(f"  (section {x}: {time.perf_counter() - ts:.1f} s)", flush=True)
+    la1 = load()
+    tail = verdicts(res, a.smoke)
+    print("\nacceptance (issue 27):")
+    for t in tail:
+        print("  " + t)
+    print(f"{la1} at the end; total {time.perf_counter() - t0:.0f} s")
+    lines += ["## Acceptance (issue 27)", ""] + [f"- {t}" for t in tail] + ["", f"{la1} at the end; total "
+                                                                              f"{time.perf_counter() - t0:.0f} s", ""]
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines))
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
