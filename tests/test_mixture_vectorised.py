@@ -53,6 +53,16 @@ def _group(B):
     return out
 
 
+def _advance_with(cfgs, y0s, lanes, **kw):
+    """batched.advance with the block width ``lanes`` forced (whatever B)."""
+    old = vectorised.WIDTHS
+    vectorised.WIDTHS = ((1, lanes),)
+    try:
+        return batched.advance(cfgs, y0s, **kw)
+    finally:
+        vectorised.WIDTHS = old
+
+
 def _states(cfgs):
     """Initial states; the rows of GD_MIXED[7] start from a NaN (non-finite loss at step 0) or from a huge
     score (1e200: the eta^2 terms overflow, a non-finite new state) in turn."""
@@ -66,12 +76,13 @@ def _states(cfgs):
     return y0s
 
 
-@pytest.mark.parametrize("B", [vectorised.LANES // 2 + 1, vectorised.LANES + 5])  # a partial block; 2 blocks
-def test_lanes_equal_the_per_trajectory_batch_bit_for_bit(B):
+@pytest.mark.parametrize("B, lanes", [(13, 8), (vectorised.LANES + 5, vectorised.LANES), (5, vectorised.LANES)])
+def test_lanes_equal_the_per_trajectory_batch_bit_for_bit(B, lanes):
+    """Blocks of 8 and 64 lanes; full, partial and mostly empty blocks."""
     cfgs = _group(B)
     y0s = _states(cfgs)
     ref = batched.advance(cfgs, y0s, lanes=False)
-    new = batched.advance(cfgs, y0s)
+    new = _advance_with(cfgs, y0s, lanes)
     if B >= len(GD_MIXED):  # both divergences are exercised
         assert set(ref.code.tolist()) >= {0, 2, 3}
     for f in FIELDS:
@@ -85,11 +96,11 @@ def test_lanes_equal_the_per_trajectory_batch_bit_for_bit(B):
 
 def test_the_comparison_can_fail():
     """A batch with one eta changed differs: the bit-for-bit test is not vacuous."""
-    cfgs = _group(vectorised.LANES)
+    cfgs = _group(8)
     y0s = [initial_state(c) for c in cfgs]
     ref = batched.advance(cfgs, y0s, lanes=False)
     cfgs[1] = make_config(dict(GD_MIXED[1], eta=0.3 * (1 + 1e-15)))
-    new = batched.advance(cfgs, y0s)
+    new = _advance_with(cfgs, y0s, 8)
     assert not np.array_equal(ref.y, new.y)
 
 
@@ -132,10 +143,10 @@ def test_lanes_exp_special_values():
 
 
 def test_vector_exp_batch_to_rounding():
-    cfgs = _group(vectorised.LANES + 3)
+    cfgs = _group(19)
     y0s = _states(cfgs)
     ref = batched.advance(cfgs, y0s, lanes=False)
-    new = batched.advance(cfgs, y0s, vector_exp=True)
+    new = _advance_with(cfgs, y0s, 8, vector_exp=True)
     for f in ("step", "stage", "n_records", "code", "stop_stage", "end_step", "end_reason"):
         assert np.array_equal(getattr(ref, f), getattr(new, f)), f
     for b in np.flatnonzero(ref.code == 0):  # each trajectory's records, relative to its largest entry

@@ -325,8 +325,8 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     (``cpu`` or ``cuda``, see :func:`resolve_backend`) and return the raw
     records. ``max_bytes`` caps the record buffer (B x T x state x 8 bytes).
     ``lanes``: on the CPU, method gd runs trajectory-vectorised
-    (``meanfield.models.mixture.vectorised``, equal bit for bit) when B is
-    at least half a block (``vectorised.LANES // 2``); False runs the
+    (``meanfield.models.mixture.vectorised``, equal bit for bit) in blocks
+    whose width follows B (``vectorised.WIDTHS``); False runs the
     per-trajectory loop (the reference of the tests and benchmarks).
     ``vector_exp``: with ``lanes``, the softmax's exp vectorised too
     (``vectorised.lanes_exp``: within an ulp of the C library's, so results
@@ -361,12 +361,12 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     else:
         dims = (s.idx.shape[0], P, s.idx.shape[1])
         if c0.method == "gd":
-            from .vectorised import gd_batch_soa
+            from numba import get_num_threads
 
-            from .vectorised import LANES
+            from .vectorised import kernel_for
 
-            # a block is LANES lanes wide: a batch below half a block runs faster one trajectory at a time
-            fn = gd_batch_soa if (lanes and B >= LANES // 2) else mix_gd_batch_cpu
+            # blocks of 64 or 8 lanes by each thread's share (vectorised.WIDTHS); a tiny one: one at a time
+            fn = (kernel_for(B // max(1, min(B, get_num_threads()))) if lanes else None) or mix_gd_batch_cpu
         else:
             fn = mix_rk4_batch_cpu
         dat = tuple(data) + ((bool(vector_exp),) if fn is not mix_gd_batch_cpu and c0.method == "gd" else ())

@@ -36,7 +36,9 @@ per-trajectory drivers.
 
 from __future__ import annotations
 
+import functools
 import math
+import types
 
 import numpy as np
 from numba import njit
@@ -486,3 +488,37 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
             b = blk + w
             for i in range(ny):
                 Yout[b, i] = Y[i, w]
+
+
+# ------------------------------------------------------------------ block widths
+
+#: the block widths compiled: (smallest batch that uses it, lanes), widest first (measured in make bench)
+WIDTHS = ((256, 64), (4, 8))
+
+
+@functools.lru_cache(maxsize=None)
+def batch_kernel(lanes: int):
+    """:func:`gd_batch_soa` compiled for blocks of ``lanes`` lanes (the loops'
+    trip count is a compile-time constant): the functions of this module
+    rebuilt over a copy of its globals with ``LANES = lanes``, each cached on
+    disk under its own qualified name."""
+    if lanes == LANES:
+        return gd_batch_soa
+    ns = dict(globals())
+    ns["LANES"] = lanes
+    for f in (lanes_exp, soa_forward, soa_backward, soa_update, gd_batch_soa):
+        py = f.py_func
+        fn = types.FunctionType(py.__code__, ns, f"{py.__name__}_w{lanes}", py.__defaults__, None)
+        fn.__qualname__ = f"{py.__name__}_w{lanes}"
+        ns[py.__name__] = njit(cache=True, nogil=True)(fn)
+    return ns["gd_batch_soa"]
+
+
+def kernel_for(B: int):
+    """The batch kernel for B trajectories (a thread's share): the widest
+    block of :data:`WIDTHS` whose threshold B reaches, or None (below every
+    threshold: the per-trajectory loop is faster)."""
+    for lo, w in WIDTHS:
+        if B >= lo:
+            return batch_kernel(w)
+    return None
