@@ -290,6 +290,8 @@ def section_Bs(sz, lines) -> dict:
         steps = sz["steps2"] if sz.get("smoke") else max(sz["steps2"], min(10_000, 100_000 // B))  # >= 1e5 per B
         cfgs, Y0 = problem(B, steps)
         etas = np.array([c.eta for c in cfgs])
+        for kw in ({}, {"lanes": False}, {"vector_exp": True}):  # this B's block width compiled / loaded
+            mixture_batched(cfgs[:min(B, 300)], Y0[:min(B, 300)], 1, **kw)
         t_pkg, _ = mixture_batched(cfgs, Y0, reps)
         c_pkg = CPU["last"] / (B * steps) * 1e6
         t_old, _ = mixture_batched(cfgs, Y0, reps, lanes=False)
