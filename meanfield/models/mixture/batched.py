@@ -365,7 +365,7 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
 
             from .vectorised import kernel_for
 
-            # blocks of 64 or 8 lanes by each thread's share (vectorised.WIDTHS); a tiny one: one at a time
+            # blocks of 64 or 8 lanes by each thread's share (vectorised.WIDTHS); below 16: one at a time
             fn = (kernel_for(B // max(1, min(B, get_num_threads()))) if lanes else None) or mix_gd_batch_cpu
         else:
             fn = mix_rk4_batch_cpu

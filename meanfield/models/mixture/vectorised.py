@@ -492,8 +492,10 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
 
 # ------------------------------------------------------------------ block widths
 
-#: the block widths compiled: (smallest batch that uses it, lanes), widest first (measured in make bench)
-WIDTHS = ((256, 64), (4, 8))
+#: the block widths compiled: (smallest batch that uses it, lanes), widest first. Measured (CPU time per
+#: trajectory-step, one thread): B = 100: 64 lanes 3.0 us, 8 lanes 3.7, per trajectory 4.7; B = 10: 8 lanes
+#: 5.5, 4 lanes 4.6, per trajectory 4.8 (below 16 trajectories the per-trajectory loop is kept)
+WIDTHS = ((48, 64), (16, 8))
 
 
 @functools.lru_cache(maxsize=None)
