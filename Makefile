@@ -37,10 +37,10 @@ $(DOCS_STAMP): $(STAMP)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-# every figure of docs/performance.md in one run, with ratios against the peers (the optional bench extra:
-# jax, torch; a missing one is skipped) -> benchmarks/results/latest.md; the single studies: benchmarks/bench_*.py
+# every figure of issue 27 in one run, with ratios against the peers (the optional bench extra, jax and torch:
+# $(BIN)/pip install -e '.[bench]'; a missing one is reported as skipped) -> benchmarks/results/latest.md;
+# the single studies: benchmarks/bench_*.py
 bench: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[bench]' || echo "bench: the peers (jax, torch) could not be installed: skipped"
 	$(BIN)/python benchmarks/run_all.py
 
 clean:

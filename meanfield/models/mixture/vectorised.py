@@ -500,10 +500,28 @@ WIDTHS = ((48, 64), (16, 8))
 
 @functools.lru_cache(maxsize=None)
 def batch_kernel(lanes: int):
-    """:func:`gd_batch_soa` compiled for blocks of ``lanes`` lanes (the loops'
-    trip count is a compile-time constant): the functions of this module
-    rebuilt over a copy of its globals with ``LANES = lanes``, each cached on
-    disk under its own qualified name."""
+    """:func:`gd_batch_soa` compiled for blocks of ``lanes`` lanes.
+
+    The loops' trip count is a compile-time constant: the functions of this
+    module are rebuilt over a copy of its globals with ``LANES = lanes``,
+    each cached on disk under its own qualified name (``..._w<lanes>``).
+
+    Parameters
+    ----------
+    lanes : int
+        Trajectories per block (64 is the module's own :data:`LANES`).
+
+    Returns
+    -------
+    numba dispatcher
+        The batch loop, with the arguments of ``core.batched.batch_cpu``.
+
+    Example
+    -------
+    >>> from meanfield.models.mixture import vectorised
+    >>> vectorised.batch_kernel(64) is vectorised.gd_batch_soa
+    True
+    """
     if lanes == LANES:
         return gd_batch_soa
     ns = dict(globals())
@@ -517,9 +535,26 @@ def batch_kernel(lanes: int):
 
 
 def kernel_for(B: int):
-    """The batch kernel for B trajectories (a thread's share): the widest
-    block of :data:`WIDTHS` whose threshold B reaches, or None (below every
-    threshold: the per-trajectory loop is faster)."""
+    """The batch kernel for B trajectories (one thread's share).
+
+    Parameters
+    ----------
+    B : int
+        Trajectories the kernel will advance.
+
+    Returns
+    -------
+    numba dispatcher or None
+        :func:`batch_kernel` of the widest block of :data:`WIDTHS` whose
+        threshold B reaches; None below every threshold (the per-trajectory
+        loop is as fast there).
+
+    Example
+    -------
+    >>> from meanfield.models.mixture import vectorised
+    >>> vectorised.kernel_for(4) is None
+    True
+    """
     for lo, w in WIDTHS:
         if B >= lo:
             return batch_kernel(w)
