@@ -82,3 +82,20 @@ def test_peers_equal_the_package(tmp_path):
     # the check can fail: one step fewer is told apart
     y9, _ = reduced(projected_state(E, WK[0], WQ[0], w[0]), 9)
     assert np.max(np.abs(y9 - y)) > 1e-8
+
+
+def test_a_missing_peer_is_skipped_not_a_failure(tmp_path, monkeypatch):
+    run_all = _run_all()
+    import peers
+
+    def missing():
+        raise peers.Skipped("not installed (test)")
+
+    monkeypatch.setattr(peers, "_jax", missing)
+    monkeypatch.setattr(peers, "_torch", missing)
+    monkeypatch.setattr(run_all, "_JR", {})
+    out = tmp_path / "latest.md"
+    assert run_all.main(["--smoke", "--only", "single,Bs", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.count("skipped") >= 3  # lax.scan, PyTorch, jax.vmap at each B
+    assert "mixture fast path" in text
