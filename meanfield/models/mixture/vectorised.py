@@ -516,8 +516,8 @@ def batch_kernel(lanes: int):
     numba dispatcher
         The batch loop, with the arguments of ``core.batched.batch_cpu``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from meanfield.models.mixture import vectorised
     >>> vectorised.batch_kernel(64) is vectorised.gd_batch_soa
     True
@@ -549,8 +549,8 @@ def kernel_for(B: int):
         threshold B reaches; None below every threshold (the per-trajectory
         loop is as fast there).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from meanfield.models.mixture import vectorised
     >>> vectorised.kernel_for(4) is None
     True
