@@ -195,13 +195,47 @@ def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, wo
 # ------------------------------------------------------------------ chunked ensembles
 
 
-class DescriptionEnsemble:
-    """The batch side of an ensemble system whose configs are engine
-    descriptions (``meanfield.core.ensemble.EnsembleSystem``: batchable,
-    group_key, capacity_key, record_bytes, advance, summaries, trajectory):
-    the engine's batched kernel and the run file's own observables. Holds no
-    state; :class:`ModelEnsemble` adds the description file, a paper's adapter
-    (e.g. the mixture's) its own configs, turned into descriptions."""
+class ModelEnsemble:
+    """A described model as an ensemble system (``meanfield.core.ensemble``;
+    ``meanfield model sweep MODEL --chunked``): a point's config is the
+    description with the point's parameters (``load_description``), points
+    that differ only in initial state and step size (:func:`_fingerprint`)
+    run as one batch of the engine's batched kernel
+    (``meanfield.engine.batched.run_batch``: CPU threads or CUDA), and each
+    trajectory's outputs are computed by the code that writes its run file
+    (``runs.Run`` observables and ``runs._stage_times``), so they equal
+    the numbers of ``meanfield model run`` of the same point: bit for bit on
+    the CPU (the batch equals single runs bit for bit), to rounding on a GPU.
+
+    Picklable (the model path and the file's hash); the chunk keys include
+    the hash, so an edited description reruns every chunk."""
+
+    name = "model"
+
+    def __init__(self, model: str | Path):
+        import hashlib
+
+        self.model = str(model)
+        try:
+            self.sha256 = hashlib.sha256(Path(self.model).read_bytes()).hexdigest()
+        except OSError as e:
+            raise ConfigError(f"model: cannot read {self.model!r} ({e.strerror or e})") from None
+
+    def identity(self) -> dict:
+        return {"system": "model", "model": Path(self.model).name, "sha256": self.sha256}
+
+    def fields(self) -> list[str]:
+        import dataclasses
+
+        from .description import declared_parameters, parameter_class, read_raw
+
+        raw = read_raw(self.model)
+        return [f.name for f in dataclasses.fields(parameter_class(raw))] + list(declared_parameters(raw))
+
+    def config(self, base: dict, over: dict):
+        from .description import load_description
+
+        return load_description(self.model, {**base, **over})
 
     def batchable(self, desc) -> str | None:
         """Why ``desc`` cannot run in a chunk: not batchable, or a symmetric start the
@@ -280,49 +314,6 @@ class DescriptionEnsemble:
 
     def trajectory(self, br, k: int, desc):
         return br.trajectory(k)
-
-
-class ModelEnsemble(DescriptionEnsemble):
-    """A described model as an ensemble system (``meanfield.core.ensemble``;
-    ``meanfield model sweep MODEL --chunked``): a point's config is the
-    description with the point's parameters (``load_description``), points
-    that differ only in initial state and step size (:func:`_fingerprint`)
-    run as one batch of the engine's batched kernel
-    (``meanfield.engine.batched.run_batch``: CPU threads or CUDA), and each
-    trajectory's outputs are computed by the code that writes its run file
-    (``runs.Run`` observables and ``runs._stage_times``), so they equal
-    the numbers of ``meanfield model run`` of the same point: bit for bit on
-    the CPU (the batch equals single runs bit for bit), to rounding on a GPU.
-
-    Picklable (the model path and the file's hash); the chunk keys include
-    the hash, so an edited description reruns every chunk."""
-
-    name = "model"
-
-    def __init__(self, model: str | Path):
-        import hashlib
-
-        self.model = str(model)
-        try:
-            self.sha256 = hashlib.sha256(Path(self.model).read_bytes()).hexdigest()
-        except OSError as e:
-            raise ConfigError(f"model: cannot read {self.model!r} ({e.strerror or e})") from None
-
-    def identity(self) -> dict:
-        return {"system": "model", "model": Path(self.model).name, "sha256": self.sha256}
-
-    def fields(self) -> list[str]:
-        import dataclasses
-
-        from .description import declared_parameters, parameter_class, read_raw
-
-        raw = read_raw(self.model)
-        return [f.name for f in dataclasses.fields(parameter_class(raw))] + list(declared_parameters(raw))
-
-    def config(self, base: dict, over: dict):
-        from .description import load_description
-
-        return load_description(self.model, {**base, **over})
 
     def save(self, path: Path, desc, traj) -> None:
         from . import runs

@@ -1,47 +1,164 @@
 """The mixture system's side of ``meanfield.core.ensemble`` (chunked,
 resumable ensembles) and of ``meanfield.core.sweep`` (one run file per point).
 
-:data:`MIXTURE` is the adapter object the generic core calls. Its configs are
-the mixture's (``make_config``: the field names, checks and run files of
-``meanfield mixture``); a chunked batch runs on the ONE ensemble path of the
-engine (``meanfield.engine.sweep.DescriptionEnsemble``: the engine's batched
-kernel on the mixture description of each config, ``family.mixture_description``,
-and the per-trajectory outputs by the code that writes the engine's run file),
-so ``meanfield mixture sweep --chunked`` and ``meanfield model sweep
-meanfield/models/mixture.toml --chunked`` compute the same numbers with the
-same arithmetic. (The mixture's own batched kernel and one-pass summary kernel
-were removed: measured 1.40x-2.03x faster, under the 2x rule, and their
-arithmetic left a rounding residue off the symmetric subspace S = 0 that the
-engine's keeps exactly; ``docs/layout.md``.) The per-point sweep
-(``run_batched``) still writes each point with the mixture's batched fast
-path (``meanfield.models.mixture.batched``)."""
+:data:`MIXTURE` is the adapter object the generic core calls: configs from a
+point dict (``make_config``), the batchable check, one batch advanced by the
+batched kernel (``meanfield.models.mixture.batched.advance``: numba threads or
+CUDA), the per-trajectory summaries (:func:`_summaries`: the arithmetic of
+``run.recorded`` and the stage-time rules of ``meanfield.models.mixture.stagetimes``,
+in one numba kernel), one trajectory as an ``integrate.Trajectory`` and its
+run file (``run.save``). The engine's adapter for any described model is
+``meanfield.engine.sweep.ModelEnsemble``."""
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
+import numpy as np
+from numba import njit, prange
 
-def _desc(cfg):
-    """The engine description of a mixture config (cached on the frozen config)."""
-    from .family import mixture_description
-
-    d = _DESCS.get(cfg)
-    if d is None:
-        if len(_DESCS) > 4096:
-            _DESCS.clear()
-        d = _DESCS[cfg] = mixture_description(cfg)
-    return d
+from .kernels import backward_into, forward_into
+from .stagetimes import DEFAULTS as _DEF
 
 
-_DESCS: dict = {}
+#: the summary kernel: one pass over each trajectory's records (prange over
+#: trajectories) with the arithmetic of ``run.recorded``: losses and margins by
+#: ``forward_into``, |dLoss/dw~| by ``backward_into`` and numpy's pairwise sum,
+#: the stage-time rules of ``meanfield.core.stagetimes``.
+@njit(cache=True)
+def _cross(a, b, thr, t0, t1):
+    """The linear crossing of ``thr`` between (t0, a) and (t1, b): ``stagetimes.first_crossing``'s arithmetic."""
+    if not (math.isfinite(a) and math.isfinite(b)) or a == b:
+        lam = 1.0
+    else:
+        lam = min(max((thr - a) / (b - a), 0.0), 1.0)
+    return t0 + lam * (t1 - t0)
 
 
-def _engine():
-    from ...engine.sweep import DescriptionEnsemble
+@njit(cache=True)
+def _at_step(tc, t0, t1, s0, s1, gd):
+    """A GD crossing rounded up to the first whole step at or after it (``stagetimes.first_crossing``)."""
+    if not gd or not t1 > t0:
+        return tc
+    s = s0 + (tc - t0) / (t1 - t0) * (s1 - s0)
+    s = min(s1, float(math.ceil(s - 1e-9 * max(1.0, abs(s)))))
+    return t0 + (s - s0) / (s1 - s0) * (t1 - t0) if s1 > s0 else t1
 
-    return DescriptionEnsemble()
+
+@njit(parallel=True, cache=True)
+def _summaries(rec_t, rec_step, gd, rec_y, n_rec, three, stage1_t, r0, P, idx, sgn, lab, weight, consistent, clean,
+               margin_lv, grad_ratio, loss_lv, loss_end, margin_end, mm, mmc, mmi, T1, T2, TL):
+    B = rec_t.shape[0]
+    nS, L = idx.shape
+    for b in prange(B):
+        u = np.empty((nS, 2))
+        margin = np.empty(nS)
+        G = np.empty((2, P, P))
+        dw = np.empty((2, P))
+        logit = np.empty(L)
+        p = np.empty(L)
+        r8 = np.empty(8)
+        n = n_rec[b]
+        t1 = stage1_t[b] if three[b] else math.nan
+        t2 = math.nan
+        tl = math.nan
+        g0 = 0.0
+        i1 = -1  # first record at or after T1 (-1: T1 not yet known)
+        loss = math.nan
+        p_loss = math.nan  # the previous record's loss, consistent / inconsistent margins and |dLoss/dw~|
+        p_mc = math.nan
+        p_mi = math.nan
+        p_g = math.nan
+        for k in range(n):
+            loss = forward_into(rec_y[b, k], P, idx, sgn, lab, weight, u, margin, logit)
+            mc = math.inf
+            mi = math.inf
+            for s in range(nS):
+                if clean[s]:
+                    if consistent[s]:
+                        mc = min(mc, margin[s])
+                    else:
+                        mi = min(mi, margin[s])
+            if not three[b] and math.isnan(t1):
+                backward_into(rec_y[b, k], P, idx, sgn, lab, weight, r0[b], u, margin, G, dw, logit, p)
+                # |dw| as numpy's np.sum(dw * dw) (pairwise summation), then sqrt
+                nn = 2 * P
+                if nn < 8:
+                    acc = -0.0
+                    for q in range(nn):
+                        x = dw[q // P, q % P]
+                        acc += x * x
+                else:
+                    for q in range(8):
+                        x = dw[q // P, q % P]
+                        r8[q] = x * x
+                    q = 8
+                    while q < nn - nn % 8:
+                        for j in range(8):
+                            x = dw[(q + j) // P, (q + j) % P]
+                            r8[j] += x * x
+                        q += 8
+                    acc = ((r8[0] + r8[1]) + (r8[2] + r8[3])) + ((r8[4] + r8[5]) + (r8[6] + r8[7]))
+                    while q < nn:
+                        x = dw[q // P, q % P]
+                        acc += x * x
+                        q += 1
+                g = math.sqrt(acc)
+                if k == 0:
+                    g0 = g
+                if mc >= margin_lv and g <= grad_ratio * g0:
+                    if k == 0:
+                        t1 = rec_t[b, 0]
+                    else:  # interpolated between the records k - 1 and k (stagetimes.first_crossing)
+                        ta, tb = rec_t[b, k - 1], rec_t[b, k]
+                        tc = ta
+                        if not p_mc >= margin_lv:
+                            tc = max(tc, _cross(p_mc, mc, margin_lv, ta, tb))
+                        if not p_g <= grad_ratio * g0:
+                            tc = max(tc, _cross(p_g, g, grad_ratio * g0, ta, tb))
+                        t1 = _at_step(tc, ta, tb, float(rec_step[b, k - 1]), float(rec_step[b, k]), gd[b])
+                p_g = g
+            new_i1 = False
+            if i1 < 0 and not math.isnan(t1):
+                if rec_t[b, k] >= t1 - 1e-12 * max(1.0, abs(t1)):
+                    i1 = k
+                    new_i1 = True
+            if k > 0:
+                ta, tb = rec_t[b, k - 1], rec_t[b, k]
+                sa, sb = float(rec_step[b, k - 1]), float(rec_step[b, k])
+            if i1 >= 0 and math.isnan(t2) and mi >= margin_lv:
+                if new_i1 and k > 0 and p_mi < margin_lv:  # crossed between T1 and this record
+                    t2 = max(t1, _at_step(max(ta, _cross(p_mi, mi, margin_lv, ta, tb)), ta, tb, sa, sb, gd[b]))
+                elif new_i1 or k == 0:
+                    t2 = rec_t[b, k]
+                else:
+                    t2 = _at_step(max(ta, _cross(p_mi, mi, margin_lv, ta, tb)), ta, tb, sa, sb, gd[b])
+            if math.isnan(tl) and loss <= loss_lv:
+                tl = rec_t[b, 0] if k == 0 else _at_step(max(ta, _cross(p_loss, loss, loss_lv, ta, tb)), ta, tb, sa,
+                                                         sb, gd[b])
+            p_loss = loss
+            p_mc = mc
+            p_mi = mi
+        loss_end[b] = loss
+        m_all = math.inf
+        m_c = math.inf
+        m_i = math.inf
+        for s in range(nS):
+            margin_end[b, s] = margin[s] if n > 0 else math.nan
+            m_all = min(m_all, margin[s])
+            if consistent[s]:
+                m_c = min(m_c, margin[s])
+            else:
+                m_i = min(m_i, margin[s])
+        mm[b] = m_all if n > 0 else math.nan
+        mmc[b] = m_c if (n > 0 and m_c < math.inf) else math.nan
+        mmi[b] = m_i if (n > 0 and m_i < math.inf) else math.nan
+        T1[b] = t1
+        T2[b] = t2
+        TL[b] = tl
 
 
 # ------------------------------------------------------------------ per-point sweeps (meanfield.core.sweep)
@@ -116,39 +233,70 @@ class MixtureEnsemble:
     def batchable(self, cfg) -> str | None:
         from .batched import batchable
 
-        return batchable(cfg) or _engine().batchable(_desc(cfg))
+        return batchable(cfg)
 
     def resolve_backend(self, backend: str) -> str:
-        return _engine().resolve_backend(backend)
+        from .batched import resolve_backend
 
-    def group_key(self, cfg) -> bytes:
-        return _engine().group_key(_desc(cfg))
+        return resolve_backend(backend)
+
+    def group_key(self, cfg) -> tuple:
+        from .batched import _group_key
+
+        return _group_key(cfg)
 
     def capacity_key(self, c) -> tuple:
-        return _engine().capacity_key(_desc(c))
+        return (c.method, c.schedule, c.steps, c.t_end, c.stage_steps, c.stage_times, c.stage_criteria, c.stage3,
+                c.criterion, c.record_every, c.record_log, c.record_dt, c.eta, c.dt, c.K, c.L)
 
     def record_bytes(self, c) -> float:
         """Bytes of one trajectory's record buffer."""
-        return _engine().record_bytes(_desc(c))
+        from .batched import _pack
+        from .kernels import state_size
+
+        ny = state_size(c.P)
+        return _pack([c], [np.zeros(ny)])["T"] * ny * 8
 
     def advance(self, cfgs: list, backend: str):
-        return _engine().advance([_desc(c) for c in cfgs], backend)
+        from .batched import advance
+
+        return advance(cfgs, backend=backend, max_bytes=math.inf)
 
     def summaries(self, cfgs: list, r) -> dict:
         """The built-in outputs of one advanced batch (arrays over its trajectories)."""
-        return _engine().summaries([_desc(c) for c in cfgs], r)
+        from .batched import COMPLETE, samples_of
+
+        s = samples_of(cfgs[0])
+        clean = ~s.is_flipped
+        B = len(cfgs)
+        three = np.array([c.schedule == "three-stage" for c in cfgs], np.bool_)
+        done1 = np.where(r.code == COMPLETE, r.stop_stage, r.stop_stage - 1) >= 1
+        stage1_t = np.where(done1, r.end_t[:, 0], np.nan)
+        r0 = np.array([c.relu_prime_at_zero for c in cfgs], np.float64)
+        o = {k: np.empty(B) for k in ("loss_end", "min_margin_end", "min_margin_consistent_end",
+                                      "min_margin_inconsistent_end", "T1", "T2", "T_loss")}
+        o["margin_end"] = np.empty((B, s.n))
+        gd = np.array([c.method == "gd" for c in cfgs], np.bool_)
+        _summaries(r.t, r.step, gd, r.y, r.n_records, three, stage1_t, r0, s.P, s.idx, s.sgn, s.y, s.weight,
+                   s.consistent.astype(np.bool_), clean.astype(np.bool_), _DEF["margin"], _DEF["grad_ratio"],
+                   _DEF["loss_level"], o["loss_end"], o["margin_end"], o["min_margin_end"],
+                   o["min_margin_consistent_end"], o["min_margin_inconsistent_end"], o["T1"], o["T2"], o["T_loss"])
+        last = np.maximum(r.n_records - 1, 0)
+        ar = np.arange(B)
+        o["status"] = r.code
+        o["t_end"] = r.t[ar, last]
+        o["steps_end"] = r.step[ar, last]
+        return o
 
     def trajectory(self, r, k: int, cfg):
-        return r.trajectory(k)
+        from .batched import trajectory
+
+        return trajectory(r, k, cfg)
 
     def save(self, path: Path, cfg, traj) -> None:
-        """A kept record: the engine's trajectory written in the mixture's schema
-        (``run.save`` with the config's description)."""
-        from ...engine import runs
-        from ...engine.system import system_of
+        from .run import save
 
-        d = _desc(cfg)
-        runs.save(path, d, runs.in_memory(d, system_of(d), traj), engine_tag=False)
+        save(path, cfg, traj)
 
     # the per-point sweep (meanfield.core.sweep.run_sweep): one run file per point
 
