@@ -423,3 +423,32 @@ def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndar
                 if on_result is not None:
                     on_result(i, out[i])
     return out
+
+
+def warm_lanes() -> None:
+    """Compile (or load from numba's cache) the batch kernel of every block width of ``vectorised.WIDTHS``.
+
+    ``meanfield warm`` calls it with its "mixture batched" family (its
+    tiny sweep runs the per-trajectory loop: too few trajectories for a
+    block).
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> from meanfield.models.mixture import batched
+    >>> batched.warm_lanes()  # doctest: +SKIP
+    """
+    from . import vectorised
+    from .config import make_config
+
+    cfgs = [make_config(steps=2)] * 2
+    old = vectorised.WIDTHS
+    try:
+        for _, w in old:
+            vectorised.WIDTHS = ((1, w),)
+            advance(cfgs)
+    finally:
+        vectorised.WIDTHS = old

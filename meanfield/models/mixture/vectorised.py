@@ -559,33 +559,3 @@ def kernel_for(B: int):
         if B >= lo:
             return batch_kernel(w)
     return None
-
-
-def warm() -> None:
-    """Compile (or load from numba's cache) the batch kernel of every block width of :data:`WIDTHS`.
-
-    ``meanfield warm`` calls it with its "mixture batched" family (its
-    tiny sweep runs the per-trajectory loop: too few trajectories for a
-    block).
-
-    Returns
-    -------
-    None
-
-    Examples
-    --------
-    >>> from meanfield.models.mixture import vectorised
-    >>> vectorised.warm()  # doctest: +SKIP
-    """
-    global WIDTHS
-    from . import batched
-    from .config import make_config
-
-    cfgs = [make_config(steps=2)] * 2
-    old = WIDTHS
-    try:
-        for _, w in old:
-            WIDTHS = ((1, w),)
-            batched.advance(cfgs)
-    finally:
-        WIDTHS = old
