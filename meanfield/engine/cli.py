@@ -205,6 +205,13 @@ def _cmd_run(args) -> int:
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))  # before the work, not after it
     if args.plot:
         check_output_dir(args.plot, "plot")
+    from ..core.guard import read_config_text
+    from .twolayer_desc import is_twolayer
+
+    if is_twolayer(read_config_text(model_path(args.model), "model")):  # the two-layer class
+        from .twolayer_run import cli_run
+
+        return cli_run(args, out)
     desc = description_from_args(args, size={})
     from .runs import compile_notice
 
