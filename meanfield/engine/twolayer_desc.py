@@ -58,7 +58,7 @@ Example
 ...        "selector": {"D": 1}, "readout": {"kind": "attention"}, "training": {"steps": 5, "eta": 0.1}}
 >>> desc = twolayer_from_dict(raw)
 >>> desc.net.size, desc.x.shape, [s.name for s in desc.stages]
-(4, (16, 4), ['train'])
+(5, (16, 4), ['train'])
 """
 
 from __future__ import annotations
@@ -188,10 +188,11 @@ def _head(where, h) -> tuple:
         if not isinstance(lags, list) or len(lags) != 2:
             raise ConfigError(f"{where}.lags: [first, last], integers with 0 <= first <= last; got {lags!r}")
         lags = (as_int(f"{where}.lags", lags[0], lo=0), as_int(f"{where}.lags", lags[1], lo=0))
+    softmax = as_bool(f"{where}.softmax", h.get("softmax", True))
+    normalise = as_bool(f"{where}.normalise", h.get("normalise", False))
+    value = as_choice(f"{where}.value", h.get("value", "stream"), VALUES)
     try:
-        hd = Head(score, lags, softmax=as_bool(f"{where}.softmax", h.get("softmax", True)),
-                  normalise=as_bool(f"{where}.normalise", h.get("normalise", False)),
-                  value=as_choice(f"{where}.value", h.get("value", "stream"), VALUES))
+        hd = Head(score, lags, softmax=softmax, normalise=normalise, value=value)
     except ConfigError as e:
         raise ConfigError(f"{where}.{e}") from None
     return hd, {k: h[k] for k in ("w", "A") if k in h}
