@@ -286,7 +286,8 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray):
         lc, outs = [], []
         for h, hd in enumerate(hs):
             lags, idx, valid = _gather(net, hd)
-            Xk = X[:, idx, :]  # (n, T, K, D)
+            # (n, T, K, D): the gathered stream; an rpe-only head with a token value gathers the token block only
+            Xk = X[:, idx, :] if ("bilinear" in hd.score or hd.value == "stream") else X[:, idx, :S]
             Z = np.zeros(Xk.shape[:3])
             if "rpe" in hd.score:
                 Z = Z + P[f"layer{k + 1}.head{h + 1}.w"][:len(lags)][None, None, :]
@@ -446,7 +447,7 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
             V = Xk[..., :net.S] if hd.value == "token" else Xk
             dal = np.einsum("ntv,ntkv->ntk", ds, V)
             dV = al[..., None] * ds[:, :, None, :]
-            dXg = np.zeros_like(Xk)
+            dXg = np.zeros_like(Xk)  # gradient of the gathered columns (the first Xk.shape[3] of the stream)
             if hd.value == "token":
                 dXg[..., :net.S] += dV
             else:
@@ -466,7 +467,7 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
             for j, lag in enumerate(c_["lags"]):
                 ts = np.nonzero(valid[:, j])[0]
                 if ts.size:
-                    dXk_stream[:, ts - lag, :] += dXg[:, ts, j, :]
+                    dXk_stream[:, ts - lag, :dXg.shape[3]] += dXg[:, ts, j, :]
         dX = dXk_stream
     del n
     grad = np.concatenate([np.ravel(G[nm]) for nm, _ in net.blocks])
