@@ -71,6 +71,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import ConfigError
+from .twolayer_kernels import head_backward, head_forward
 
 __all__ = ["Head", "Net", "subsets", "loss_grad", "forward", "gd", "LOG_CAP"]
 
@@ -79,6 +80,7 @@ LOG_CAP = -math.log(1e-300)
 SCORES = ("rpe", "bilinear", "rpe+bilinear")
 VALUES = ("stream", "token")
 READOUTS = ("linear", "attention")
+_NONE1, _NONE2 = np.zeros(1), np.zeros((1, 1))  # the w / A of a head without that score (never read)
 
 
 def subsets(H: int, D: int) -> list:
@@ -244,15 +246,6 @@ def _embed(x: np.ndarray, net: Net) -> np.ndarray:
     return X
 
 
-def _gather(net: Net, hd: Head):
-    first, last = net.window(hd)
-    lags = np.arange(first, last + 1)
-    t = np.arange(net.T)[:, None]
-    idx = t - lags[None, :]
-    valid = idx >= 0
-    return lags, np.where(valid, idx, 0), valid
-
-
 def forward(theta: np.ndarray, net: Net, x: np.ndarray):
     """The prediction y_hat (n, S) and the cache for :func:`loss_grad`.
 
@@ -285,31 +278,15 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray):
     for k, hs in enumerate(net.layers):
         lc, outs = [], []
         for h, hd in enumerate(hs):
-            lags, idx, valid = _gather(net, hd)
-            # (n, T, K, D): the gathered stream; an rpe-only head with a token value gathers the token block only
-            Xk = X[:, idx, :] if ("bilinear" in hd.score or hd.value == "stream") else X[:, idx, :S]
-            Z = np.zeros(Xk.shape[:3])
-            if "rpe" in hd.score:
-                Z = Z + P[f"layer{k + 1}.head{h + 1}.w"][:len(lags)][None, None, :]
-            if "bilinear" in hd.score:
-                Z = Z + np.einsum("ntd,de,ntke->ntk", X, P[f"layer{k + 1}.head{h + 1}.A"], Xk, optimize=True)
-            if hd.softmax:
-                Zm = np.where(valid[None], Z, -np.inf)
-                mx = Zm.max(axis=2, keepdims=True)
-                mx = np.where(np.isfinite(mx), mx, 0.0)
-                e = np.where(valid[None], np.exp(Zm - mx), 0.0)
-                tot = e.sum(axis=2, keepdims=True)
-                al = np.divide(e, tot, out=np.zeros_like(e), where=tot > 0)
-            else:
-                al = np.where(valid[None], Z, 0.0)
-            V = Xk[..., :S] if hd.value == "token" else Xk
-            s = np.einsum("ntk,ntkv->ntv", al, V)
-            if hd.normalise:
-                nrm = np.linalg.norm(s, axis=2, keepdims=True)
-                u = np.divide(s, nrm, out=np.zeros_like(s), where=nrm > 0)
-            else:
-                nrm, u = None, s
-            lc.append(dict(idx=idx, valid=valid, lags=lags, Xk=Xk, al=al, u=u, nrm=nrm))
+            first, last = net.window(hd)
+            lags = np.arange(first, last + 1)
+            name = f"layer{k + 1}.head{h + 1}"
+            w = P[name + ".w"][:len(lags)] if "rpe" in hd.score else _NONE1
+            A = P[name + ".A"] if "bilinear" in hd.score else _NONE2
+            V = S if hd.value == "token" else X.shape[2]
+            al, u, nrm = head_forward(X, lags, w, A, hd.softmax, hd.normalise, "rpe" in hd.score,
+                                      "bilinear" in hd.score, V)
+            lc.append(dict(lags=lags, al=al, u=u, nrm=nrm, A=A))
             outs.append(u)
             outs_all.append(u)
         cache["layers"].append((X, lc))
@@ -386,13 +363,14 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     wy = np.where(live, y, 0.0) * p[:, None]  # d loss / d(-log y_hat_e)
     G = {n: np.zeros(np.shape(v)) for n, v in P.items()}
     Xf = ca["Xf"]
-    dX = np.zeros_like(Xf)
+    dX = None  # the gradient of the stream (None: zero; the embeddings X_0 are fixed, so it is never formed there)
     n = Xf.shape[0]
     douts = None
     if net.readout == "linear":
         f = np.exp(ca["logy"])
         dlog = f * wy.sum(axis=1, keepdims=True) - wy
         G["readout.W"] = Xf[:, net.L - 1, :].T @ dlog
+        dX = np.zeros_like(Xf)
         dX[:, net.L - 1, :] = dlog @ P["readout.W"].T
     else:
         L = net.L
@@ -424,7 +402,8 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     for k in range(len(net.layers) - 1, -1, -1):
         X, lc = ca["layers"][k]
         D = X.shape[2]
-        dXk_stream = dX[:, :, :D].copy()
+        need = k > 0  # below layer 1 the stream is the fixed embedding: no gradient to form
+        dXk_stream = (dX[:, :, :D].copy() if dX is not None else np.zeros(X.shape)) if need else None
         col = D
         cols = []
         for h, hd in enumerate(net.layers[k]):
@@ -434,40 +413,21 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
         for h in range(len(net.layers[k]) - 1, -1, -1):
             gi -= 1
             hd, c_ = net.layers[k][h], lc[h]
-            du = dX[:, :, cols[h][0]:cols[h][1]].copy()
+            du = dX[:, :, cols[h][0]:cols[h][1]] if dX is not None else 0.0
             if douts is not None:
-                du += douts[gi]
-            u, al, Xk, valid = c_["u"], c_["al"], c_["Xk"], c_["valid"]
-            if hd.normalise:
-                nrm = c_["nrm"]
-                proj = (u * du).sum(axis=2, keepdims=True)
-                ds = np.divide(du - u * proj, nrm, out=np.zeros_like(du), where=nrm > 0)
-            else:
-                ds = du
-            V = Xk[..., :net.S] if hd.value == "token" else Xk
-            dal = np.einsum("ntv,ntkv->ntk", ds, V)
-            dV = al[..., None] * ds[:, :, None, :]
-            dXg = np.zeros_like(Xk)  # gradient of the gathered columns (the first Xk.shape[3] of the stream)
-            if hd.value == "token":
-                dXg[..., :net.S] += dV
-            else:
-                dXg += dV
-            if hd.softmax:
-                dZ = al * (dal - (al * dal).sum(axis=2, keepdims=True))
-            else:
-                dZ = np.where(valid[None], dal, 0.0)
+                du = du + douts[gi]
+            if np.isscalar(du):
+                continue  # nothing reads this head's output
             name = f"layer{k + 1}.head{h + 1}"
+            gw, gA, dXh = head_backward(X, c_["lags"], c_["A"], c_["al"], c_["u"], c_["nrm"],
+                                        np.broadcast_to(du, c_["u"].shape), hd.softmax, hd.normalise,
+                                        "bilinear" in hd.score, need)
             if "rpe" in hd.score:
-                G[name + ".w"][:len(c_["lags"])] += np.where(valid[None], dZ, 0.0).sum(axis=(0, 1))
+                G[name + ".w"][:len(c_["lags"])] += gw
             if "bilinear" in hd.score:
-                A = P[name + ".A"]
-                G[name + ".A"] = np.einsum("ntk,ntd,ntke->de", dZ, X, Xk, optimize=True)
-                dXk_stream += np.einsum("ntk,ntke,de->ntd", dZ, Xk, A, optimize=True)
-                dXg += np.einsum("ntk,ntd,de->ntke", dZ, X, A, optimize=True)
-            for j, lag in enumerate(c_["lags"]):
-                ts = np.nonzero(valid[:, j])[0]
-                if ts.size:
-                    dXk_stream[:, ts - lag, :dXg.shape[3]] += dXg[:, ts, j, :]
+                G[name + ".A"] = gA
+            if need:
+                dXk_stream += dXh
         dX = dXk_stream
     del n
     grad = np.concatenate([np.ravel(G[nm]) for nm, _ in net.blocks])

@@ -1,0 +1,236 @@
+"""numba kernels of one attention head of the generic two-layer network (forward and backward).
+
+One head of :mod:`meanfield.engine.twolayer_net` over a stream X (n, T, D):
+for each sequence and position t, the lags of the window that exist
+(t - lag >= 0, 0-based), the score z = w_lag (rpe) + X_t^T A X_{t-lag}
+(bilinear), alpha = softmax over those lags (or z itself: linear attention),
+s_t = sum alpha X_{t-lag}[:V] (V = S for a token value, D for the stream),
+u_t = s_t / ||s_t|| (normalise; 0 where s_t = 0). The backward pass returns
+the gradients of w, A and (optionally) of the stream. Serial loops (the
+machine's cores are shared); ``cache=True``.
+
+Example
+-------
+>>> import numpy as np
+>>> X = np.zeros((1, 2, 4)); X[0, 0, 0] = X[0, 1, 1] = 1.0; X[0, 0, 2] = X[0, 1, 3] = 1.0
+>>> al, u, nrm = head_forward(X, np.array([0, 1]), np.zeros(2), np.zeros((4, 4)), True, False, True, False, 2)
+>>> u[0, 1].tolist()
+[0.5, 0.5]
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+__all__ = ["head_forward", "head_backward"]
+
+
+@njit(cache=True)
+def _fwd(X, lags, w, A, use_rpe, use_bil, softmax, normalise, V, al, u, nrm):
+    n, T, D = X.shape
+    K = lags.shape[0]
+    xa = np.zeros(D)
+    z = np.zeros(K)
+    for i in range(n):
+        for t in range(T):
+            if use_bil:
+                for e in range(D):
+                    acc = 0.0
+                    for d in range(D):
+                        acc += X[i, t, d] * A[d, e]
+                    xa[e] = acc
+            zmax = -math.inf
+            m = 0
+            for k in range(K):
+                j = t - lags[k]
+                if j < 0:
+                    continue
+                m += 1
+                v = w[k] if use_rpe else 0.0
+                if use_bil:
+                    for e in range(D):
+                        v += xa[e] * X[i, j, e]
+                z[k] = v
+                if v > zmax:
+                    zmax = v
+            if m == 0:
+                nrm[i, t] = 0.0
+                continue
+            if softmax:
+                tot = 0.0
+                for k in range(K):
+                    if t - lags[k] >= 0:
+                        al[i, t, k] = math.exp(z[k] - zmax)
+                        tot += al[i, t, k]
+                for k in range(K):
+                    if t - lags[k] >= 0:
+                        al[i, t, k] /= tot
+            else:
+                for k in range(K):
+                    if t - lags[k] >= 0:
+                        al[i, t, k] = z[k]
+            for k in range(K):
+                j = t - lags[k]
+                if j < 0:
+                    continue
+                a = al[i, t, k]
+                for v in range(V):
+                    u[i, t, v] += a * X[i, j, v]
+            if normalise:
+                sq = 0.0
+                for v in range(V):
+                    sq += u[i, t, v] * u[i, t, v]
+                r = math.sqrt(sq)
+                nrm[i, t] = r
+                if r > 0:
+                    for v in range(V):
+                        u[i, t, v] /= r
+
+
+def head_forward(X, lags, w, A, softmax, normalise, use_rpe, use_bil, V):
+    """alpha (n, T, K), the output u (n, T, V) and ||s|| (n, T) of one head.
+
+    Parameters
+    ----------
+    X : ndarray, shape (n, T, D)
+        The stream.
+    lags : ndarray of int, shape (K,)
+        The window's lags (0-based positions t - lag).
+    w : ndarray, shape (>= K,)
+        rpe weights (read when ``use_rpe``).
+    A : ndarray, shape (D, D)
+        The bilinear matrix (read when ``use_bil``).
+    softmax, normalise, use_rpe, use_bil : bool
+    V : int
+        The value width (the first V columns of the stream: S for a token value, D for the stream).
+
+    Returns
+    -------
+    al, u, nrm : ndarray
+
+    Example
+    -------
+    >>> X = np.ones((1, 1, 2))
+    >>> head_forward(X, np.array([0]), np.zeros(1), np.zeros((2, 2)), True, False, True, False, 2)[1].tolist()
+    [[[1.0, 1.0]]]
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    n, T, _ = X.shape
+    lags = np.ascontiguousarray(lags, dtype=np.int64)
+    al = np.zeros((n, T, lags.shape[0]))
+    u = np.zeros((n, T, int(V)))
+    nrm = np.zeros((n, T))
+    _fwd(X, lags, np.ascontiguousarray(w, dtype=np.float64), np.ascontiguousarray(A, dtype=np.float64),
+         bool(use_rpe), bool(use_bil), bool(softmax), bool(normalise), int(V), al, u, nrm)
+    return al, u, nrm
+
+
+@njit(cache=True)
+def _bwd(X, lags, A, al, u, nrm, du, use_bil, softmax, normalise, need_dx, gw, gA, dX):
+    n, T, D = X.shape
+    K = lags.shape[0]
+    V = u.shape[2]
+    ds = np.zeros(V)
+    dal = np.zeros(K)
+    xk = np.zeros(D)
+    for i in range(n):
+        for t in range(T):
+            if normalise:
+                r = nrm[i, t]
+                if r <= 0:
+                    continue
+                proj = 0.0
+                for v in range(V):
+                    proj += u[i, t, v] * du[i, t, v]
+                for v in range(V):
+                    ds[v] = (du[i, t, v] - u[i, t, v] * proj) / r
+            else:
+                for v in range(V):
+                    ds[v] = du[i, t, v]
+            m = 0
+            sd = 0.0
+            for k in range(K):
+                j = t - lags[k]
+                if j < 0:
+                    continue
+                m += 1
+                acc = 0.0
+                for v in range(V):
+                    acc += ds[v] * X[i, j, v]
+                dal[k] = acc
+                sd += al[i, t, k] * acc
+                if need_dx:
+                    a = al[i, t, k]
+                    for v in range(V):
+                        dX[i, j, v] += a * ds[v]
+            if m == 0:
+                continue
+            if use_bil:
+                for e in range(D):
+                    xk[e] = 0.0
+            for k in range(K):
+                j = t - lags[k]
+                if j < 0:
+                    continue
+                dz = al[i, t, k] * (dal[k] - sd) if softmax else dal[k]
+                gw[k] += dz
+                if use_bil:
+                    for e in range(D):
+                        xk[e] += dz * X[i, j, e]
+                    if need_dx:  # d z / d X_j = A^T X_t
+                        for e in range(D):
+                            acc = 0.0
+                            for d in range(D):
+                                acc += X[i, t, d] * A[d, e]
+                            dX[i, j, e] += dz * acc
+            if use_bil:
+                for d in range(D):
+                    xd = X[i, t, d]
+                    if xd != 0.0:
+                        for e in range(D):
+                            gA[d, e] += xd * xk[e]
+                if need_dx:  # d z / d X_t = A X_j
+                    for d in range(D):
+                        acc = 0.0
+                        for e in range(D):
+                            acc += A[d, e] * xk[e]
+                        dX[i, t, d] += acc
+
+
+def head_backward(X, lags, A, al, u, nrm, du, softmax, normalise, use_bil, need_dx):
+    """Gradients (gw (K,), gA (D, D), dX (n, T, D) or None) of one head, given d loss / d u.
+
+    Parameters
+    ----------
+    X, lags, A : as :func:`head_forward`
+    al, u, nrm : ndarray
+        Its outputs.
+    du : ndarray, shape (n, T, V)
+        The gradient of the loss with respect to the head's output u.
+    softmax, normalise, use_bil : bool
+    need_dx : bool
+        Also the gradient of the stream (False below the first layer: the embeddings are fixed).
+
+    Returns
+    -------
+    gw, gA, dX
+
+    Example
+    -------
+    >>> X = np.ones((1, 1, 2)); lags = np.array([0])
+    >>> al, u, nrm = head_forward(X, lags, np.zeros(1), np.zeros((2, 2)), True, False, True, False, 2)
+    >>> head_backward(X, lags, np.zeros((2, 2)), al, u, nrm, np.ones((1, 1, 2)), True, False, False, True)[2].tolist()
+    [[[1.0, 1.0]]]
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    n, T, D = X.shape
+    K = len(lags)
+    gw, gA = np.zeros(K), np.zeros((D, D))
+    dX = np.zeros((n, T, D)) if need_dx else np.zeros((0, 0, 0))
+    _bwd(X, np.ascontiguousarray(lags, dtype=np.int64), np.ascontiguousarray(A, dtype=np.float64), al, u, nrm,
+         np.ascontiguousarray(du, dtype=np.float64), bool(use_bil), bool(softmax), bool(normalise), bool(need_dx),
+         gw, gA, dX)
+    return gw, gA, (dX if need_dx else None)
