@@ -6,6 +6,11 @@ plan moves the same blocks the same way."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -62,3 +67,60 @@ def test_three_phases_of_gd_equal_the_induction_model():
         train[blocks[name]] = 1
         theta, _ = gd(theta, net, tokens, y, p, eta, 10, train)
     assert np.abs(theta - _generic(theta_ind, arch)).max() <= 1e-12
+
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "twolayer"
+
+
+def induction_toml(path: Path) -> str:
+    """The two-layer description of an induction run file's model, data set, init and three phases."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        cfg = json.loads(f.attrs["config"])
+        tokens = f["training_set/tokens"][()]
+        theta0 = f["theta"][0]
+        first = [int(v) for v in f.attrs["first_lags"]]
+    arch = model.Arch(d=cfg["d"], H=cfg["H"], M=cfg["M"], D=cfg["D"], first=first)
+    c, w, a = model.unpack(theta0, arch)
+    out = ['name = "induction"', "[model]", 'class = "twolayer"', 'loss = "nll"', "[data]", 'family = "tokens"',
+           f"d = {cfg['d']}", "tokens = [" + ", ".join("[" + ", ".join(str(int(v)) for v in r) + "]" for r in tokens) + "]"]
+    out.append("[[layers]]")
+    for h in range(arch.H):
+        out += ["[[layers.heads]]", 'score = "rpe"', f"lags = [{first[h]}, {first[h] + arch.M - 1}]",
+                "normalise = true", 'value = "token"', "w = [" + ", ".join(repr(float(v)) for v in w[h]) + "]"]
+    out += ["[selector]", f"D = {arch.D}", "c = [" + ", ".join(repr(float(v)) for v in c) + "]",
+            "[readout]", 'kind = "attention"', f"a = {float(a)!r}", "[training]", 'method = "gd"']
+    blocks = {"c": ["selector.c"], "w": [f"layer1.head{h + 1}.w" for h in range(arch.H)], "a": ["readout.a"]}
+    for name, steps, eta in zip(json.loads(f_attr(path, "stage_names")), cfg["stage_steps"], cfg["stage_etas"]):
+        out += ["[[training.stages]]", f'name = "{name}"', "train = [" + ", ".join(f'"{b}"' for b in blocks[name]) + "]",
+                f"steps = {steps}", f"eta = {float(eta)!r}"]
+    return "\n".join(out) + "\n", arch
+
+
+def f_attr(path, name):
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return f.attrs[name]
+
+
+@pytest.mark.parametrize("name", ["induction_phases.h5", "induction_h2.h5"])
+def test_golden_induction_runs_are_reproduced_by_the_description(tmp_path, name):
+    # golden files of `meanfield induction run` written before any change (tests/golden/twolayer/README.md):
+    # the same model as a two-layer description run by `meanfield model run` gives every record to 1e-12
+    from meanfield.core.run import read_file
+
+    text, arch = induction_toml(GOLDEN / name)
+    src = tmp_path / "induction.toml"
+    src.write_text(text, encoding="utf-8")
+    out = tmp_path / "run.h5"
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", str(src), "--out", str(out), "--quiet"],
+                       capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert r.returncode == 0, r.stderr
+    mine, gold = read_file(out), read_file(GOLDEN / name)
+    assert np.array_equal(mine.step, gold.step) and np.abs(mine.t - gold.t).max() <= 1e-12
+    assert [(e["stage"], e["step"]) for e in mine.stage_ends] == [(e["stage"], e["step"]) for e in gold.stage_ends]
+    ref = np.array([_generic(th, arch) for th in np.asarray(gold["theta"])])
+    assert np.abs(np.asarray(mine["theta"]) - ref).max() <= 1e-12
+    assert np.abs(mine.loss - np.asarray(gold["loss_train"])).max() <= 1e-12

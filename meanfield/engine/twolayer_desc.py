@@ -201,11 +201,13 @@ def _head(where, h) -> tuple:
 def _data(raw, loss):
     from .twolayer import markov_law, posterior_mean
 
+    fam = raw.get("family", "markov") if isinstance(raw, dict) else None
+    if fam == "tokens":
+        return _tokens(raw, loss)
     d = _table("data", raw, ("family", "d", "L", "pa", "alpha", "start", "exact", "samples", "seed"))
-    fam = d.get("family", "markov")
     if fam != "markov":
-        raise ConfigError(f"data.family: 'markov' (the in-context Markov chain with a Dirichlet prior) is built; got "
-                          f"{fam!r} (a latent causal graph: later work)")
+        raise ConfigError(f"data.family: 'markov' (the in-context Markov chain with a Dirichlet prior) or 'tokens' "
+                          f"(a fixed data set) is built; got {fam!r} (a latent causal graph: later work)")
     S = as_int("data.d", d.get("d", 2), lo=2)
     L = as_int("data.L", d.get("L", 5), lo=1)
     pa = d.get("pa", [1])
@@ -246,6 +248,33 @@ def _data(raw, loss):
     info.update(samples=n, seed=seed, sampled=True)
     x = _sample_chain(S, L, pa, alpha, n, seed)
     return S, L, x, np.eye(S)[x[:, L]], np.full(n, 1.0 / n), info
+
+
+#: the most tokens a fixed data set given in the description may hold
+MAX_TOKENS = 2_000_000
+
+
+def _tokens(raw, loss):
+    """A fixed data set: ``tokens`` (rows x_1..x_{L+1} over 0..d-1), weights 1/N, the next-token targets."""
+    d = _table("data", raw, ("family", "d", "tokens"))
+    S = as_int("data.d", d.get("d", 2), lo=2)
+    rows = d.get("tokens")
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows):
+        raise ConfigError("data.tokens: a non-empty list of sequences, each a list of L + 1 tokens 0..d-1")
+    n_tok = sum(len(r) for r in rows)
+    if n_tok > MAX_TOKENS:
+        raise ConfigError(f"data.tokens: {n_tok} tokens, more than {MAX_TOKENS}")
+    if len({len(r) for r in rows}) != 1 or len(rows[0]) < 2:
+        raise ConfigError("data.tokens: every sequence needs the same length L + 1 >= 2")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < S for r in rows for v in r):
+        raise ConfigError(f"data.tokens: integers 0..{S - 1} (d = {S})")
+    if loss == "soft":
+        raise ConfigError("model.loss: 'soft' needs the exact law (data.family = 'markov'); a fixed data set has "
+                          "next tokens: loss = 'nll'")
+    x = np.asarray(rows, dtype=np.int64)
+    L = x.shape[1] - 1
+    info = {"family": "tokens", "d": S, "L": L, "exact": False, "samples": int(x.shape[0]), "fixed": True}
+    return S, L, x, np.eye(S)[x[:, L]], np.full(x.shape[0], 1.0 / x.shape[0]), info
 
 
 def _sample_chain(d, L, pa, alpha, n, seed):

@@ -155,8 +155,8 @@ def file_content(desc: TwoLayerDescription, traj: integrate.Trajectory):
              "stage_ends": traj.stage_ends, "data": desc.data, "loss_kind": desc.loss,
              "description": desc.raw, "variable_axes": _axes(desc), "method": desc.training.method,
              "eta": desc.training.eta, "model_class": "twolayer", "name": desc.name,
-             "sampled": "" if desc.exact else f"sampled: {desc.data.get('samples')} sequences (seed "
-                                                f"{desc.data.get('seed')}), not the exact population"}
+             "sampled": "" if desc.exact or desc.data.get("fixed") else
+             f"sampled: {desc.data.get('samples')} sequences (seed {desc.data.get('seed')}), not the exact population"}
     return data, attrs
 
 
@@ -266,6 +266,7 @@ def cli_run(args, out) -> int:
     arr = traj.arrays()
     if arr["y"].size:
         sysm = TwoLayerSystem(desc)
+        kind = "exact population" if desc.exact else "fixed data set" if desc.data.get("fixed") else "sampled data set"
         print(f"loss {sysm.loss_grad(arr['y'][0])[0]:.6g} -> {sysm.loss_grad(arr['y'][-1])[0]:.6g} "
-              f"({'exact population' if desc.exact else 'sampled data set'})")
+              f"({kind})")
     return harness.EXIT_CODES[traj.status]
