@@ -193,6 +193,11 @@ class Net:
         return tuple(out)
 
     @property
+    def reads_positions(self) -> bool:
+        """Whether any block reads the stream beyond its token block (a bilinear score, a stream value, W)."""
+        return self.readout == "linear" or any("bilinear" in hd.score or hd.value == "stream" for _, _, hd in self.heads)
+
+    @property
     def subsets(self) -> list:
         """The selector's subsets of heads (global head indices), or []."""
         return [] if self.selector is None else subsets(len(self.heads), self.selector)
@@ -237,12 +242,13 @@ class Net:
         return out
 
 
-def _embed(x: np.ndarray, net: Net) -> np.ndarray:
+def _embed(x: np.ndarray, net: Net, positions: bool = True) -> np.ndarray:
     n = x.shape[0]
     S, T, L = net.S, net.T, net.L
-    X = np.zeros((n, T, S + T))
+    X = np.zeros((n, T, S + T if positions else S))
     X[np.arange(n)[:, None], np.arange(L)[None, :], x[:, :L]] = 1.0
-    X[:, np.arange(T), S + np.arange(T)] = 1.0
+    if positions:
+        X[:, np.arange(T), S + np.arange(T)] = 1.0
     return X
 
 
@@ -271,7 +277,7 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray):
     if x.ndim != 2 or x.shape[1] not in (net.L, net.L + 1) or (x.size and (x.min() < 0 or x.max() >= net.S)):
         raise ConfigError(f"tokens: an (n, L = {net.L}) array of tokens 0..{net.S - 1}; got shape {x.shape}")
     P = net.unpack(theta)
-    X = _embed(x, net)
+    X = _embed(x, net, positions=net.reads_positions)  # nothing reads the position block: tokens only
     S = net.S
     cache = {"x": x, "P": P, "layers": []}
     outs_all = []
