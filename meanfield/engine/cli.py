@@ -39,6 +39,8 @@ def _add_param_flags(p) -> None:
     g = p.add_argument_group("model parameters (override the description's [parameters]; each model declares its own: "
                              "a general description's declared parameters, e.g. N = 20, are flags too: --N 30)")
     for name in _param_fields():
+        if "--" + name.replace("_", "-") in p._option_string_actions:  # the verb's own option (particles' --d)
+            continue
         g.add_argument("--" + name.replace("_", "-"), dest="param_" + name, default=None, metavar="V")
 
 
@@ -49,7 +51,11 @@ def model_path(text: str) -> Path:
     shipped = MODELS_DIR / f"{text}.toml"
     if shipped.exists():
         return shipped
-    names = sorted(f.stem for f in MODELS_DIR.glob("*.toml"))
+    own = MODELS_DIR / text / f"{text}.toml"  # a paper's own description in its folder (models/induction/induction.toml)
+    if text.isidentifier() and own.is_file():
+        return own
+    names = sorted({f.stem for f in MODELS_DIR.glob("*.toml")} | {f.stem for f in MODELS_DIR.glob("*/*.toml")
+                                                                  if f.stem == f.parent.name})
     raise ConfigError(f"model: no such file {text!r} and no shipped description of that name; shipped: "
                       f"{', '.join(names)}")
 
@@ -213,6 +219,12 @@ def _cmd_run(args) -> int:
 
         return cli_run(args, out)
     desc = description_from_args(args, size={})
+    from .twolayer_desc import TwoLayerDescription
+
+    if isinstance(desc, TwoLayerDescription):  # a family that builds a two-layer description (models/induction)
+        from .twolayer_run import cli_run
+
+        return cli_run(args, out, desc)
     from .runs import compile_notice
 
     compile_notice(desc)  # "compiling kernels, about N s, once" on a first use

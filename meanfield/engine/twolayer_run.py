@@ -228,7 +228,7 @@ def run_to_file(desc: TwoLayerDescription, out, progress: bool = True, checkpoin
     return traj, Path(path)
 
 
-def cli_run(args, out) -> int:
+def cli_run(args, out, desc: TwoLayerDescription | None = None) -> int:
     """``meanfield model run FILE.toml`` for a two-layer description (``out``: the checked output path).
 
     Parameters
@@ -237,6 +237,8 @@ def cli_run(args, out) -> int:
         The verb's arguments (``model``, ``plot``, ``quiet``, the parameter flags).
     out : Path
         The run file.
+    desc : TwoLayerDescription or None
+        Already built (a registered family's description); None: read ``args.model``.
 
     Returns
     -------
@@ -259,8 +261,9 @@ def cli_run(args, out) -> int:
     given = {name: getattr(args, "param_" + name) for name in _param_fields()
              if getattr(args, "param_" + name, None) is not None}
     given.update(getattr(args, "declared", None) or {})
-    path = model_path(args.model)
-    desc = twolayer_from_dict(read_config_text(path, "model"), given, source=str(path))
+    if desc is None:
+        path = model_path(args.model)
+        desc = twolayer_from_dict(read_config_text(path, "model"), given, source=str(path))
     traj, p = run_to_file(desc, out, progress=not args.quiet)
     print(f"{p}: {traj.status}: {traj.message}")
     arr = traj.arrays()
