@@ -74,11 +74,90 @@ from ..core.errors import ConfigError
 from .parsing import as_bool
 from .twolayer_net import READOUTS, SCORES, VALUES, Head, Net
 
-__all__ = ["TwoLayerDescription", "TwoLayerTraining", "TwoLayerStage", "is_twolayer", "twolayer_from_dict",
+__all__ = ["KEYS", "NOT_CLOSED", "TwoLayerDescription", "TwoLayerTraining", "TwoLayerStage", "is_twolayer", "twolayer_from_dict",
            "OVERRIDES", "MAX_FORWARD_BYTES"]
 
-TOP = ("name", "model", "data", "layers", "selector", "readout", "init", "training", "parameters")
-HEAD_KEYS = ("score", "lags", "softmax", "normalise", "value", "query", "key", "w", "A")
+#: every key of a two-layer description, table by table: (type, default, meaning); the loader accepts exactly
+#: these (its allowed lists are read from here) and docs/description.md is generated from them
+KEYS = {
+    "top level": {
+        "name": ("str", "the file's stem", "the model's name"),
+        "model": ("table", "required", "`class = \"twolayer\"` selects this class"),
+        "data": ("table", "markov", "the data law or the fixed data set"),
+        "layers": ("array of tables", "required", "the attention layers, in order"),
+        "selector": ("table", "none", "the polynomial feature map over subsets of heads (attention read-out)"),
+        "readout": ("table", "linear", "the read-out"),
+        "init": ("table", "N(0, 0.1^2)", "the initial values of the blocks not given in their tables"),
+        "training": ("table", "one stage", "the solver and the stages"),
+        "parameters": ("table", "empty", "none yet (a two-layer description declares no parameters)"),
+    },
+    "[model]": {
+        "class": ("str", "required", "`twolayer`"),
+        "loss": ("`nll`, `soft`", "nll", "cross-entropy against the next token, or against E[pi(. | x_L) | x] "
+                                         "(the exact law only); -log y_hat is clipped at -log 1e-300"),
+    },
+    "[data] (family = markov)": {
+        "family": ("`markov`, `tokens`", "markov", "the in-context Markov chain with a Dirichlet prior, or a "
+                                                  "fixed data set"),
+        "d": ("int >= 2", "2", "vocabulary"), "L": ("int", "5", "context length (x_1..x_L predict x_(L+1))"),
+        "pa": ("array of int", "[1]", "parent lags"), "alpha": ("float > 0", "1.0", "Dirichlet concentration"),
+        "start": ("`uniform`", "uniform", "x_1..x_r uniform (the stationary start has no closed form: refused)"),
+        "exact": ("bool", "true without samples", "enumerate [d]^(L+1) with the Dirichlet-multinomial weights"),
+        "samples": ("int", "none", "exact = false: this many sequences drawn with seed (sampled, not exact)"),
+        "seed": ("int", "0", "seed of the sampled sequences"),
+    },
+    "[data] (family = tokens)": {
+        "family": ("`tokens`", "-", "a fixed data set, weights 1/N, next-token targets"),
+        "d": ("int >= 2", "2", "vocabulary"),
+        "tokens": ("array of arrays of int", "required", "the sequences x_1..x_(L+1), tokens 0..d-1"),
+    },
+    "[[layers]]": {
+        "heads": ("array of tables", "required", "the layer's heads; their outputs are appended to the stream"),
+        "stream": ("`concat`", "concat", "how outputs join the stream (`sum`: refused, not built)"),
+    },
+    "[[layers.heads]]": {
+        "score": ("`rpe`, `bilinear`, `rpe+bilinear`", "bilinear", "weights w per lag, X_t^T A X_(t-lag), or "
+                                                                  "their sum"),
+        "lags": ("[first, last]", "rpe: required; bilinear: every causal lag", "the lag window (0: the position itself)"),
+        "softmax": ("bool", "true", "softmax over the lags that exist; false: linear attention"),
+        "normalise": ("bool", "false", "u = s / ||s|| (0 where s = 0)"),
+        "value": ("`token`, `stream`", "stream", "what is averaged: the one-hot token, or the whole stream"),
+        "query": ("`stream`", "stream", "what the bilinear score's query reads (others refused, not built)"),
+        "key": ("`stream`", "stream", "what the bilinear score's key reads (others refused, not built)"),
+        "w": ("number or array", "[init]", "initial rpe weights (one per lag of the window)"),
+        "A": ("number or matrix", "[init]", "initial bilinear matrix (D_k x D_k over the stream)"),
+    },
+    "[selector]": {
+        "D": ("int >= 0", "1", "the largest subset of heads: K(l) = sum_S c_S^2 prod_(h in S) <u_h(L+1), u_h(l)> / "
+                               "sum_S c_S^2"),
+        "c": ("number or array", "[init]", "initial c_S (subsets by size, then lexicographically)"),
+    },
+    "[readout]": {
+        "kind": ("`linear`, `attention`", "linear", "softmax(X_L W), or sum_l softmax_l(a K(l)) e(x_l)"),
+        "a": ("number", "[init]", "attention: the initial a"), "W": ("number or matrix", "[init]", "linear: initial W"),
+    },
+    "[init]": {
+        "std": ("float >= 0", "0.1", "entries N(mean, std^2)"), "mean": ("float", "0", "their mean"),
+        "seed": ("int", "0", "their seed (`--seed`)"),
+    },
+    "[training]": {
+        "method": ("`gd`, `flow`, `rk4`", "gd", "the exact GD map or the gradient flow"),
+        "eta": ("float > 0", "0.1", "GD step size"), "steps": ("int", "100", "the one stage's length (gd)"),
+        "t_end": ("float", "100", "the one stage's time (flow)"), "dt": ("float", "eta", "rk4 step"),
+        "rtol": ("float", "1e-8", "flow tolerance"), "atol": ("float", "1e-10", "flow tolerance"),
+        "record_every": ("int", "about 1000 records", "record every N steps"),
+        "record_log": ("int", "none", "N log-spaced records"), "record_dt": ("float", "none", "flow: every DT"),
+        "max_abs": ("float", "1e6", "an entry above this stops the run as diverged"),
+        "stages": ("array of tables", "one stage training all", "the phases"),
+    },
+    "[[training.stages]]": {
+        "name": ("str", "stageN", "its name"), "train": ("`all` or array of block names", "all",
+                                                        "the blocks it trains (`layer1.head1.w`, `selector.c`, ...)"),
+        "steps": ("int", "required (gd)", "its length"), "t_end": ("float", "required (flow)", "its time"),
+        "until": ("`loss<=X`, `loss>=X`", "none", "ends it early"), "eta": ("float", "training.eta", "its step size"),
+    },
+}
+
 #: the keys docs/engine.md's closure statement refuses, and why (one line each)
 NOT_CLOSED = {
     "width": "wide layers (docs/engine.md, case (b)) are not built yet: cases 1-3 close and are later work, a "
@@ -90,6 +169,8 @@ NOT_CLOSED = {
     "hidden_activation": "a nonlinearity in the hidden space has no finite state (docs/engine.md, case (b) 5)",
     "embedding": "trainable embeddings move the input basis (docs/engine.md, case (b) 6): not implemented",
 }
+TOP = tuple(KEYS["top level"])
+HEAD_KEYS = tuple(KEYS["[[layers.heads]]"])
 #: the run knobs a command-line flag or a keyword of meanfield.load may override
 OVERRIDES = ("steps", "eta", "seed", "method", "record_every", "t_end")
 #: the largest forward pass (the gathered stream of one head: sequences x T x window x width, float64)
@@ -204,7 +285,7 @@ def _data(raw, loss):
     fam = raw.get("family", "markov") if isinstance(raw, dict) else None
     if fam == "tokens":
         return _tokens(raw, loss)
-    d = _table("data", raw, ("family", "d", "L", "pa", "alpha", "start", "exact", "samples", "seed"))
+    d = _table("data", raw, tuple(KEYS["[data] (family = markov)"]))
     if fam != "markov":
         raise ConfigError(f"data.family: 'markov' (the in-context Markov chain with a Dirichlet prior) or 'tokens' "
                           f"(a fixed data set) is built; got {fam!r} (a latent causal graph: later work)")
@@ -256,7 +337,7 @@ MAX_TOKENS = 2_000_000
 
 def _tokens(raw, loss):
     """A fixed data set: ``tokens`` (rows x_1..x_{L+1} over 0..d-1), weights 1/N, the next-token targets."""
-    d = _table("data", raw, ("family", "d", "tokens"))
+    d = _table("data", raw, tuple(KEYS["[data] (family = tokens)"]))
     S = as_int("data.d", d.get("d", 2), lo=2)
     rows = d.get("tokens")
     if not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows):
@@ -293,7 +374,7 @@ def _sample_chain(d, L, pa, alpha, n, seed):
 
 
 def _init(net: Net, raw_init, given: dict) -> np.ndarray:
-    ini = _table("init", raw_init, ("std", "mean", "seed"))
+    ini = _table("init", raw_init, tuple(KEYS["[init]"]))
     std = as_float("init.std", ini.get("std", 0.1), nonneg=True)
     mean = as_float("init.mean", ini.get("mean", 0.0))
     rng = np.random.default_rng(as_int("init.seed", ini.get("seed", 0), lo=0))
@@ -317,8 +398,7 @@ def _init(net: Net, raw_init, given: dict) -> np.ndarray:
 
 
 def _training(raw_t, net: Net, overrides: dict):
-    t = _table("training", raw_t, ("method", "eta", "steps", "t_end", "dt", "rtol", "atol", "record_every",
-                                   "record_log", "record_dt", "max_abs", "stages"))
+    t = _table("training", raw_t, tuple(KEYS["[training]"]))
     t = {**t, **{k: v for k, v in overrides.items() if k != "seed"}}
     method = as_choice("training.method", t.get("method", "gd"), ("gd", "flow", "rk4"))
     eta = as_float("training.eta", t.get("eta", 0.1), positive=True)
@@ -332,7 +412,7 @@ def _training(raw_t, net: Net, overrides: dict):
         raise ConfigError("training.stages: a non-empty list of [[training.stages]] tables")
     for i, s in enumerate(raw_st):
         w = f"training.stages[{i}]"
-        _table(w, s, ("name", "train", "steps", "t_end", "until", "eta"))
+        _table(w, s, tuple(KEYS["[[training.stages]]"]))
         tr = s.get("train", "all")
         tr = names if tr == "all" else tr
         if isinstance(tr, str):
@@ -406,7 +486,7 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
     if raw.get("parameters"):
         raise ConfigError("parameters: a two-layer description declares no parameters yet (its knobs: "
                           f"{', '.join(OVERRIDES)})")
-    m = _table("model", raw.get("model", {}), ("class", "loss"))
+    m = _table("model", raw.get("model", {}), tuple(KEYS["[model]"]))
     loss = as_choice("model.loss", m.get("loss", "nll"), ("nll", "soft"))
     S, L, x, y, p, info = _data(raw.get("data", {}), loss)
     layers_raw = raw.get("layers")
@@ -414,7 +494,7 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
         raise ConfigError("layers: required, a list of [[layers]] tables, each with [[layers.heads]]")
     layers, given = [], {}
     for k, lr in enumerate(layers_raw):
-        _table(f"layers[{k}]", lr, ("heads", "stream"))
+        _table(f"layers[{k}]", lr, tuple(KEYS["[[layers]]"]))
         if lr.get("stream", "concat") != "concat":
             raise ConfigError(f"layers[{k}].stream: only 'concat' (each layer's outputs appended to the stream) is "
                               f"built; got {lr['stream']!r}")
@@ -431,11 +511,11 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
     sel = raw.get("selector")
     D = None
     if sel is not None:
-        _table("selector", sel, ("D", "c"))
+        _table("selector", sel, tuple(KEYS["[selector]"]))
         D = as_int("selector.D", sel.get("D", 1), lo=0)
         if "c" in sel:
             given["selector.c"] = ("selector.c", sel["c"])
-    ro = _table("readout", raw.get("readout", {}), ("kind", "a", "W"))
+    ro = _table("readout", raw.get("readout", {}), tuple(KEYS["[readout]"]))
     kind = as_choice("readout.kind", ro.get("kind", "linear"), READOUTS)
     for b in ("a", "W"):
         if b in ro:
