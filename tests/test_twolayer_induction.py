@@ -157,3 +157,22 @@ def test_the_induction_description_refuses_what_it_does_not_build(tmp_path):
                            cwd=Path(__file__).resolve().parents[1], timeout=120)
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
         assert r.returncode == 2 and len(lines) == 1 and field in lines[0] and not out.exists(), r.stderr
+
+
+def test_the_shipped_induction_description_equals_the_explicit_network_over_200_steps():
+    # every shipped two-layer description against the torch network (meanfield.engine.twolayer_oracle): 200 steps
+    pytest.importorskip("torch")
+    import meanfield as mf
+    from meanfield.engine.twolayer_oracle import Oracle
+    from meanfield.engine.twolayer_run import TwoLayerSystem
+
+    desc = mf.load("induction", d=3, L=6, n_train=25, H=2, M=2, D=2, stage_steps="70,70,60", record_every=200)
+    r = mf.run(desc, progress=False)
+    net = desc.net
+    o = Oracle({"S": net.S, "L": net.L, "readout": net.readout, "selector": net.selector,
+                "layers": [[dict(score=h.score, lags=h.lags, softmax=h.softmax, normalise=h.normalise, value=h.value)
+                            for h in hs] for hs in net.layers]})
+    theta = desc.theta0
+    for st in desc.stages:
+        theta, _ = o.gd(theta, desc.x, desc.y, desc.p, st.eta, int(st.length), TwoLayerSystem(desc).mask(st.train))
+    assert int(r.step[-1]) == 200 and np.abs(np.asarray(r["theta"])[-1] - theta).max() <= 1e-10
