@@ -25,7 +25,7 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["head_forward", "head_backward"]
+__all__ = ["head_forward", "head_backward", "readout_attention"]
 
 
 @njit(cache=True)
@@ -234,3 +234,140 @@ def head_backward(X, lags, A, al, u, nrm, du, softmax, normalise, use_bil, need_
          np.ascontiguousarray(du, dtype=np.float64), bool(use_bil), bool(softmax), bool(normalise), bool(need_dx),
          gw, gA, dX)
     return gw, gA, (dX if need_dx else None)
+
+
+@njit(cache=True)
+def _readout(U, x, y, p, c, a, members, sizes, log_cap, want_grad, logy, dU, gc, ga):
+    n, T, H, Vm = U.shape
+    L = T - 1
+    nS = c.shape[0]
+    S = y.shape[1]
+    C = 0.0
+    for s in range(nS):
+        C += c[s] * c[s]
+    g = np.zeros((L, H))
+    prods = np.zeros((L, nS))
+    K = np.zeros(L)
+    ez = np.zeros(L)
+    me = np.zeros(S)
+    wy = np.zeros(S)
+    dg = np.zeros((L, H))
+    total = 0.0
+    gat = 0.0
+    for i in range(n):
+        for l in range(L):
+            for h in range(H):
+                acc = 0.0
+                for v in range(Vm):
+                    acc += U[i, L, h, v] * U[i, l, h, v]
+                g[l, h] = acc
+            kk = 0.0
+            for s in range(nS):
+                pr = 1.0
+                for q in range(sizes[s]):
+                    pr *= g[l, members[s, q]]
+                prods[l, s] = pr
+                kk += c[s] * c[s] * pr
+            K[l] = kk / C
+        zmax = -math.inf
+        for l in range(L):
+            if a * K[l] > zmax:
+                zmax = a * K[l]
+        tot = 0.0
+        for e in range(S):
+            me[e] = 0.0
+        for l in range(L):
+            ez[l] = math.exp(a * K[l] - zmax)
+            tot += ez[l]
+            me[x[i, l]] += ez[l]
+        ltot = math.log(tot)
+        wsum = 0.0
+        for e in range(S):
+            lg = math.log(me[e]) - ltot if me[e] > 0 else -math.inf
+            logy[i, e] = lg
+            wy[e] = 0.0
+            if y[i, e] > 0:
+                nl = -lg
+                if nl < log_cap:
+                    total += p[i] * y[i, e] * nl
+                    wy[e] = y[i, e] * p[i]
+                    wsum += wy[e]
+                else:
+                    total += p[i] * y[i, e] * log_cap
+        if not want_grad or wsum == 0.0:
+            continue
+        for l in range(L):
+            e = x[i, l]
+            dz = ez[l] / tot * wsum - wy[e] * ez[l] / me[e]
+            gat += K[l] * dz
+            dK = a * dz
+            for s in range(nS):
+                gc[s] += 2.0 * c[s] * dK * (prods[l, s] - K[l]) / C
+            for h in range(H):
+                dg[l, h] = 0.0
+            for s in range(nS):
+                for q in range(sizes[s]):
+                    h = members[s, q]
+                    pr = 1.0
+                    for r in range(sizes[s]):
+                        if r != q:
+                            pr *= g[l, members[s, r]]
+                    dg[l, h] += c[s] * c[s] / C * pr * dK
+            for h in range(H):
+                dgh = dg[l, h]
+                if dgh != 0.0:
+                    for v in range(Vm):
+                        dU[i, l, h, v] += dgh * U[i, L, h, v]
+                        dU[i, L, h, v] += dgh * U[i, l, h, v]
+    ga[0] = gat
+    return total
+
+
+def readout_attention(U, x, y, p, c, a, members, sizes, log_cap, want_grad):
+    """The selector and the attention read-out of :mod:`meanfield.engine.twolayer_net`, fused.
+
+    K(l) = sum_S c_S^2 prod_{h in S} <U[L, h], U[l, h]> / sum_S c_S^2, log y_hat_e = lse_{x_l = e} a K - lse a K,
+    the loss sum_n p_n sum_e y_ne min(-log y_hat_ne, log_cap) and its gradients.
+
+    Parameters
+    ----------
+    U : ndarray, shape (n, L + 1, H, Vmax)
+        The head outputs (zero-padded to the widest).
+    x : ndarray of int, shape (n, >= L)
+    y : ndarray, shape (n, S)
+    p : ndarray, shape (n,)
+    c : ndarray, shape (nS,)
+    a : float
+    members : ndarray of int, shape (nS, max(D, 1))
+        The heads of each subset (padded).
+    sizes : ndarray of int, shape (nS,)
+    log_cap : float
+    want_grad : bool
+
+    Returns
+    -------
+    loss : float
+    logy : ndarray, shape (n, S)
+    dU, gc, ga : ndarray
+        Gradients with respect to U, c and a (zeros when not ``want_grad``).
+
+    Example
+    -------
+    >>> U = np.zeros((1, 3, 1, 2)); x = np.array([[0, 1]]); y = np.array([[1.0, 0.0]])
+    >>> out = readout_attention(U, x, y, np.ones(1), np.ones(1), 1.0, np.zeros((1, 1), np.int64), np.zeros(1, np.int64),
+    ...                         690.0, True)
+    >>> round(out[0], 12) == round(float(np.log(2)), 12)
+    True
+    """
+    U = np.ascontiguousarray(U, dtype=np.float64)
+    n, T, H, Vm = U.shape
+    S = y.shape[1]
+    logy = np.zeros((n, S))
+    dU = np.zeros_like(U)
+    gc = np.zeros(len(c))
+    ga = np.zeros(1)
+    loss = _readout(U, np.ascontiguousarray(x, dtype=np.int64), np.ascontiguousarray(y, dtype=np.float64),
+                    np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(c, dtype=np.float64), float(a),
+                    np.ascontiguousarray(members, dtype=np.int64), np.ascontiguousarray(sizes, dtype=np.int64),
+                    float(log_cap), bool(want_grad), logy, dU, gc, ga)
+    return float(loss), logy, dU, gc, float(ga[0])

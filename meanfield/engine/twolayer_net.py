@@ -71,7 +71,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import ConfigError
-from .twolayer_kernels import head_backward, head_forward
+from .twolayer_kernels import head_backward, head_forward, readout_attention
 
 __all__ = ["Head", "Net", "subsets", "loss_grad", "forward", "gd", "LOG_CAP"]
 
@@ -252,7 +252,7 @@ def _embed(x: np.ndarray, net: Net, positions: bool = True) -> np.ndarray:
     return X
 
 
-def forward(theta: np.ndarray, net: Net, x: np.ndarray):
+def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_grad: bool = False):
     """The prediction y_hat (n, S) and the cache for :func:`loss_grad`.
 
     Parameters
@@ -261,6 +261,10 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray):
     net : Net
     x : ndarray of int, shape (n, L) or (n, L + 1)
         Contexts x_1..x_L (a further column, the target, is never read).
+    y, p : ndarray or None
+        Targets and weights (the attention read-out's fused kernel also forms the loss gradient with them).
+    want_grad : bool
+        Also the read-out's gradients (in the cache, for :func:`loss_grad`).
 
     Returns
     -------
@@ -305,31 +309,26 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray):
         logy = logits - lse
         cache["logy"] = logy
         return np.exp(logy), cache
-    # attention read-out: the selector's similarity K(l) between the query L+1 and the keys l = 1..L
-    L = net.L
-    g = np.stack([np.einsum("nv,nlv->nl", u[:, L, :], u[:, :L, :]) for u in outs_all], axis=2)  # (n, L, H)
-    subs = net.subsets
+    # attention read-out: the selector's similarity K(l) between the query L+1 and the keys l = 1..L (fused kernel)
     c = P["selector.c"]
-    prods = np.stack([np.prod(g[:, :, list(Sb)], axis=2) if Sb else np.ones(g.shape[:2]) for Sb in subs], axis=2)
-    C = float(c @ c)
-    if C <= 0:
+    if float(c @ c) <= 0:
         raise ConfigError("selector.c: every coefficient is zero (K(l) = sum c_S^2 ... / sum c_S^2 is undefined)")
-    Kl = prods @ (c * c) / C
-    a = float(P["readout.a"])
-    z = a * Kl
-    onehot = np.zeros((x.shape[0], L, S))
-    onehot[np.arange(x.shape[0])[:, None], np.arange(L)[None, :], x[:, :L]] = 1.0
-    zm = z.max(axis=1, keepdims=True)
-    ez = np.exp(z - zm)
-    beta = ez / ez.sum(axis=1, keepdims=True)
-    yhat = np.einsum("nl,nle->ne", beta, onehot)
-    # log y_hat_e = lse_{x_l = e} z - lse z (-inf where e never occurs)
-    me = np.einsum("nl,nle->ne", ez, onehot)
-    with np.errstate(divide="ignore"):
-        logy = np.log(me) - np.log(ez.sum(axis=1, keepdims=True))
-    cache.update(g=g, prods=prods, C=C, Kl=Kl, a=a, beta=beta, ez=ez, me=me, onehot=onehot, logy=logy,
-                 outs=outs_all)
-    return yhat, cache
+    Vm = max(u.shape[2] for u in outs_all)
+    U = np.zeros((x.shape[0], net.T, len(outs_all), Vm))
+    for h, u in enumerate(outs_all):
+        U[:, :, h, :u.shape[2]] = u
+    subs = net.subsets
+    members = np.full((len(subs), max(1, max(len(sb) for sb in subs))), 0, dtype=np.int64)
+    for i, sb in enumerate(subs):
+        members[i, :len(sb)] = sb
+    sizes = np.array([len(sb) for sb in subs], dtype=np.int64)
+    cache.update(U=U, members=members, sizes=sizes, outs=outs_all)
+    if y is None:
+        y, p = np.zeros((x.shape[0], S)), np.zeros(x.shape[0])
+    out = readout_attention(U, x, y, p, c, float(P["readout.a"]), members, sizes, LOG_CAP, want_grad)
+    cache["readout"] = out
+    cache["logy"] = out[1]
+    return np.exp(out[1]), cache
 
 
 def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.ndarray):
@@ -358,10 +357,10 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     (True, True)
     """
     theta = np.asarray(theta, dtype=np.float64)
-    yhat, ca = forward(theta, net, x)
-    P = ca["P"]
     y = np.asarray(y, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
+    yhat, ca = forward(theta, net, x, y, p, want_grad=True)
+    P = ca["P"]
     nl = -ca["logy"]
     live = (y > 0) & (nl < LOG_CAP)
     terms = np.where(y > 0, y * np.minimum(nl, LOG_CAP), 0.0)
@@ -379,31 +378,10 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
         dX = np.zeros_like(Xf)
         dX[:, net.L - 1, :] = dlog @ P["readout.W"].T
     else:
-        L = net.L
-        ez, me, beta, onehot = ca["ez"], ca["me"], ca["beta"], ca["onehot"]
-        # -log y_hat_e = lse z - lse_{x_l = e} z: d/dz_l = beta_l - [x_l = e] ez_l / me_e
-        frac = np.divide(ez[:, :, None] * onehot, me[:, None, :], out=np.zeros_like(onehot), where=me[:, None, :] > 0)
-        dz = beta * wy.sum(axis=1)[:, None] - np.einsum("nle,ne->nl", frac, wy)
-        a, Kl, C = ca["a"], ca["Kl"], ca["C"]
-        G["readout.a"] = np.asarray(float((dz * Kl).sum()))
-        dK = a * dz  # (n, L)
-        c = P["selector.c"]
-        prods, g = ca["prods"], ca["g"]
-        G["selector.c"] = 2.0 * c * np.einsum("nl,nls->s", dK, prods - Kl[:, :, None]) / C
-        H = g.shape[2]
-        dg = np.zeros_like(g)
-        for si, Sb in enumerate(net.subsets):
-            for h in Sb:
-                rest = [q for q in Sb if q != h]
-                pr = np.prod(g[:, :, rest], axis=2) if rest else np.ones(g.shape[:2])
-                dg[:, :, h] += c[si] ** 2 / C * pr * dK
-        douts = []
-        for h in range(H):
-            u = ca["outs"][h]
-            du = np.zeros_like(u)
-            du[:, :L, :] = dg[:, :, h, None] * u[:, L, None, :]
-            du[:, L, :] = np.einsum("nl,nlv->nv", dg[:, :, h], u[:, :L, :])
-            douts.append(du)
+        _, _, dU, gc, ga = ca["readout"]
+        G["readout.a"] = np.asarray(ga)
+        G["selector.c"] = gc
+        douts = [dU[:, :, h, :u.shape[2]] for h, u in enumerate(ca["outs"])]
     gi = len(net.heads)
     for k in range(len(net.layers) - 1, -1, -1):
         X, lc = ca["layers"][k]
