@@ -300,3 +300,36 @@ def test_the_sampled_set_follows_the_exact_law():
         lc = law.tokens @ (2 ** np.arange(3, -1, -1))
         pr = law.prob[np.argsort(lc)]
         assert (np.abs(freq - pr) <= 5 * np.sqrt(pr * (1 - pr) / n) + 1e-12).all()
+
+
+def test_flow_runs_and_a_diverging_run_keeps_a_valid_file(tmp_path):
+    from meanfield.core.run import read_file
+
+    raw = base()
+    raw["training"] = {"method": "flow", "t_end": 5.0}
+    r = twolayer_run.run(twolayer_from_dict(raw))
+    assert r.status == "complete" and r.loss[-1] < r.loss[0] and abs(r.t[-1] - 5.0) < 1e-9
+    # the flow and small-step GD agree to first order in eta
+    raw["training"] = {"method": "gd", "eta": 0.005, "steps": 1000, "record_every": 1000}
+    g = twolayer_run.run(twolayer_from_dict(raw))
+    assert np.abs(np.asarray(g["theta"])[-1] - np.asarray(r["theta"])[-1]).max() < 1e-2
+    raw["training"] = {"eta": 1e7, "steps": 50}
+    raw["layers"][0]["heads"][1]["score"] = "bilinear"
+    raw["layers"][0]["heads"][1].pop("lags")
+    src = tmp_path / "div.toml"
+    import tomllib  # noqa: F401
+
+    desc = twolayer_from_dict(raw)
+    traj, path = twolayer_run.run_to_file(desc, tmp_path / "div.h5", progress=False)
+    run = read_file(path)
+    assert traj.status == "diverged" and run.status == "diverged" and np.isfinite(np.asarray(run["theta"])).all()
+    assert "try a smaller eta" in run.message
+    del src
+
+
+def test_a_forward_pass_that_would_not_fit_is_refused_before_allocating():
+    raw = base()
+    raw["data"] = {"family": "markov", "d": 3, "L": 12, "exact": True}
+    raw["layers"][0]["heads"] = [{"score": "bilinear"}] * 2
+    with pytest.raises(ConfigError, match="^data.L: the exact law enumerates|^data: one loss and gradient needs"):
+        twolayer_from_dict(raw)

@@ -72,7 +72,7 @@ from ..core.config import as_choice, as_float, as_int, record_options
 from ..core.criteria import parse_criterion
 from ..core.errors import ConfigError
 from .parsing import as_bool
-from .twolayer_net import READOUTS, SCORES, VALUES, Head, Net
+from .twolayer_net import READOUTS, SCORES, VALUES, Head, Net, memory_bytes
 
 __all__ = ["KEYS", "NOT_CLOSED", "TwoLayerDescription", "TwoLayerTraining", "TwoLayerStage", "is_twolayer", "twolayer_from_dict",
            "OVERRIDES", "MAX_FORWARD_BYTES"]
@@ -528,11 +528,10 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
         if name not in dict(net.blocks):
             raise ConfigError(f"{where}: this head has no such block (rpe: w, bilinear: A)")
     n = x.shape[0]
-    need = max(n * net.T * (net.window(hd)[1] - net.window(hd)[0] + 1) * net.widths[k] * 8 * 6
-               for k, _, hd in net.heads)
+    need = memory_bytes(net, n)
     if need > MAX_FORWARD_BYTES:
-        raise ConfigError(f"data: the forward pass needs about {need / 1024 ** 3:.1f} GiB ({n} sequences x "
-                          f"{net.T} positions x lag window x stream width); smaller L, d, samples or lag windows")
+        raise ConfigError(f"data: one loss and gradient needs about {need / 1024 ** 3:.1f} GiB ({n} sequences x "
+                          f"{net.T} positions x the stream and head widths); smaller L, d, samples or fewer heads")
     ini = dict(raw.get("init", {}))
     if "seed" in overrides:
         ini["seed"] = overrides["seed"]

@@ -28,7 +28,7 @@ from numba import njit
 __all__ = ["head_forward", "head_backward", "readout_attention"]
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")  # a non-finite value propagates (the run stops as diverged)
 def _fwd(X, lags, w, A, use_rpe, use_bil, softmax, normalise, V, al, u, nrm):
     n, T, D = X.shape
     K = lags.shape[0]
@@ -128,7 +128,7 @@ def head_forward(X, lags, w, A, softmax, normalise, use_rpe, use_bil, V):
     return al, u, nrm
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")  # a non-finite value propagates (the run stops as diverged)
 def _bwd(X, lags, A, al, u, nrm, du, use_bil, softmax, normalise, need_dx, gw, gA, dX):
     n, T, D = X.shape
     K = lags.shape[0]
@@ -236,7 +236,7 @@ def head_backward(X, lags, A, al, u, nrm, du, softmax, normalise, use_bil, need_
     return gw, gA, (dX if need_dx else None)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")  # a non-finite value propagates (the run stops as diverged)
 def _readout(U, x, y, p, c, a, members, sizes, log_cap, want_grad, logy, dU, gc, ga):
     n, T, H, Vm = U.shape
     L = T - 1

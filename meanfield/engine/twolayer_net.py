@@ -73,7 +73,7 @@ import numpy as np
 from ..core.errors import ConfigError
 from .twolayer_kernels import head_backward, head_forward, readout_attention
 
-__all__ = ["Head", "Net", "subsets", "loss_grad", "forward", "gd", "LOG_CAP"]
+__all__ = ["Head", "Net", "subsets", "loss_grad", "loss_only", "memory_bytes", "forward", "gd", "LOG_CAP"]
 
 #: the log(0) guard: -log y_hat is clipped at -log(1e-300)
 LOG_CAP = -math.log(1e-300)
@@ -416,6 +416,55 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     del n
     grad = np.concatenate([np.ravel(G[nm]) for nm, _ in net.blocks])
     return loss, grad
+
+
+def loss_only(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.ndarray) -> float:
+    """The loss of :func:`loss_grad` without its gradient (the forward pass only).
+
+    Parameters
+    ----------
+    theta, net, x, y, p : see :func:`loss_grad`
+
+    Returns
+    -------
+    float
+
+    Example
+    -------
+    >>> net = Net(2, 2, ((Head(),),))
+    >>> args = (np.array([[0, 1]]), np.array([[1.0, 0.0]]), np.ones(1))
+    >>> loss_only(np.zeros(net.size), net, *args) == loss_grad(np.zeros(net.size), net, *args)[0]
+    True
+    """
+    y = np.asarray(y, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    _, ca = forward(np.asarray(theta, dtype=np.float64), net, x, y, p, want_grad=False)
+    terms = np.where(y > 0, y * np.minimum(-ca["logy"], LOG_CAP), 0.0)
+    return float(p @ terms.sum(axis=1))
+
+
+def memory_bytes(net: Net, n: int) -> int:
+    """An estimate of the bytes one loss and gradient on ``n`` sequences allocates (for the size guard).
+
+    Parameters
+    ----------
+    net : Net
+    n : int
+
+    Returns
+    -------
+    int
+
+    Example
+    -------
+    >>> memory_bytes(Net(2, 3, ((Head(),),)), 10) > 0
+    True
+    """
+    per = 3 * net.widths[-1]  # the streams of every layer and their gradients
+    for k, _, hd in net.heads:
+        first, last = net.window(hd)
+        per += 2 * (last - first + 1) + 3 * net.out_dim(k, hd)  # alpha, u, their gradients
+    return int(8 * n * net.T * per)
 
 
 def gd(theta: np.ndarray, net: Net, x, y, p, eta, steps: int, train=None):

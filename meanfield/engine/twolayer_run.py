@@ -35,7 +35,7 @@ from ..core.criteria import holds
 from ..core.io import write_run
 from ..core.run import Run
 from .twolayer_desc import TwoLayerDescription
-from .twolayer_net import loss_grad
+from .twolayer_net import loss_grad, loss_only
 
 __all__ = ["TwoLayerSystem", "run", "run_to_file", "file_content"]
 
@@ -145,8 +145,13 @@ def file_content(desc: TwoLayerDescription, traj: integrate.Trajectory):
     """
     arr = traj.arrays()
     Y = arr["y"] if arr["y"].size else np.empty((0, desc.net.size))
-    system = TwoLayerSystem(desc)
-    loss = np.array([system.loss_grad(y)[0] for y in Y]) if len(Y) else np.empty(0)
+    cache = traj.__dict__.setdefault("_twolayer_losses", {})  # (step, state bytes) -> loss, kept with the trajectory
+    loss = np.empty(len(Y))
+    for r, (st, y) in enumerate(zip(arr["step"], Y)):  # each record's loss once (checkpoints reuse them)
+        key = (int(st), y.tobytes())
+        if key not in cache:
+            cache[key] = loss_only(y, desc.net, desc.x, desc.y, desc.p)
+        loss[r] = cache[key]
     init = _blocks(desc, desc.theta0[None, :])
     data = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], "loss": loss, "theta": Y,
             "variables": _blocks(desc, Y), "initial_state": {g: {b: a[0] for b, a in v.items()} for g, v in init.items()},
