@@ -21,7 +21,8 @@ import ast
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -31,23 +32,19 @@ MAX_CHARS = 4000
 MAX_DEPTH = 80
 DURINGS = ("all", "stage1", "stage2", "stage3")
 
+#: the names every run has (a paper adds its own: :class:`BoundNames`, registered in ``meanfield.core.hooks``)
 VARIABLES = {
     "t": "time of each record",
     "step": "solver step of each record",
     "loss": "population loss",
     "min_margin": "min over samples of margin[i]",
     "max_margin": "max over samples of margin[i]",
-    "min_margin_consistent": "min of margin[i] over consistent samples",
-    "min_margin_inconsistent": "min of margin[i] over inconsistent samples",
     "max_g": "max over samples of g[i] = 1/(1+exp(margin[i]))",
-    "omega": "attention init scale",
     "eta": "GD step size",
     "m": "attention width (inf for infinite width)",
-    "K": "number of groups",
-    "L": "tokens per sample",
     "n": "number of samples",
-    "T1": "detected end of the neuron stage (run attribute T1)",
-    "T2": "detected end of the attention stage (run attribute T2)",
+    "T1": "detected end of stage 1 (run attribute T1)",
+    "T2": "detected end of stage 2 (run attribute T2)",
     "T_loss": "first time the loss reached the detection level (run attribute T_loss)",
     "T3": "end time of stage 3",
     "Tend1": "end time of stage 1",
@@ -56,21 +53,147 @@ VARIABLES = {
     "inf": "infinity",
     "pi": "3.14159...",
 }
+
+
+@dataclass(frozen=True)
+class BoundNames:
+    """A paper's own names in the bound language (registered per system in ``meanfield.core.hooks``).
+
+    Parameters
+    ----------
+    variables : dict
+        name -> meaning (the help) of each variable the paper adds.
+    attrs : dict
+        name -> the run attribute it reads (a number).
+    groups : dict
+        name -> (flag, value): the min of margin[i] over the samples whose
+        ``samples/<flag>`` equals ``value``.
+    signed : dict
+        letter -> (dataset, form): atoms written ``X+[...]`` (a head sign after
+        the letter); form ``"pair"`` reads ``dataset[:, head, a, b]`` (two
+        features), ``"feature"`` ``dataset[:, head, a]``, ``"sample"``
+        ``dataset[:, i, head]`` (a sample index).
+    heads : tuple of str
+        The head signs, in the order of the head axis.
+    feature_pattern : str
+        A regular expression of the feature names (checked when parsed).
+    features : callable, optional
+        ``features(attrs) -> list of str``: the feature names of a run file without a ``features`` dataset.
+    forms : str
+        The signed forms for the help (``S+[a,b], ...``).
+    help : str
+        Where the full list is (``meanfield PAPER bound --help``; default: ``bound_parse.variables()``).
+
+    Example
+    -------
+    >>> BoundNames({"K": "number of groups"}, attrs={"K": "K"}).attrs
+    {'K': 'K'}
+    """
+
+    variables: dict
+    attrs: dict = field(default_factory=dict)
+    groups: dict = field(default_factory=dict)
+    signed: dict = field(default_factory=dict)
+    heads: tuple = ("+", "-")
+    feature_pattern: str = r"[A-Za-z][A-Za-z0-9_]*"
+    features: Any = None
+    forms: str = ""
+    help: str = ""
+
+
+def registered() -> list:
+    """The :class:`BoundNames` of every registered system (plug-ins loaded), in registration order.
+
+    Returns
+    -------
+    list of BoundNames
+
+    Example
+    -------
+    >>> isinstance(registered(), list)
+    True
+    """
+    from . import hooks
+
+    return list(hooks.bound_names().values())
+
+
+def variables() -> dict:
+    """Every variable a bound may name: :data:`VARIABLES` and the registered papers' (name -> meaning).
+
+    Returns
+    -------
+    dict
+
+    Example
+    -------
+    >>> "loss" in variables()
+    True
+    """
+    out = dict(VARIABLES)
+    for names in registered():
+        for k, v in names.variables.items():
+            out.setdefault(k, v)
+        for k, (flag, value) in names.groups.items():  # a group or an attribute is a variable, named or not
+            out.setdefault(k, f"min of margin[i] over the samples with {flag} = {value}")
+        for k, key in names.attrs.items():
+            out.setdefault(k, f"run attribute {key}")
+    return out
+
+
+def signed_forms() -> dict:
+    """letter -> (BoundNames, dataset, form) of every registered signed atom (the first registration wins).
+
+    Returns
+    -------
+    dict
+
+    Example
+    -------
+    >>> isinstance(signed_forms(), dict)
+    True
+    """
+    out: dict = {}
+    for names in registered():
+        for letter, (dataset, form) in names.signed.items():
+            out.setdefault(letter, (names, dataset, form))
+    return out
+
+
+def atom_forms() -> str:
+    """The bracketed forms for the help and the messages (the registered papers' signed forms, then the generic ones).
+
+    Returns
+    -------
+    str
+
+    Example
+    -------
+    >>> "margin[i]" in atom_forms()
+    True
+    """
+    own = [n.forms for n in registered() if n.forms]
+    return ", ".join(own + [_GENERIC_FORMS])
+
+
 FUNCTIONS = {"abs": (1, 1), "exp": (1, 1), "log": (1, 1), "sqrt": (1, 1), "min": (2, None), "max": (2, None)}
 _UNARY = {"abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt}
 
-_ATOM_FORMS = ("S+[a,b], S-[a,b], A+[a,b], A-[a,b], B+[a,b], B-[a,b], w+[a], w-[a], u+[i], u-[i], margin[i], g[i]; "
-               "a described model's run (meanfield model run): S[h,a,b], A[h,a,b], B[h,a,b], W[h,a,b], w[h,a], "
-               "w[h,c,a], u[h,i], u[h,i,c], var[h,NAME,i,...]")
-_REF_RE = re.compile(
-    r"(?<![A-Za-z0-9_.])(?:(?P<kind>[SABwu])_?(?P<head>[+-])|(?P<skind>margin|g)[ \t]*|(?P<gkind>var|[SABWwu]))"
-    r"\[(?P<arg>[^\[\]]*)\]",
-    re.ASCII,
-)
+_GENERIC_FORMS = ("margin[i], g[i]; a described model's run (meanfield model run): S[h,a,b], A[h,a,b], B[h,a,b], "
+                  "W[h,a,b], w[h,a], w[h,c,a], u[h,i], u[h,i,c], var[h,NAME,i,...]")
+
+
+def _ref_re(letters: str, heads: str):
+    return re.compile(
+        r"(?<![A-Za-z0-9_.])(?:" + (rf"(?P<kind>[{letters}])_?(?P<head>[{heads}])|" if letters else "")
+        + r"(?P<skind>margin|g)[ \t]*|(?P<gkind>var|[SABWwu]))\[(?P<arg>[^\[\]]*)\]",
+        re.ASCII,
+    )
+
+
 #: the head-named forms of a described model's run: kind -> (least, most) number of bracket entries
 _GENERAL_ARGS = {"S": (3, 3), "A": (3, 3), "B": (3, 3), "W": (3, 3), "w": (2, 4), "u": (2, 3), "var": (2, 8)}
 _GENERAL_ITEM_RE = re.compile(r"[A-Za-z0-9_.+-]+\Z", re.ASCII)
-_FEATURE_RE = re.compile(r"[cv][1-9][0-9]*\Z", re.ASCII)
 _INDEX_RE = re.compile(r"[0-9]+\Z", re.ASCII)
 
 _CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "=="}
@@ -107,8 +230,9 @@ def _one_line(s: str, limit: int = 120) -> str:
 
 @dataclass(frozen=True)
 class Ref:
-    """A bracketed atom: kind in S A B w u margin g; head 0 (+), 1 (-) or None;
-    args: feature labels (S A B w) or a sample index (u margin g)."""
+    """A bracketed atom: kind a registered signed letter (``BoundNames.signed``), margin, g, or
+    ``@`` and a described model's letter; head: the index of its sign in the paper's heads, a
+    head's name (``@`` forms) or None; args: feature labels or a sample index."""
 
     kind: str
     head: int | None
@@ -152,6 +276,10 @@ class _Parser:
         self.text = text
         self.refs: dict[str, Ref] = {}
         self.names: set[str] = set()
+        self.signed = signed_forms()
+        self.variables = variables()
+        heads = "".join(dict.fromkeys(h for n, _, _ in self.signed.values() for h in n.heads))
+        self.ref_re = _ref_re("".join(self.signed), re.escape(heads))
 
     def fail(self, msg: str):
         raise BoundError(f"bound {_one_line(self.text, 80)!r}: {msg}")
@@ -162,7 +290,7 @@ class _Parser:
         while prefix in self.text:
             prefix = "_" + prefix
         out, pos = [], 0
-        for i, mt in enumerate(_REF_RE.finditer(self.text)):
+        for i, mt in enumerate(self.ref_re.finditer(self.text)):
             ref = self._ref(mt)
             ph = f"{prefix}{i}_"
             self.refs[ph] = ref
@@ -185,14 +313,18 @@ class _Parser:
                 self.fail(f"{raw!s}: expected {n} names or indices inside the brackets (the head's name first), "
                           f"e.g. {dict(S='S[h,a,b]', A='A[h,a,b]', B='B[h,a,b]', W='W[h,a,b]', w='w[h,a]', u='u[h,i]', var='var[h,V.r1,a]')[kind]}")
             return Ref("@" + kind, parts[0], tuple(parts[1:]), f"{kind}[{','.join(parts)}]")
-        if mt.group("kind"):
-            kind, head = mt.group("kind"), 0 if mt.group("head") == "+" else 1
-            sign = mt.group("head")
+        if mt.groupdict().get("kind"):  # (no such group when no paper registered a signed atom)
+            kind, sign = mt.group("kind"), mt.group("head")
+            names, _, form = self.signed[kind]
+            if sign not in names.heads:
+                self.fail(f"{raw!s}: head '{sign}' is not one of {', '.join(names.heads)}")
+            head = names.heads.index(sign)
         else:
-            kind, head, sign = mt.group("skind"), None, ""
-        if kind in ("S", "A", "B", "w"):
-            want = 2 if kind != "w" else 1
-            if len(parts) != want or not all(_FEATURE_RE.match(p) for p in parts):
+            kind, head, sign, form = mt.group("skind"), None, "", "sample"
+        if form in ("pair", "feature"):
+            want = 2 if form == "pair" else 1
+            feat = re.compile(names.feature_pattern + r"\Z", re.ASCII)
+            if len(parts) != want or not all(feat.match(p) for p in parts):
                 what = "two feature names like c1,v2" if want == 2 else "one feature name like c1 or v2"
                 self.fail(f"{raw!s}: expected {what} inside the brackets")
             return Ref(kind, head, tuple(parts), f"{kind}{sign}[{','.join(parts)}]")
@@ -250,7 +382,7 @@ class _Parser:
                 name = type(node).__name__
                 what = _DESCRIBE.get(name, name)
                 if name == "Subscript":
-                    self.fail(f"subscript '{self.seg(node, parent)}' not allowed; the bracketed forms are {_ATOM_FORMS}"
+                    self.fail(f"subscript '{self.seg(node, parent)}' not allowed; the bracketed forms are {atom_forms()}"
                               " (no space between the letter, the sign and '[')")
                 if isinstance(node, (ast.cmpop, ast.operator, ast.unaryop, ast.boolop)):
                     self.fail(f"{what} not allowed in '{self.seg(node, parent)}'; operators: + - * / ** < <= > >= == and or")
@@ -268,23 +400,26 @@ class _Parser:
 
     def _check_name(self, node: ast.Name, parent) -> None:
         nid = node.id
-        if nid in self.refs or nid in VARIABLES:
+        if nid in self.refs or nid in self.variables:
             return
         if nid in FUNCTIONS:
             if isinstance(parent, ast.Call) and parent.func is node:
                 return
             self.fail(f"'{nid}' is a function: call it, e.g. {nid}(x{', y' if FUNCTIONS[nid][0] > 1 else ''})")
-        if nid in ("S", "A", "B"):
-            self.fail(f"'{nid}' needs a head and two features: write {nid}+[a,b] or {nid}-[a,b] "
-                      "(no space between the letter, the sign and '[')")
-        if nid in ("w", "u"):
-            arg = "a" if nid == "w" else "i"
-            self.fail(f"'{nid}' needs a head and an index: write {nid}+[{arg}] or {nid}-[{arg}] "
+        if nid in self.signed:
+            names, _, form = self.signed[nid]
+            h0, h1 = (names.heads + names.heads)[:2]
+            if form == "pair":
+                self.fail(f"'{nid}' needs a head and two features: write {nid}{h0}[a,b] or {nid}{h1}[a,b] "
+                          "(no space between the letter, the sign and '[')")
+            arg = "a" if form == "feature" else "i"
+            self.fail(f"'{nid}' needs a head and an index: write {nid}{h0}[{arg}] or {nid}{h1}[{arg}] "
                       "(no space between the letter, the sign and '[')")
         if nid in ("margin", "g"):
             self.fail(f"'{nid}' needs a sample index: write {nid}[i]")
-        self.fail(f"unknown name '{nid}' (names such as t, loss, T2, S+[a,b], margin[i]; the full list: "
-                  f"meanfield mixture bound --help)")
+        pair = next((f"{k}{n.heads[0]}[a,b], " for k, (n, _, form) in self.signed.items() if form == "pair"), "")
+        where = next((n.help for n in registered() if n.help), "meanfield.core.bound_parse.variables()")
+        self.fail(f"unknown name '{nid}' (names such as t, loss, T2, {pair}margin[i]; the full list: {where})")
 
     # -- translation into the private tree
     def _depth(self, depth: int) -> int:

@@ -1,7 +1,11 @@
-"""Check user inequalities ("bounds") over a mixture run's trajectory, safely.
+"""Check user inequalities ("bounds") over a run's trajectory, safely.
 
 A bound is an inequality in the run's variables, written with the paper's
-names, checked at every recorded time (or a selection of them)::
+names, checked at every recorded time (or a selection of them). The generic
+names (``t``, ``loss``, ``margin[i]``, ``T2``, ...) are this module's; a
+paper's own (its signed atoms, features, sample groups and attributes) are
+what its plug-in registered (``meanfield.core.bound_parse.BoundNames``,
+``meanfield.core.hooks.bound_names``). The mixture paper's, for example::
 
     S+[c1,v1] >= 0 and S+[c2,v1] <= 0        (during stage 2)
     min_margin_consistent > 0                 (during stage 2)
@@ -10,7 +14,7 @@ names, checked at every recorded time (or a selection of them)::
 
 Grammar
 -------
-Atoms (P = 2K features ``c1..cK v1..vK``; heads ``+`` and ``-``; sample
+Atoms (with the mixture's registered names: P = 2K features ``c1..cK v1..vK``; heads ``+`` and ``-``; sample
 indices ``i`` are 0-based, in the order of the run's ``samples/description``)::
 
     S+[a,b]  S-[a,b]   score of that head, key feature a, query feature b
@@ -97,8 +101,8 @@ from typing import Any
 
 import numpy as np
 
-from .bound_parse import (DURINGS, FUNCTIONS, VARIABLES, Bound, BoundError, Ref, _INDEX_RE, _Parser,  # noqa: F401
-                          _UNARY, _one_line, parse_bound)
+from .bound_parse import (DURINGS, FUNCTIONS, VARIABLES, Bound, BoundError, BoundNames, Ref, _INDEX_RE,  # noqa: F401
+                          _Parser, _UNARY, _one_line, parse_bound, registered, signed_forms)
 from .config import ConfigError
 
 __all__ = [
@@ -166,11 +170,16 @@ class _Env:
         self.T = self.t.shape[0]
         feats = run.get("features")
         self.features = [str(f) for f in np.ravel(feats)] if feats is not None else None
+        from .hooks import bound_names
+
+        own = bound_names().get(str(attrs.get("system")))  # the paper's names of this run's system (or None)
+        self.names = [own] if own is not None else registered()
         heads = run.get("heads")
-        if attrs.get("system") == "engine":  # a general described model: no +/- heads
+        if attrs.get("system") == "engine":  # a general described model: its heads are named, not signed
             heads = None
-        if heads is not None and [str(h) for h in np.ravel(heads)] != ["+", "-"]:
-            fail(f"unexpected heads {list(np.ravel(heads))} in the run file (expected ['+', '-'])")
+        want = list(own.heads) if own is not None and own.signed else None
+        if heads is not None and want is not None and [str(h) for h in np.ravel(heads)] != want:
+            fail(f"unexpected heads {list(np.ravel(heads))} in the run file (expected {want})")
 
     def _data(self, key):
         if key not in self.run:
@@ -186,14 +195,23 @@ class _Env:
         margin = self._data("margin")
         if which == "all":
             return margin
+        flag, value = self._paper("groups", which)
         s = self.run.get("samples")
-        if not isinstance(s, dict) or "consistent" not in s:
-            self.fail("the run file has no samples/consistent dataset")
-        cons = np.asarray(s["consistent"]).astype(bool)
-        sel = cons if which == "consistent" else ~cons
+        if not isinstance(s, dict) or flag not in s:
+            self.fail(f"the run file has no samples/{flag} dataset")
+        mark = np.asarray(s[flag]).astype(bool)
+        sel = mark if value else ~mark
         if not sel.any():
-            self.fail(f"min_margin_{which}: this run has no {which} samples")
+            self.fail(f"{which}: this run has no {which.rpartition('_')[2]} samples")
         return margin[:, sel]
+
+    def _paper(self, table: str, name: str):
+        """``name`` in the paper's table ``groups`` / ``attrs`` (the run's system first), or None."""
+        for names in self.names:
+            v = getattr(names, table).get(name)
+            if v is not None:
+                return v
+        return None
 
     def _stage_end(self, k: int) -> float:
         ends = self.attrs.get("stage_ends")
@@ -219,14 +237,14 @@ class _Env:
         if name in ("min_margin", "max_margin"):
             m = self._samples("all")
             return m.min(axis=1) if name == "min_margin" else m.max(axis=1)
-        if name == "min_margin_consistent":
-            return self._samples("consistent").min(axis=1)
-        if name == "min_margin_inconsistent":
-            return self._samples("inconsistent").min(axis=1)
+        if self._paper("groups", name) is not None:  # a paper's sample group: min margin over it
+            return self._samples(name).min(axis=1)
         if name == "max_g":
             return (1.0 / (1.0 + np.exp(self._samples("all")))).max(axis=1)
-        if name in ("omega", "eta", "K", "L"):
+        if name == "eta":
             return self._attr(name)
+        if self._paper("attrs", name) is not None:  # a paper's run attribute
+            return self._attr(self._paper("attrs", name))
         if name == "n":
             return float(self._data("margin").shape[1])
         if name == "m":
@@ -242,7 +260,7 @@ class _Env:
             if math.isnan(v):
                 crit = self.attrs.get("stage_time_criteria", {})
                 self.fail(f"{name}: the run never reached it (criterion: "
-                          f"{crit.get(name, 'see meanfield.models.mixture.stagetimes') if isinstance(crit, dict) else crit})")
+                          f"{crit.get(name, 'see the run attribute stage_time_criteria') if isinstance(crit, dict) else crit})")
             return v
         if name == "T3":
             return self._stage_end(3)
@@ -254,13 +272,17 @@ class _Env:
             return math.pi
         self.fail(f"unknown name '{name}'")
 
-    def _feature(self, ref: Ref, label: str) -> int:
+    def _feature(self, ref: Ref, label: str, names: BoundNames) -> int:
         feats = self.features
+        if feats is None and names.features is not None:
+            try:
+                feats = list(names.features(self.attrs))
+            except (KeyError, TypeError, ValueError):
+                self.fail(f"{ref.text}: the run file has no features dataset")
         if feats is None:
-            K = int(self._attr("K"))
-            feats = [f"c{k + 1}" for k in range(K)] + [f"v{k + 1}" for k in range(K)]
+            self.fail(f"{ref.text}: the run file has no features dataset")
         if label not in feats:
-            self.fail(f"{ref.text}: unknown feature '{label}'; this run (K = {len(feats) // 2}) has {', '.join(feats)}")
+            self.fail(f"{ref.text}: unknown feature '{label}'; this run's {len(feats)} features are {', '.join(feats)}")
         return feats.index(label)
 
     def _engine_index(self, ref: Ref, label: str, size: int, what: str) -> int:
@@ -285,8 +307,8 @@ class _Env:
             self.fail(f"{ref.text}: the run file has no variables group")
         kind = ref.kind.lstrip("@")
         head = ref.head
-        if head in (0, 1):  # the mixture form S+[a,b]: a head named + or -
-            head = "+" if head == 0 else "-"
+        if isinstance(head, int):  # a paper's signed form S+[a,b]: the head named by its sign
+            head = signed_forms()[kind][0].heads[head]
         if head not in variables:
             self.fail(f"{ref.text}: unknown head '{head}'; this run's heads: {', '.join(variables)} "
                       f"(write {kind if kind != 'var' else 'var'}[head,...] with one of them)")
@@ -324,22 +346,29 @@ class _Env:
         return x[(slice(None),) + idx]
 
     def ref(self, ref: Ref):
-        if self.attrs.get("system") == "engine" and (ref.kind.startswith("@") or ref.kind in ("S", "A", "B", "w", "u")):
+        signed = signed_forms()
+        if self.attrs.get("system") == "engine" and (ref.kind.startswith("@") or ref.kind in signed):
             return self._engine_ref(ref)
         if ref.kind.startswith("@"):
+            sys_ = self.attrs.get("system")
+            h0, h1 = (self.names[0].heads * 2)[:2] if self.names else ("+", "-")
             self.fail(f"{ref.text}: the head-named form is for described models' runs (meanfield model run); in a "
-                      f"mixture run write {ref.kind[1:]}+[...] or {ref.kind[1:]}-[...]")
-        if ref.kind in ("S", "A", "B"):
-            a, b = (self._feature(ref, x) for x in ref.args)
-            return self._data(ref.kind)[:, ref.head, a, b]
-        if ref.kind == "w":
-            return self._data("w")[:, ref.head, self._feature(ref, ref.args[0])]
+                      f"{sys_ if isinstance(sys_, str) else 'paper'} run write {ref.kind[1:]}{h0}[...] or "
+                      f"{ref.kind[1:]}{h1}[...]")
+        form = None
+        if ref.kind in signed:
+            names, dataset, form = signed[ref.kind]
+        if form == "pair":
+            a, b = (self._feature(ref, x, names) for x in ref.args)
+            return self._data(dataset)[:, ref.head, a, b]
+        if form == "feature":
+            return self._data(dataset)[:, ref.head, self._feature(ref, ref.args[0], names)]
         margin = self._data("margin")
         i, n = ref.args[0], margin.shape[1]
         if i >= n:
             self.fail(f"{ref.text}: sample index {i} out of range; this run has samples 0..{n - 1}")
-        if ref.kind == "u":
-            return self._data("u")[:, i, ref.head]
+        if form == "sample":
+            return self._data(dataset)[:, i, ref.head]
         if ref.kind == "margin":
             return margin[:, i]
         return 1.0 / (1.0 + np.exp(margin[:, i]))
@@ -634,11 +663,13 @@ def _read(path):
     system = run.attrs.get("system")
     if system == "engine":  # a general described model (meanfield model run): names without heads
         return run
+    from .hooks import registered_run_checks as registered_systems
     from .hooks import run_check  # a paper's run files: the schema check its plug-in registered
 
     check = run_check(system) if isinstance(system, str) else None
     if check is None:
-        raise ConfigError(f"{path}: bounds apply to mixture runs and described models (meanfield model run); "
+        raise ConfigError(f"{path}: bounds apply to the runs of a system that registered its run check "
+                          f"({', '.join(registered_systems()) or 'none'}) and described models (meanfield model run); "
                           f"this run's system is {system!r}")
     try:
         check(run, path)  # shapes and the config attribute; names the wrong field

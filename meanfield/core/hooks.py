@@ -6,6 +6,10 @@ only a paper knows:
 * the schema check of a run file of a given ``system`` attribute
   (:func:`run_check`; used by ``meanfield.core.bounds`` before it evaluates a
   bound on a run of that system);
+* a paper's own names in the bound language (:func:`bound_names`: its
+  variables, its signed atoms such as ``S+[a,b]``, its feature names; used
+  by ``meanfield.core.bound_parse`` and ``meanfield.core.bounds``, which
+  name no paper);
 * the ensemble adapter of a system named by a string
   (:func:`ensemble_system`; ``meanfield.core.sweep.system_of``), and which
   of them ``system=None`` means (:func:`default_ensemble_system`).
@@ -42,8 +46,9 @@ from typing import Any, Callable
 
 from .errors import ConfigError
 
-__all__ = ["resolve", "set_loader", "load", "register_run_check", "run_check", "register_ensemble_system",
-           "ensemble_system", "ensemble_systems", "default_ensemble_system", "LOADER"]
+__all__ = ["resolve", "set_loader", "load", "lookup", "register_run_check", "run_check", "register_ensemble_system",
+           "ensemble_system", "ensemble_systems", "default_ensemble_system", "register_bound_names", "bound_names", "registered_run_checks",
+           "LOADER"]
 
 #: the plug-in loader used when the registry has not installed itself (``module:function``)
 LOADER = "meanfield.engine.registry:load_plugins"
@@ -51,6 +56,7 @@ _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _LOCK = threading.RLock()
 _LOADER: list = []  # the installed loader (at most one)
 _RUN_CHECKS: dict[str, Any] = {}
+_BOUND_NAMES: dict[str, Any] = {}
 #: ensemble systems known by name: name -> adapter or ``"module:attr"`` (``meanfield.core.sweep.SYSTEMS`` is this dict)
 ENSEMBLE_SYSTEMS: dict[str, Any] = {}
 _DEFAULT: list = []  # the name system=None means
@@ -125,6 +131,31 @@ def load() -> None:
     loader()
 
 
+def lookup(table: dict, key) -> Any:
+    """``table[key]`` resolved (a ``"module:attr"`` string imported on first use), or None;
+    the plug-ins are loaded first. The one load-get-resolve of every registered
+    lookup (these hooks and the tables of ``meanfield.engine.registry``).
+
+    Parameters
+    ----------
+    table : dict
+        name -> object or ``"module:attr"``.
+    key : str
+
+    Returns
+    -------
+    object or None
+
+    Example
+    -------
+    >>> lookup({"pi": "math:pi"}, "pi") > 3
+    True
+    """
+    load()
+    ref = table.get(str(key))
+    return None if ref is None else resolve(ref)
+
+
 def register_run_check(system: str, check: Any) -> None:
     """Register the schema check of run files whose attribute ``system`` is ``system``.
 
@@ -164,9 +195,66 @@ def run_check(system: str) -> Callable | None:
     >>> run_check("no such system") is None
     True
     """
+    return lookup(_RUN_CHECKS, system)
+
+
+def register_bound_names(system: str, names: Any) -> None:
+    """Register a paper's names in the bound language (``meanfield.core.bound_parse.BoundNames``).
+
+    Parameters
+    ----------
+    system : str
+        The run files' ``system`` attribute.
+    names : BoundNames or str
+        The names, or ``"module:attr"``.
+
+    Returns
+    -------
+    None
+
+    Example
+    -------
+    >>> from meanfield.core.bound_parse import BoundNames
+    >>> register_bound_names("doc_example", BoundNames({}))
+    >>> "doc_example" in bound_names()
+    True
+    """
+    with _LOCK:
+        _BOUND_NAMES[str(system)] = names
+
+
+def bound_names() -> dict:
+    """system -> the registered ``BoundNames`` (resolved; plug-ins loaded), in registration order.
+
+    Returns
+    -------
+    dict
+
+    Example
+    -------
+    >>> isinstance(bound_names(), dict)
+    True
+    """
     load()
-    ref = _RUN_CHECKS.get(str(system))
-    return None if ref is None else resolve(ref)
+    with _LOCK:
+        items = list(_BOUND_NAMES.items())
+    return {k: resolve(v) for k, v in items}
+
+
+def registered_run_checks() -> list:
+    """The systems whose run files have a registered schema check (plug-ins loaded).
+
+    Returns
+    -------
+    list of str
+
+    Example
+    -------
+    >>> isinstance(registered_run_checks(), list)
+    True
+    """
+    load()
+    return list(_RUN_CHECKS)
 
 
 def register_ensemble_system(name: str, adapter: Any, default: bool = False) -> None:

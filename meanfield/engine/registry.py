@@ -73,11 +73,12 @@ from typing import Any, Callable
 
 from ..core import hooks
 from ..core.config import ConfigError
+from ..core.hooks import lookup as _lookup  # the one load-get-resolve of a registered table (core's hooks use it too)
 from ..core.hooks import resolve  # noqa: F401 (part of this API; one resolver for the registry and core's hooks)
 
 __all__ = ["Family", "FastPath", "Claims", "Command", "register_family", "register_fast_path", "register_claims",
            "register_command", "register_run_plot", "register_data_size", "data_size", "feature_count", "family", "families", "fast_paths", "claims", "commands",
-           "run_plot", "register_run_check", "register_ensemble_system", "load_plugins", "resolve"]
+           "run_plot", "register_run_panels", "run_panels", "register_run_check", "register_bound_names", "register_ensemble_system", "load_plugins", "resolve"]
 
 #: the entry-point group a distribution names its plug-in modules in (setup.cfg ``[options.entry_points]``)
 ENTRY_POINT_GROUP = "meanfield.plugins"
@@ -149,6 +150,7 @@ _FAST: dict[tuple[str, str], FastPath] = {}
 _CLAIMS: dict[str, Claims] = {}
 _COMMANDS: dict[str, Command] = {}
 _PLOTS: dict[str, Ref] = {}
+_PANELS: dict[str, Ref] = {}
 _DATA_SIZES: dict[str, Ref] = {}
 _FEATURE_COUNTS: dict[str, Ref] = {}
 _LOADED: set[str] = set()
@@ -352,6 +354,53 @@ def register_run_plot(system: str, plot: Ref, replace: bool = True) -> None:
         _put(_PLOTS, str(system), plot, "run plot", replace)
 
 
+def register_run_panels(system: str, panels: Ref, replace: bool = True) -> None:
+    """Register which figures the engine's generic panels draw for run files of ``system``.
+
+    Parameters
+    ----------
+    system : str
+        The run file's ``system`` attribute.
+    panels : meanfield.engine.plot.RunPanels or str
+        The figures (per-head line panels, loss and margins), their titles, stage
+        names and feature styles; drawn by ``meanfield.engine.plot.plot_panels``.
+    replace : bool
+        Replace an earlier registration (default True).
+
+    Returns
+    -------
+    None
+
+    Example
+    -------
+    >>> from meanfield.engine.plot import LossMargins, RunPanels
+    >>> register_run_panels("doc_example", RunPanels((LossMargins("loss_margins", "consistent"),)))
+    >>> run_panels("doc_example").figures[0].stem
+    'loss_margins'
+    """
+    with _LOCK:
+        _put(_PANELS, str(system), panels, "run panels", replace)
+
+
+def run_panels(system: str):
+    """The registered :class:`meanfield.engine.plot.RunPanels` of ``system`` (resolved), or None.
+
+    Parameters
+    ----------
+    system : str
+
+    Returns
+    -------
+    RunPanels or None
+
+    Example
+    -------
+    >>> run_panels("no such system") is None
+    True
+    """
+    return _lookup(_PANELS, system)
+
+
 def register_run_check(system: str, check: Ref) -> None:
     """Register the schema check of run files whose attribute ``system`` is
     ``system`` (``meanfield.core.bounds`` runs it before evaluating a bound).
@@ -373,6 +422,29 @@ def register_run_check(system: str, check: Ref) -> None:
     >>> register_run_check("doc_example", "math:isfinite")
     """
     hooks.register_run_check(system, check)
+
+
+def register_bound_names(system: str, names: Ref) -> None:
+    """Register a paper's names in the bound language (``meanfield bound``, ``meanfield.core.bounds``):
+    its variables, signed atoms (``S+[a,b]``) and feature names. Stored in ``meanfield.core.hooks``.
+
+    Parameters
+    ----------
+    system : str
+        The run files' ``system`` attribute.
+    names : meanfield.core.bound_parse.BoundNames or str
+        The names or ``"module:attr"``.
+
+    Returns
+    -------
+    None
+
+    Example
+    -------
+    >>> from meanfield.core.bound_parse import BoundNames
+    >>> register_bound_names("doc_example", BoundNames({"K": "groups"}, attrs={"K": "K"}))
+    """
+    hooks.register_bound_names(system, names)
 
 
 def register_ensemble_system(name: str, adapter: Ref, default: bool = False) -> None:
@@ -430,13 +502,6 @@ def register_data_size(builder: str, size: Ref = None, feature_count: Ref = None
             _put(_DATA_SIZES, str(builder), size, "data size", replace)
         if feature_count is not None:
             _put(_FEATURE_COUNTS, str(builder), feature_count, "feature count", replace)
-
-
-def _lookup(table: dict, key) -> Callable | None:
-    """``table[key]`` resolved (a ``"module:attr"`` string imported on first use), or None; plug-ins loaded first."""
-    load_plugins()
-    ref = table.get(str(key))
-    return None if ref is None else resolve(ref)
 
 
 def data_size(builder: str) -> Callable | None:

@@ -29,13 +29,13 @@ W~ = E^T W E (W in R^{d x d} read as x^T W x'):
     w~' = w~ - eta Gamma g,          g   = dLoss/dw~
     W~' = W~ - eta Gamma G_W Gamma,  G_W = dLoss/dW~
 
-``meanfield.models.mixture.engine_check.mixture_check`` (the paper's package, not
-the engine) instantiates the general map on the mixture head's
-blocks (Q = [[A, S], [S^T, B]], Ghat = [[0, G], [G^T, 0]],
-Gamma_r = blockdiag(Gamma, Gamma)) with sympy block matrices and checks that it
-gives ``meanfield.models.mixture.symbolic_gram``'s derived Gram-metric map (and with
-Gamma = I the orthonormal map S' = S - eta (G B + A G) + eta^2 G S^T G), for
-D = I (simultaneous training) and D = 0 (attention frozen).
+A paper builds its named-variable derivation on this one (the mixture:
+``meanfield.models.mixture.symbolic_gram.derive``, in its package, not the
+engine's): it instantiates the general map on its head's blocks (Q = [[A, S],
+[S^T, B]], Ghat = [[0, G], [G^T, 0]], Gamma_r = blockdiag(Gamma, Gamma)) with
+:func:`block_map`, names the blocks, and checks the result against the paper's
+own closed form (and with Gamma = I the orthonormal map S' = S - eta (G B + A G)
++ eta^2 G S^T G), for D = I (simultaneous training) and D = 0 (attention frozen).
 
 :func:`block_map` expands the general map block by block for a given list of
 wide objects and the blocks the loss reads; it is what the per-description
@@ -399,7 +399,7 @@ def general_latex(instance_check: dict | None = None) -> str:
     instance_check : dict, optional
         The result of a check that the keys/queries instance below equals a
         paper's own derivation ({name: {block: bool}}, e.g.
-        ``meanfield.models.mixture.engine_check.mixture_check()``); the
+        ``meanfield.models.mixture.symbolic_gram.derive()["checks"]``); the
         fragment says whether it passed. None: the fragment says it was not
         checked here.
 

@@ -9,9 +9,10 @@ variables S, A, B, w and their fast hand kernels (``kernels``, ``system``,
 generic path by ``tests/test_engine_mixture.py``), the symmetry reduction
 (``symmetry``, ``symmetry_group``, ``symmetry_kernels``,
 ``symmetry_symbolic``), the named-variable derivation (``symbolic``,
-``symbolic_gram``, ``engine_check``), the construction (``construct``), the
+``symbolic_gram``: named on the engine's derivation), the construction (``construct``), the
 claims and studies (``claims``, ``studies``, ``extensions``, ``robustness``,
-``escape``, ``figure4``, ``widths``, ``softmax_scale``), figures (``plot``),
+``escape``, ``figure4``, ``widths``, ``softmax_scale``), figures (``plot``: which of the engine's
+generic panels, with the paper's labels), its names in the bound language (``schema.BOUND_NAMES``),
 the demo and the command (``cli``).
 
 What does not: generic machinery (``meanfield.core``, ``meanfield.engine``),

@@ -550,11 +550,11 @@ def add_parser(systems) -> None:
     st.add_argument("--out", default="runs/study_k_mixtures")
     st.set_defaults(func=_cmd_study)
 
-    from ...core.bound_parse import _ATOM_FORMS, FUNCTIONS, VARIABLES
+    from ...core.bound_parse import FUNCTIONS, atom_forms, variables
 
     b = verbs.add_parser("bound", help="check an inequality over a run: holds / violated, worst slack, first violation",
-                         description="Expressions use the paper's names. Variables: " + ", ".join(VARIABLES)
-                                     + ". Bracketed forms: " + _ATOM_FORMS + ". Operators + - * / ** and functions "
+                         description="Expressions use the paper's names. Variables: " + ", ".join(variables())
+                                     + ". Bracketed forms: " + atom_forms() + ". Operators + - * / ** and functions "
                                      + " ".join(FUNCTIONS) + ". Exit 0 if every bound holds, 1 if one is violated, "
                                      "2 on bad input.")
     b.add_argument("run", help="run file (.h5)")

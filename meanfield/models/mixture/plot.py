@@ -13,7 +13,10 @@ writes PNG figures against time t:
 - ``self_scores.png``: a few query self-scores B_h = E^T W_Q^T W_Q E and key
   self-scores A_h = E^T W_K^T W_K E, one panel per head.
 
-Stage ends (the run's ``stage_ends`` attribute) are drawn as vertical dashed
+The panels are the engine's generic ones (``meanfield.engine.plot.plot_panels``):
+this module only says which (:data:`PANELS`, registered for the system
+``mixture`` by ``plugin``), with the paper's labels, stage names and feature
+styles. Stage ends (the run's ``stage_ends`` attribute) are drawn as vertical dashed
 lines and every stage is labelled above the panels. With ``logx=True`` the
 time axis is logarithmic and the record at t = 0 is left out.
 
@@ -70,24 +73,6 @@ def _stage_names(run) -> dict[int, str]:
         stage3 = (run.config or {}).get("stage3", "neurons")
         return {1: "neurons", 2: "attention", 3: "neurons" if stage3 == "neurons" else "neurons + attention"}
     return {1: str(schedule or "training")}
-
-
-def _stage_intervals(run) -> list[tuple[int, float, float, bool]]:
-    """(stage, t_start, t_end, ended) for every stage that has records or an end."""
-    t = np.asarray(run["t"], dtype=float)
-    stage = np.asarray(run["stage"])
-    ends = {int(e["stage"]): float(e["t"]) for e in (run.attrs.get("stage_ends") or [])}
-    present = sorted(set(int(s) for s in np.unique(stage)) | set(ends))
-    out, start = [], float(t[0]) if t.size else 0.0
-    for s in present:
-        if s in ends:
-            end, ended = ends[s], True
-        else:
-            sel = t[stage == s]
-            end, ended = (float(sel[-1]) if sel.size else start), False
-        out.append((s, start, end, ended))
-        start = end
-    return out
 
 
 def _end_index(run, stage_no: int, t_end: float) -> int:
@@ -213,177 +198,35 @@ def _feature_style(feats: list[str]):
     return styles
 
 
-class _Axes:
-    """Shared x-axis handling: the time mask (log scale drops t <= 0), stage
-    boundaries and stage labels."""
+#: the mixture's run figures, drawn by the engine's generic panels (``meanfield.engine.plot.plot_panels``)
+#: and registered for the system "mixture" (``plugin``: ``register_run_panels``)
+def _panels():
+    from ...engine.plot import HeadPanels, Lines, LossMargins, RunPanels
 
-    def __init__(self, run, logx: bool):
-        self.run = run
-        self.logx = logx
-        t = np.asarray(run["t"], dtype=float)
-        self.mask = t > 0 if logx else np.ones(t.shape, bool)
-        if not self.mask.any():
-            self.mask = np.ones(t.shape, bool)
-            self.logx = False
-        self.t = t[self.mask]
-        self.intervals = _stage_intervals(run)
-        self.names = _stage_names(run)
-        self.rows = 0  # rows of stage labels used above a panel
+    picks = [("B", "v1", "v1", "tab:blue", "-"), ("B", "v1", "v2", "tab:orange", "-"),
+             ("B", "c1", "v1", "tab:green", "-"), ("B", "c1", "c1", "tab:purple", "-"),
+             ("A", "v1", "v1", "tab:blue", "--"), ("A", "v1", "v2", "tab:orange", "--"),
+             ("A", "c1", "v1", "tab:green", "--"), ("A", "c1", "c1", "tab:purple", "--")]
 
-    def y(self, arr):
-        return np.asarray(arr, dtype=float)[self.mask]
+    def scores(q):
+        return HeadPanels(f"scores_query_{q}", (Lines("S", ("*", q), "S{head}[{f}," + q + "]"),),
+                          "head {head}: scores with query " + q,
+                          f"S[key, query] = key$^\\top W_K^\\top W_Q$ query  (query {q})", ylabel_size=9)
 
-    def decorate(self, ax, label_stages: bool = True):
-        lo, hi = float(self.t[0]), float(self.t[-1])
-        if self.logx:
-            ax.set_xscale("log")
-        if hi > lo:
-            ax.set_xlim(lo, hi)
-        ax.set_xlabel("t (log scale)" if self.logx else "t")
-        tol = 1e-9 * max(1.0, abs(hi))
-        ends = [(s, e) for s, _, e, ended in self.intervals if ended]
-        for s, e in ends:
-            if lo < e < hi - tol:
-                ax.axvline(e, color="0.35", linestyle="--", linewidth=0.9, zorder=0)
-        if not label_stages or not self.intervals:
-            return
-        fig = ax.get_figure()
-        width_pt = ax.get_position().width * fig.get_figwidth() * 72.0
-        x_lo, x_hi = (np.log10(lo), np.log10(hi)) if self.logx else (lo, hi)
-        span = (x_hi - x_lo) or 1.0
-        rows_end: list[float] = []  # right edge (axes fraction) of the last label in each row
-        for s, a, b, ended in self.intervals:
-            a, b = max(a, lo), min(b, hi)
-            if b < a:
-                continue
-            mid = float(np.sqrt(a * b)) if self.logx and a > 0 else 0.5 * (a + b)
-            text = f"stage {s}: {self.names.get(s, '?')}" if len(self.intervals) > 1 else self.names.get(s, "")
-            if not ended:
-                text += " (not ended)"
-            xm = ((np.log10(mid) if self.logx else mid) - x_lo) / span
-            half = 0.5 * len(text) * 8 * 0.6 / width_pt + 0.01  # fontsize 8, ~0.6 em per character
-            xm = float(np.clip(xm, half, 1.0 - half)) if 2 * half < 1.0 else 0.5  # keep labels over the panel
-            row = next((r for r, e in enumerate(rows_end) if xm - half > e), len(rows_end))
-            if row == len(rows_end):
-                rows_end.append(xm + half)
-            else:
-                rows_end[row] = xm + half
-            ax.text(xm, 1.01 + 0.055 * row, text, transform=ax.transAxes, ha="center", va="bottom", fontsize=8,
-                    color="0.25", clip_on=False)
-        self.rows = max(self.rows, len(rows_end))
-
-    def title(self, ax, text: str, **kw):
-        """Panel title placed above the stage labels."""
-        ax.set_title(text, pad=5 + 14 * self.rows, **kw)
+    figures = (
+        HeadPanels("neurons", (Lines("w", ("*",), "w{head}[{f}]"),), "head {head}: neuron alignment",
+                   "$\\tilde w_{{{head}}}[f] = f^\\top w_{{{head}}}$"),
+        scores("v1"), scores("c1"),
+        LossMargins("loss_margins", "consistent"),
+        HeadPanels("self_scores", tuple(Lines(M, (r, c), M + "{head}[" + f"{r},{c}]",
+                                              dict(color=col, linestyle=ls, lw=1.4)) for M, r, c, col, ls in picks),
+                   "head {head}: self-scores (B query solid, A key dashed)",
+                   "$B = E^\\top W_Q^\\top W_Q E$,  $A = E^\\top W_K^\\top W_K E$", ylabel_size=9, title_size=10),
+    )
+    return RunPanels(figures, title=_title, stage_names=_stage_names, feature_style=_feature_style)
 
 
-def _finish(fig, run, out: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig.suptitle(_title(run), fontsize=10)
-    fig.tight_layout()
-    from meanfield.core.io import save_figure
-
-    save_figure(fig, out, dpi=110)
-    plt.close(fig)
-    return out
-
-
-def _legend(ax, n_entries: int):
-    ax.legend(fontsize=7, ncol=2 if n_entries > 8 else 1, loc="best", framealpha=0.85)
-
-
-def _neurons(run, X: _Axes, out: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    feats = _features(run)
-    heads = [str(h) for h in run["heads"]]
-    st = _feature_style(feats)
-    w = np.asarray(run["w"], dtype=float)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
-    for h, ax in enumerate(axes):
-        for j, f in enumerate(feats):
-            ax.plot(X.t, X.y(w[:, h, j]), label=f"w{heads[h]}[{f}]", **st[f])
-        ax.axhline(0, color="0.7", lw=0.6, zorder=0)
-        X.decorate(ax)
-        X.title(ax, f"head {heads[h]}: neuron alignment")
-        ax.set_ylabel(f"$\\tilde w_{{{heads[h]}}}[f] = f^\\top w_{{{heads[h]}}}$")
-        _legend(ax, len(feats))
-    return _finish(fig, run, out)
-
-
-def _scores(run, X: _Axes, query: str, out: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    feats = _features(run)
-    heads = [str(h) for h in run["heads"]]
-    st = _feature_style(feats)
-    S = np.asarray(run["S"], dtype=float)
-    q = feats.index(query)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
-    for h, ax in enumerate(axes):
-        for a, f in enumerate(feats):
-            ax.plot(X.t, X.y(S[:, h, a, q]), label=f"S{heads[h]}[{f},{query}]", **st[f])
-        ax.axhline(0, color="0.7", lw=0.6, zorder=0)
-        X.decorate(ax)
-        X.title(ax, f"head {heads[h]}: scores with query {query}")
-        ax.set_ylabel(f"S[key, query] = key$^\\top W_K^\\top W_Q$ query  (query {query})", fontsize=9)
-        _legend(ax, len(feats))
-    return _finish(fig, run, out)
-
-
-def _loss_margins(run, X: _Axes, out: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    loss = X.y(run["loss"])
-    mc, mi = _min_margins(run)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.6))
-    pos = np.where(np.isfinite(loss) & (loss > 0), loss, np.nan)
-    ax1.plot(X.t, pos, color="k", lw=1.4, label="population loss")
-    if np.isfinite(pos).any():
-        ax1.set_yscale("log")
-    X.decorate(ax1)
-    X.title(ax1, "loss")
-    ax1.set_ylabel("loss (log scale)")
-    ax1.legend(fontsize=8)
-    n_c = int(np.asarray(run["samples"]["consistent"]).astype(bool).sum())
-    n_i = int(len(run["samples"]["consistent"]) - n_c)
-    if mc is not None:
-        ax2.plot(X.t, X.y(mc), color="tab:blue", lw=1.4, label=f"min over {n_c} consistent samples")
-    if mi is not None:
-        ax2.plot(X.t, X.y(mi), color="tab:red", lw=1.4, label=f"min over {n_i} inconsistent samples")
-    ax2.axhline(0, color="0.5", lw=0.8, zorder=0)
-    X.decorate(ax2)
-    X.title(ax2, "margins")
-    ax2.set_ylabel("min margin $y f(X)$")
-    ax2.legend(fontsize=8, loc="best")
-    return _finish(fig, run, out)
-
-
-def _self_scores(run, X: _Axes, out: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    feats = _features(run)
-    heads = [str(h) for h in run["heads"]]
-    A = np.asarray(run["A"], dtype=float)
-    B = np.asarray(run["B"], dtype=float)
-    ix = {f: j for j, f in enumerate(feats)}
-    # (matrix name, array, row, col, colour, style)
-    picks = [("B", B, "v1", "v1", "tab:blue", "-"), ("B", B, "v1", "v2", "tab:orange", "-"),
-             ("B", B, "c1", "v1", "tab:green", "-"), ("B", B, "c1", "c1", "tab:purple", "-"),
-             ("A", A, "v1", "v1", "tab:blue", "--"), ("A", A, "v1", "v2", "tab:orange", "--"),
-             ("A", A, "c1", "v1", "tab:green", "--"), ("A", A, "c1", "c1", "tab:purple", "--")]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6), sharey=True)
-    for h, ax in enumerate(axes):
-        for name, M, r, c, col, ls in picks:
-            ax.plot(X.t, X.y(M[:, h, ix[r], ix[c]]), color=col, linestyle=ls, lw=1.4,
-                    label=f"{name}{heads[h]}[{r},{c}]")
-        ax.axhline(0, color="0.7", lw=0.6, zorder=0)
-        X.decorate(ax)
-        X.title(ax, f"head {heads[h]}: self-scores (B query solid, A key dashed)", fontsize=10)
-        ax.set_ylabel("$B = E^\\top W_Q^\\top W_Q E$,  $A = E^\\top W_K^\\top W_K E$", fontsize=9)
-        _legend(ax, len(picks))
-    return _finish(fig, run, out)
+PANELS = _panels()
 
 
 def plot_run(path, out_dir, logx: bool = False, fmt: str = "png") -> list[Path]:
@@ -393,20 +236,13 @@ def plot_run(path, out_dir, logx: bool = False, fmt: str = "png") -> list[Path]:
     ``logx=True``: logarithmic time axis; the t = 0 record is left out.
     ``fmt``: ``png`` (default), or ``pdf`` / ``svg`` (vector, for papers).
     Raises FileNotFoundError for a missing file and ValueError for a file that
-    is not a mixture run file or holds no records."""
+    is not a mixture run file or holds no records. The figures are the
+    registered panels of the system (``meanfield.engine.registry.run_panels``)
+    drawn by ``meanfield.engine.plot.plot_panels``."""
     run = _load(path)
     if np.asarray(run["t"]).size == 0:
         raise ValueError(f"{path}: the run file holds no records; nothing to plot")
-    import matplotlib
+    from ...engine import registry
+    from ...engine.plot import plot_panels
 
-    matplotlib.use("Agg")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    X = _Axes(run, logx)
-    return [
-        _neurons(run, X, out_dir / f"neurons.{fmt}"),
-        _scores(run, X, "v1", out_dir / f"scores_query_v1.{fmt}"),
-        _scores(run, X, "c1", out_dir / f"scores_query_c1.{fmt}"),
-        _loss_margins(run, X, out_dir / f"loss_margins.{fmt}"),
-        _self_scores(run, X, out_dir / f"self_scores.{fmt}"),
-    ]
+    return plot_panels(run, registry.run_panels("mixture"), out_dir, logx=logx, fmt=fmt)

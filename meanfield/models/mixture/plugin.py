@@ -1,4 +1,4 @@
-"""The mixture paper's registration (``meanfield.engine.registry``): its family, fast path, run plot, command, run check, ensemble system.
+"""The mixture paper's registration (``meanfield.engine.registry``): its family, fast path, run plot and its panels, command, run check, ensemble system.
 
 Importing this module is cheap: every reference is a ``"module:attr"``
 string, resolved when used.
@@ -18,8 +18,10 @@ registry.register_fast_path(
     "mixture", name="kernels", run="meanfield.models.mixture.run:run",
     verified_by="tests/test_engine_mixture.py::test_engine_equals_fast_path",
     summary="hand numba kernels of the orthonormal population (meanfield mixture run; S, A, B, w state)")
+registry.register_run_panels("mixture", "meanfield.models.mixture.plot:PANELS")  # drawn by meanfield.engine.plot
 registry.register_command("mixture", "meanfield.models.mixture.cli:add_parser", order=10)
 # core's hooks (meanfield.core.hooks): the schema check of mixture run files (meanfield bound) and the
 # chunked-ensemble adapter, the default system of sweeps and EnsembleProblem (system=None) for one release
 registry.register_run_check("mixture", "meanfield.models.mixture.schema:validate_mixture_run")
+registry.register_bound_names("mixture", "meanfield.models.mixture.schema:BOUND_NAMES")  # S+[a,b], omega, ...
 registry.register_ensemble_system("mixture", "meanfield.models.mixture.ensemble:MIXTURE", default=True)

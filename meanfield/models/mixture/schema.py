@@ -58,3 +58,32 @@ def validate_mixture_run(run, path) -> None:
         if np.asarray(samples[k]).shape != (n,):
             raise ConfigError(f"{where}: dataset 'samples/{k}' has shape {np.asarray(samples[k]).shape}, "
                               f"expected ({n},)")
+
+
+def _default_features(attrs) -> list:
+    """c1..cK v1..vK of a run file without a ``features`` dataset (from its attribute K)."""
+    K = int(float(attrs["K"]))
+    return [f"c{k + 1}" for k in range(K)] + [f"v{k + 1}" for k in range(K)]
+
+
+def _bound_names():
+    from ...core.bound_parse import BoundNames
+
+    return BoundNames(
+        variables={"min_margin_consistent": "min of margin[i] over consistent samples",
+                   "min_margin_inconsistent": "min of margin[i] over inconsistent samples",
+                   "omega": "attention init scale", "K": "number of groups", "L": "tokens per sample"},
+        attrs={"omega": "omega", "K": "K", "L": "L"},
+        groups={"min_margin_consistent": ("consistent", True), "min_margin_inconsistent": ("consistent", False)},
+        signed={"S": ("S", "pair"), "A": ("A", "pair"), "B": ("B", "pair"), "w": ("w", "feature"),
+                "u": ("u", "sample")},
+        heads=("+", "-"), feature_pattern=r"[cv][1-9][0-9]*", features=_default_features,
+        forms="S+[a,b], S-[a,b], A+[a,b], A-[a,b], B+[a,b], B-[a,b], w+[a], w-[a], u+[i], u-[i]",
+        help="meanfield mixture bound --help")
+
+
+#: the mixture's names in the bound language (``meanfield.core.bound_parse.BoundNames``), registered
+#: for the system "mixture" by ``plugin``: its scores, self-scores and neurons per head sign
+#: (``S+[c1,v1]``, ``w-[v2]``, ``u+[i]``), features c1..cK v1..vK, the sample groups
+#: consistent / inconsistent, the attributes omega, K, L
+BOUND_NAMES = _bound_names()

@@ -30,8 +30,14 @@ against):
   sympy: lambda_{h,n} = dLoss/du_h(X_n) and du_h(X_n)/dS_h[a, b], du_h(X_n)/dw~_h[a]
   (sympy ``diff`` of the explicit expressions), G_h[a, b] = sum_n lambda_{h,n}
   du_h(X_n)/dS_h[a, b].
-- the flow and GD right-hand sides are sympy matrix products of these symbols;
+- the flow and GD right-hand sides are not derived here: they are the engine's
+  general closure map (``meanfield.engine.symbolic``) on the mixture head's
+  blocks, named S, A, B by ``symbolic_gram`` (Gamma = I:
+  ``symbolic_gram.orthonormal``), evaluated on the matrices of these symbols;
   the symmetry of dA/dt, dB/dt, A', B' is checked symbolically at build time.
+  What this module adds is the mixture's own: its sample set, the two signed
+  heads with mean query before the ReLU, the logistic loss, and the names of
+  the entries (its paper's symbols).
 
 Public: :func:`variables` (JSON-able variable list and counts), :func:`render`
 (``"latex"``: a paper-ready fragment; ``"json"``: the variable list;
@@ -289,25 +295,25 @@ class _System:
                 self.dwexpr[h, a] = [(n, self.du[h, n][v_]) for n in range(self.n) if v_ in self.du[h, n]]
 
     def _build_updates(self):
+        """The flow and GD maps of S, A, B: the engine's closure map on the mixture head
+        (``symbolic_gram.orthonormal``: Gamma = I), evaluated on this system's matrices."""
+        from .symbolic_gram import on_matrices, orthonormal
+
         P = self.P
         self.eta = sp.Symbol("eta", real=True)
-        eta = self.eta
+        maps = orthonormal()
         self.flow = {}
         self.gd = {}
         for h in HEADS:
-            S, A, B, G = self.S[h], self.A[h], self.B[h], self.G[h]
-            dS = -(A * G + G * B)
-            dA = -(G * S.T + S * G.T)
-            dB = -(G.T * S + S.T * G)
-            S1 = S - eta * (G * B + A * G) + eta**2 * G * S.T * G
-            A1 = A - eta * (G * S.T + S * G.T) + eta**2 * G * B * G.T
-            B1 = B - eta * (G.T * S + S.T * G) + eta**2 * G.T * A * G
-            for M in (dA, dB, A1, B1):
+            mats = {"S": self.S[h], "A": self.A[h], "B": self.B[h], "G": self.G[h]}
+            gd = tuple(on_matrices(maps[nm], mats, self.eta) for nm in "SAB")
+            flow = tuple(on_matrices(maps[nm], mats, None) for nm in "SAB")
+            for M in (flow[1], flow[2], gd[1], gd[2]):
                 for a in range(P):
                     for b in range(a + 1, P):
                         assert sp.expand(M[a, b] - M[b, a]) == 0
-            self.flow[h] = (dS, dA, dB)
-            self.gd[h] = (S1, A1, B1)
+            self.flow[h] = flow
+            self.gd[h] = gd
 
     # ------------------------------------------------------------ p-form (LaTeX)
     def p_symbol(self, h, n, i, l):

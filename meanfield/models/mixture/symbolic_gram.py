@@ -1,4 +1,4 @@
-"""Sympy derivation of the exact GD map in FEATURE coordinates for non-orthogonal features.
+"""The mixture head's exact GD map in FEATURE coordinates (Gram metric Gamma), from the engine's derivation.
 
 Features E (d x P) with Gram matrix Gamma = E^T E (not the identity). Feature
 coordinates of one head (``docs/conventions.md``, with E no longer
@@ -7,37 +7,42 @@ orthonormal):
     S = E^T W_K^T W_Q E,   A = E^T W_K^T W_K E,   B = E^T W_Q^T W_Q E,   w~ = E^T w.
 
 Every token is in span(E), so the loss depends on the weights only through S
-(the logits e_a^T W_K^T W_Q e_b = S[a, b], with signs) and w~; let
-G = dLoss/dS and g = dLoss/dw~ at the current weights. One full-batch GD step
-on the explicit weights is
-
-    W_K' = W_K - eta dLoss/dW_K,   W_Q' = W_Q - eta dLoss/dW_Q,   w' = w - eta dLoss/dw,
-
-and since the GD step only needs the gradient at the current point, the loss
-may be replaced by its linearisation ``tr(G^T S(W)) + g^T E^T w`` with G, g held
-fixed. :func:`derive` does exactly that with sympy's matrix calculus on
-non-commutative matrix symbols (W_K, W_Q: m x d; E: d x P; G: P x P; all
-sizes symbolic): it differentiates, forms S' = E^T W_K'^T W_Q' E, A', B', w~',
-expands, and rewrites every product of the explicit symbols back into
-S, S^T, A, B, Gamma (``E^T W_K^T W_Q E -> S`` etc.); it fails if anything
-explicit is left over. The result (:data:`EXPECTED`, checked equal in
-:func:`derive`):
+(the logits, with signs) and w~; G = dLoss/dS, g = dLoss/dw~. The map is NOT
+derived again here: it is the engine's general Gram-closure map
+(:func:`meanfield.engine.symbolic.derive_general`: one explicit full-batch GD
+step on the stacked wide weights M = [W_K W_Q], rewritten by sympy in the Gram
+variables) expanded on the mixture head's blocks by
+:func:`meanfield.engine.symbolic.block_map` (keys K and queries Q acting on
+tokens, metric Gamma, the loss reads Q_KQ = S), with the blocks named as in
+the paper (Q_KQ = S, Q_KK = A, Q_QQ = B); the neuron map is the engine's
+narrow-object map w~' = w~ - eta Gamma g. What this module adds is the
+mixture's naming and its check against the paper's own closed form
+(:data:`EXPECTED`, checked equal in :func:`derive`):
 
     S' = S - eta (A G Gamma + Gamma G B) + eta^2 Gamma G S^T G Gamma
     A' = A - eta (Gamma G S^T + S G^T Gamma) + eta^2 Gamma G B G^T Gamma
     B' = B - eta (Gamma G^T S + S^T G Gamma) + eta^2 Gamma G^T A G Gamma
     w~' = w~ - eta Gamma g
 
-(Gamma = I gives the orthonormal map of ``kernels``.) Note the first-order
-terms of A' and B': ``Gamma G S^T + S G^T Gamma`` and ``Gamma G^T S + S^T G Gamma``,
-not ``G S^T Gamma + Gamma S G^T`` / ``G^T S Gamma + Gamma S^T G`` (those agree
-only when Gamma commutes with G S^T resp. G^T S); :func:`derive` shows the
-difference symbolically (``mismatch`` in its result). Gradient flow is the
+(Gamma = I gives the orthonormal map of ``kernels``, :func:`orthonormal`,
+which ``meanfield.models.mixture.symbolic`` expands entry by entry.) Note the
+first-order terms of A' and B': ``Gamma G S^T + S G^T Gamma`` and
+``Gamma G^T S + S^T G Gamma``, not ``G S^T Gamma + Gamma S G^T`` /
+``G^T S Gamma + Gamma S^T G`` (those agree only when Gamma commutes with
+G S^T resp. G^T S); :func:`derive` shows the difference symbolically
+(``mismatch``; ``checks["proposed_differs"]``). Gradient flow is the
 eta-linear part. Several neurons per head (``dense``) change only the neuron
 step, to w~_q' = w~_q - eta n Gamma dLoss/dw~_q (mean-field time scale).
 
-Public: :func:`derive` (the sympy result and checks), :func:`latex`,
-:func:`gd_map_features` (numpy, from the derived expressions via lambdify).
+Public: :func:`derive` (the maps and the checks), :func:`orthonormal`,
+:func:`on_matrices`, :func:`latex`, :func:`gd_map_features` (numpy, from the derived expressions
+via lambdify).
+
+Example
+-------
+>>> from meanfield.models.mixture import symbolic_gram
+>>> all(symbolic_gram.derive()["matches_expected"].values())  # doctest: +SKIP
+True
 """
 
 from __future__ import annotations
@@ -47,32 +52,20 @@ from functools import lru_cache
 import numpy as np
 import sympy as sp
 
-from ...engine.symbolic import matrix_factors as _factors  # the one factoring of an expanded matrix product
+from ...engine import symbolic as engine_symbolic
 
-m_, d_, P_ = sp.symbols("m d P", integer=True, positive=True)
-ETA = sp.Symbol("eta")
-W_K = sp.MatrixSymbol("W_K", m_, d_)
-W_Q = sp.MatrixSymbol("W_Q", m_, d_)
-W = sp.MatrixSymbol("w", d_, 1)
-E = sp.MatrixSymbol("E", d_, P_)
+P_ = engine_symbolic.symbols()["Gamma"].shape[0]  # the engine's symbolic size P
+ETA = engine_symbolic.symbols()["eta"]
 G = sp.MatrixSymbol("G", P_, P_)
 GW = sp.MatrixSymbol("g", P_, 1)
-# reduced symbols
+# the paper's names of the reduced blocks
 S = sp.MatrixSymbol("S", P_, P_)
 A = sp.MatrixSymbol("A", P_, P_)
 B = sp.MatrixSymbol("B", P_, P_)
 GAMMA = sp.MatrixSymbol("Gamma", P_, P_)
 WT = sp.MatrixSymbol("wt", P_, 1)
-
-# products of explicit factors -> reduced symbols (longest first)
-_PATTERNS = [
-    ((E.T, W_K.T, W_Q, E), S),
-    ((E.T, W_Q.T, W_K, E), S.T),
-    ((E.T, W_K.T, W_K, E), A),
-    ((E.T, W_Q.T, W_Q, E), B),
-    ((E.T, W), WT),
-    ((E.T, E), GAMMA),
-]
+#: the mixture head's blocks in the engine's block map: keys K, queries Q (both on tokens), the loss reads Q_KQ
+BLOCK_NAMES = {("K", "Q"): "S", ("K", "K"): "A", ("Q", "Q"): "B"}
 
 EXPECTED = {
     "S": S - ETA * (A * G * GAMMA + GAMMA * G * B) + ETA**2 * GAMMA * G * S.T * G * GAMMA,
@@ -88,87 +81,153 @@ PROPOSED = {
 }
 
 
-def _reduce_factors(mats):
-    out = []
-    i = 0
-    while i < len(mats):
-        for pat, rep in _PATTERNS:
-            k = len(pat)
-            if tuple(mats[i:i + k]) == pat:
-                out.append(rep)
-                i += k
-                break
-        else:
-            out.append(mats[i])
-            i += 1
-    return out
+def _naming() -> dict:
+    """The engine's symbols of the mixture head -> the paper's."""
+    s = engine_symbolic.symbols()
+    return {sp.MatrixSymbol(r"\Gamma", P_, P_): GAMMA, sp.MatrixSymbol("G_{S}", P_, P_): G,
+            s["Gamma"]: GAMMA, s["wt"]: WT, s["g"]: GW}
 
 
-def to_reduced(expr: sp.MatrixExpr) -> sp.MatrixExpr:
-    """Rewrite an expanded expression in the explicit symbols (W_K, W_Q, w, E)
-    into the reduced symbols S, A, B, Gamma, w~; raises if an explicit factor
-    is left over."""
-    expr = sp.expand(expr)
-    terms = expr.args if isinstance(expr, sp.MatAdd) else (expr,)
-    out = []
-    explicit = {W_K, W_Q, W, E, W_K.T, W_Q.T, W.T, E.T}
-    for t in terms:
-        coeff, mats = _factors(t)
-        red = _reduce_factors(mats)
-        left = [f for f in red if f in explicit]
-        if left:
-            raise ValueError(f"term {t} keeps explicit factors {left} after reduction")
-        out.append(coeff * sp.MatMul(*red) if len(red) > 1 else coeff * red[0])
-    return sp.MatAdd(*out).doit()
-
-
-def _same(x: sp.MatrixExpr, y: sp.MatrixExpr) -> bool:
-    return sp.expand(x - y).doit() == sp.ZeroMatrix(*x.shape) or sp.expand(x - y) == 0
+def _head_map(trained: bool) -> dict:
+    """The engine's block map on the mixture head, in the paper's names: {"S", "A", "B"}."""
+    objs = [("K", "Gamma", trained), ("Q", "Gamma", trained)]
+    res = engine_symbolic.block_map(objs, [("K", "Q")], P=P_, names=BLOCK_NAMES)
+    sub = _naming()
+    return {nm: res["map"][key].xreplace(sub) for key, nm in BLOCK_NAMES.items()}
 
 
 @lru_cache(maxsize=1)
 def derive() -> dict:
-    """The GD map in feature coordinates, derived from one explicit GD step.
+    """The mixture head's GD map in feature coordinates, from the engine's derivation, and its checks.
 
-    Returns {"gradients": {"W_K", "W_Q", "w"} (sympy's matrix derivatives of the
-    linearised loss), "map": {"S", "A", "B", "w"} (reduced expressions),
-    "matches_expected": {name: bool}, "mismatch": {"A", "B"}: the derived
-    minus the first-proposed expressions (nonzero)}."""
-    # the linearised loss, term by term (sympy differentiates a Trace by a matrix
-    # symbol, but not a sum of them)
-    lin = (sp.Trace(G.T * E.T * W_K.T * W_Q * E), sp.Trace(GW.T * E.T * W))
+    Returns
+    -------
+    dict
+        ``map``: {"S", "A", "B", "w"} (reduced sympy expressions in :data:`S`,
+        :data:`A`, :data:`B`, :data:`WT`, :data:`G`, :data:`GW`, :data:`GAMMA`,
+        :data:`ETA`); ``matches_expected``: {name: bool} (equal to the paper's
+        :data:`EXPECTED`); ``mismatch``: {"A", "B"}: the derived minus the
+        first-proposed expressions (nonzero); ``checks``: {"gram_metric",
+        "orthonormal", "frozen", "proposed_differs"}: {name: bool} (Gamma = I
+        gives the orthonormal spec map; with the attention frozen (D = 0) S, A,
+        B stay; the first-proposed A', B' are told apart).
 
-    def grad(X):
-        return sp.MatAdd(*[t.diff(X) for t in lin]).doit()
-
-    dK, dQ, dw = grad(W_K), grad(W_Q), grad(W)
-    for X, dX in ((W_K, dK), (W_Q, dQ), (W, dw)):
-        if dX == 0 or dX.shape != X.shape:
-            raise RuntimeError(f"sympy's matrix derivative by {X} failed: {dX}")
-    K1 = W_K - ETA * dK
-    Q1 = W_Q - ETA * dQ
-    w1 = W - ETA * dw
-    maps = {
-        "S": to_reduced(E.T * K1.T * Q1 * E),
-        "A": to_reduced(E.T * K1.T * K1 * E),
-        "B": to_reduced(E.T * Q1.T * Q1 * E),
-        "w": to_reduced(E.T * w1),
-    }
-    matches = {k: _same(maps[k], EXPECTED[k]) for k in maps}
+    Example
+    -------
+    >>> all(derive()["checks"]["orthonormal"].values())  # doctest: +SKIP
+    True
+    """
+    same = engine_symbolic.same_matrix_expr
+    maps = _head_map(True)
+    maps["w"] = engine_symbolic.derive_general()["map"]["w"].xreplace(_naming())
+    matches = {k: same(maps[k], EXPECTED[k]) for k in maps}
     mismatch = {k: sp.expand(maps[k] - PROPOSED[k]) for k in PROPOSED}
-    return {"gradients": {"W_K": dK, "W_Q": dQ, "w": dw}, "map": maps, "matches_expected": matches,
-            "mismatch": mismatch}
+    e = ETA
+    spec = {"S": S - e * (G * B + A * G) + e**2 * G * S.T * G,
+            "A": A - e * (G * S.T + S * G.T) + e**2 * G * B * G.T,
+            "B": B - e * (G.T * S + S.T * G) + e**2 * G.T * A * G}
+    frozen = _head_map(False)
+    checks = {"gram_metric": {k: matches[k] for k in spec},
+              "orthonormal": {k: same(_identity(maps[k]), spec[k]) for k in spec},
+              "frozen": {k: same(frozen[k], {"S": S, "A": A, "B": B}[k]) for k in spec},
+              "proposed_differs": {k: not same(maps[k], PROPOSED[k]) for k in PROPOSED}}
+    return {"map": maps, "matches_expected": matches, "mismatch": mismatch, "checks": checks}
 
 
-def collect(expr: sp.MatrixExpr) -> dict[int, list[tuple[sp.Expr, sp.MatrixExpr]]]:
-    """Terms of a reduced map by power of eta: {0: [...], 1: [...], 2: [...]},
-    each (coefficient without eta, matrix product)."""
-    out: dict[int, list] = {}
-    terms = expr.args if isinstance(expr, sp.MatAdd) else (expr,)
-    for t in terms:
-        coeff, mats = _factors(t)
-        k = int(sp.degree(coeff, ETA)) if coeff.has(ETA) else 0
-        out.setdefault(k, []).append((sp.simplify(coeff / ETA**k), sp.MatMul(*mats) if len(mats) > 1 else mats[0]))
+def _identity(expr):
+    return sp.expand(expr.xreplace({GAMMA: sp.Identity(P_)}).doit())
+
+
+@lru_cache(maxsize=1)
+def orthonormal() -> dict:
+    """The maps with Gamma = I by power of eta: {"S", "A", "B"}: {k: [(coefficient, factors)]}.
+
+    ``factors`` is the tuple of matrix factors (:data:`S`, :data:`A`, :data:`B`,
+    :data:`G` or their transposes) of one product; the coefficient is free of eta.
+
+    Returns
+    -------
+    dict
+
+    Example
+    -------
+    >>> sorted(orthonormal()["S"])  # doctest: +SKIP
+    [0, 1, 2]
+    """
+    out = {}
+    for nm in ("S", "A", "B"):
+        parts = {}
+        for k, terms in engine_symbolic.collect(_identity(derive()["map"][nm])).items():
+            parts[k] = [(c, engine_symbolic.matrix_factors(M)[1]) for c, M in terms]
+        out[nm] = parts
+    return out
+
+
+def _factor(f, mats):
+    """One matrix factor of a reduced product (``S``, ``G.T``, ...) as this system's matrix."""
+    return mats[f.arg.name].T if isinstance(f, sp.Transpose) else mats[f.name]
+
+
+def on_matrices(parts, mats, eta):
+    """A reduced map ({eta power: [(coefficient, factors)]}, ``symbolic_gram.orthonormal``) on
+    explicit matrices: the GD map (``eta`` a symbol) or the flow, its eta-linear part (``eta`` None).
+
+    Parameters
+    ----------
+    parts : dict
+        One entry of :func:`orthonormal`.
+    mats : dict
+        ``{"S", "A", "B", "G"}``: sympy matrices (P x P).
+    eta : sympy.Symbol or None
+
+    Returns
+    -------
+    sympy.Matrix
+
+    The products are formed left to right, the eta-linear terms summed before they are
+    scaled, a single eta^2 product scaled at its first factor (the form the generated
+    kernels have always had: the same sympy expressions, so the same code).
+
+    Example
+    -------
+    >>> M = {k: sp.Matrix(2, 2, lambda i, j: sp.Symbol(f"{k}{i}{j}")) for k in "SABG"}
+    >>> on_matrices(orthonormal()["S"], M, None) == -(M["A"] * M["G"] + M["G"] * M["B"])  # doctest: +SKIP
+    True
+    """
+    def product(c, fs, scale):
+        fs = [_factor(f, mats) for f in fs]
+        out = (c * scale) * fs[0]
+        for f in fs[1:]:
+            out = out * f
+        return out
+
+    if eta is None:
+        terms = parts[1]
+        c = terms[0][0]
+        assert all(t[0] == c for t in terms)
+        total = _sum([product(1, fs, 1) for _, fs in terms])
+        return c * total if c != -1 else -total
+    (c0, f0), = parts[0]
+    out = product(c0, f0, 1)
+    for k in sorted(parts):
+        if k == 0:
+            continue
+        terms = parts[k]
+        if len(terms) == 1:
+            c, fs = terms[0]
+            out = out + product(c, fs, eta**k)
+            continue
+        c = terms[0][0]
+        assert all(t[0] == c for t in terms)
+        total = _sum([product(1, fs, 1) for _, fs in terms])
+        out = out - eta**k * total if c == -1 else out + (c * eta**k) * total
+    return out
+
+
+def _sum(mats):
+    out = mats[0]
+    for m in mats[1:]:
+        out = out + m
     return out
 
 
@@ -178,7 +237,7 @@ def latex() -> str:
     names = {"S": "S'", "A": "A'", "B": "B'", "w": r"\tilde w'"}
     lines = []
     for name in ("S", "A", "B", "w"):
-        parts = collect(res["map"][name])
+        parts = engine_symbolic.collect(res["map"][name])
         txt = ""
         for k in sorted(parts):
             inner = ""
