@@ -333,3 +333,29 @@ def test_a_forward_pass_that_would_not_fit_is_refused_before_allocating():
     raw["layers"][0]["heads"] = [{"score": "bilinear"}] * 2
     with pytest.raises(ConfigError, match="^data.L: the exact law enumerates|^data: one loss and gradient needs"):
         twolayer_from_dict(raw)
+
+
+@pytest.mark.parametrize("verb", [["derive"], ["width-sweep", "--widths", "2,4"]])
+def test_the_verbs_not_built_for_two_layer_descriptions_are_one_line_refusals(tmp_path, verb):
+    src = tmp_path / "m.toml"
+    src.write_text(TOML, encoding="utf-8")
+    out = tmp_path / "o.h5"
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", verb[0], str(src), *verb[1:], "--out", str(out)]
+                       if verb[0] != "derive" else [sys.executable, "-m", "meanfield", "model", "derive", str(src)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "runs with `meanfield model run` only" in lines[0], r.stderr
+    assert not out.exists()
+
+
+def test_the_size_guard_passes_the_induction_default_and_refuses_beyond():
+    from meanfield.engine.twolayer_net import memory_bytes
+
+    net = twolayer_from_dict(base()).net
+    big = twolayer_desc.MAX_FORWARD_BYTES
+    # the induction default (10^4 sequences of length 100, 3 rpe heads) fits; 10^6 of them do not
+    import meanfield as mf
+
+    ind = mf.load("induction", n_train=5).net
+    assert memory_bytes(ind, 10_000) < big < memory_bytes(ind, 1_000_000)
+    assert memory_bytes(net, 10) > 0

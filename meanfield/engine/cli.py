@@ -151,6 +151,12 @@ def description_from_args(args, size: dict | None = None):
     elif size is not None:  # from the declared parameters, before the features and data are built
         description_size_first(raw, flags, force, **size)
     desc = description_from_dict(raw, flags, source=str(path))
+    from .twolayer_desc import TwoLayerDescription
+
+    if isinstance(desc, TwoLayerDescription) and getattr(args, "func", None) is not _cmd_run:
+        raise ConfigError("model: a two-layer description runs with `meanfield model run` only (derive, particles, "
+                          "width-sweep, sweep, bound and check are not built for it yet: docs/engine.md, 'Two-layer "
+                          "attention')")
     if family is None:
         check_options(raw, flags, desc)
         if size is not None:

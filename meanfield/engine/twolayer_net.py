@@ -460,7 +460,8 @@ def memory_bytes(net: Net, n: int) -> int:
     >>> memory_bytes(Net(2, 3, ((Head(),),)), 10) > 0
     True
     """
-    per = 3 * net.widths[-1]  # the streams of every layer and their gradients
+    stream = net.widths[-1] - (0 if net.reads_positions else net.T)  # no position block when nothing reads it
+    per = 3 * stream  # the streams of every layer and their gradients
     for k, _, hd in net.heads:
         first, last = net.window(hd)
         per += 2 * (last - first + 1) + 3 * net.out_dim(k, hd)  # alpha, u, their gradients
