@@ -34,48 +34,67 @@ def _fwd(X, lags, w, A, use_rpe, use_bil, softmax, normalise, V, al, u, nrm):
     K = lags.shape[0]
     xa = np.zeros(D)
     z = np.zeros(K)
+    # an rpe-only score: the lags that exist are a prefix (the window is sorted), so alpha depends only on how
+    # many exist: tab[m] = softmax(w[:m]) (or w[:m] for linear attention), computed once
+    tab = np.zeros((K + 1, K))
+    if use_rpe and not use_bil:
+        for m in range(1, K + 1):
+            if softmax:
+                mx = -math.inf
+                for k in range(m):
+                    if w[k] > mx:
+                        mx = w[k]
+                tot = 0.0
+                for k in range(m):
+                    tab[m, k] = math.exp(w[k] - mx)
+                    tot += tab[m, k]
+                for k in range(m):
+                    tab[m, k] /= tot
+            else:
+                for k in range(m):
+                    tab[m, k] = w[k]
+    table = use_rpe and not use_bil
     for i in range(n):
         for t in range(T):
-            if use_bil:
-                for e in range(D):
-                    acc = 0.0
-                    for d in range(D):
-                        acc += X[i, t, d] * A[d, e]
-                    xa[e] = acc
-            zmax = -math.inf
             m = 0
             for k in range(K):
-                j = t - lags[k]
-                if j < 0:
-                    continue
-                m += 1
-                v = w[k] if use_rpe else 0.0
-                if use_bil:
-                    for e in range(D):
-                        v += xa[e] * X[i, j, e]
-                z[k] = v
-                if v > zmax:
-                    zmax = v
+                if t - lags[k] >= 0:
+                    m += 1
             if m == 0:
                 nrm[i, t] = 0.0
                 continue
-            if softmax:
-                tot = 0.0
-                for k in range(K):
-                    if t - lags[k] >= 0:
+            if table:
+                for k in range(m):
+                    al[i, t, k] = tab[m, k]
+            else:
+                if use_bil:
+                    for e in range(D):
+                        acc = 0.0
+                        for d in range(D):
+                            acc += X[i, t, d] * A[d, e]
+                        xa[e] = acc
+                zmax = -math.inf
+                for k in range(m):
+                    j = t - lags[k]
+                    v = w[k] if use_rpe else 0.0
+                    if use_bil:
+                        for e in range(D):
+                            v += xa[e] * X[i, j, e]
+                    z[k] = v
+                    if v > zmax:
+                        zmax = v
+                if softmax:
+                    tot = 0.0
+                    for k in range(m):
                         al[i, t, k] = math.exp(z[k] - zmax)
                         tot += al[i, t, k]
-                for k in range(K):
-                    if t - lags[k] >= 0:
+                    for k in range(m):
                         al[i, t, k] /= tot
-            else:
-                for k in range(K):
-                    if t - lags[k] >= 0:
+                else:
+                    for k in range(m):
                         al[i, t, k] = z[k]
-            for k in range(K):
+            for k in range(m):
                 j = t - lags[k]
-                if j < 0:
-                    continue
                 a = al[i, t, k]
                 for v in range(V):
                     u[i, t, v] += a * X[i, j, v]
