@@ -269,6 +269,10 @@ def cli_run(args, out, desc: TwoLayerDescription | None = None) -> int:
     if desc is None:
         path = model_path(args.model)
         desc = twolayer_from_dict(read_config_text(path, "model"), given, source=str(path))
+    from ..core.guard import first_use_notice
+    from . import twolayer_kernels as tk
+
+    first_use_notice(tk._fwd, tk._bwd, tk._readout, seconds=15)  # "compiling kernels, about 15 s, once"
     traj, p = run_to_file(desc, out, progress=not args.quiet)
     print(f"{p}: {traj.status}: {traj.message}")
     arr = traj.arrays()
