@@ -46,6 +46,8 @@ def load(model, **overrides):
     Returns
     -------
     meanfield.engine.description.Description
+        (a ``meanfield.engine.twolayer_desc.TwoLayerDescription`` for a two-layer description,
+        ``[model] class = "twolayer"``, or the shipped ``induction``)
 
     Raises
     ------
