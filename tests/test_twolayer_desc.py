@@ -359,3 +359,25 @@ def test_the_size_guard_passes_the_induction_default_and_refuses_beyond():
     ind = mf.load("induction", n_train=5).net
     assert memory_bytes(ind, 10_000) < big < memory_bytes(ind, 1_000_000)
     assert memory_bytes(net, 10) > 0
+
+
+def test_sigint_ends_a_long_run_within_2_s_with_a_valid_file(tmp_path):
+    import signal
+    import time
+
+    from meanfield.core.run import read_file
+
+    src = tmp_path / "long.toml"
+    src.write_text(TOML.replace("steps = 30", "steps = 300000"), encoding="utf-8")
+    out = tmp_path / "long.h5"
+    p = subprocess.Popen([sys.executable, "-m", "meanfield", "model", "run", str(src), "--out", str(out), "--quiet"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(12)  # imports and the first steps
+    t0 = time.perf_counter()
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=60)
+    waited = time.perf_counter() - t0
+    print("exit after SIGINT:", round(waited, 2), "s")
+    assert p.returncode == 130 and waited < 2.0, waited
+    run = read_file(out)
+    assert run.status == "interrupted" and len(run.t) >= 1

@@ -26,6 +26,7 @@ Example
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,8 @@ class TwoLayerSystem:
     def __init__(self, desc: TwoLayerDescription):
         self.desc = desc
         self.max_abs = desc.training.max_abs
+        #: a GD call returns to the solver after this many seconds, so that a signal ends the run within 2 s
+        self.chunk_s = 0.25
         self._masks = {}
 
     def mask(self, train: tuple) -> np.ndarray:
@@ -69,7 +72,10 @@ class TwoLayerSystem:
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         """Up to ``nsteps`` GD steps in place; (done, code) as :class:`meanfield.core.integrate.System`."""
         m = self.mask(mode)
+        t0 = time.perf_counter()
         for k in range(int(nsteps)):
+            if k and time.perf_counter() - t0 > self.chunk_s:  # back to the monitor (signals, progress, checkpoints)
+                return k, 0
             loss, g = self.loss_grad(y)
             if criterion is not None and holds(loss, criterion[1], criterion[2]):
                 return k, 1
