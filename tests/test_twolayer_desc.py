@@ -381,3 +381,20 @@ def test_sigint_ends_a_long_run_within_2_s_with_a_valid_file(tmp_path):
     assert p.returncode == 130 and waited < 2.0, waited
     run = read_file(out)
     assert run.status == "interrupted" and len(run.t) >= 1
+
+
+def test_a_run_knob_the_run_would_ignore_is_refused():
+    for ov, start in [({"steps": 5}, "--steps: this description has 3 stages"),
+                      ({"t_end": 5}, "--t-end: this description has 3 stages")]:
+        with pytest.raises(ConfigError, match="^" + start):
+            twolayer_from_dict(base(), ov)
+    raw = base()
+    raw["training"] = {"eta": 0.1, "steps": 3}
+    assert twolayer_from_dict(raw, {"steps": 7}).stages[0].length == 7
+    with pytest.raises(ConfigError, match="^--t-end: for method flow or rk4 only"):
+        twolayer_from_dict(raw, {"t_end": 2})
+    raw["training"] = {"method": "flow", "t_end": 1.0}
+    assert twolayer_from_dict(raw, {"t_end": 2}).stages[0].length == 2.0
+    raw["training"] = {"stages": [{"train": "all", "steps": 2, "eta": 0.1}]}
+    with pytest.raises(ConfigError, match="^--eta: every stage"):
+        twolayer_from_dict(raw, {"eta": 0.3})

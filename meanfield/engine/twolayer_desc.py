@@ -428,8 +428,19 @@ def _training(raw_t, net: Net, overrides: dict):
         if st_eta is not None and method != "gd":
             raise ConfigError(f"{w}.eta: a stage's own step size is for method gd only")
         stages.append(TwoLayerStage(tuple(tr), length, crit, str(s.get("name", f"stage{i + 1}")), st_eta))
-    if "steps" in overrides and len(stages) == 1:
-        stages[0] = dataclasses.replace(stages[0], length=as_int("steps", overrides["steps"], lo=0))
+    for knob in ("steps", "t_end"):  # a flag the run would ignore is refused
+        if knob in overrides:
+            if len(stages) > 1:
+                raise ConfigError(f"--{knob.replace('_', '-')}: this description has {len(stages)} stages; give each "
+                                  f"stage's length in its [[training.stages]] table")
+            if (knob == "steps") != (method == "gd"):
+                raise ConfigError(f"--{knob.replace('_', '-')}: for method {'gd' if knob == 'steps' else 'flow or rk4'}"
+                                  f" only; this run's method is {method}")
+            length = (as_int("steps", overrides["steps"], lo=0) if knob == "steps"
+                      else as_float("t_end", overrides["t_end"], nonneg=True))
+            stages[0] = dataclasses.replace(stages[0], length=length)
+    if "eta" in overrides and all(s.eta is not None for s in stages):
+        raise ConfigError("--eta: every stage of this description has its own eta (training.stages[].eta)")
     horizon = sum(s.length for s in stages)
     rec = {"method": method}
     record_options({k: t.get(k) for k in ("record_every", "record_log", "record_dt")}, rec)
