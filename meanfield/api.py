@@ -46,6 +46,8 @@ def load(model, **overrides):
     Returns
     -------
     meanfield.engine.description.Description
+        (a ``meanfield.engine.twolayer_desc.TwoLayerDescription`` for a two-layer description,
+        ``[model] class = "twolayer"``, or the shipped ``induction``)
 
     Raises
     ------
@@ -67,6 +69,8 @@ def load(model, **overrides):
     path = model_path(str(model))
     ov = {k: v for k, v in overrides.items() if v is not None}
     d = load_description(path, ov)
+    if not hasattr(d, "overrides"):  # a two-layer description (meanfield.engine.twolayer_desc)
+        return d
     return dataclasses.replace(d, overrides=tuple(sorted(ov.items())))
 
 
@@ -134,7 +138,11 @@ def run(model, out=None, progress: bool = True, **overrides):
     from .engine.runs import in_memory, run_to_file
     from .engine.system import integrate_description, system_of
 
-    desc = _desc(model, overrides)
+    from .engine.twolayer_desc import TwoLayerDescription
+
+    desc = model if isinstance(model, TwoLayerDescription) and not overrides else _desc(model, overrides)
+    if isinstance(desc, TwoLayerDescription):  # the two-layer class (meanfield.engine.twolayer_run)
+        return _run_twolayer(desc, out, progress)
     _notice(desc, kernels, echo=progress)
     if out is not None:
         from .core.guard import check_output_file
@@ -151,6 +159,23 @@ def run(model, out=None, progress: bool = True, **overrides):
         if traj.step:  # the bar ends where the run ended (the last chunk reports no update)
             mon.done = float(traj.step[-1] if tr.method == "gd" else traj.t[-1])
     return in_memory(desc, system, traj)
+
+
+def _run_twolayer(desc, out, progress):
+    from .core.progress import monitor
+    from .engine import twolayer_run
+
+    if out is not None:
+        from .core.guard import check_output_file
+        from .core.run import read_file
+
+        path = check_output_file(out, "out", (".h5", ".hdf5"))
+        _, p = twolayer_run.run_to_file(desc, path, progress=False,
+                                        monitor_factory=lambda **kw: monitor(progress, desc=desc.name, **kw))
+        return read_file(p)
+    tr = desc.training
+    with monitor(progress, total=tr.horizon, unit="step" if tr.method == "gd" else "t", desc=desc.name) as mon:
+        return twolayer_run.run(desc, mon)
 
 
 def _notice(desc, kernels, echo: bool):

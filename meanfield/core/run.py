@@ -256,7 +256,7 @@ class Run(dict):
                     a = np.asarray(src[nm])
                     ax = [heads] + [feats] * (a.ndim - 1 - (source is None))
                     out.append((nm, a, ax))
-        elif sysname == "engine":
+        elif sysname in ("engine", "twolayer"):  # twolayer: the blocks of meanfield.engine.twolayer_run
             axes = self.attrs.get("variable_axes") or {}
             for h, g in (src.get("variables") or {}).items():
                 for nm, a in g.items():
