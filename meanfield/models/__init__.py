@@ -28,4 +28,5 @@ PLUGINS = (
     "meanfield.models.maxmargin.plugin",
     "meanfield.models.multiclass.plugin",
     "meanfield.models.icl.plugin",
+    "meanfield.models.edelman.plugin",
 )
