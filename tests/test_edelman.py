@@ -1,0 +1,92 @@
+"""Edelman et al. (NeurIPS 2024) on the engine: the reference levels against
+independent computations, the claims check (quick) and a claim that can fail.
+
+References used here are independent of ``meanfield.models.edelman.theory``:
+the engine's Gamma-function law with its own posterior mean
+(``meanfield.engine.twolayer``), and Monte Carlo over the Dirichlet prior with a
+5-standard-error bound.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meanfield.engine.twolayer import markov_law, posterior_mean
+from meanfield.models.edelman import claims, theory
+
+ROOT = Path(__file__).resolve().parents[1]
+TOML = ROOT / "meanfield" / "models" / "edelman.toml"
+
+
+@pytest.mark.parametrize("d,L,alpha", [(2, 5, 1.0), (3, 4, 0.5), (2, 6, 2.0)])
+def test_urn_law_and_bigram_level_equal_the_engine_law(d, L, alpha):
+    X, p = theory.urn_law(d, L, alpha)
+    law = markov_law(d, L, (1,), alpha)
+    assert (law.tokens == X).all()
+    np.testing.assert_allclose(p, law.prob, rtol=1e-12, atol=0)
+    q = theory.strategies(X, p, d, alpha)
+    pm = posterior_mean(X[:, :L], d, (1,), alpha)
+    np.testing.assert_allclose(q["bigram"], pm, rtol=1e-12)
+    lv = theory.levels(d, L, alpha)
+    assert lv["uniform"] == pytest.approx(np.log(d), rel=1e-12)
+    assert lv["uniform"] > lv["unigram"] > lv["bigram"]
+
+
+def test_unigram_posterior_by_monte_carlo():
+    """P(x_(L+1) = e | unigram counts) against sequences drawn from the prior (5 standard errors)."""
+    d, L, alpha, n = 2, 4, 1.0, 200_000
+    rng = np.random.default_rng(3)
+    pi = rng.dirichlet(alpha * np.ones(d), size=(n, d))
+    x = np.empty((n, L + 1), dtype=np.int64)
+    x[:, 0] = rng.integers(0, d, n)
+    for t in range(1, L + 1):
+        u = rng.random(n)
+        x[:, t] = (u[:, None] > np.cumsum(pi[np.arange(n), x[:, t - 1]], 1)).sum(1)
+    X, p = theory.urn_law(d, L, alpha)
+    q = theory.strategies(X, p, d, alpha)["unigram"]
+    c_mc = (x[:, :L] == 1).sum(1)
+    c_ex = (X[:, :L] == 1).sum(1)
+    for c in range(L + 1):
+        m = c_mc == c
+        f = float((x[m, L] == 1).mean())
+        se = np.sqrt(f * (1 - f) / m.sum())
+        assert abs(f - q[c_ex == c][0, 1]) < 5 * se + 1e-12, (c, f, q[c_ex == c][0, 1], se)
+
+
+def test_quick_check_from_the_command_line(tmp_path):
+    out = tmp_path / "chk"
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "check", "edelman", "--quick", "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads((out / "report.json").read_text())
+    by = {c["name"]: c for c in rep["claims"]}
+    assert set(by) == {"stages_uniform_unigram_bigram", "plateau_levels", "levels_exact_and_bayes_floor",
+                       "unigram_delays_bigram"}
+    assert by["stages_uniform_unigram_bigram"]["numbers"]["order"] == ["uniform", "unigram", "bigram"]
+    assert by["levels_exact_and_bayes_floor"]["source"] == "proved"
+    assert by["unigram_delays_bigram"]["source"] == "expected"
+    assert (out / "report.md").exists() and (out / "edelman_stages.png").exists()
+
+
+def test_stage_claim_fails_on_a_run_too_short_to_leave_the_plateau(tmp_path):
+    """The stage claim can fail: 20 GD steps never reach the bigram stage."""
+    short = tmp_path / "edelman.toml"
+    short.write_text(TOML.read_text().replace("steps = 2000", "steps = 20").replace("record_every = 10",
+                                                                                     "record_every = 1"))
+    desc, r = claims._run(short)
+    s = claims.stage_series(desc, r)
+    assert claims._order(s["stage"]) != list(claims.STAGES)
+    assert claims._plateau(s)["unigram_plateau_steps"] is None
+
+
+def test_stage_series_refuses_a_description_off_the_law(tmp_path):
+    desc, r = claims._run(TOML, steps=2)
+    bad = type(desc)(**{**desc.__dict__, "x": desc.x[::-1].copy()})
+    with pytest.raises(ValueError, match="not \\[d\\]"):
+        claims.stage_series(bad, r)
