@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     tk = best(lambda: kernels.batch_loss_grad(theta_ind, batch), reps)
     tg = best(lambda: loss_grad(theta, net, tokens, y, p), reps)
     print(f"induction kernels (numba, {batch.path} path): {tk * 1e3:9.1f} ms per gradient")
-    print(f"generic two-layer (numpy):             {tg * 1e3:9.1f} ms per gradient")
+    print(f"generic two-layer (twolayer_net):      {tg * 1e3:9.1f} ms per gradient")
     ratio = tg / tk
     print(f"ratio generic / kernels = {ratio:.1f}  ({'within' if ratio <= 2 else 'NOT within'} 2x: the hand kernels "
           f"{'could go' if ratio <= 2 else 'stay as the fast path'})")

@@ -257,3 +257,89 @@ def test_rank_leak_sees_a_rank_two_state():
     y[off:off + N * N] = Q.ravel()
     r.y = np.vstack([r.y, y])
     assert saddles.rank_leak(d_e, r) > 1e-3
+
+
+def test_engine_network_gap_sees_a_difference_and_a_missing_record():
+    from types import SimpleNamespace
+
+    t = np.array([0.0, 1.0, 2.0])
+    loss = np.array([0.5, 0.4, 0.3])
+    r = SimpleNamespace(t=np.array([0.0, 0.5, 1.0, 1.5, 2.0]), loss=np.array([0.5, 0.45, 0.4, 0.35, 0.3]))
+    assert saddles.engine_network_gap(r, t, loss) == 0.0
+    r.loss = r.loss.copy()
+    r.loss[2] = 0.4 * (1 + 1e-6)
+    assert abs(saddles.engine_network_gap(r, t, loss) - 1e-6) < 1e-12
+    r2 = SimpleNamespace(t=np.array([0.0, 0.5, 2.0]), loss=np.array([0.5, 0.45, 0.3]))
+    assert saddles.engine_network_gap(r2, t, loss) == float("inf")
+
+
+# ------------------------------------------------------------------ Chen et al., multi-task (sampled)
+
+def test_multitask_data_and_refusals():
+    from meanfield.models.icl import multitask
+
+    feats = multitask.features(2, 3)
+    assert feats == ["x1", "x2", "x3", "x4", "x5", "x6", "y1", "y2", "y3"]
+    D = multitask.prompts(feats, 2, 3, 5, 0.0, 7, 1)
+    Z, Y = D["tokens"], D["target"]
+    assert Z.shape == (7, 6, 9) and Y.shape == (7, 3) and np.all(Z[:, -1, 6:] == 0)
+    # each task reads only its own block: y^t = w_t^T x^(t) for one w_t per prompt (least squares is exact)
+    for n in range(7):
+        for t in range(3):
+            X = Z[n, :-1, 2 * t:2 * t + 2]
+            w, *_ = np.linalg.lstsq(X, Z[n, :-1, 6 + t], rcond=None)
+            np.testing.assert_allclose(X @ w, Z[n, :-1, 6 + t], atol=1e-12)
+            assert abs(Z[n, -1, 2 * t:2 * t + 2] @ w - Y[n, t]) < 1e-10
+    for args, field in (((feats, 2, 3, 5, 0.0, 0, 1), "samples"), ((feats, 2, 3, 5, -1.0, 7, 1), "noise"),
+                        ((feats[:-1], 2, 3, 5, 0.0, 7, 1), "features"), ((feats, 2, 3, 5, 0.0, 10 ** 9, 1), "samples"),
+                        ((feats, 0, 3, 5, 0.0, 7, 1), "d_task")):
+        with pytest.raises(ValueError, match=field):
+            multitask.prompts(*args)
+
+
+def test_multitask_forward_against_a_loop():
+    from meanfield.models.icl import multitask
+
+    rng = np.random.default_rng(2)
+    Z = rng.standard_normal((3, 5, 4))
+    heads = [(rng.standard_normal((4, 4)), rng.standard_normal((2, 4)), -1.0),
+             (rng.standard_normal((4, 4)), rng.standard_normal((2, 4)), 1.0)]
+    O = multitask.head_outputs(heads, Z)
+    for h, (W, V, a) in enumerate(heads):
+        for n in range(3):
+            z = np.array([Z[n, i] @ W @ Z[n, -1] for i in range(4)])
+            p = np.exp(z) / np.exp(z).sum()
+            want = a * V @ sum(p[i] * Z[n, i] for i in range(4))
+            np.testing.assert_allclose(O[h, n], want, rtol=1e-12)
+
+
+def test_multitask_criteria_fail():
+    from meanfield.models.icl import multitask
+
+    m = {"forward_rel_err": 0.0, "improvement_per_task": [1.0, 1.0], "improvement_se_per_task": [0.1, 0.1],
+         "share": [[0.9, 0.2], [0.1, 0.8]]}
+    assert multitask.ok(m)[0] == {"learns": True, "allocation": True}
+    assert multitask.ok(dict(m, improvement_per_task=[1.0, 0.3]))[0]["learns"] is False
+    assert multitask.ok(dict(m, share=[[0.9, 0.6], [0.1, 0.4]]))[0]["allocation"] is False   # one head, both tasks
+    assert multitask.ok(dict(m, share=[[0.45, 0.2], [0.45, 0.8], [0.1, 0.0]]))[0]["allocation"] is False  # no majority
+    assert multitask.ok(dict(m, forward_rel_err=1e-6))[0] == {"learns": False, "allocation": False}
+
+
+def test_multitask_quick_claims():
+    from meanfield.models.icl import multitask
+
+    claims = multitask.check_claims(MODELS / "icl_softmax_multitask.toml", quick=True, log=lambda *a: None)
+    assert [c.name for c in claims] == ["chen_multitask_learns", "chen_task_allocation"]
+    assert all(c.source == "expected" and "SAMPLED, NOT EXACT" in c.statement for c in claims)
+    assert claims[0].numbers["criteria"]["forward_matches_engine"]
+
+
+def test_multitask_sizes_refused_before_building(tmp_path, capsys):
+    from meanfield.cli import main
+
+    for flags in (["--samples", "100000000"], ["--tasks", "100000"]):
+        out = tmp_path / "x.h5"
+        assert main(["model", "run", "icl_softmax_multitask", *flags, "--out", str(out), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "size" in err[0], err
+        assert not out.exists()

@@ -203,6 +203,10 @@ REFUSALS = [
     (("training", "stages"), [], "training.stages: a non-empty list"),
     (("parameters",), {"N": 2}, "parameters: a two-layer description declares no parameters"),
     (("colour",), 1, "model: unknown key 'colour'"),
+    (("data",), {"family": "tokens", "d": 2, "tokens": [[0, 1, 1]], "test_tokens": [[0, 1]]}, "data.test_tokens:"),
+    (("data",), {"family": "tokens", "d": 2, "tokens": [[0, 1, 2]]}, "data.tokens: integers 0..1"),
+    (("data",), {"family": "tokens", "d": 2, "tokens": [[0, 1], [1]]}, "data.tokens: every sequence"),
+    (("data",), {"family": "tokens", "d": 2}, "data.tokens: a non-empty list"),
 ]
 
 
@@ -398,3 +402,16 @@ def test_a_run_knob_the_run_would_ignore_is_refused():
     raw["training"] = {"stages": [{"train": "all", "steps": 2, "eta": 0.1}]}
     with pytest.raises(ConfigError, match="^--eta: every stage"):
         twolayer_from_dict(raw, {"eta": 0.3})
+
+
+def test_a_large_fixed_data_set_writes_its_run_file(tmp_path):
+    # the sequences are datasets, not a JSON attribute (an HDF5 attribute holds 64 kB)
+    import meanfield as mf
+    from meanfield.core.run import read_file
+
+    desc = mf.load("induction", n_train=3000, n_test=100, L=30, stage_steps="1,1,1")
+    r = mf.run(desc, out=tmp_path / "big.h5", progress=False)
+    back = read_file(tmp_path / "big.h5")
+    assert r.status == "complete" and np.asarray(back["tokens"]).shape == (3000, 31)
+    assert np.asarray(back["test_tokens"]).shape == (100, 31) and len(back["loss_test"]) == len(back.t)
+    assert back.attrs["description"]["data"]["tokens"] == "(the tokens dataset)"

@@ -127,9 +127,10 @@ def test_golden_induction_runs_are_reproduced_by_the_description(tmp_path, name)
 
 
 @pytest.mark.parametrize("name,flags", [
-    ("induction_phases.h5", ["--d", "3", "--L", "8", "--n-train", "20", "--stage-steps", "10,10,10"]),
+    ("induction_phases.h5", ["--d", "3", "--L", "8", "--n-train", "20", "--n-test", "0", "--stage-steps", "10,10,10"]),
+    ("induction_test.h5", ["--d", "3", "--L", "8", "--n-train", "20", "--n-test", "15", "--stage-steps", "10,10,10"]),
     ("induction_h2.h5", ["--d", "2", "--L", "10", "--n-train", "30", "--H", "2", "--M", "3", "--D", "2", "--pa", "1",
-                         "--stage-steps", "15,15,15", "--stage-etas", "0.5,3,0.8"])])
+                         "--n-test", "0", "--stage-steps", "15,15,15", "--stage-etas", "0.5,3,0.8"])])
 def test_meanfield_model_run_induction_equals_the_golden_induction_runs(tmp_path, name, flags):
     # `meanfield model run induction FLAGS` (the shipped description, family induction) against the golden run
     # files of `meanfield induction run FLAGS --n-test 0` written before the change: every record to 1e-12
@@ -146,10 +147,12 @@ def test_meanfield_model_run_induction_equals_the_golden_induction_runs(tmp_path
     ref = np.array([_generic(th, arch) for th in np.asarray(gold["theta"])])
     assert np.abs(np.asarray(mine["theta"]) - ref).max() <= 1e-12
     assert np.abs(mine.loss - np.asarray(gold["loss_train"])).max() <= 1e-12
+    if "--n-test" in flags and flags[flags.index("--n-test") + 1] != "0":  # the held-out loss of every record
+        assert np.abs(np.asarray(mine["loss_test"]) - np.asarray(gold["loss_test_all"])).max() <= 1e-12
 
 
 def test_the_induction_description_refuses_what_it_does_not_build(tmp_path):
-    for flags, field in [(["--n-test", "10"], "n_test:"), (["--loss", "official-ce"], "loss:"),
+    for flags, field in [(["--L-test", "9"], "L_test:"), (["--loss", "official-ce"], "loss:"),
                          (["--sampling", "fresh"], "sampling:")]:
         out = tmp_path / "run.h5"
         r = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", "induction", "--L", "6", *flags,

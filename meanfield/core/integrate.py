@@ -47,6 +47,9 @@ class System(Protocol):
     #: a state entry above this in absolute value stops the run as diverged
     max_abs: float
 
+    # optional: ``hold_manifold(y) -> bool`` puts a state back on an invariant manifold of the dynamics in place
+    # (the flow solvers call it after every accepted step and on every interpolated record)
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -347,6 +350,9 @@ class _FlowDriver:
         nstep = 0
         traj.record(0.0, 0, stages[0].index if stages else 0, y)
         pts = save.points if save.points is not None else np.empty(0)
+        # optional hook: hold_manifold(y) puts a state back on the system's invariant manifold in place (a finite-width
+        # Gram state on rank <= m) and says whether it did anything; applied after every accepted step
+        project = getattr(system, "hold_manifold", None)
         for stage in stages:
             t_end = t + float(stage.length)
             crit = stage.criterion
@@ -368,6 +374,8 @@ class _FlowDriver:
                     return traj
                 t1, y1, f1, dense = out
                 nstep += 1
+                if project is not None and project(y1):  # back onto the system's manifold (a new state: new rhs)
+                    f1 = system.rhs(y1, stage.mode)
                 # criterion event inside (t, t1]
                 t_stop = None
                 if crit is not None:
@@ -390,9 +398,13 @@ class _FlowDriver:
                 for tp in pts[j0:j1]:
                     if tp < t_hi:
                         yp = dense(tp) if dense is not None else y + (tp - t) / (t1 - t) * (y1 - y)
+                        if project is not None:
+                            project(yp)
                         traj.record(float(tp), nstep, stage.index, yp)
                 if t_stop is not None:
                     y = dense(t_stop) if (dense is not None and t_stop < t1) else y1
+                    if project is not None and y is not y1:
+                        project(y)
                     t = t_stop
                     traj.record(t, nstep, stage.index, y)
                     traj.stage_ends.append({"stage": stage.index, "step": nstep, "t": t, "reason": "criterion"})

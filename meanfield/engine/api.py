@@ -22,7 +22,8 @@ def derive(desc: Description, latex: bool = True) -> dict:
     """What ``meanfield model derive`` prints: the reduced variables and their dynamics.
 
     For a small model (``meanfield.engine.symbolic_entries.supported``) the
-    LaTeX also has the explicit loss and the GD map of each state entry.
+    LaTeX also has the explicit loss and the gradient-flow right-hand side of
+    each state entry (at most 12 entries; larger models: one line saying why).
 
     Parameters
     ----------
@@ -82,5 +83,6 @@ def derive(desc: Description, latex: bool = True) -> dict:
             out["latex"] = (out["latex"] or "") + "\n" + symbolic_entries.entry_latex(desc)
         else:
             out["latex"] = (out["latex"] or "") + (f"% no entry-by-entry ODE: {why} (it is printed for at most "
-                                                   f"{symbolic_entries.MAX_ENTRIES} narrow entries, Gram = I)\n")
+                                                   f"{symbolic_entries.MAX_ENTRIES} state entries; above them, "
+                                                   "the general block maps only)\n")
     return out

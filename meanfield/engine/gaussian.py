@@ -46,8 +46,19 @@ import numpy as np
 
 from ..core.config import ConfigError, as_float, as_int
 
-#: keys of a ``[data]`` table with ``family = "icl_regression"``
-DATA_KEYS = ("family", "d", "N", "cov", "task_cov", "noise", "N_test", "samples", "seed")
+#: keys of a ``[data]`` table with ``family = "icl_regression"`` and their meanings (``model run FILE --help``)
+DATA_KEY_HELP = {
+    "family": "`icl_regression`: Gaussian in-context linear regression prompts",
+    "d": "input dimension d (tokens z = (x, y) in R^(d+1))",
+    "N": "context examples per prompt (the query is one more)",
+    "cov": "input covariance Lambda: one number (c I), d eigenvalues, d*d entries or a d x d matrix",
+    "task_cov": "task covariance Sigma_w of w ~ N(0, Sigma_w), same forms as cov",
+    "noise": "label noise sigma: y = w . x + sigma eps",
+    "N_test": "another context length at test time (0: none): dataset loss_test, attribute loss_min_test",
+    "samples": "0: the exact population loss; n > 0: n prompts drawn with `seed` (sampled, not exact)",
+    "seed": "seed of the sampled prompts",
+}
+DATA_KEYS = tuple(DATA_KEY_HELP)
 #: the largest d and N the exact moments are built for (their cost grows as P^4 d^2, a GD step's as P^4 d)
 D_MAX = 24
 N_MAX = 10 ** 9

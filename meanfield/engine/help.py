@@ -2,11 +2,13 @@
 
 A description declares its parameters in ``[parameters]`` (``K = 4   # features
 v1..vK``): the help of a model verb lists each of them with the file's
-default and the comment after it as its meaning, then the run knobs
+default and the comment after it as its meaning (no comment: the schema's
+meaning of the key that uses ``"$name"``, :func:`referenced_meaning`), then the run knobs
 (:class:`~meanfield.engine.description.RunParams`: eta, steps, width, ...)
 with their defaults. For a description of the mixture family the
 parameters are the family's config fields (registered in
-``meanfield.engine.registry``), with the description's defaults. Flags the model does not take are
+``meanfield.engine.registry``), with the description's defaults and the
+meanings the family registers (``field_help``). Flags the model does not take are
 not shown (they are refused when given).
 """
 
@@ -73,6 +75,112 @@ def parameter_comments(text: str) -> dict[str, str]:
     return out
 
 
+def knob_meaning(name: str) -> str:
+    """The meaning of run knob ``name``: :data:`KNOB_HELP`'s short line, else the description
+    reference's (``meanfield.engine.schema``, which has one for every knob), backticks dropped.
+
+    Parameters
+    ----------
+    name : str
+        a :class:`~meanfield.engine.description.RunParams` field.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> knob_meaning("eta")
+    'GD step size (> 0); time = steps x eta'
+    """
+    if name in KNOB_HELP:
+        return KNOB_HELP[name]
+    from .schema import _RUN_KNOBS
+
+    return _RUN_KNOBS.get(name, "").replace("`", "")
+
+
+def _references(node, name: str, path=()):
+    """Every path in a description's raw tables where ``"$name"`` is a whole string value."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if path == () and k == "parameters":
+                continue
+            yield from _references(v, name, path + (str(k),))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _references(v, name, path + (i,))
+    elif isinstance(node, str) and node.strip() == "$" + name:
+        yield path
+
+
+def _key_meaning(raw: dict, path: tuple) -> str:
+    """The schema's meaning of the key at ``path`` (``("heads", 0, "init_w", "y")``), or ""."""
+    from . import schema
+
+    tables = {t: {k.name: k.meaning for k in keys} for t, _, keys in schema.reference()}
+    head = path[0] if path else ""
+    key, table = None, None
+    if head == "heads" and len(path) >= 3:
+        table, key = "[[heads]]", path[2]
+    elif head in ("data", "test") and len(path) >= 4 and path[1] == "rows":
+        table, key = "[data] rows = [ {...} ]", path[3]
+    elif head in ("data", "test") and len(path) >= 2:
+        fam = (raw.get(head) or {}).get("family") if isinstance(raw.get(head), dict) else None
+        if fam == "icl_regression":
+            from .gaussian import DATA_KEY_HELP
+
+            return DATA_KEY_HELP.get(path[1], "")
+        table, key = "[data]", path[1]
+    elif head == "training" and len(path) >= 4 and path[1] == "stages":
+        table, key = "[[training.stages]]", path[3]
+    elif head in ("dictionary", "model") and len(path) >= 2:
+        table, key = f"[{head}]", path[1]
+    return tables.get(table, {}).get(key, "") if table else ""
+
+
+def referenced_meaning(raw: dict, name: str) -> str:
+    """The meaning of a declared parameter without a comment: where the description uses ``"$name"``
+    and the schema's meaning of that key (``data.d: input dimension d ...``), so it cannot drift.
+
+    Parameters
+    ----------
+    raw : dict
+        the description's TOML tables, as read.
+    name : str
+        the declared parameter.
+
+    Returns
+    -------
+    str
+        "" when ``"$name"`` is used nowhere the schema describes.
+
+    Examples
+    --------
+    >>> referenced_meaning({"data": {"family": "icl_regression", "d": "$d"}}, "d")
+    'data.d: input dimension d (tokens z = (x, y) in R^(d+1))'
+    """
+    paths = list(_references(raw, name))
+    for p in paths:
+        m = _key_meaning(raw, p)
+        if m:
+            more = f" (and {len(paths) - 1} more place(s))" if len(paths) > 1 else ""
+            return f"{_where(p)}: {m}{more}"
+    return ""
+
+
+def _where(path: tuple) -> str:
+    return ".".join(f"[{x}]" if isinstance(x, int) else x for x in path).replace(".[", "[")
+
+
+def _declared_meaning(raw: dict, name: str, comment: str | None) -> str:
+    """The file's comment (and where ``"$name"`` is used), else the schema's meaning of that key."""
+    if comment:
+        paths = list(_references(raw, name))
+        return f"{comment} (sets {', '.join(_where(p) for p in paths)})" if paths else comment
+    return referenced_meaning(raw, name)
+
+
 def _fmt(v) -> str:
     if v is None:
         return "none"
@@ -113,14 +221,22 @@ def model_parameters(path: Path, mixture_help: dict | None = None) -> tuple[str,
     if raw.get("family") is not None:
         from . import registry
 
+        fam = registry.family(str(raw["family"]))
+        field_help = fam.hook("field_help") or {}
         rows = []
-        for f in dataclasses.fields(registry.family(str(raw["family"])).params_class()):
+        for f in dataclasses.fields(fam.params_class()):
             default = table.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
-            meaning = comments.get(f.name) or (mixture_help or {}).get(f.name) or KNOB_HELP.get(f.name, "")
+            meaning = (comments.get(f.name) or field_help.get(f.name) or (mixture_help or {}).get(f.name)
+                       or knob_meaning(f.name))
             rows.append((f.name, _fmt(default), meaning))
         return str(raw["family"]), rows, []
-    declared = [(k, _fmt(v), comments.get(k, "")) for k, v in declared_parameters(raw).items()]
-    knobs = [(f.name, _fmt(table.get(f.name, f.default)), comments.get(f.name) or KNOB_HELP.get(f.name, ""))
+    from .twolayer_desc import OVERRIDES, is_twolayer
+
+    if is_twolayer(raw):  # a two-layer description: its run knobs only (meanfield.engine.twolayer_desc)
+        return "", [], [(n, "the file's", knob_meaning(n)) for n in OVERRIDES]
+    declared = [(k, _fmt(v), _declared_meaning(raw, k, comments.get(k)))
+                for k, v in declared_parameters(raw).items()]
+    knobs = [(f.name, _fmt(table.get(f.name, f.default)), comments.get(f.name) or knob_meaning(f.name))
              for f in dataclasses.fields(RunParams)]
     return str(raw.get("family") or ""), declared, knobs
 

@@ -117,4 +117,12 @@ def initial_state(desc, lay) -> np.ndarray:
             Q[r0:r1, c0:c1] = v  # a diagonal block as recorded
         else:
             y[b.offset:b.offset + int(np.prod(b.shape))] = np.ravel(v)
+    if "population" in desc.data.extra:  # its finite-width steps hold rank <= m (meanfield.engine.lowrank)
+        from .lowrank import START_TOL, rank_leak, width_to_hold
+
+        m = width_to_hold(desc, lay)
+        if m and (lk := rank_leak(y, lay, m)) > START_TOL:
+            raise ConfigError(f"init_from: the last record of {p} has a Gram block of rank > the width {m} "
+                              f"(lambda_{m + 1} / lambda_1 = {lk:.2g}): no network of width {m} has that state; "
+                              f"start from a run of width <= {m}, or give --width inf")
     return y

@@ -61,7 +61,10 @@ def pack(desc: Description) -> Packed:
     d = desc.data
     X = _own(d.tokens, np.float64)
     cnt = _own(d.count_array, np.float64)
-    last = np.array([int(np.flatnonzero(c > 0)[-1]) for c in cnt], dtype=np.int64)
+    pos = cnt > 0
+    if not pos.any(axis=1).all():  # a sequence without a token: the old per-row lookup's IndexError
+        raise IndexError("pack: a sequence without a positive count")
+    last = (cnt.shape[1] - 1 - np.argmax(pos[:, ::-1], axis=1)).astype(np.int64)  # the last position with c > 0
     leff = cnt.sum(axis=1)
     C = desc.model.heads[0].outputs
     t = np.asarray(d.target, dtype=np.float64)
@@ -70,12 +73,12 @@ def pack(desc: Description) -> Packed:
     nz = X != 0.0
     nzn = nz.sum(axis=2).astype(np.int64)
     Z = max(1, int(nzn.max()))
-    nzi = np.zeros(X.shape[:2] + (Z,), dtype=np.int64)
-    nzc = np.zeros(X.shape[:2] + (Z,))
-    for s_, i_ in zip(*np.nonzero(nzn)):
-        idx = np.flatnonzero(nz[s_, i_])
-        nzi[s_, i_, :idx.size] = idx
-        nzc[s_, i_, :idx.size] = X[s_, i_, idx]
+    # per token, its non-zero features in ascending order in the first nzn slots, 0 after (a stable sort of
+    # "is zero" puts the non-zeros first in index order): vectorised, the same arrays as a loop over tokens
+    order = np.argsort(~nz, axis=2, kind="stable")[..., :Z]
+    used = np.arange(Z) < nzn[..., None]
+    nzi = np.ascontiguousarray(np.where(used, order, 0), dtype=np.int64)
+    nzc = np.ascontiguousarray(np.where(used, np.take_along_axis(X, order, axis=2), 0.0), dtype=np.float64)
     return Packed(lay=lay, Gam=_own(desc.dictionary.Gamma, np.float64), X=X, nzi=nzi, nzc=nzc, nzn=nzn,
                   cnt=cnt, last=last, leff=leff,
                   target=target, weight=_own(d.weight, np.float64),

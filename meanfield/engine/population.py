@@ -41,9 +41,10 @@ from numba import njit
 
 from ..core import integrate
 from ..core.config import ConfigError
-from . import kernels
+from . import kernels, lowrank
 from .gaussian import check_heads, convention_attrs
 from .packed import EngineSystem, pack
+from .reduce import H_N, H_QOFF
 
 
 # ------------------------------------------------------------------ kernels
@@ -157,9 +158,12 @@ def pop_loss_grads(y, hi, hf, P, d, K4, Lam, m, c0, grad, T, U, gT, G, gflat):
 
 @njit(cache=True)
 def pop_gd_advance(y, nsteps, eta, mode, hi, hf, Gr, grp, Gam, P, d, K4, Lam, m, c0, crit_kind, crit_op, crit_thresh,
-                   max_abs, T, U, gT, G, gflat, margin, consistent, Xm, Ym, tmp, new):
+                   max_abs, T, U, gT, G, gflat, margin, consistent, Xm, Ym, tmp, new, rank_m, col_n, col_off,
+                   basis, have):
     """Up to ``nsteps`` exact GD steps of the population loss, in place (the
-    engine's map ``kernels.eng_update``; criterion checked before each step).
+    engine's map ``kernels.eng_update``; criterion checked before each step;
+    at finite width ``rank_m`` > 0 each step's Gram blocks projected back onto
+    rank <= m, ``meanfield.engine.lowrank``).
     Returns (steps done, code, loss): 0 done, 1 criterion, 2 non-finite, 3 above max_abs."""
     ny = y.shape[0]
     k = 0
@@ -182,6 +186,8 @@ def pop_gd_advance(y, nsteps, eta, mode, hi, hf, Gr, grp, Gam, P, d, K4, Lam, m,
                 return k, 3, loss
         for i in range(ny):
             y[i] = new[i]
+        if rank_m > 0:
+            lowrank.project_rank(y, hi, rank_m, col_n, col_off, basis, have)
         k += 1
 
 
@@ -226,6 +232,23 @@ class PopulationSystem(EngineSystem):
         self._tmp = np.zeros((P, P))
         self._new = np.zeros(lay.size)
         self._cons = np.ones(1, dtype=np.bool_)
+        #: the width whose rank the GD map and the flow's steps keep (0: none; meanfield.engine.lowrank)
+        self.rank_m = lowrank.width_to_hold(desc, lay)
+
+    def hold_manifold(self, y) -> bool:
+        """Put ``y``'s Gram blocks back on rank <= ``rank_m`` in place (``meanfield.engine.lowrank``;
+        the flow solvers' hook, called after every accepted step); whether anything was done."""
+        if self.rank_m <= 0:
+            return False
+        lowrank.project(y, self.pk.lay, self.rank_m, *self._rank_scratch())
+        return True
+
+    def _rank_scratch(self):
+        """The projection's warm start (``lowrank.scratch``), kept between calls; a stale one only costs a
+        full eigen-decomposition (the Ritz test refuses it)."""
+        if getattr(self, "_basis", None) is None:
+            self._basis = lowrank.scratch(self.pk.lay, max(self.rank_m, 1))
+        return self._basis
 
     @staticmethod
     def moment_arrays(mom):
@@ -267,7 +290,8 @@ class PopulationSystem(EngineSystem):
         done, code, _ = pop_gd_advance(y, int(nsteps), float(eta), int(mode), lay.hi, lay.hf, lay.Gr, lay.grp,
                                        self.pk.Gam, self.P, self.d, K4, Lam, m, c0, kind, op, thr,
                                        float(self.max_abs), self._T, self._U, self._gT, self._G, self._gflat,
-                                       self._margin, self._cons, self._Xm, self._Ym, self._tmp, self._new)
+                                       self._margin, self._cons, self._Xm, self._Ym, self._tmp, self._new,
+                                       self.rank_m, H_N, H_QOFF, *self._rank_scratch())
         return int(done), int(code)
 
     def rhs(self, y, mode):
@@ -296,6 +320,10 @@ class PopulationSystem(EngineSystem):
         data = {}
         attrs = convention_attrs(self.law, {"N_test": self.N_test, "samples": 0, "seed": 0}, exact=True)
         attrs["loss_min"] = self.mom.minimum_loss()
+        if self.rank_m > 0:
+            attrs["rank_projection"] = (f"every step, each head's Gram state projected onto the positive "
+                                        f"semi-definite matrices of rank <= {self.rank_m} (the width; "
+                                        "meanfield.engine.lowrank, docs/engine.md 'Finite width')")
         if self.N_test:
             data["loss_test"] = np.array([self.loss(v, N=self.N_test) for v in run.y])
             attrs["loss_min_test"] = self.law.with_N(self.N_test).moments().minimum_loss()

@@ -101,6 +101,7 @@ class Family:
     run_file: Ref = None
     plot: Ref = None
     summary: str = ""
+    field_help: Ref = None  # field -> one-line meaning (``model run FILE --help``)
 
     def params_class(self):
         """The parameter dataclass (resolved)."""
@@ -166,7 +167,8 @@ def _put(table: dict, key, value, what: str, replace: bool) -> None:
 
 
 def register_family(name: str, *, params: Ref, build: Ref, check_options: Ref = None, size_first: Ref = None,
-                    run_file: Ref = None, plot: Ref = None, summary: str = "", replace: bool = False) -> Family:
+                    run_file: Ref = None, plot: Ref = None, summary: str = "", field_help: Ref = None,
+                    replace: bool = False) -> Family:
     """Register a family: ``family = "NAME"`` in a description builds it.
 
     Parameters
@@ -195,6 +197,9 @@ def register_family(name: str, *, params: Ref, build: Ref, check_options: Ref = 
         this family (also registered as the run plot of system ``name``).
     summary : str
         One line for listings.
+    field_help : dict or str, optional
+        ``field -> one-line meaning`` of the ``params`` fields, shown by
+        ``meanfield model run FILE --help`` beside each field's default.
     replace : bool
         Replace an earlier registration of the same name (else ValueError).
 
@@ -214,7 +219,7 @@ def register_family(name: str, *, params: Ref, build: Ref, check_options: Ref = 
     """
     if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(name)):
         raise ValueError(f"registry: a family name is letters, digits and _; got {name!r}")
-    fam = Family(str(name), params, build, check_options, size_first, run_file, plot, summary)
+    fam = Family(str(name), params, build, check_options, size_first, run_file, plot, summary, field_help)
     with _LOCK:
         _put(_FAMILIES, fam.name, fam, "family", replace)
         if plot is not None:

@@ -110,6 +110,8 @@ KEYS = {
         "family": ("`tokens`", "-", "a fixed data set, weights 1/N, next-token targets"),
         "d": ("int >= 2", "2", "vocabulary"),
         "tokens": ("array of arrays of int", "required", "the sequences x_1..x_(L+1), tokens 0..d-1"),
+        "test_tokens": ("array of arrays of int", "none", "a held-out set of the same length, never trained on: "
+                                                          "its loss is recorded as `loss_test`"),
     },
     "[[layers]]": {
         "heads": ("array of tables", "required", "the layer's heads; their outputs are appended to the stream"),
@@ -220,6 +222,11 @@ class TwoLayerDescription:
     data: dict
     source: str | None = None
     raw: dict = field(default_factory=dict)
+
+    @property
+    def test(self):
+        """The held-out set (x, y, p) of a fixed data set, or None."""
+        return self.data.get("test")
 
     @property
     def exact(self) -> bool:
@@ -339,23 +346,41 @@ def _tokens(raw, loss):
     """A fixed data set: ``tokens`` (rows x_1..x_{L+1} over 0..d-1), weights 1/N, the next-token targets."""
     d = _table("data", raw, tuple(KEYS["[data] (family = tokens)"]))
     S = as_int("data.d", d.get("d", 2), lo=2)
-    rows = d.get("tokens")
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows):
-        raise ConfigError("data.tokens: a non-empty list of sequences, each a list of L + 1 tokens 0..d-1")
-    n_tok = sum(len(r) for r in rows)
-    if n_tok > MAX_TOKENS:
-        raise ConfigError(f"data.tokens: {n_tok} tokens, more than {MAX_TOKENS}")
-    if len({len(r) for r in rows}) != 1 or len(rows[0]) < 2:
-        raise ConfigError("data.tokens: every sequence needs the same length L + 1 >= 2")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < S for r in rows for v in r):
-        raise ConfigError(f"data.tokens: integers 0..{S - 1} (d = {S})")
     if loss == "soft":
         raise ConfigError("model.loss: 'soft' needs the exact law (data.family = 'markov'); a fixed data set has "
                           "next tokens: loss = 'nll'")
-    x = np.asarray(rows, dtype=np.int64)
+    x = _token_rows("data.tokens", d.get("tokens"), S)
     L = x.shape[1] - 1
     info = {"family": "tokens", "d": S, "L": L, "exact": False, "samples": int(x.shape[0]), "fixed": True}
+    if d.get("test_tokens") is not None:
+        xt = _token_rows("data.test_tokens", d["test_tokens"], S)
+        if xt.shape[1] != L + 1:
+            raise ConfigError(f"data.test_tokens: sequences of the training length L + 1 = {L + 1}; got {xt.shape[1]}")
+        info["test"] = (xt, np.eye(S)[xt[:, L]], np.full(xt.shape[0], 1.0 / xt.shape[0]))
+        info["n_test"] = int(xt.shape[0])
     return S, L, x, np.eye(S)[x[:, L]], np.full(x.shape[0], 1.0 / x.shape[0]), info
+
+
+def _token_rows(where, rows, S) -> np.ndarray:
+    if isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.dtype.kind in "iu":  # from Python (a family)
+        arr = rows.astype(np.int64)
+    else:
+        if not isinstance(rows, list) or not rows or not all(isinstance(r, list) for r in rows):
+            raise ConfigError(f"{where}: a non-empty list of sequences, each a list of L + 1 tokens 0..d-1")
+        n_tok = sum(len(r) for r in rows)
+        if n_tok > MAX_TOKENS:
+            raise ConfigError(f"{where}: {n_tok} tokens, more than {MAX_TOKENS}")
+        if len({len(r) for r in rows}) != 1:
+            raise ConfigError(f"{where}: every sequence needs the same length L + 1 >= 2")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for r in rows for v in r):
+            raise ConfigError(f"{where}: integers 0..{S - 1} (d = {S})")
+        arr = np.asarray(rows, dtype=np.int64)
+    if arr.size > MAX_TOKENS or arr.shape[0] < 1 or arr.shape[1] < 2:
+        raise ConfigError(f"{where}: 1 to {MAX_TOKENS} tokens in sequences of length L + 1 >= 2; got shape "
+                          f"{list(arr.shape)}")
+    if arr.min() < 0 or arr.max() >= S:
+        raise ConfigError(f"{where}: integers 0..{S - 1} (d = {S})")
+    return arr
 
 
 def _sample_chain(d, L, pa, alpha, n, seed):

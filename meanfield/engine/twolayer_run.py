@@ -158,17 +158,39 @@ def file_content(desc: TwoLayerDescription, traj: integrate.Trajectory):
         if key not in cache:
             cache[key] = loss_only(y, desc.net, desc.x, desc.y, desc.p)
         loss[r] = cache[key]
+    test = desc.test
+    if test is not None:  # the held-out loss of every record (never trained on)
+        loss_test = np.empty(len(Y))
+        for r, (st, y) in enumerate(zip(arr["step"], Y)):
+            key = ("test", int(st), y.tobytes())
+            if key not in cache:
+                cache[key] = loss_only(y, desc.net, *test)
+            loss_test[r] = cache[key]
     init = _blocks(desc, desc.theta0[None, :])
     data = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], "loss": loss, "theta": Y,
             "variables": _blocks(desc, Y), "initial_state": {g: {b: a[0] for b, a in v.items()} for g, v in init.items()},
             "tokens": np.asarray(desc.x, dtype=np.int64), "prob": np.asarray(desc.p, dtype=np.float64)}
+    if test is not None:
+        data["loss_test"] = loss_test
+        data["test_tokens"] = np.asarray(test[0], dtype=np.int64)
     attrs = {"blocks": [[n, list(s)] for n, s in desc.net.blocks], "stage_names": [s.name for s in desc.stages],
-             "stage_ends": traj.stage_ends, "data": desc.data, "loss_kind": desc.loss,
-             "description": desc.raw, "variable_axes": _axes(desc), "method": desc.training.method,
+             "stage_ends": traj.stage_ends, "data": {k: v for k, v in desc.data.items() if k != "test"},
+             "loss_kind": desc.loss, "description": _raw_without_tokens(desc.raw), "variable_axes": _axes(desc), "method": desc.training.method,
              "eta": desc.training.eta, "model_class": "twolayer", "name": desc.name,
              "sampled": "" if desc.exact or desc.data.get("fixed") else
              f"sampled: {desc.data.get('samples')} sequences (seed {desc.data.get('seed')}), not the exact population"}
     return data, attrs
+
+
+def _raw_without_tokens(raw: dict) -> dict:
+    """The description's tables for the ``description`` attribute, a fixed data set's sequences left out
+    (they are the ``tokens`` / ``test_tokens`` datasets; an HDF5 attribute holds 64 kB)."""
+    data = raw.get("data")
+    if not isinstance(data, dict) or not any(k in data for k in ("tokens", "test_tokens")):
+        return raw
+    out = dict(raw)
+    out["data"] = {k: (f"(the {k} dataset)" if k in ("tokens", "test_tokens") else v) for k, v in data.items()}
+    return out
 
 
 def run(desc: TwoLayerDescription, monitor=None) -> Run:

@@ -12,4 +12,8 @@ registry.register_claims("icl_onestep", "meanfield.models.icl.onestep:check",
 registry.register_claims("icl_saddles", "meanfield.models.icl.saddles:check",
                          "Zhang, Singh, Latham, Saxe (ICML 2025): saddle-to-saddle plateaus, scalar ODEs, merged drop")
 registry.register_claims("icl_softmax", "meanfield.models.icl.softmax:check",
-                         "Chen, Sheen, Wang, Yang (COLT 2024): multi-head softmax, sampled (not exact)")
+                         "Chen, Sheen, Wang, Yang (COLT 2024): multi-head softmax, one task and one head per task, "
+                         "sampled (not exact)")
+registry.register_data_size("meanfield.models.icl.multitask:prompts", size="meanfield.models.icl.multitask:prompts_size")
+registry.register_data_size("meanfield.models.icl.multitask:features",
+                            feature_count="meanfield.models.icl.multitask:feature_count")

@@ -13,10 +13,12 @@ loss, and the train-test gap.
 
 Chen et al. study H heads on H tasks (one head per task, their task
 allocation) and prove emergence, convergence and near-optimality of gradient
-flow on the population loss. The engine's family has one output, so the
-multi-task setting is out of reach: the claim here is its one-task form,
-``expected`` (the paper does not prove it for the algorithm run here, GD on a
-finite sampled set).
+flow on the population loss. The engine's ``icl_regression`` family has one
+output, so the claim here is the one-task form; the multi-task setting (H
+outputs, one per task) is ``meanfield/models/icl_softmax_multitask.toml``
+(a data function, ``meanfield.models.icl.multitask``), whose two claims this
+check adds. All are ``expected`` (the paper does not prove them for the
+algorithm run here, GD on a finite sampled set).
 """
 
 from __future__ import annotations
@@ -198,5 +200,11 @@ def check(path, out, quick: bool = False, log=print):
         {"heads": len(desc.model.heads), "attention": "softmax", "population": "sampled, not exact",
          "samples": m["samples"], "steps": S["steps"], "eta": desc.training.eta},
         {"criteria": parts, **m}, None, "expected")
-    return [claim], {"summary": "Chen, Sheen, Wang, Yang (COLT 2024), sampled (not exact) engine runs of "
-                                "meanfield/models/icl_softmax.toml."}
+    from pathlib import Path
+
+    from . import multitask
+
+    mt = multitask.check_claims(Path(path).parent / "icl_softmax_multitask.toml", quick=quick, log=log)
+    return [claim, *mt], {"summary": "Chen, Sheen, Wang, Yang (COLT 2024), sampled (not exact) engine runs of "
+                                     "meanfield/models/icl_softmax.toml (one task) and "
+                                     "meanfield/models/icl_softmax_multitask.toml (one head per task)."}

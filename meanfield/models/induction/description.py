@@ -12,7 +12,7 @@ schedule's phases (c, w, a in any grouping) are the description's stages
 with their own step sizes. The parameters are those of
 :class:`meanfield.models.induction.config.InductionConfig` (the same flags as
 ``meanfield induction run``); what the generic class does not build is
-refused in one line: ``n_test`` > 0 (no held-out loss yet), ``sampling``
+refused in one line: ``L_test`` other than L, ``sampling``
 other than fixed, ``loss = official-ce``, ``yhat_floor`` other than 1e-300,
 ``method`` other than gd.
 
@@ -67,9 +67,11 @@ def build(values: dict, name: str, source: str | None = None):
     from .model import init_params, unpack
     from .run import stage_specs, train_data
 
+    from .run import test_data
+
     cfg = make_config(dict(values))
-    for field, ok, allowed in [("n_test", cfg.n_test == 0, "0 (held-out sets are not built for two-layer "
-                                                           "descriptions yet)"),
+    for field, ok, allowed in [("L_test", cfg.L_test in (None, cfg.L), "the training L (a held-out set of another "
+                                                                        "length is not built for the description)"),
                                ("sampling", cfg.sampling == "fixed", "fixed"), ("loss", cfg.loss == "nll", "nll"),
                                ("yhat_floor", cfg.yhat_floor == 1e-300, "1e-300 (the generic log(0) guard)"),
                                ("method", cfg.method == "gd", "gd")]:
@@ -96,9 +98,12 @@ def build(values: dict, name: str, source: str | None = None):
         if getattr(cfg, k) is not None:
             training[k] = getattr(cfg, k)
     raw = {"name": name, "model": {"class": "twolayer", "loss": "nll"},
-           "data": {"family": "tokens", "d": cfg.d, "tokens": tokens.tolist()},
+           "data": {"family": "tokens", "d": cfg.d, "tokens": tokens},
            "layers": [{"heads": heads}], "selector": {"D": arch.D, "c": [float(v) for v in c]},
            "readout": {"kind": "attention", "a": float(a)}, "training": training}
+    te = test_data(cfg)
+    if te is not None:  # the held-out set of meanfield induction run (seed (seed, 1)): its loss per record
+        raw["data"]["test_tokens"] = np.asarray(te.tokens, dtype=np.int64)
     desc = twolayer_from_dict(raw, source=source)
     if all(getattr(cfg, k) is None for k in ("record_every", "record_log", "record_dt")):  # about 200 records
         import dataclasses

@@ -58,6 +58,8 @@ RUN_HELP = {
                        "S, A, B are then recorded divided by sqrt(m)",
 }
 
+#: the meaning of each MixtureConfig field (the family's ``field_help``: ``model run mixture --help``)
+FIELD_HELP = {field: RUN_HELP[flag] for flag, field in RUN_FLAGS.items() if flag in RUN_HELP}
 
 BACKEND_HELP = ("cpu | cuda | auto: cuda runs batched trajectories on an NVIDIA GPU (pip install "
                 "'meanfield[cuda]'); auto picks cuda only when a GPU is present")

@@ -13,6 +13,7 @@ registry.register_family(
     check_options="meanfield.models.mixture.family:check_options",
     size_first="meanfield.models.mixture.family:size_first",
     run_file="meanfield.models.mixture.family:run_file", plot="meanfield.models.mixture.family:plot",
+    field_help="meanfield.models.mixture.cli:FIELD_HELP",
     summary="K-mixture of linear classification, two-headed transformer (seed 000)")
 registry.register_fast_path(
     "mixture", name="kernels", run="meanfield.models.mixture.run:run",
