@@ -69,6 +69,8 @@ class Dictionary:
     report: np.ndarray | None = None
     report_names: tuple[str, ...] | None = None
     groups: tuple = ()  # named groups of features, ((name, (feature, ...)), ...): e.g. the icl_regression x and y
+    trainable: bool = False  # trainable token embeddings (meanfield.engine.embeddings)
+    ambient: int | None = None  # their ambient dimension d >= P (None: P)
 
     @property
     def P(self) -> int:
@@ -358,6 +360,7 @@ class Training:
     method: str = "gd"
     eta: float = 0.5
     normalise: str = "none"  # method gd only: none | parameter (normalised GD, see NORMALISE)
+    ridge: float = 0.0  # the attention's ridge penalty (meanfield.engine.ridge)
     stages: tuple[StageSpec, ...] = ()
     schedule: str = "simultaneous"
     dt: float | None = None

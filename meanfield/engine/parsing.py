@@ -21,11 +21,10 @@ OUT_OF_CLASS = {
              "blocks E^T M_a^T M_b E",
     "l1_penalty": "an entrywise penalty on a wide matrix is not a function of its Gram blocks",
 }
-#: why trainable token embeddings are refused (docs/engine.md, "Trainable embeddings")
-TRAINABLE_EMBEDDINGS = ("a step of trainable token embeddings E moves them by sum_a M_a^T dLoss/dU_a, so the next "
-                        "blocks M_b E' read M_b M_a^T, i.e. the wide weights off span(E) that a fixed E never sees; "
-                        "the state closes only when every wide row stays in span(E) (then in Q and Gamma, "
-                        "docs/engine.md, Trainable embeddings), which the engine does not hold yet")
+#: why trainable position vectors are refused (docs/engine.md, "Trainable embeddings")
+TRAINABLE_EMBEDDINGS = ("the token dictionary's embeddings train with [dictionary] trainable = true (the state then "
+                        "holds the ambient Gram of the wide weights and E, docs/engine.md, Trainable embeddings); "
+                        "position vectors with a Gram and cross Gram of their own are not derived there yet")
 
 
 def check_table(where: str, raw: dict, allowed) -> None:
@@ -67,3 +66,57 @@ def check_gram(name: str, G: np.ndarray) -> np.ndarray:
     if not ev > 1e-10 * max(1.0, float(np.abs(G).max())):
         raise ConfigError(f"{name}: must be symmetric positive definite; smallest eigenvalue {ev:.3g}")
     return G
+
+
+def check_description_numbers(raw: dict) -> None:
+    """Every number-typed key of a description, walked from its schema
+    (``meanfield.engine.schema.reference``: the keys' types; ``[parameters]``
+    from its parameter class, a family's own included): a TOML string there
+    (``steps = "100"``) is one line naming the key and its type
+    (:func:`meanfield.core.config.check_toml_numbers`). ``"$name"`` references
+    and ``width = "inf"`` stay allowed.
+
+    Parameters
+    ----------
+    raw : dict
+        The description as read from TOML, before its parameters are resolved.
+
+    Returns
+    -------
+    None
+        Raises ConfigError.
+
+    Example
+    -------
+    >>> check_description_numbers({"parameters": {"steps": 10}, "heads": [{"scale": 2.0}]})
+    """
+    import dataclasses
+
+    from ..core.config import check_toml_numbers, field_types
+    from .description import parameter_class
+    from .schema import reference
+
+    tables = {t: {k.name: k.type for k in keys} for t, _, keys in reference()}
+    inf = {"width": ("inf",)}
+    if not isinstance(raw, dict):
+        return
+    params = raw.get("parameters")
+    if isinstance(params, dict):
+        cls = parameter_class(raw)
+        types = field_types(cls) if dataclasses.is_dataclass(cls) else tables["[parameters]"]
+        check_toml_numbers("parameters", params, types, inf)
+    for name in ("data", "test"):
+        tab = raw.get(name)
+        if not isinstance(tab, dict):
+            continue
+        check_toml_numbers(name, tab, tables["[data]"])
+        rows = tab.get("rows")
+        for i, row in enumerate(rows if isinstance(rows, list) else []):
+            check_toml_numbers(f"{name}.rows[{i}]", row, tables["[data] rows = [ {...} ]"])
+    heads = raw.get("heads")
+    for i, h in enumerate(heads if isinstance(heads, list) else []):
+        check_toml_numbers(f"heads[{i}]", h, tables["[[heads]]"])
+    training = raw.get("training")
+    stages = training.get("stages") if isinstance(training, dict) else None
+    for i, st in enumerate(stages if isinstance(stages, list) else []):
+        check_toml_numbers(f"training.stages[{i}]", st, tables["[[training.stages]]"])

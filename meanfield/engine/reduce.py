@@ -57,6 +57,7 @@ GROUP_CODE = {"attention": 0, "values": 1, "readout": 2}
 # biases b[l - i + H_BL] (2 H_BL + 1 of them; meanfield.engine.positions)
 # columns of the float head table
 F_SCALE, F_SIGN, F_LR, F_RW, F_RV, F_RA, F_RB = range(7)  # F_R*: group rate / step size (engine.rates)
+F_RIDGE = 7  # the training's ridge lambda on the head's attention parameters (meanfield.engine.ridge)
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def layout(desc: Description) -> Layout:
     H = len(heads)
     Gamma = desc.dictionary.Gamma
     hi = np.full((H, 19), -1, dtype=np.int64)
-    hf = np.zeros((H, 7))
+    hf = np.zeros((H, 8))
     qv = np.zeros((H, P))
     objects = []
     off = 0
@@ -177,6 +178,7 @@ def layout(desc: Description) -> Layout:
         hf[k, F_SIGN] = h.sign
         hf[k, F_LR] = float(h.n_neurons)  # mean-field neuron scale: step eta * n
         hf[k, F_RW] = hf[k, F_RV] = hf[k, F_RA] = hf[k, F_RB] = 1.0  # rate factors of W~, w~, a (meanfield.engine.rates)
+        hf[k, F_RIDGE] = float(getattr(getattr(desc, "training", None), "ridge", 0.0) or 0.0)
         if h.query_vector is not None:
             qv[k] = h.query_vector
     Gr = np.zeros((H, Nmax, Nmax))

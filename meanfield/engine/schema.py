@@ -55,13 +55,16 @@ def _choices(values) -> str:
 _RUN_KNOBS = {
     "normalise": "gd only: `none` (plain GD) or `parameter` (normalised GD: each trained parameter matrix steps "
                  "by eta grad / ||grad||_F, the norm taken exactly from the Gram state)",
+    "ridge": "lambda >= 0 of the attention's ridge penalty: loss + lambda (||W_K||^2 + ||W_Q||^2) (separate) or "
+             "lambda ||W||^2 (merged), in GD, flow and normalised GD; orthonormal dictionaries only; the recorded "
+             "loss is without it (`meanfield.engine.ridge`)",
     "omega_q": "separate keys and queries: the queries' init scale (default: omega; 0: Q(0) = 0)",
     "symmetry": "`refuse` or `allow`: an infinite-width start that GD cannot leave by symmetry is refused "
                 "unless allowed (`meanfield.engine.symmetry`)",
     "init_from": "a run file whose last state is the initial state (`meanfield.engine.initfrom`; its model "
                  "structure must match)",
     "group_eta": "a rate per parameter group for the whole run, `\"keys=0.1,values=2\"` or a table "
-                 "(`meanfield.engine.rates`; groups: keys, queries, values, readout, signs, positions, attention)",
+                 "(`meanfield.engine.rates`; groups: keys, queries, values, readout, signs, positions, embeddings, attention)",
     "eta_schedule": "a multiplier of every rate at step k: `cosine`, `step:E:G`, `warmup:W+cosine`, `inverse:T0` "
                     "(`meanfield.engine.rates`)",
     "method": f"{_choices(METHODS)}: the exact GD map, gradient flow (adaptive Dormand-Prince 5(4)) or fixed-step RK4",
@@ -196,6 +199,9 @@ def reference() -> list[tuple[str, str, list[Key]]]:
                 "feature names; `{prefix = \"v\", count = \"$K\"}` makes v1..vK; `{function = \"pkg.mod:fn\", args "
                 "= {...}}` imports a function by name (never evaluated) that returns them"),
             Key("gram", "P x P matrix", "identity", "the Gram matrix Gamma = E^T E (symmetric positive definite)"),
+            Key("trainable", "bool", "false", "trainable token embeddings E: the state holds the ambient Gram of the "
+                "wide weights and E (docs/engine.md, Trainable embeddings); the rate group `embeddings`"),
+            Key("ambient", "int >= P", "P", "the embeddings' ambient dimension d (only with `trainable`)"),
         ]),
         ("[data]", "the data set: exactly one of `rows` and `function`", [
             Key("rows", "array of tables", "-", "the sequences, one table each (keys below)"),

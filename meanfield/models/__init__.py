@@ -28,5 +28,7 @@ PLUGINS = (
     "meanfield.models.maxmargin.plugin",
     "meanfield.models.multiclass.plugin",
     "meanfield.models.icl.plugin",
+    "meanfield.models.scansnap.plugin",
+    "meanfield.models.prompt_attention.plugin",
     "meanfield.models.edelman.plugin",
 )
