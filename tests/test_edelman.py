@@ -90,3 +90,16 @@ def test_stage_series_refuses_a_description_off_the_law(tmp_path):
     bad = type(desc)(**{**desc.__dict__, "x": desc.x[::-1].copy()})
     with pytest.raises(ValueError, match="not \\[d\\]"):
         claims.stage_series(bad, r)
+
+
+@pytest.mark.parametrize("old,new,field", [("pa = [1]", "pa = [2]", "data.pa"),
+                                           ('loss = "nll"', 'loss = "soft"', "model.loss")])
+def test_check_refuses_a_description_the_levels_do_not_describe(tmp_path, old, new, field):
+    bad = tmp_path / "edelman.toml"
+    bad.write_text(TOML.read_text().replace(old, new))
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "check", str(bad), "--quick", "--out",
+                        str(tmp_path / "o")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert not any((tmp_path / "o").glob("*"))  # nothing written

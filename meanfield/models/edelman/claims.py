@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...core.errors import ConfigError
 from ...core.report import Claim, status
 from ...engine import twolayer_net, twolayer_run
 from ...engine.description import _read
@@ -84,13 +85,30 @@ def _plateau(s) -> dict:
     return {"first_step": first, "unigram_plateau_steps": length}
 
 
-def _run(path, alpha=None, steps=None):
+def _require(desc) -> None:
+    """Refuse, with one line naming the field, a description the reference levels do not describe."""
+    data = desc.data
+    if data.get("family") != "markov" or not desc.exact:
+        raise ConfigError("data: the edelman claims need the exact law of the in-context Markov chain "
+                          "(family = \"markov\", exact = true)")
+    if list(data.get("pa", [])) != [1]:
+        raise ConfigError(f"data.pa: the edelman claims need pa = [1] (a bigram chain); got {data.get('pa')}")
+    if desc.loss != "nll":
+        raise ConfigError(f"model.loss: the edelman claims need loss = \"nll\"; got {desc.loss!r}")
+
+
+def _load(path, alpha=None, steps=None):
     raw = _read(path)
     if alpha is not None:
         raw.setdefault("data", {})["alpha"] = float(alpha)
     desc = twolayer_from_dict(raw, {"steps": steps} if steps else None, source=str(path))
-    r = twolayer_run.run(desc)
-    return desc, r
+    _require(desc)
+    return desc
+
+
+def _run(path, alpha=None, steps=None):
+    desc = _load(path, alpha, steps)
+    return desc, twolayer_run.run(desc)
 
 
 def _figure(s, out):
@@ -143,6 +161,7 @@ def check(path, out, quick: bool = False, log=print):
     >>> # meanfield model check edelman --quick --out DIR
     """
     S = SETTINGS["quick" if quick else "full"]
+    _load(path)  # a description the levels do not describe: one line naming the field, before any work
     log("[check] edelman: GD on the exact population of the in-context Markov chain ...")
     desc, r = _run(path)
     dd, L, alpha = desc.data["d"], desc.data["L"], float(desc.data["alpha"])
