@@ -6,6 +6,7 @@ to the explicit torch network (meanfield.engine.twolayer_oracle) stepped stage b
 from __future__ import annotations
 
 import copy
+import re
 import doctest
 import subprocess
 import sys
@@ -176,7 +177,7 @@ REFUSALS = [
     (("layers", 0, "heads"), [], "layers[0].heads: required"),
     (("layers",), [], "layers: required"),
     (("layers", 0, "heads", 0, "lags"), [9, 9], "layers[0].heads[0].lags: first lag 9"),
-    (("data", "family"), "graph", "data.family: 'markov'"),
+    (("data", "family"), "dag", "data.family: one of markov"),
     (("data", "d"), 1, "data.d:"),
     (("data", "L"), 0, "data.L:"),
     (("data", "L"), 30, "data.L: the exact law enumerates"),
@@ -415,3 +416,36 @@ def test_a_large_fixed_data_set_writes_its_run_file(tmp_path):
     assert r.status == "complete" and np.asarray(back["tokens"]).shape == (3000, 31)
     assert np.asarray(back["test_tokens"]).shape == (100, 31) and len(back["loss_test"]) == len(back.t)
     assert back.attrs["description"]["data"]["tokens"] == "(the tokens dataset)"
+
+
+def test_a_latent_causal_graph_law_its_soft_target_and_refusals():
+    # the soft-target loss over the law of x_1..x_L equals the next-token loss over the law of x_1..x_(L+1)
+    # (the posterior mean is E[x_(L+1) | context]); both from the description's own [data] tables
+    from meanfield.engine.twolayer_net import loss_grad
+
+    parents = [[], [1], [1], [2, 3], [4]]
+    raw = base()
+    raw["training"] = {"eta": 0.1, "steps": 2}
+    raw["data"] = {"family": "graph", "d": 2, "parents": parents, "alpha": 0.7}
+    hard = twolayer_from_dict(raw)
+    raw["model"]["loss"] = "soft"
+    soft = twolayer_from_dict(raw)
+    assert hard.x.shape == (32, 5) and soft.x.shape == (16, 4) and hard.net.L == soft.net.L == 4
+    theta = np.random.default_rng(0).normal(0, 0.4, hard.net.size)
+    raw["readout"] = {"kind": "linear"}
+    del raw["selector"]
+    lin_soft = twolayer_from_dict(raw)
+    raw["model"]["loss"] = "nll"
+    lin_hard = twolayer_from_dict(raw)
+    th = np.random.default_rng(1).normal(0, 0.4, lin_hard.net.size)
+    ls = loss_grad(th, lin_soft.net, lin_soft.x, lin_soft.y, lin_soft.p)[0]
+    lh = loss_grad(th, lin_hard.net, lin_hard.x, lin_hard.y, lin_hard.p)[0]
+    assert abs(ls - lh) <= 1e-12
+    assert np.isfinite(loss_grad(theta, hard.net, hard.x, hard.y, hard.p)[0])
+    for data, start in [({"family": "graph", "d": 2, "parents": [[]]}, "data.parents: one list per position"),
+                        ({"family": "graph", "d": 2, "parents": [[], [2]]}, "data.parents:"),
+                        ({"family": "graph", "d": 2, "parents": [[], [1]], "pa": [1]}, "data: unknown key 'pa'")]:
+        raw2 = base()
+        raw2["data"] = data
+        with pytest.raises(ConfigError, match="^" + re.escape(start)):
+            twolayer_from_dict(raw2)

@@ -97,14 +97,22 @@ KEYS = {
                                          "(the exact law only); -log y_hat is clipped at -log 1e-300"),
     },
     "[data] (family = markov)": {
-        "family": ("`markov`, `tokens`", "markov", "the in-context Markov chain with a Dirichlet prior, or a "
-                                                  "fixed data set"),
+        "family": ("`markov`, `graph`, `tokens`", "markov", "the in-context Markov chain with a Dirichlet prior, a "
+                                                           "latent causal graph, or a fixed data set"),
         "d": ("int >= 2", "2", "vocabulary"), "L": ("int", "5", "context length (x_1..x_L predict x_(L+1))"),
         "pa": ("array of int", "[1]", "parent lags"), "alpha": ("float > 0", "1.0", "Dirichlet concentration"),
         "start": ("`uniform`", "uniform", "x_1..x_r uniform (the stationary start has no closed form: refused)"),
         "exact": ("bool", "true without samples", "enumerate [d]^(L+1) with the Dirichlet-multinomial weights"),
         "samples": ("int", "none", "exact = false: this many sequences drawn with seed (sampled, not exact)"),
         "seed": ("int", "0", "seed of the sampled sequences"),
+    },
+    "[data] (family = graph)": {
+        "family": ("`graph`", "-", "a latent causal graph over the positions (one Dirichlet table per parent count, "
+                                  "shared by the positions with that count; roots uniform), exact law"),
+        "d": ("int >= 2", "2", "vocabulary"),
+        "parents": ("array of arrays of int", "required", "each position's parent positions (1-based, earlier; [] "
+                                                           "for a root); the last position is the one predicted"),
+        "alpha": ("float > 0", "1.0", "Dirichlet concentration"),
     },
     "[data] (family = tokens)": {
         "family": ("`tokens`", "-", "a fixed data set, weights 1/N, next-token targets"),
@@ -292,10 +300,12 @@ def _data(raw, loss):
     fam = raw.get("family", "markov") if isinstance(raw, dict) else None
     if fam == "tokens":
         return _tokens(raw, loss)
+    if fam == "graph":
+        return _graph(raw, loss)
     d = _table("data", raw, tuple(KEYS["[data] (family = markov)"]))
     if fam != "markov":
-        raise ConfigError(f"data.family: 'markov' (the in-context Markov chain with a Dirichlet prior) or 'tokens' "
-                          f"(a fixed data set) is built; got {fam!r} (a latent causal graph: later work)")
+        raise ConfigError(f"data.family: one of markov (the in-context Markov chain with a Dirichlet prior), graph "
+                          f"(a latent causal graph), tokens (a fixed data set); got {fam!r}")
     S = as_int("data.d", d.get("d", 2), lo=2)
     L = as_int("data.L", d.get("L", 5), lo=1)
     pa = d.get("pa", [1])
@@ -359,6 +369,31 @@ def _tokens(raw, loss):
         info["test"] = (xt, np.eye(S)[xt[:, L]], np.full(xt.shape[0], 1.0 / xt.shape[0]))
         info["n_test"] = int(xt.shape[0])
     return S, L, x, np.eye(S)[x[:, L]], np.full(x.shape[0], 1.0 / x.shape[0]), info
+
+
+def _graph(raw, loss):
+    """The exact law of a latent causal graph over positions 1..L+1 (the last one predicted)."""
+    from .twolayer import graph_law, graph_posterior_mean
+
+    d = _table("data", raw, tuple(KEYS["[data] (family = graph)"]))
+    S = as_int("data.d", d.get("d", 2), lo=2)
+    par = d.get("parents")
+    if not isinstance(par, list) or len(par) < 2 or not all(isinstance(ps, list) for ps in par):
+        raise ConfigError("data.parents: one list per position 1..L+1 of earlier positions (1-based, [] for a root); "
+                          "the last position is the one predicted")
+    alpha = as_float("data.alpha", d.get("alpha", 1.0), positive=True)
+    L = len(par) - 1
+    try:
+        if loss == "soft":  # the law of x_1..x_L and the posterior mean of the last position's row
+            law = graph_law(S, par[:-1], alpha)
+            y = graph_posterior_mean(law.tokens, S, par[:-1], par[-1], alpha)
+        else:
+            law = graph_law(S, par, alpha)
+            y = np.eye(S)[law.tokens[:, L]]
+    except ConfigError as e:
+        raise ConfigError(f"data.{e}") from None
+    info = {"family": "graph", "d": S, "L": L, "parents": par, "alpha": alpha, "exact": True}
+    return S, L, law.tokens, y, law.prob, info
 
 
 def _token_rows(where, rows, S) -> np.ndarray:
