@@ -17,7 +17,8 @@ import pytest
 
 from meanfield.core.config import ConfigError, _numeric_kind, field_types
 from meanfield.engine.description import description_from_dict
-from meanfield.engine.parsing import check_description_numbers
+from meanfield.engine.description import parameter_class
+from meanfield.engine.schema import check_description_numbers
 from meanfield.engine.schema import reference
 
 BASE = {"dictionary": {"features": ["a", "b"]},
@@ -27,6 +28,7 @@ BASE = {"dictionary": {"features": ["a", "b"]},
 
 #: where a key of each schema table lives in BASE
 WHERE = {"[parameters]": lambda r: r["parameters"], "[data]": lambda r: r["data"],
+         "[dictionary]": lambda r: r["dictionary"],
          "[data] rows = [ {...} ]": lambda r: r["data"]["rows"][0], "[[heads]]": lambda r: r["heads"][0],
          "[[training.stages]]": lambda r: r["training"]["stages"][0]}
 
@@ -86,7 +88,7 @@ def _family_cases():
 def test_a_family_parameter_as_a_string_is_refused(field, typ):
     raw = {"family": "mixture", "parameters": {field: "2"}}
     with pytest.raises(ConfigError, match=rf"parameters\.{field}: must be a TOML number"):
-        check_description_numbers(raw)
+        check_description_numbers(raw, parameter_class(raw))
 
 
 @pytest.mark.parametrize("system", ["mixture", "induction"])

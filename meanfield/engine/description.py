@@ -84,52 +84,11 @@ from .heldout import held_out
 from .rates import check_training, format_group_eta, has_rates, parse_group_eta, parse_schedule
 from .rates import stage_rates as _stage_rates
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, NORMALISE, QUERIES,  # noqa: F401
-                      VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
-                      make_data)
+                      TOP_KEYS, VALUES, Data, Description, Dictionary, Head, Init, Model, RunParams, StageSpec,
+                      Training, make_data)
 from .parsing import OUT_OF_CLASS, as_bool, as_matrix, check_gram, check_table
 
 # ------------------------------------------------------------------ the run knobs of a general description
-
-
-@dataclass(frozen=True)
-class RunParams:
-    """The run knobs of a general description (``[parameters]``; CLI flags
-    override them, e.g. ``--width 5 --seed 1 --steps 300 --record-every 1``).
-    Stage lengths: ``steps`` (gd) / ``t_end`` (flow, rk4) when the description
-    has no ``[[training.stages]]``; otherwise each stage's own length."""
-
-    method: str = "gd"
-    eta: float = 0.5
-    normalise: str = "none"  # gd only: none | parameter (normalised GD)
-    ridge: float = 0.0  # lambda of the attention's ridge penalty lambda (||W_K||^2 + ||W_Q||^2), or lambda ||W||^2
-    steps: int = 1000
-    t_end: float | None = None
-    dt: float | None = None
-    rtol: float = 1e-8
-    atol: float = 1e-10
-    h_min: float | None = None
-    max_abs: float = 1e6
-    criterion: str | None = None
-    width: int | None = None
-    seed: int = 0
-    omega: float = 0.1
-    omega_v: float = 0.1
-    omega_q: float | None = None  # separate K/Q: the queries' init scale (None: omega; 0: Q(0) = 0)
-    symmetry: str = "refuse"  # an infinite-width start that GD cannot leave by symmetry: refuse | allow (engine.symmetry)
-    sigma_r: float = 1.0
-    neuron_init: str = "zero"
-    relu_prime_at_zero: float = 1.0
-    record_every: int | None = None
-    record_log: int | None = None
-    record_dt: float | None = None
-    stage_steps: tuple | None = None  # gd: every [[training.stages]]'s length, in order (--stage-steps 100,2000)
-    stage_times: tuple | None = None  # flow / rk4: every stage's time, in order
-    group_eta: str | None = None  # rates per group for the run: "keys=0.1,values=2" (meanfield.engine.rates)
-    eta_schedule: str | None = None  # the run's learning-rate schedule: cosine, step:E:G, warmup:W+cosine, inverse:T0
-    init_from: str | None = None  # a run file whose last state is the initial state (meanfield.engine.initfrom)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 _NEURON_RE = re.compile(r"^(zero|const:[^:]+|gaussian:[^:]+)$")
@@ -378,8 +337,6 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
 
 # ------------------------------------------------------------------ loading
 
-TOP_KEYS = ("name", "family", "plugins", "parameters", "dictionary", "data", "test", "positions", "heads",
-            "model", "training")
 
 
 def parameter_class(raw: dict):
@@ -576,9 +533,10 @@ def read_raw(path) -> dict:
         raise ConfigError(f"model: file not found: {p}") from None
     except Exception as e:  # tomllib.TOMLDecodeError
         raise ConfigError(f"model: malformed TOML in {p}: {e}") from None
-    from .parsing import check_description_numbers
+    from .schema import check_description_numbers
 
-    check_description_numbers(raw)  # a number in quotes in the file (a family's dict of flags is text: not here)
+    check_description_numbers(raw, parameter_class(raw) if isinstance(raw.get("parameters"), dict) else None)
+    # ^ a number in quotes in the file (a family's dict of flags is text: not here)
     return raw
 
 

@@ -43,21 +43,9 @@ import numpy as np
 from ..core.config import ConfigError
 from .objects import Description
 
-ATT = {"softmax": 0, "linear": 1}
-KQC = {"separate": 0, "merged": 1}
-QRY = {"mean": 0, "last": 1, "fixed": 2}
-VAL = {"neuron": 0, "linear": 1, "matrix": 2, "token": 3}
-LOSS = {"logistic": 0, "squared": 1, "cross_entropy": 2}
-GROUP_BIT = {"attention": 1, "values": 2, "readout": 4, "signs": 8}
-GROUP_CODE = {"attention": 0, "values": 1, "readout": 2}
-
-# columns of the integer head table
-(H_ATT, H_KQ, H_QRY, H_QSELF, H_VAL, H_NN, H_C, H_N, H_QOFF, H_IK, H_IQ, H_IV, H_IR, H_WOFF, H_VOFF,
- H_AOFF, H_MASK, H_BOFF, H_BL) = range(19)  # H_MASK: 1 causal; H_BOFF, H_BL: relative positional
-# biases b[l - i + H_BL] (2 H_BL + 1 of them; meanfield.engine.positions)
-# columns of the float head table
-F_SCALE, F_SIGN, F_LR, F_RW, F_RV, F_RA, F_RB = range(7)  # F_R*: group rate / step size (engine.rates)
-F_RIDGE = 7  # the training's ridge lambda on the head's attention parameters (meanfield.engine.ridge)
+from .tables import (ATT, F_LR, F_RA, F_RB, F_RIDGE, F_RV, F_RW, F_SCALE, F_SIGN, GROUP_BIT,  # noqa: F401
+                     GROUP_CODE, H_AOFF, H_ATT, H_BL, H_BOFF, H_C, H_IK, H_IQ, H_IR, H_IV, H_KQ, H_MASK, H_N,
+                     H_NN, H_QOFF, H_QRY, H_QSELF, H_VAL, H_VOFF, H_WOFF, KQC, LOSS, QRY, VAL)
 
 
 @dataclass(frozen=True)

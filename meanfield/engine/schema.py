@@ -166,7 +166,7 @@ def reference() -> list[tuple[str, str, list[Key]]]:
     >>> [k.name for k in tables["[model]"]]
     ['loss']
     """
-    from .description import RunParams, TOP_KEYS
+    from .objects import RunParams, TOP_KEYS
 
     top_meaning = {
         "name": ("str", "the file's stem", "the model's name (run files, `check` finds a shipped model's claims by it)"),
@@ -289,3 +289,61 @@ def markdown() -> str:
     out += ["### Two-layer keys refused with a reason", "", "| key | why |", "|---|---|"]
     out += [f"| `{k}` | {why} |" for k, why in _TL_NO.items()]
     return "\n".join(out) + "\n"
+
+
+def check_description_numbers(raw: dict, params_class=None) -> None:
+    """Every number-typed key of a description, walked from its schema
+    (``meanfield.engine.schema.reference``: the keys' types; ``[parameters]``
+    from its parameter class, a family's own included): a TOML string there
+    (``steps = "100"``) is one line naming the key and its type
+    (:func:`meanfield.core.config.check_toml_numbers`). ``"$name"`` references
+    and ``width = "inf"`` stay allowed.
+
+    Parameters
+    ----------
+    raw : dict
+        The description as read from TOML, before its parameters are resolved.
+    params_class : type, optional
+        The dataclass of its ``[parameters]`` (``meanfield.engine.description.parameter_class(raw)``;
+        a family's own); default :class:`~meanfield.engine.objects.RunParams`.
+
+    Returns
+    -------
+    None
+        Raises ConfigError.
+
+    Example
+    -------
+    >>> check_description_numbers({"parameters": {"steps": 10}, "heads": [{"scale": 2.0}]})
+    """
+    import dataclasses
+
+    from ..core.config import check_toml_numbers, field_types
+    from .objects import RunParams
+
+    tables = {t: {k.name: k.type for k in keys} for t, _, keys in reference()}
+    inf = {"width": ("inf",)}
+    if not isinstance(raw, dict):
+        return
+    params = raw.get("parameters")
+    if isinstance(params, dict):
+        cls = params_class if params_class is not None else RunParams
+        types = field_types(cls) if dataclasses.is_dataclass(cls) else tables["[parameters]"]
+        check_toml_numbers("parameters", params, types, inf)
+    if isinstance(raw.get("dictionary"), dict):
+        check_toml_numbers("dictionary", raw["dictionary"], tables["[dictionary]"])
+    for name in ("data", "test"):
+        tab = raw.get(name)
+        if not isinstance(tab, dict):
+            continue
+        check_toml_numbers(name, tab, tables["[data]"])
+        rows = tab.get("rows")
+        for i, row in enumerate(rows if isinstance(rows, list) else []):
+            check_toml_numbers(f"{name}.rows[{i}]", row, tables["[data] rows = [ {...} ]"])
+    heads = raw.get("heads")
+    for i, h in enumerate(heads if isinstance(heads, list) else []):
+        check_toml_numbers(f"heads[{i}]", h, tables["[[heads]]"])
+    training = raw.get("training")
+    stages = training.get("stages") if isinstance(training, dict) else None
+    for i, st in enumerate(stages if isinstance(stages, list) else []):
+        check_toml_numbers(f"training.stages[{i}]", st, tables["[[training.stages]]"])
