@@ -103,3 +103,21 @@ def test_check_refuses_a_description_the_levels_do_not_describe(tmp_path, old, n
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and field in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert not any((tmp_path / "o").glob("*"))  # nothing written
+
+
+def test_shipped_description_equals_the_explicit_torch_network():
+    """edelman.toml's run (the engine's GD map on the exact law) equals the explicit network of
+    meanfield.engine.twolayer_oracle (torch float64, autograd, no shared code) over 200 steps."""
+    pytest.importorskip("torch")
+    from meanfield.engine.twolayer_oracle import Oracle
+
+    desc, r = claims._run(TOML, steps=200)
+    net = desc.net
+    spec = {"S": net.S, "L": net.L, "readout": net.readout, "selector": net.selector,
+            "layers": [[dict(score=h.score, lags=h.lags, softmax=h.softmax, normalise=h.normalise, value=h.value)
+                        for h in hs] for hs in net.layers]}
+    ref, rls = Oracle(spec).gd(desc.theta0, desc.x, desc.y, desc.p, desc.training.eta, 200)
+    th = np.asarray(r["theta"])
+    assert int(r["step"][-1]) == 200
+    assert np.abs(th[-1] - ref).max() <= 1e-10
+    assert abs(float(r.loss[0]) - float(rls[0])) <= 1e-12
