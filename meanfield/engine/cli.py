@@ -228,10 +228,15 @@ def _cmd_run(args) -> int:
     from ..core.guard import read_config_text
     from .twolayer_desc import is_twolayer
 
-    if is_twolayer(read_config_text(model_path(args.model), "model")):  # the two-layer class
+    raw = read_config_text(model_path(args.model), "model")
+    if is_twolayer(raw):  # the two-layer class: its own knobs (meanfield.engine.twolayer_desc.OVERRIDES)
+        from .twolayer_desc import twolayer_from_dict
         from .twolayer_run import cli_run
 
-        return cli_run(args, out)
+        given = {name: getattr(args, "param_" + name) for name in _param_fields()
+                 if getattr(args, "param_" + name, None) is not None}
+        given.update(getattr(args, "declared", None) or {})
+        return cli_run(args, out, twolayer_from_dict(raw, given, source=str(model_path(args.model))))
     desc = description_from_args(args, size={})
     from .twolayer_desc import TwoLayerDescription
 

@@ -261,7 +261,7 @@ def run_to_file(desc: TwoLayerDescription, out, progress: bool = True, checkpoin
     return traj, Path(path)
 
 
-def cli_run(args, out, desc: TwoLayerDescription | None = None) -> int:
+def cli_run(args, out, desc: TwoLayerDescription) -> int:
     """``meanfield model run FILE.toml`` for a two-layer description (``out``: the checked output path).
 
     Parameters
@@ -270,8 +270,8 @@ def cli_run(args, out, desc: TwoLayerDescription | None = None) -> int:
         The verb's arguments (``model``, ``plot``, ``quiet``, the parameter flags).
     out : Path
         The run file.
-    desc : TwoLayerDescription or None
-        Already built (a registered family's description); None: read ``args.model``.
+    desc : TwoLayerDescription
+        The description, built by the command from ``args.model`` and its flags.
 
     Returns
     -------
@@ -281,22 +281,13 @@ def cli_run(args, out, desc: TwoLayerDescription | None = None) -> int:
     Example
     -------
     >>> import argparse                                             # doctest: +SKIP
-    >>> cli_run(argparse.Namespace(model="m.toml", plot=None, quiet=True), Path("runs/m.h5"))  # doctest: +SKIP
+    >>> cli_run(argparse.Namespace(plot=None, quiet=True), Path("runs/m.h5"), desc)  # doctest: +SKIP
     0
     """
     from ..core.errors import ConfigError
-    from ..core.guard import read_config_text
-    from .cli import _param_fields, model_path
-    from .twolayer_desc import twolayer_from_dict
 
     if getattr(args, "plot", None):
         raise ConfigError("plot: no figures for a two-layer run yet (its run file has every block: meanfield.open_run)")
-    given = {name: getattr(args, "param_" + name) for name in _param_fields()
-             if getattr(args, "param_" + name, None) is not None}
-    given.update(getattr(args, "declared", None) or {})
-    if desc is None:
-        path = model_path(args.model)
-        desc = twolayer_from_dict(read_config_text(path, "model"), given, source=str(path))
     from ..core.guard import first_use_notice
     from . import twolayer_kernels as tk
 
