@@ -82,5 +82,9 @@ def warm(main, names=None) -> float:
             log.setLevel(level)
             if rc not in (0, None):
                 raise RuntimeError(f"warm-up of '{name}' failed (exit {rc})")
+            if name == "mixture batched":  # and its trajectory-vectorised blocks (a tiny sweep has too few)
+                from .models.mixture.batched import warm_lanes
+
+                warm_lanes()
             log.info("warm: %s kernels ready in %.1f s", name, time.perf_counter() - t1)
     return time.perf_counter() - t0

@@ -72,6 +72,20 @@ CASES = [
     ("steps-0", ["mixture", "run", "--steps", "0", "--out", "x.h5"], "steps"),
     ("model-steps-0", ["model", "run", "incontext", "--steps", "0", "--out", "x.h5"], "steps"),
     ("induction-steps-0", ["induction", "run", "--steps", "0", "--out", "x.h5"], "steps"),
+    ("stage-steps-0-0-0", ["mixture", "run", "--schedule", "three-stage", "--stage-steps", "0,0,0",
+                           "--out", "x.h5"], "--stage-steps"),
+    ("stage-steps-stage1-0-zero-neurons", ["mixture", "run", "--schedule", "three-stage", "--stage-steps",
+                                           "0,4000,2000", "--out", "x.h5"], "--stage-steps"),
+    ("stage-times-0-0-0", ["mixture", "run", "--method", "flow", "--schedule", "three-stage", "--stage-times",
+                           "0,0,0", "--out", "x.h5"], "--stage-times"),
+    ("sweep-stage-steps-0-0-0", ["mixture", "sweep", "--schedule", "three-stage", "--stage-steps", "0,0,0",
+                                 "--param", "omega=0.1,0.2", "--out", "sw"], "--stage-steps"),
+    ("model-stage-steps-0-0", ["model", "run", "mixture", "--schedule", "three-stage", "--stage-steps", "0,0,0",
+                               "--out", "x.h5"], "--stage-steps"),
+    ("induction-stage-steps-0-0-0", ["induction", "run", "--stage-steps", "0,0,0", "--out", "x.h5"],
+     "--stage-steps"),
+    ("h-min-0", ["mixture", "run", "--method", "flow", "--h-min", "0", "--out", "x.h5"], "--h-min"),
+    ("model-h-min-0", ["model", "run", "mixture", "--method", "flow", "--h-min", "0", "--out", "x.h5"], "--h-min"),
     ("induction-D-0", ["induction", "run", "--D", "0", "--out", "x.h5"], "D"),
     ("escape-omegas-empty", ["mixture", "escape", "--omegas", ""], "omegas"),
     ("bound-9**9**9", ["mixture", "bound", "mix.h5", "loss <= 9**9**9"], "9**9**9"),
@@ -182,3 +196,28 @@ def test_a_description_with_huge_token_counts_is_refused(count):
     with pytest.raises(ConfigError, match=r"data.rows\[0\].counts: must be"):
         description_from_dict(raw)
     assert count > MAX_COUNT
+
+
+def test_the_python_api_keeps_evaluate_at_the_start_runs():
+    """The refusals of --h-min 0 and of zero-step stage plans are the command
+    line's (meanfield.core.config.check_cli_values): from Python h_min = 0 (no
+    floor) and a plan of zero steps (the start evaluated) stay accepted, and a
+    zero-step plan records exactly its initial state."""
+    from meanfield.core.config import ConfigError, check_cli_values
+    from meanfield.engine.description import description_from_dict
+    from meanfield.models.mixture.measure import simulate
+    from meanfield.models.mixture.config import make_config
+
+    assert make_config(method="flow", t_end=1.0, h_min=0.0).h_min == 0.0
+    cfg = make_config({"K": 2, "L": 3}, schedule="three-stage", stage_steps=(0, 0, 0))
+    sim = simulate(cfg)
+    assert len(sim["loss"]) == 1  # the start, evaluated, nothing trained
+    raw = {"dictionary": {"features": ["a", "b"]},
+           "data": {"rows": [{"tokens": ["a", "b"], "target": 1}, {"tokens": ["b", "a"], "target": -1}]},
+           "heads": [{"name": "h"}], "model": {"loss": "logistic"},
+           "parameters": {"method": "flow", "t_end": 1.0, "h_min": 0.0}}
+    assert description_from_dict(raw).parameters.h_min == 0.0
+    for bad in ({"h_min": "0"}, {"stage_steps": "0,0"}, {"stage_times": "0.0,0"}, {"phase_steps": "0"}):
+        with pytest.raises(ConfigError, match="on the command line"):
+            check_cli_values(bad)
+    check_cli_values({"h_min": "1e-9", "stage_steps": "0,1", "stage_times": None})

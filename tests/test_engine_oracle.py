@@ -240,7 +240,7 @@ def test_random_descriptions_with_rates_cover_the_groups():
             if st.eta_schedule:
                 seen["stage_schedule"].add(st.eta_schedule.split(":")[0])
         seen["run_schedule"].update(p.split(":")[0] for p in (tr.eta_schedule or "constant").split("+"))
-    assert seen["groups"] == set(RATE_GROUPS) - {"positions"}  # positions: the descriptions with positions
+    assert seen["groups"] == set(RATE_GROUPS) - {"positions", "embeddings"}  # those: the descriptions with positions, test_engine_embeddings
     assert seen["kq_apart"] == {True, False} and seen["merged"] == {True, False}
     assert seen["stage_eta"] == {True, False} and seen["stage_table"] == {True, False}
     assert seen["run_schedule"] | seen["stage_schedule"] == {"constant", "step", "cosine", "warmup", "inverse"}

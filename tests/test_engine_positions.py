@@ -82,8 +82,7 @@ def test_python_run_and_the_mask_changes_it():
 @pytest.mark.parametrize("edit, field", [
     (lambda r: r["positions"].update(trainable=True), "positions.trainable: learned position vectors are trainable"),
     (lambda r: r["positions"].update(mode="rotary"), "positions.mode: "),
-    (lambda r: r["dictionary"].update(trainable=True), "dictionary.trainable: outside the Gram-closure class: a "
-                                                        "step of trainable token embeddings"),
+    (lambda r: r["dictionary"].update(trainable=True), "positions: not with dictionary.trainable"),
     (lambda r: r["positions"].pop("mode"), "positions.mode: required"),
     (lambda r: r["positions"].update(mode="concatenated", cross=[[0, 0, 0], [0, 0, 0]]),
      "positions.cross: concatenated positions are orthogonal"),

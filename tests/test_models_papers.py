@@ -315,7 +315,24 @@ def test_maxmargin_claim_labels_follow_the_papers():
                    "merged_direction_frobenius_svm_authors_setup": "shown",
                    "separate_direction_nuclear_svm": "shown",               # (K, Q): regularisation path only
                    "separate_direction_nuclear_svm_plain_gd": "expected"}
-    assert mm.AUTHORS == {"normalise": "parameter", "eta": 0.1, "omega": 0.2, "omega_q": 0.0}
+    assert mm.AUTHORS == {"normalise": "parameter", "eta": 0.1, "omega": 0.2, "omega_q": 0.0,
+                          "ridge": float(np.finfo(float).eps)}  # the authors' ridge on (K, Q)
+
+
+def test_maxmargin_a_ridge_run_is_checked_at_its_stationary_point():
+    """With a ridge the run settles (a stationary point of the penalised loss): a flat 1 - cos over the
+    last decade passes there, and fails a run without a ridge (which must still be approaching)."""
+    opt = [0, 0, 0, 1]
+    c = {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v) for k, v in _curves()["separate"].items()}
+    c.pop("gap", None)
+    tail = mm._tail(c["step"])
+    assert mm.direction(c, "cosN", "cosF", opt, 0.9)[0]
+    c["cosN"][tail] = c["cosN"][tail][-1]  # settled: 1 - cos no longer shrinking
+    assert not mm.direction(c, "cosN", "cosF", opt, 0.9)[0]
+    ok, nums = mm.direction(dict(c, ridge=mm.RIDGE), "cosN", "cosF", opt, 0.9)
+    assert ok and nums["ridge"] == mm.RIDGE
+    far = dict(c, ridge=mm.RIDGE, cosN=np.full_like(c["cosN"], 0.8))  # settled far from the SVM: still FAIL
+    assert not mm.direction(far, "cosN", "cosF", opt, 0.9)[0]
 
 
 # ------------------------------------------------------------------ multiclass

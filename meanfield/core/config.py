@@ -199,3 +199,133 @@ def add_dataclass_flags(parser, cls, help: dict | None = None, aliases: dict | N
         parser.add_argument(flag_of(old), dest=old, default=None, metavar=old.upper(),
                             help=f"old name of {flag_of(new)} (accepted for one release)")
     return flags
+
+
+def check_cli_values(given: dict) -> None:
+    """The command line's own refusals (issue 26), on the flags given (field ->
+    text, None when absent): values the Python API accepts on purpose but
+    that mean nothing typed as a flag. ``--h-min 0`` (no floor on the adaptive
+    step: from Python a deliberate choice, as a flag a typo that lets a flow
+    run crawl through a kink) and a stage plan that trains no step at all
+    (``--stage-steps 0,0,0``, ``--stage-times 0,0``: from Python the
+    evaluate-at-the-start run, from the command line a run that writes a
+    flat line). A config file and ``--param`` of a sweep keep the API's rules.
+
+    Parameters
+    ----------
+    given : dict
+        Field -> the flag's text (or None: not given).
+
+    Returns
+    -------
+    None
+        Raises ConfigError naming the flag and the allowed values.
+
+    Example
+    -------
+    >>> check_cli_values({"h_min": "1e-6", "stage_steps": "0,100"})
+    >>> check_cli_values({"h_min": None})
+    """
+    v = given.get("h_min")
+    if v is not None and not as_float("h_min", v) > 0:
+        raise ConfigError(f"--h-min (h_min): must be > 0 on the command line (the smallest adaptive step; "
+                          f"omit it for the default 1e-4 * horizon), got {_short(v)}")
+    for name, parse in (("stage_steps", lambda x: as_int("stage_steps", x, lo=0)),
+                        ("stage_times", lambda x: as_float("stage_times", x, nonneg=True)),
+                        ("phase_steps", lambda x: as_int("phase_steps", x, lo=0)),
+                        ("phase_times", lambda x: as_float("phase_times", x, nonneg=True))):
+        v = given.get(name)
+        if v is None:
+            continue
+        vals = [parse(x) for x in as_list(name, v)]
+        if vals and not sum(vals) > 0:
+            raise ConfigError(f"{flag_of(name)} ({name}): at least one stage must train (> 0) on the command "
+                              f"line, got {_short(v)}")
+
+
+def _numeric_kind(type_text: str) -> str | None:
+    """``"scalar"`` for a number type in words (``int``, ``float or none``,
+    ``int >= 0``, ``number or list``), ``"list"`` for a list of numbers
+    (``list of float``, ``tuple[int, int, int]``), else None."""
+    t = str(type_text).strip().lower()
+    if t.startswith(("int", "float", "number")):
+        return "scalar"
+    if t.startswith(("list of float", "list of int", "tuple[int", "tuple[float")):
+        return "list"
+    return None
+
+
+def field_types(cls) -> dict[str, str]:
+    """field -> its type in words, of the config dataclass ``cls`` (what
+    :func:`check_toml_numbers` reads).
+
+    Parameters
+    ----------
+    cls : dataclass type
+        A config dataclass.
+
+    Returns
+    -------
+    dict
+        field name -> ``str`` of its annotation.
+
+    Example
+    -------
+    >>> import dataclasses
+    >>> @dataclasses.dataclass
+    ... class C:
+    ...     steps: int = 1
+    >>> field_types(C)
+    {'steps': 'int'}
+    """
+    return {f.name: str(f.type) for f in dataclasses.fields(cls)}
+
+
+def check_toml_numbers(where: str, table, types: dict[str, str], strings: dict | None = None) -> None:
+    """Refuse a string where a TOML file must hold a number (issue 26:
+    ``steps = "100"`` in a description was read as 100): the file is typed,
+    and a number in quotes is almost always a slip. Command-line flags are
+    text and are not checked here. A ``"$name"`` reference (a declared
+    parameter, resolved later) is let through, and so are the words in
+    ``strings`` (key -> allowed strings, e.g. ``width = "inf"``).
+
+    Parameters
+    ----------
+    where : str
+        The table, named in the message (``parameters``, ``heads[0]``).
+    table : dict
+        The table as read from TOML (anything else: left to the table's own check).
+    types : dict
+        key -> type in words (``int``, ``float or none``, ``list of float``,
+        a dataclass field's type): the number-typed ones are checked.
+    strings : dict, optional
+        key -> tuple of strings allowed for that key.
+
+    Returns
+    -------
+    None
+        Raises ConfigError naming the key and its type.
+
+    Example
+    -------
+    >>> check_toml_numbers("parameters", {"steps": 100, "width": "inf"}, {"steps": "int", "width": "int | None"},
+    ...                    {"width": ("inf",)})
+    >>> try:
+    ...     check_toml_numbers("parameters", {"steps": "100"}, {"steps": "int"})
+    ... except ConfigError as e:
+    ...     print(e)
+    parameters.steps: must be a TOML number (int), got the string '100' (write it without quotes)
+    """
+    if not isinstance(table, dict):
+        return
+    for key, v in table.items():
+        kind = _numeric_kind(types.get(str(key).replace("-", "_"), ""))
+        if kind is None:
+            continue
+        vals = v if kind == "list" and isinstance(v, (list, tuple)) else [v] if kind == "scalar" else []
+        for x in vals:
+            if not isinstance(x, str) or x.startswith("$") or x in ((strings or {}).get(key) or ()):
+                continue
+            shown = str(types[str(key).replace("-", "_")]).replace(" | None", " or none")
+            raise ConfigError(f"{where}.{key}: must be a TOML number ({shown}), got the string {_short(x)} "
+                              f"(write it without quotes)")

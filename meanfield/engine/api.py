@@ -54,6 +54,11 @@ def derive(desc: Description, latex: bool = True) -> dict:
     True
     """
     out = derive_summary(desc)
+    if desc.dictionary.trainable:  # trainable embeddings: the ambient state (meanfield.engine.embeddings)
+        from .embeddings import describe_state
+        from .reduce import layout
+
+        out["embeddings"] = describe_state(desc, layout(desc))
     out["parameters"] = {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared}  # the declared ones
     if "population" in desc.data.extra or desc.data.extra.get("sampled"):  # a data family (meanfield.engine.gaussian)
         from .gaussian import convention_attrs

@@ -388,6 +388,9 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
                           "unbatched (meanfield.engine.run)")
     from .rates import has_rates
 
+    if desc.dictionary.trainable:
+        raise ConfigError("dictionary.trainable: trainable embeddings are not batched (their ambient state has no "
+                          "batch kernel); run it unbatched")
     if has_rates(tr):
         raise ConfigError("training: group rates, per-stage eta and eta schedules are not batched (the batch kernel "
                           "steps every group with one eta); run it unbatched")

@@ -111,6 +111,9 @@ def _overrides(args, raw, path) -> dict:
     given = {name: getattr(args, "param_" + name) for name in _param_fields()
              if getattr(args, "param_" + name, None) is not None}
     given.update(getattr(args, "declared", None) or {})
+    from ..core.config import check_cli_values
+
+    check_cli_values(given)
     for name in given:
         if name not in allowed:
             import difflib
@@ -135,6 +138,11 @@ def description_from_args(args, size: dict | None = None):
 
     path = model_path(args.model)
     raw = read_config_text(path, "model")  # size-capped, UTF-8, nesting-checked (a directory or /dev/zero: one line)
+    from .description import parameter_class
+    from .schema import check_description_numbers
+
+    check_description_numbers(raw, parameter_class(raw) if isinstance(raw.get("parameters"), dict) else None)
+    # ^ a number in quotes in the file (flags are text: checked as flags)
     flags = _overrides(args, raw, path)
     force = bool(getattr(args, "force", False))
     family = raw.get("family") if isinstance(raw.get("family"), str) else None

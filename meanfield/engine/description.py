@@ -84,51 +84,11 @@ from .heldout import held_out
 from .rates import check_training, format_group_eta, has_rates, parse_group_eta, parse_schedule
 from .rates import stage_rates as _stage_rates
 from .objects import (ATTENTIONS, CRITERIA, GROUP_ALIASES, GROUPS, KQ, LOSSES, METHODS, NORMALISE, QUERIES,  # noqa: F401
-                      VALUES, Data, Description, Dictionary, Head, Init, Model, StageSpec, Training,
-                      make_data)
-from .parsing import OUT_OF_CLASS, TRAINABLE_EMBEDDINGS, as_bool, as_matrix, check_gram, check_table
+                      TOP_KEYS, VALUES, Data, Description, Dictionary, Head, Init, Model, RunParams, StageSpec,
+                      Training, make_data)
+from .parsing import OUT_OF_CLASS, as_bool, as_matrix, check_gram, check_table
 
 # ------------------------------------------------------------------ the run knobs of a general description
-
-
-@dataclass(frozen=True)
-class RunParams:
-    """The run knobs of a general description (``[parameters]``; CLI flags
-    override them, e.g. ``--width 5 --seed 1 --steps 300 --record-every 1``).
-    Stage lengths: ``steps`` (gd) / ``t_end`` (flow, rk4) when the description
-    has no ``[[training.stages]]``; otherwise each stage's own length."""
-
-    method: str = "gd"
-    eta: float = 0.5
-    normalise: str = "none"  # gd only: none | parameter (normalised GD)
-    steps: int = 1000
-    t_end: float | None = None
-    dt: float | None = None
-    rtol: float = 1e-8
-    atol: float = 1e-10
-    h_min: float | None = None
-    max_abs: float = 1e6
-    criterion: str | None = None
-    width: int | None = None
-    seed: int = 0
-    omega: float = 0.1
-    omega_v: float = 0.1
-    omega_q: float | None = None  # separate K/Q: the queries' init scale (None: omega; 0: Q(0) = 0)
-    symmetry: str = "refuse"  # an infinite-width start that GD cannot leave by symmetry: refuse | allow (engine.symmetry)
-    sigma_r: float = 1.0
-    neuron_init: str = "zero"
-    relu_prime_at_zero: float = 1.0
-    record_every: int | None = None
-    record_log: int | None = None
-    record_dt: float | None = None
-    stage_steps: tuple | None = None  # gd: every [[training.stages]]'s length, in order (--stage-steps 100,2000)
-    stage_times: tuple | None = None  # flow / rk4: every stage's time, in order
-    group_eta: str | None = None  # rates per group for the run: "keys=0.1,values=2" (meanfield.engine.rates)
-    eta_schedule: str | None = None  # the run's learning-rate schedule: cosine, step:E:G, warmup:W+cosine, inverse:T0
-    init_from: str | None = None  # a run file whose last state is the initial state (meanfield.engine.initfrom)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 _NEURON_RE = re.compile(r"^(zero|const:[^:]+|gaussian:[^:]+)$")
@@ -156,6 +116,7 @@ def make_params(raw: dict) -> RunParams:
     if out["normalise"] != "none" and out["method"] != "gd":
         raise ConfigError(f"normalise: only with method gd (normalised GD is a map, not a flow); got method "
                           f"{out['method']}")
+    out["ridge"] = as_float("ridge", d["ridge"], nonneg=True)
     out["steps"] = as_int("steps", d["steps"], lo=1)
     out["t_end"] = as_float("t_end", d["t_end"], positive=True) if d["t_end"] is not None else (
         out["steps"] * out["eta"] if out["method"] != "gd" else None)
@@ -363,7 +324,8 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
         stages = [dataclasses.replace(s, length=v) for s, v in zip(stages, given)]
     H = sum(s.length for s in stages)
     h_min = params.h_min if params.h_min is not None else (1e-4 * H if params.method == "flow" else None)
-    tr = Training(method=params.method, eta=params.eta, normalise=params.normalise, stages=tuple(stages),
+    tr = Training(method=params.method, eta=params.eta, normalise=params.normalise, ridge=params.ridge,
+                  stages=tuple(stages),
                   schedule="simultaneous" if len(stages) == 1 else "staged", dt=params.dt, rtol=params.rtol,
                   atol=params.atol, h_min=h_min, max_abs=params.max_abs, record_every=params.record_every,
                   record_log=params.record_log, record_dt=params.record_dt,
@@ -375,8 +337,6 @@ def training_from(params: RunParams, stages_raw, heads) -> Training:
 
 # ------------------------------------------------------------------ loading
 
-TOP_KEYS = ("name", "family", "plugins", "parameters", "dictionary", "data", "test", "positions", "heads",
-            "model", "training")
 
 
 def parameter_class(raw: dict):
@@ -568,11 +528,16 @@ def read_raw(path) -> dict:
         import tomllib
 
         with open(p, "rb") as fh:
-            return tomllib.load(fh)
+            raw = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"model: file not found: {p}") from None
     except Exception as e:  # tomllib.TOMLDecodeError
         raise ConfigError(f"model: malformed TOML in {p}: {e}") from None
+    from .schema import check_description_numbers
+
+    check_description_numbers(raw, parameter_class(raw) if isinstance(raw.get("parameters"), dict) else None)
+    # ^ a number in quotes in the file (a family's dict of flags is text: not here)
+    return raw
 
 
 def _read(path) -> dict:
@@ -673,6 +638,10 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         if "positions" in raw:  # absolute positional features: an enlarged dictionary (engine.positions)
             from .positions import apply
 
+            if dictionary.trainable:
+                raise ConfigError("positions: not with dictionary.trainable (positional features with trainable "
+                                  "embeddings are not derived here)")
+
             dictionary, data, test = apply(raw["positions"], dictionary, data, test)
             P = dictionary.P
     elif "positions" in raw:
@@ -706,6 +675,10 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     desc = Description(name=name, dictionary=dictionary, data=data, model=model, init=init, training=training,
                        family=None, test=test, parameters=params, source=source,
                        declared=tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in declared.items()))
+    if training.ridge:
+        from .ridge import check_ridge
+
+        check_ridge(desc)
     if data_family is not None:
         from .gaussian import check_description
 
@@ -721,6 +694,16 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
         from .reduce import layout
 
         check(desc, params.init_from, layout(desc))
+    if dictionary.trainable:  # trainable embeddings: what they do not support (meanfield.engine.embeddings)
+        from .embeddings import check as check_embeddings
+
+        check_embeddings(desc)
+    else:  # a rate for fixed token vectors would be accepted without effect
+        where = ["group_eta"] * ("embeddings" in dict(training.group_eta)) + [
+            f"training.stages[{i}].eta" for i, st in enumerate(training.stages) if "embeddings" in dict(st.group_eta)]
+        if where:
+            raise ConfigError(f"{where[0]}: a rate for embeddings needs [dictionary] trainable = true (the token "
+                              "vectors are fixed otherwise)")
     if any(h.init_gram for h in heads) and desc.init.width is not None:
         raise ConfigError("heads.init_gram: only at infinite width (width = inf); at finite width m the Gram is "
                           "U^T U of the sampled weights")
@@ -731,9 +714,7 @@ def _dictionary_and_data(raw: dict, dic) -> tuple[Dictionary, Data]:
     """The [dictionary] and [data] tables of a general description."""
     if dic is None:
         raise ConfigError("dictionary: required ([dictionary] with features = [...])")
-    if isinstance(dic, dict) and dic.get("trainable"):  # trainable embeddings: refused with the reason
-        raise ConfigError(f"dictionary.trainable: outside the Gram-closure class: {TRAINABLE_EMBEDDINGS}")
-    check_table("dictionary", dic, ("features", "gram"))
+    check_table("dictionary", dic, ("features", "gram", "trainable", "ambient"))
     feats = _feature_names(dic.get("features"))
     if not isinstance(feats, list) or not feats or not all(isinstance(f, str) and f for f in feats):
         raise ConfigError("dictionary.features: must be a non-empty list of feature names")
@@ -744,7 +725,13 @@ def _dictionary_and_data(raw: dict, dic) -> tuple[Dictionary, Data]:
     gram = None
     if dic.get("gram") is not None:
         gram = check_gram("dictionary.gram", as_matrix("dictionary.gram", dic["gram"], (P, P)))
-    dictionary = Dictionary(features=feats, gram=gram)
+    trainable = as_bool("dictionary.trainable", dic.get("trainable", False))  # meanfield.engine.embeddings
+    ambient = None
+    if dic.get("ambient") is not None:
+        if not trainable:
+            raise ConfigError("dictionary.ambient: only with trainable = true (a fixed dictionary reads only its Gram)")
+        ambient = as_int("dictionary.ambient", dic["ambient"], lo=P)
+    dictionary = Dictionary(features=feats, gram=gram, trainable=trainable, ambient=ambient)
     if "data" not in raw:
         raise ConfigError("data: required ([data] with rows = [...] or function = \"package.module:function\")")
     return dictionary, _data_from_table(raw["data"], feats)
@@ -756,10 +743,13 @@ def describe(desc: Description) -> dict:
         "name": desc.name, "family": desc.family, "features": list(desc.dictionary.features),
         "declared": {k: list(v) if isinstance(v, tuple) else v for k, v in desc.declared},
         "gram": None if desc.dictionary.gram is None else np.asarray(desc.dictionary.gram).tolist(),
+        **({"embeddings": {"trainable": True, "ambient": desc.dictionary.ambient or desc.P}}
+           if desc.dictionary.trainable else {}),
         "n_sequences": desc.data.n, "L": desc.data.L,
         "heads": [dataclasses.asdict(h) for h in desc.model.heads], "loss": desc.model.loss,
         "init": dataclasses.asdict(desc.init),
         "training": {"method": desc.training.method, "eta": desc.training.eta, "normalise": desc.training.normalise,
+                     **({"ridge": desc.training.ridge} if getattr(desc.training, "ridge", 0.0) else {}),
                      "group_eta": dict(desc.training.group_eta), "eta_schedule": desc.training.eta_schedule,
                      "stages": [{"name": s.name, "train": list(s.train), "length": s.length, "eta": s.eta,
                                  "group_eta": dict(s.group_eta), "eta_schedule": s.eta_schedule,

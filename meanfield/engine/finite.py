@@ -55,6 +55,9 @@ def default_d(desc: Description) -> int:
 def _check(desc: Description, d: int | None) -> int:
     if desc.init.width is None:
         raise ConfigError("width: the explicit network needs a finite width m (--width M)")
+    if desc.dictionary.trainable:
+        raise ConfigError("dictionary.trainable: not for the explicit network of particles / width-sweep (its "
+                          "oracle holds E fixed); run the engine, whose state with trainable embeddings is exact at every m")
     if desc.init.init_from is not None:
         raise ConfigError("init_from: not for the explicit network (a run file holds the weights' Gram, which does "
                           "not determine the weights); run the engine")
@@ -83,6 +86,11 @@ def make_particles(desc: Description, d: int | None = None, embed_seed=None, bat
 
         raise ConfigError("normalise: the explicit network (particles) runs plain GD only; use normalise = none "
                           "or the engine's own run (exact at every width)")
+    if getattr(desc.training, "ridge", 0.0):
+        from ..core.config import ConfigError
+
+        raise ConfigError("ridge: the explicit network (particles) trains without the penalty; use ridge = 0 or "
+                          "the engine's own run (exact at every width)")
     seed = desc.init.seed if embed_seed is None else embed_seed
     E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
     params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])
@@ -286,6 +294,15 @@ def _finite_job(job):
             "elapsed_s": time.perf_counter() - t0}
 
 
+#: A quantity is named as not decreasing with m when its mean sup error falls, from the smallest width to the
+#: largest, by less than m^NOT_DECREASING: the midpoint, on a log scale, between the mean-field rate m^-1/2 and
+#: no decrease at all (the nearer of the two hypotheses). Asking for any decrease (err at the largest width >=
+#: err at the smallest) decided between two O(1) errors that differ by a few percent (0.709 at m = 16, 0.690 at
+#: m = 256 for the multi-class neurons), i.e. by the seeds' spread and the rounding (CPU, SIMD summation order)
+#: that the unstable trajectory amplifies: a machine-dependent verdict.
+NOT_DECREASING = -0.25
+
+
 def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None, tol_rel: float = 1e-9,
                 workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
     """Finite widths against infinite width: the error of the explicit network at every (m, seed).
@@ -428,13 +445,14 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
         summary["message"] = ("no kink is crossed; " + exponent_text(lead, fits[lead])
                               if fits[lead]["exponent"] is not None
                               else "no kink is crossed; too few widths to fit an exponent")
-        # a quantity whose mean error is no smaller at the largest width than at the smallest is named, whatever
-        # the lead says (e.g. attention frozen: S keeps its m^-1/2 init error while the neurons leave by O(1))
+        # a quantity whose mean error does not fall at the mean-field rate is named, whatever the lead says (e.g.
+        # attention frozen: S keeps its m^-1/2 init error while the neurons leave by O(1)): see NOT_DECREASING
         err = summary["errors"]
-        flat = [nm for nm in quantities if len(widths) > 1 and err[nm][-1] >= err[nm][0] > 0]
+        flat = [nm for nm in quantities if len(widths) > 1 and err[nm][0] > 0
+                and err[nm][-1] > err[nm][0] * (widths[-1] / widths[0]) ** NOT_DECREASING]
         summary["not_decreasing"] = flat
         if flat:
-            summary["message"] += "; NOT decreasing with m: " + ", ".join(
+            summary["message"] += "; NOT decreasing with m at the mean-field rate: " + ", ".join(
                 f"{nm} (m^{fits[nm]['exponent']:.3f}; sup error {summary['errors'][nm][0]:.3g} at m = {widths[0]}, "
                 f"{summary['errors'][nm][-1]:.3g} at m = {widths[-1]})" for nm in flat)
     summary["elapsed_s"] = time.perf_counter() - t0

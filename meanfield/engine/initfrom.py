@@ -79,6 +79,9 @@ def check(desc, path, lay) -> Path:
                                   f"differ: structure {st} != {structure(desc)})")
             if f["t"].shape[0] < 1:
                 raise ConfigError(f"init_from: {p} has no records")
+            if "embedding_gram" in f:  # trainable embeddings (meanfield.engine.embeddings): Gamma moved
+                raise ConfigError(f"init_from: {p} is a run with trainable embeddings: its Gram E^T E moved and its "
+                                  "state is the ambient Gram K with E, which Q does not determine")
             _blocks(lay, f, p)  # every block present, with its shape
     except OSError as e:
         raise ConfigError(f"init_from: cannot read {p} ({e})") from None

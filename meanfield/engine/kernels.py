@@ -433,14 +433,15 @@ NGD_EPS = 2.220446049250313e-16
 
 
 @_hot
-def eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, T):
+def eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, T, from_xm):
     """Normalised GD for head k's wide matrices: scale the columns of Xm that
     belong to each object o (K, Q, V: P columns each; each readout r_c: one;
     one parameter each) by 1 / (||dL/dM_o||_F + NGD_EPS), with
     ||dL/dM_o||_F^2 = sum_{c, d in o} (Ghat^T Q Ghat)[c, d] Gr[d, c]
     (Ghat = G + G^T, Q = the head's Gram: dL/dM_o = M Ghat[:, o] E^T in
     parameter space). An untrained object's columns of Xm are 0 and stay 0.
-    ``T`` is scratch (N x N)."""
+    ``T`` is scratch (N x N). ``from_xm`` (a ridge, Gamma = I: meanfield.engine.ridge):
+    the norm of the whole gradient in Xm, ||M Xm_o||_F^2 = sum_{c in o} (Xm^T Q Xm)[c, c]."""
     iK, iQ, iV, iR, C = hi[k, 9], hi[k, 10], hi[k, 11], hi[k, 12], hi[k, 6]
     for o in range(3 + C):
         if o == 0:
@@ -460,6 +461,19 @@ def eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, T):
                 if Xm[a, b] != 0.0:
                     nz = True
         if not nz:
+            continue
+        if from_xm:
+            acc = 0.0
+            for c in range(s0, s1):
+                for a in range(N):
+                    h = 0.0
+                    for b in range(N):
+                        h += y[off + a * N + b] * Xm[b, c]
+                    acc += Xm[a, c] * h
+            sc = 1.0 / (math.sqrt(max(acc, 0.0)) + NGD_EPS)
+            for a in range(N):
+                for b in range(s0, s1):
+                    Xm[a, b] *= sc
             continue
         for a in range(N):  # T[a, d] = sum_b Q[a, b] Ghat[b, d], d in o
             for d in range(s0, s1):
@@ -535,8 +549,13 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                             g = grp[k, b]
                             if gr != 0.0 and ((g == 0 and tr_att) or (g == 1 and tr_val) or (g == 2 and tr_r)):
                                 Xm[a, b] += gs * gr
+                rdg = hf[k, 7]  # the ridge lambda (||W_K||^2 + ||W_Q||^2): its gradient 2 lambda W moves the
+                if rdg != 0.0 and tr_att:  # attention columns by 2 lambda x their rate (Gamma = I: Gr's diagonal)
+                    for b in range(N):
+                        if grp[k, b] == 0:
+                            Xm[b, b] += 2.0 * rdg * Gr[k, b, b]
                 if nrm:
-                    eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, Ym)
+                    eng_normalise_wide(y, off, N, P, hi, k, G, Gr, Xm, Ym, rdg != 0.0)
                 # Ym = Q Xm, accumulated row c of Xm at a time over its non-zero span (same sums, same order)
                 for a in range(N):
                     for b in range(N):
@@ -594,6 +613,7 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                         acc += gflat[wo + a * P + c] * Gam[c, b]
                     tmp[a, b] = acc
             sc = 1.0
+            rdg = hf[k, 7]  # the ridge lambda ||W||^2 (Gamma = I: W~ = W, its gradient 2 lambda W~)
             if nrm:  # ||E G_W E^T||_F^2 = tr(G_W^T Gamma G_W Gamma) = sum_ab G_W[a, b] (Gamma G_W Gamma)[a, b]
                 acc = 0.0
                 for a in range(P):
@@ -601,13 +621,19 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
                         gg = 0.0
                         for c in range(P):
                             gg += Gam[a, c] * tmp[c, b]  # (Gamma G_W Gamma)[a, b]
-                        acc += gflat[wo + a * P + b] * gg
+                        if rdg != 0.0:  # Gamma = I: the whole gradient G_W + 2 lambda W~, squared
+                            gg += 2.0 * rdg * y[wo + a * P + b]
+                            acc += gg * gg
+                        else:
+                            acc += gflat[wo + a * P + b] * gg
                 sc = 1.0 / (math.sqrt(max(acc, 0.0)) + NGD_EPS)
             for a in range(P):
                 for b in range(P):
                     acc = 0.0
                     for c in range(P):
                         acc += Gam[a, c] * tmp[c, b]
+                    if rdg != 0.0:
+                        acc += 2.0 * rdg * y[wo + a * P + b]
                     if exact:
                         out[wo + a * P + b] = y[wo + a * P + b] - eta * sc * hf[k, 3] * acc
                     else:

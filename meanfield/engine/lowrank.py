@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .reduce import H_N, H_QOFF
+from .tables import H_N, H_QOFF
 
 
 #: the warm start (below) is accepted when its Ritz residual ||Q W - W diag(theta)||_F is at most this times

@@ -8,6 +8,7 @@ loader. See ``meanfield.engine.description`` for what each object means.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,8 @@ class Dictionary:
     report: np.ndarray | None = None
     report_names: tuple[str, ...] | None = None
     groups: tuple = ()  # named groups of features, ((name, (feature, ...)), ...): e.g. the icl_regression x and y
+    trainable: bool = False  # trainable token embeddings (meanfield.engine.embeddings)
+    ambient: int | None = None  # their ambient dimension d >= P (None: P)
 
     @property
     def P(self) -> int:
@@ -358,6 +361,7 @@ class Training:
     method: str = "gd"
     eta: float = 0.5
     normalise: str = "none"  # method gd only: none | parameter (normalised GD, see NORMALISE)
+    ridge: float = 0.0  # the attention's ridge penalty (meanfield.engine.ridge)
     stages: tuple[StageSpec, ...] = ()
     schedule: str = "simultaneous"
     dt: float | None = None
@@ -507,3 +511,51 @@ def make_data(tokens, target, weight=None, counts=None, names=None, flags=None, 
         a.setflags(write=False)
     return Data(tokens=X, target=y, weight=w, counts=c, names=tuple(map(str, names)) if names is not None else None,
                 flags=fl)
+
+
+# ------------------------------------------------------------------ the run knobs and top-level keys
+# (here, a leaf module, so that the schema reads them without importing the loader)
+
+@dataclass(frozen=True)
+class RunParams:
+    """The run knobs of a general description (``[parameters]``; CLI flags
+    override them, e.g. ``--width 5 --seed 1 --steps 300 --record-every 1``).
+    Stage lengths: ``steps`` (gd) / ``t_end`` (flow, rk4) when the description
+    has no ``[[training.stages]]``; otherwise each stage's own length."""
+
+    method: str = "gd"
+    eta: float = 0.5
+    normalise: str = "none"  # gd only: none | parameter (normalised GD)
+    ridge: float = 0.0  # lambda of the attention's ridge penalty lambda (||W_K||^2 + ||W_Q||^2), or lambda ||W||^2
+    steps: int = 1000
+    t_end: float | None = None
+    dt: float | None = None
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    h_min: float | None = None
+    max_abs: float = 1e6
+    criterion: str | None = None
+    width: int | None = None
+    seed: int = 0
+    omega: float = 0.1
+    omega_v: float = 0.1
+    omega_q: float | None = None  # separate K/Q: the queries' init scale (None: omega; 0: Q(0) = 0)
+    symmetry: str = "refuse"  # an infinite-width start that GD cannot leave by symmetry: refuse | allow (engine.symmetry)
+    sigma_r: float = 1.0
+    neuron_init: str = "zero"
+    relu_prime_at_zero: float = 1.0
+    record_every: int | None = None
+    record_log: int | None = None
+    record_dt: float | None = None
+    stage_steps: tuple | None = None  # gd: every [[training.stages]]'s length, in order (--stage-steps 100,2000)
+    stage_times: tuple | None = None  # flow / rk4: every stage's time, in order
+    group_eta: str | None = None  # rates per group for the run: "keys=0.1,values=2" (meanfield.engine.rates)
+    eta_schedule: str | None = None  # the run's learning-rate schedule: cosine, step:E:G, warmup:W+cosine, inverse:T0
+    init_from: str | None = None  # a run file whose last state is the initial state (meanfield.engine.initfrom)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+TOP_KEYS = ("name", "family", "plugins", "parameters", "dictionary", "data", "test", "positions", "heads",
+            "model", "training")

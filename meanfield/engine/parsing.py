@@ -21,11 +21,10 @@ OUT_OF_CLASS = {
              "blocks E^T M_a^T M_b E",
     "l1_penalty": "an entrywise penalty on a wide matrix is not a function of its Gram blocks",
 }
-#: why trainable token embeddings are refused (docs/engine.md, "Trainable embeddings")
-TRAINABLE_EMBEDDINGS = ("a step of trainable token embeddings E moves them by sum_a M_a^T dLoss/dU_a, so the next "
-                        "blocks M_b E' read M_b M_a^T, i.e. the wide weights off span(E) that a fixed E never sees; "
-                        "the state closes only when every wide row stays in span(E) (then in Q and Gamma, "
-                        "docs/engine.md, Trainable embeddings), which the engine does not hold yet")
+#: why trainable position vectors are refused (docs/engine.md, "Trainable embeddings")
+TRAINABLE_EMBEDDINGS = ("the token dictionary's embeddings train with [dictionary] trainable = true (the state then "
+                        "holds the ambient Gram of the wide weights and E, docs/engine.md, Trainable embeddings); "
+                        "position vectors with a Gram and cross Gram of their own are not derived there yet")
 
 
 def check_table(where: str, raw: dict, allowed) -> None:
@@ -67,3 +66,5 @@ def check_gram(name: str, G: np.ndarray) -> np.ndarray:
     if not ev > 1e-10 * max(1.0, float(np.abs(G).max())):
         raise ConfigError(f"{name}: must be symmetric positive definite; smallest eigenvalue {ev:.3g}")
     return G
+
+

@@ -52,12 +52,12 @@ import numpy as np
 from ..core.config import ConfigError, as_float
 
 #: the groups that can have a rate of their own (and what each moves)
-RATE_GROUPS = ("keys", "queries", "values", "readout", "signs", "positions")
+RATE_GROUPS = ("keys", "queries", "values", "readout", "signs", "positions", "embeddings")
 RATE_ALIASES = {"neurons": ("values",), "neuron": ("values",), "value": ("values",), "attention": ("keys", "queries"),
                 "kq": ("keys", "queries"), "sign": ("signs",), "key": ("keys",), "query": ("queries",)}
 #: explicit weights of the explicit network (``meanfield.engine.oracle``) -> the group whose rate they step with
 WEIGHT_GROUP = {"WK": "keys", "WQ": "queries", "W": "keys", "w": "values", "MV": "values", "r": "readout",
-                "a": "signs", "b": "positions"}
+                "a": "signs", "b": "positions", "E": "embeddings"}
 SCHEDULES = ("constant", "step", "cosine", "warmup", "inverse")
 _NUM = r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?"
 

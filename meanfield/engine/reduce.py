@@ -43,20 +43,9 @@ import numpy as np
 from ..core.config import ConfigError
 from .objects import Description
 
-ATT = {"softmax": 0, "linear": 1}
-KQC = {"separate": 0, "merged": 1}
-QRY = {"mean": 0, "last": 1, "fixed": 2}
-VAL = {"neuron": 0, "linear": 1, "matrix": 2, "token": 3}
-LOSS = {"logistic": 0, "squared": 1, "cross_entropy": 2}
-GROUP_BIT = {"attention": 1, "values": 2, "readout": 4, "signs": 8}
-GROUP_CODE = {"attention": 0, "values": 1, "readout": 2}
-
-# columns of the integer head table
-(H_ATT, H_KQ, H_QRY, H_QSELF, H_VAL, H_NN, H_C, H_N, H_QOFF, H_IK, H_IQ, H_IV, H_IR, H_WOFF, H_VOFF,
- H_AOFF, H_MASK, H_BOFF, H_BL) = range(19)  # H_MASK: 1 causal; H_BOFF, H_BL: relative positional
-# biases b[l - i + H_BL] (2 H_BL + 1 of them; meanfield.engine.positions)
-# columns of the float head table
-F_SCALE, F_SIGN, F_LR, F_RW, F_RV, F_RA, F_RB = range(7)  # F_R*: group rate / step size (engine.rates)
+from .tables import (ATT, F_LR, F_RA, F_RB, F_RIDGE, F_RV, F_RW, F_SCALE, F_SIGN, GROUP_BIT,  # noqa: F401
+                     GROUP_CODE, H_AOFF, H_ATT, H_BL, H_BOFF, H_C, H_IK, H_IQ, H_IR, H_IV, H_KQ, H_MASK, H_N,
+                     H_NN, H_QOFF, H_QRY, H_QSELF, H_VAL, H_VOFF, H_WOFF, KQC, LOSS, QRY, VAL)
 
 
 @dataclass(frozen=True)
@@ -124,7 +113,7 @@ def layout(desc: Description) -> Layout:
     H = len(heads)
     Gamma = desc.dictionary.Gamma
     hi = np.full((H, 19), -1, dtype=np.int64)
-    hf = np.zeros((H, 7))
+    hf = np.zeros((H, 8))
     qv = np.zeros((H, P))
     objects = []
     off = 0
@@ -177,6 +166,7 @@ def layout(desc: Description) -> Layout:
         hf[k, F_SIGN] = h.sign
         hf[k, F_LR] = float(h.n_neurons)  # mean-field neuron scale: step eta * n
         hf[k, F_RW] = hf[k, F_RV] = hf[k, F_RA] = hf[k, F_RB] = 1.0  # rate factors of W~, w~, a (meanfield.engine.rates)
+        hf[k, F_RIDGE] = float(getattr(getattr(desc, "training", None), "ridge", 0.0) or 0.0)
         if h.query_vector is not None:
             qv[k] = h.query_vector
     Gr = np.zeros((H, Nmax, Nmax))

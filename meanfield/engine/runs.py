@@ -70,6 +70,10 @@ def in_memory(desc: Description, system: EngineSystem, traj: integrate.Trajector
     r.desc, r.system_obj, r.trajectory = desc, system, traj
     r.t, r.step, r.stage = arr["t"], arr["step"], arr["stage"]
     r.y = arr["y"] if arr["y"].size else np.empty((0, system.pk.lay.size))
+    if hasattr(system, "reduce"):  # trainable embeddings: ambient states -> the reduced ones (engine.embeddings)
+        r.y_ambient = r.y
+        r.y = system.reduce(r.y)
+        r.embedding_gram = system.embedding_gram(r.y_ambient)
     r.status, r.message, r.stage_ends = traj.status, traj.message, traj.stage_ends
     r.obs = observables(desc, system, r.y)
     r.loss = r.obs["loss"]
@@ -307,7 +311,7 @@ def file_content(desc: Description, r: Run, extra_attrs: dict | None = None,
     attrs = dict(common)
     attrs["family"] = desc.family or ""
     attrs["variable_axes"] = variable_axes(desc)
-    if hasattr(r.system_obj, "extra_datasets"):  # the exact population (meanfield.engine.population)
+    if hasattr(r.system_obj, "extra_datasets"):  # the exact population, trainable embeddings
         more, more_attrs = r.system_obj.extra_datasets(r)
         data.update(more)
         attrs.update(more_attrs)

@@ -55,13 +55,16 @@ def _choices(values) -> str:
 _RUN_KNOBS = {
     "normalise": "gd only: `none` (plain GD) or `parameter` (normalised GD: each trained parameter matrix steps "
                  "by eta grad / ||grad||_F, the norm taken exactly from the Gram state)",
+    "ridge": "lambda >= 0 of the attention's ridge penalty: loss + lambda (||W_K||^2 + ||W_Q||^2) (separate) or "
+             "lambda ||W||^2 (merged), in GD, flow and normalised GD; orthonormal dictionaries only; the recorded "
+             "loss is without it (`meanfield.engine.ridge`)",
     "omega_q": "separate keys and queries: the queries' init scale (default: omega; 0: Q(0) = 0)",
     "symmetry": "`refuse` or `allow`: an infinite-width start that GD cannot leave by symmetry is refused "
                 "unless allowed (`meanfield.engine.symmetry`)",
     "init_from": "a run file whose last state is the initial state (`meanfield.engine.initfrom`; its model "
                  "structure must match)",
     "group_eta": "a rate per parameter group for the whole run, `\"keys=0.1,values=2\"` or a table "
-                 "(`meanfield.engine.rates`; groups: keys, queries, values, readout, signs, positions, attention)",
+                 "(`meanfield.engine.rates`; groups: keys, queries, values, readout, signs, positions, embeddings, attention)",
     "eta_schedule": "a multiplier of every rate at step k: `cosine`, `step:E:G`, `warmup:W+cosine`, `inverse:T0` "
                     "(`meanfield.engine.rates`)",
     "method": f"{_choices(METHODS)}: the exact GD map, gradient flow (adaptive Dormand-Prince 5(4)) or fixed-step RK4",
@@ -163,7 +166,7 @@ def reference() -> list[tuple[str, str, list[Key]]]:
     >>> [k.name for k in tables["[model]"]]
     ['loss']
     """
-    from .description import RunParams, TOP_KEYS
+    from .objects import RunParams, TOP_KEYS
 
     top_meaning = {
         "name": ("str", "the file's stem", "the model's name (run files, `check` finds a shipped model's claims by it)"),
@@ -196,6 +199,9 @@ def reference() -> list[tuple[str, str, list[Key]]]:
                 "feature names; `{prefix = \"v\", count = \"$K\"}` makes v1..vK; `{function = \"pkg.mod:fn\", args "
                 "= {...}}` imports a function by name (never evaluated) that returns them"),
             Key("gram", "P x P matrix", "identity", "the Gram matrix Gamma = E^T E (symmetric positive definite)"),
+            Key("trainable", "bool", "false", "trainable token embeddings E: the state holds the ambient Gram of the "
+                "wide weights and E (docs/engine.md, Trainable embeddings); the rate group `embeddings`"),
+            Key("ambient", "int >= P", "P", "the embeddings' ambient dimension d (only with `trainable`)"),
         ]),
         ("[data]", "the data set: exactly one of `rows` and `function`", [
             Key("rows", "array of tables", "-", "the sequences, one table each (keys below)"),
@@ -270,3 +276,61 @@ def markdown() -> str:
             "| key | why it is outside the class |", "|---|---|"]
     out += [f"| `{k}` | {why} |" for k, why in _OUT_OF_CLASS.items()]
     return "\n".join(out) + "\n"
+
+
+def check_description_numbers(raw: dict, params_class=None) -> None:
+    """Every number-typed key of a description, walked from its schema
+    (``meanfield.engine.schema.reference``: the keys' types; ``[parameters]``
+    from its parameter class, a family's own included): a TOML string there
+    (``steps = "100"``) is one line naming the key and its type
+    (:func:`meanfield.core.config.check_toml_numbers`). ``"$name"`` references
+    and ``width = "inf"`` stay allowed.
+
+    Parameters
+    ----------
+    raw : dict
+        The description as read from TOML, before its parameters are resolved.
+    params_class : type, optional
+        The dataclass of its ``[parameters]`` (``meanfield.engine.description.parameter_class(raw)``;
+        a family's own); default :class:`~meanfield.engine.objects.RunParams`.
+
+    Returns
+    -------
+    None
+        Raises ConfigError.
+
+    Example
+    -------
+    >>> check_description_numbers({"parameters": {"steps": 10}, "heads": [{"scale": 2.0}]})
+    """
+    import dataclasses
+
+    from ..core.config import check_toml_numbers, field_types
+    from .objects import RunParams
+
+    tables = {t: {k.name: k.type for k in keys} for t, _, keys in reference()}
+    inf = {"width": ("inf",)}
+    if not isinstance(raw, dict):
+        return
+    params = raw.get("parameters")
+    if isinstance(params, dict):
+        cls = params_class if params_class is not None else RunParams
+        types = field_types(cls) if dataclasses.is_dataclass(cls) else tables["[parameters]"]
+        check_toml_numbers("parameters", params, types, inf)
+    if isinstance(raw.get("dictionary"), dict):
+        check_toml_numbers("dictionary", raw["dictionary"], tables["[dictionary]"])
+    for name in ("data", "test"):
+        tab = raw.get(name)
+        if not isinstance(tab, dict):
+            continue
+        check_toml_numbers(name, tab, tables["[data]"])
+        rows = tab.get("rows")
+        for i, row in enumerate(rows if isinstance(rows, list) else []):
+            check_toml_numbers(f"{name}.rows[{i}]", row, tables["[data] rows = [ {...} ]"])
+    heads = raw.get("heads")
+    for i, h in enumerate(heads if isinstance(heads, list) else []):
+        check_toml_numbers(f"heads[{i}]", h, tables["[[heads]]"])
+    training = raw.get("training")
+    stages = training.get("stages") if isinstance(training, dict) else None
+    for i, st in enumerate(stages if isinstance(stages, list) else []):
+        check_toml_numbers(f"training.stages[{i}]", st, tables["[[training.stages]]"])

@@ -107,9 +107,19 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
     from .reduce import initial_state
     from .system import save_at, system_of
 
+    from ..core.sweep import one_line
+    from .symmetry import refuse_symmetric_start
+
     descs = {i: load_description(model, overs[i]) for i in todo}
     groups: dict = {}
     for i in todo:
+        t1 = time.perf_counter()
+        try:  # the single run's check (meanfield.engine.symmetry), with the unbatched sweep's per-point outcome
+            refuse_symmetric_start(descs[i])
+        except ConfigError as e:
+            on_result(i, {"status": "failed", "message": one_line(f"{type(e).__name__}: {e}", 300),
+                          "elapsed_s": time.perf_counter() - t1})
+            continue
         groups.setdefault(_fingerprint(descs[i]), []).append(i)
     for members in groups.values():
         for lo in range(0, len(members), chunk_size):
@@ -228,7 +238,19 @@ class ModelEnsemble:
         return load_description(self.model, {**base, **over})
 
     def batchable(self, desc) -> str | None:
-        return batch_problem(desc)
+        """Why ``desc`` cannot run in a chunk: not batchable, or a symmetric start the
+        single run refuses (``meanfield.engine.symmetry``: the sweep is refused at its
+        base, a point with status -3 and the message otherwise)."""
+        why = batch_problem(desc)
+        if why is not None:
+            return why
+        from .symmetry import refuse_symmetric_start
+
+        try:
+            refuse_symmetric_start(desc)
+        except ConfigError as e:
+            return str(e)
+        return None
 
     def resolve_backend(self, backend: str) -> str:
         from .batched import resolve_backend

@@ -171,21 +171,26 @@ def pinned_ties(desc, y0=None, system=None, seed: int = 0) -> list[str]:
         return []
     system = system or system_of(desc)
     lay = system.pk.lay
-    y0 = initial_state(desc, lay) if y0 is None else np.asarray(y0, float)
+    amb = hasattr(system, "reduce")  # trainable embeddings: ambient states (meanfield.engine.embeddings)
+    red = system.reduce if amb else (lambda v: v)
+    if y0 is None:
+        y0 = system.initial_state() if amb else initial_state(desc, lay)
+    y0 = np.asarray(y0, float)
     # every group the model has, whatever the schedule trains: a tie is pinned by the start and the data when no
     # training breaks it (a stage that leaves attention fixed keeps ties by design, as the mixture's neuron stage)
     # the probe's step: the description's, at most PROBE_ETA (the pinned subspace is invariant for any step; a
     # huge step would only blow the probe up and make the relative tolerance meaningless)
     mode, eta = mode_of(("attention", "values", "readout", "signs")), min(float(desc.training.eta), PROBE_ETA)
-    ys, yp = y0.copy(), _perturb(y0, lay, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    ys, yp = y0.copy(), (system.perturb(y0, rng, EPS) if amb else _perturb(y0, lay, rng))
     with np.errstate(all="ignore"):
-        m0 = np.asarray(system.loss_and_grads(y0)[3], float)
+        m0 = np.asarray(system.loss_and_grads(red(y0))[3], float)
         if system.gd_advance(ys, PROBE_STEPS, eta, mode, None)[1] == 2:
             return []
         if system.gd_advance(yp, PROBE_STEPS, eta, mode, None)[1] == 2:
             return []
-        ms = np.asarray(system.loss_and_grads(ys)[3], float)
-        mp = np.asarray(system.loss_and_grads(yp)[3], float)
+        ms = np.asarray(system.loss_and_grads(red(ys))[3], float)
+        mp = np.asarray(system.loss_and_grads(red(yp))[3], float)
     scale = max(float(np.abs(ms - m0).max()), float(np.abs(mp - m0).max()))
     if not (np.all(np.isfinite(ms)) and np.all(np.isfinite(mp)) and scale > 0):
         return []

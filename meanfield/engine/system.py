@@ -26,6 +26,10 @@ def system_of(desc: Description) -> EngineSystem:
         from .population import PopulationSystem
 
         return PopulationSystem(desc)
+    if desc.dictionary.trainable:  # trainable embeddings: the ambient state (meanfield.engine.embeddings)
+        from .embeddings import EmbeddingSystem
+
+        return EmbeddingSystem(desc)
     from .rates import has_rates, rate_arrays
 
     pk = pack(desc)
@@ -73,9 +77,13 @@ def save_at(desc: Description) -> integrate.SaveAt:
 def integrate_description(desc: Description, y0=None, monitor=None, system: EngineSystem | None = None):
     """Integrate a description; returns (system, meanfield.core.integrate.Trajectory)."""
     system = system or system_of(desc)
-    y = initial_state(desc, system.pk.lay) if y0 is None else np.asarray(y0, dtype=np.float64).copy()
-    if y.shape != (system.pk.lay.size,):
-        raise ValueError(f"y0: must have shape ({system.pk.lay.size},), got {y.shape}")
+    size = getattr(system, "size", system.pk.lay.size)  # trainable embeddings: the ambient state
+    if y0 is not None:
+        y = np.asarray(y0, dtype=np.float64).copy()
+    else:
+        y = system.initial_state() if hasattr(system, "initial_state") else initial_state(desc, system.pk.lay)
+    if y.shape != (size,):
+        raise ValueError(f"y0: must have shape ({size},), got {y.shape}")
     return system, solver(desc).solve(system, y, stages(desc), save_at(desc), monitor)
 
 

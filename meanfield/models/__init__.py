@@ -28,4 +28,6 @@ PLUGINS = (
     "meanfield.models.maxmargin.plugin",
     "meanfield.models.multiclass.plugin",
     "meanfield.models.icl.plugin",
+    "meanfield.models.scansnap.plugin",
+    "meanfield.models.prompt_attention.plugin",
 )

@@ -95,9 +95,16 @@ def config_from_args(args):
     from .config import make_config
 
     data = load_toml(args.config) if getattr(args, "config", None) else {}
+    from ...core.config import check_toml_numbers, field_types
+    from .config import InductionConfig
+
+    check_toml_numbers("config", data, field_types(InductionConfig))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         flags = {f: getattr(args, f, None) for f in (*_fields(), *_aliases())}
+        from ...core.config import check_cli_values
+
+        check_cli_values(flags)
         cfg = make_config(data, **flags)
     from .config import check_applicable
 
@@ -350,6 +357,6 @@ def add_parser(systems):
     f.add_argument("--steps", default=None, help="simultaneous GD steps (default 300 quick; 2000 with L = 20 and 1000 sequences)")
     f.add_argument("--loss", default=None, help="official-ce (default, the official code's) | nll")
     f.add_argument("--quiet", action="store_true", help="no progress lines")
-    f.add_argument("--force", action="store_true", help="run even when the estimated time is beyond a day")
+    f.add_argument("--force", action="store_true", help="run even when the estimated time is beyond 10 minutes (the full study: ~23 min)")
     f.set_defaults(func=cmd_full)
     return ind

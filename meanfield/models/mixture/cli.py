@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...core.config import ConfigError, load_toml
+from ...core.config import ConfigError, check_cli_values, flag_of, load_toml
 
 
 # flag name -> config field, derived from the MixtureConfig dataclass (as the induction CLI does):
@@ -80,11 +80,39 @@ def _config_from_args(args):
 
     from ...core.guard import check_applicable
 
-    data = load_toml(args.config) if getattr(args, "config", None) else {}
+    data = _toml_config(args)
     flags = {f: getattr(args, f) for f in RUN_FLAGS.values()}
+    check_cli_values(flags)
     cfg = make_config(data, **flags)
     check_applicable({**data, **{k: v for k, v in flags.items() if v is not None}}, cfg)  # ignored keys: errors
+    _check_first_stage(flags, cfg)
     return cfg
+
+
+def _toml_config(args) -> dict:
+    """The --config TOML file (empty without one), its number-typed fields refused as strings."""
+    if not getattr(args, "config", None):
+        return {}
+    from ...core.config import check_toml_numbers, field_types
+    from .config import MixtureConfig
+
+    data = load_toml(args.config)
+    check_toml_numbers("config", data, field_types(MixtureConfig), {"width": ("inf",)})
+    return data
+
+
+def _check_first_stage(flags: dict, cfg) -> None:
+    """The command line's refusal of a three-stage plan whose stage 1 trains no
+    step while the neurons start at zero (the scores' gradient goes through
+    the neurons: stage 2 would never move). From Python the same plan is an
+    evaluate-at-the-start run and stays accepted."""
+    name = "stage_steps" if cfg.method == "gd" else "stage_times"
+    if flags.get(name) is None or cfg.schedule != "three-stage" or cfg.neuron_init != "zero":
+        return
+    plan = cfg.stage_steps if cfg.method == "gd" else cfg.stage_times
+    if not plan[0] > 0:
+        raise ConfigError(f"{flag_of(name)} ({name}): stage 1 must train (> 0) when neuron_init is zero (stage 2 "
+                          f"moves the scores through the neurons, which would stay 0)")
 
 
 def _cmd_run(args) -> int:
@@ -232,8 +260,14 @@ def _cmd_bound(args) -> int:
 
 def _base_from_args(args) -> dict:
     """Config overrides from --config and the run flags, not yet validated."""
-    data = load_toml(args.config) if getattr(args, "config", None) else {}
-    data.update({f: getattr(args, f) for f in RUN_FLAGS.values() if getattr(args, f) is not None})
+    data = _toml_config(args)
+    flags = {f: getattr(args, f) for f in RUN_FLAGS.values() if getattr(args, f) is not None}
+    check_cli_values(flags)
+    data.update(flags)
+    if "stage_steps" in flags or "stage_times" in flags:
+        from .config import make_config
+
+        _check_first_stage(flags, make_config(data))
     return data
 
 
