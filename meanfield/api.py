@@ -184,7 +184,7 @@ def _notice(desc, kernels, echo: bool):
     compile_notice(desc, echo=echo)
 
 
-def particles(model, d=None, out=None, progress: bool = True, **overrides):
+def particles(model, d=None, out=None, progress: bool = True, batch=None, batch_seed=None, **overrides):
     """Train the explicit finite-width network of a description (numpy weights, its own backward pass).
 
     Parameters
@@ -197,6 +197,11 @@ def particles(model, d=None, out=None, progress: bool = True, **overrides):
         also write the projected run file there.
     progress : bool
         a ``tqdm.auto`` bar; False: none.
+    batch : int, optional
+        icl_regression data: online SGD, every step on a new batch of this
+        many sampled prompts (``model particles --batch B``); None: full-batch GD.
+    batch_seed : int, optional
+        seed of the batches (``--batch-seed``; default 0).
     **overrides
         parameter values, as for :func:`load`.
 
@@ -218,13 +223,13 @@ def particles(model, d=None, out=None, progress: bool = True, **overrides):
 
     desc = _desc(model, overrides)
     if out is not None:
-        r, p = finite.particles_to_file(desc, out, d=d, progress=False)
+        r, p = finite.particles_to_file(desc, out, d=d, progress=False, batch=batch, batch_seed=batch_seed)
         r.path = Path(p)
         return r
     tr = desc.training
     with monitor(progress, total=tr.horizon, unit="step" if tr.method == "gd" else "t",
                  desc=f"{desc.name} particles") as mon:
-        return finite.particles(desc, d, monitor=mon)
+        return finite.particles(desc, d, monitor=mon, batch=batch, batch_seed=batch_seed)
 
 
 def width_sweep(model, widths=(16, 64, 256), seeds: int = 3, out="runs/model_widths.h5", d=None, workers: int = 1,

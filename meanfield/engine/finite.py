@@ -94,7 +94,7 @@ def make_particles(desc: Description, d: int | None = None, embed_seed=None, bat
     seed = desc.init.seed if embed_seed is None else embed_seed
     E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
     params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])
-    if batch is not None:
+    if batch is not None or batch_seed is not None:  # a seed without a batch is refused there
         from .icl_particles import check_batch, make_system
 
         return make_system(desc, E, params, *check_batch(desc, batch, batch_seed))
