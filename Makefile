@@ -37,8 +37,11 @@ $(DOCS_STAMP): $(STAMP)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# every figure of issue 27 in one run, with ratios against the peers (the optional bench extra, jax and torch:
+# $(BIN)/pip install -e '.[bench]'; a missing one is reported as skipped) -> benchmarks/results/latest.md;
+# the single studies: benchmarks/bench_*.py
 bench: $(STAMP)
-	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	$(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info runs/demo site

@@ -46,6 +46,8 @@ def load(model, **overrides):
     Returns
     -------
     meanfield.engine.description.Description
+        (a ``meanfield.engine.twolayer_desc.TwoLayerDescription`` for a two-layer description,
+        ``[model] class = "twolayer"``, or the shipped ``induction``)
 
     Raises
     ------
@@ -67,6 +69,8 @@ def load(model, **overrides):
     path = model_path(str(model))
     ov = {k: v for k, v in overrides.items() if v is not None}
     d = load_description(path, ov)
+    if not hasattr(d, "overrides"):  # a two-layer description (meanfield.engine.twolayer_desc)
+        return d
     return dataclasses.replace(d, overrides=tuple(sorted(ov.items())))
 
 
@@ -134,7 +138,11 @@ def run(model, out=None, progress: bool = True, **overrides):
     from .engine.runs import in_memory, run_to_file
     from .engine.system import integrate_description, system_of
 
-    desc = _desc(model, overrides)
+    from .engine.twolayer_desc import TwoLayerDescription
+
+    desc = model if isinstance(model, TwoLayerDescription) and not overrides else _desc(model, overrides)
+    if isinstance(desc, TwoLayerDescription):  # the two-layer class (meanfield.engine.twolayer_run)
+        return _run_twolayer(desc, out, progress)
     _notice(desc, kernels, echo=progress)
     if out is not None:
         from .core.guard import check_output_file
@@ -153,13 +161,30 @@ def run(model, out=None, progress: bool = True, **overrides):
     return in_memory(desc, system, traj)
 
 
+def _run_twolayer(desc, out, progress):
+    from .core.progress import monitor
+    from .engine import twolayer_run
+
+    if out is not None:
+        from .core.guard import check_output_file
+        from .core.run import read_file
+
+        path = check_output_file(out, "out", (".h5", ".hdf5"))
+        _, p = twolayer_run.run_to_file(desc, path, progress=False,
+                                        monitor_factory=lambda **kw: monitor(progress, desc=desc.name, **kw))
+        return read_file(p)
+    tr = desc.training
+    with monitor(progress, total=tr.horizon, unit="step" if tr.method == "gd" else "t", desc=desc.name) as mon:
+        return twolayer_run.run(desc, mon)
+
+
 def _notice(desc, kernels, echo: bool):
     from .engine.runs import compile_notice
 
     compile_notice(desc, echo=echo)
 
 
-def particles(model, d=None, out=None, progress: bool = True, **overrides):
+def particles(model, d=None, out=None, progress: bool = True, batch=None, batch_seed=None, **overrides):
     """Train the explicit finite-width network of a description (numpy weights, its own backward pass).
 
     Parameters
@@ -172,6 +197,11 @@ def particles(model, d=None, out=None, progress: bool = True, **overrides):
         also write the projected run file there.
     progress : bool
         a ``tqdm.auto`` bar; False: none.
+    batch : int, optional
+        icl_regression data: online SGD, every step on a new batch of this
+        many sampled prompts (``model particles --batch B``); None: full-batch GD.
+    batch_seed : int, optional
+        seed of the batches (``--batch-seed``; default 0).
     **overrides
         parameter values, as for :func:`load`.
 
@@ -193,13 +223,13 @@ def particles(model, d=None, out=None, progress: bool = True, **overrides):
 
     desc = _desc(model, overrides)
     if out is not None:
-        r, p = finite.particles_to_file(desc, out, d=d, progress=False)
+        r, p = finite.particles_to_file(desc, out, d=d, progress=False, batch=batch, batch_seed=batch_seed)
         r.path = Path(p)
         return r
     tr = desc.training
     with monitor(progress, total=tr.horizon, unit="step" if tr.method == "gd" else "t",
                  desc=f"{desc.name} particles") as mon:
-        return finite.particles(desc, d, monitor=mon)
+        return finite.particles(desc, d, monitor=mon, batch=batch, batch_seed=batch_seed)
 
 
 def width_sweep(model, widths=(16, 64, 256), seeds: int = 3, out="runs/model_widths.h5", d=None, workers: int = 1,

@@ -7,7 +7,7 @@ so that numba compiles every kernel they use and caches it
 observables are also all that ``mixture particles`` compiles), the engine
 (``model run``: its one generic GD kernel, every description shares it, and
 the flow right-hand side of ``--method rk4``), the induction head
-(``induction run``) and the batched drivers of the mixture and the engine
+(``induction run``), the two-layer class (``model run induction``) and the batched drivers of the mixture and the engine
 (``mixture sweep --batched``, ``model sweep --batched``). The kernels' types
 do not depend on the sizes, so a later run at any size loads them from the
 cache instead of compiling. ``make install``, ``make demo`` and ``make test``
@@ -35,6 +35,8 @@ COMMANDS = (
                      "--dt", "0.05", "--quiet", "--out", "{tmp}/engine_rk4.h5"]),
     ("induction", ["induction", "run", "--n-train", "20", "--n-test", "0", "--L", "8", "--stage-steps", "1,1,1",
                    "--quiet", "--out", "{tmp}/induction.h5"]),
+    ("twolayer", ["model", "run", "induction", "--n-train", "5", "--L", "6", "--stage-steps", "1,1,1", "--quiet",
+                  "--out", "{tmp}/twolayer.h5"]),
     ("mixture batched", ["mixture", "sweep", "--param", "seed=0,1", "--width", "4", "--steps", "2", "--batched",
                          "--quiet", "--out", "{tmp}/mixture_sweep"]),
     ("engine batched", ["model", "sweep", "incontext", "--K", "2", "--N", "2", "--param", "eta=0.1,0.2",
@@ -82,5 +84,9 @@ def warm(main, names=None) -> float:
             log.setLevel(level)
             if rc not in (0, None):
                 raise RuntimeError(f"warm-up of '{name}' failed (exit {rc})")
+            if name == "mixture batched":  # and its trajectory-vectorised blocks (a tiny sweep has too few)
+                from .models.mixture.batched import warm_lanes
+
+                warm_lanes()
             log.info("warm: %s kernels ready in %.1f s", name, time.perf_counter() - t1)
     return time.perf_counter() - t0

@@ -394,3 +394,20 @@ def test_escape_cli_from_run_file_refuses_run_flags(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "K" in err and "--from" in err
     assert main(["mixture", "escape", "--from", str(f)]) == 0
     assert "K=2" in capsys.readouterr().out
+
+
+def test_generic_slope_check_passes_the_predicted_slope_and_fails_another():
+    """core.escape.slope_check on durations made from a known slope: the
+    predicted slope passes, a 10% steeper one fails (tolerance from the
+    neglected terms only: here the O(scale^2) feedback), huge scales are not tested."""
+    rep = escape.EscapeReport(n_trained=1, rhs_norm=0.0, kinks=[], valid=True, reason="", lam=1.0, slope_flow=2.0,
+                              projection=1.0)
+    scales = np.array([1e-4, 1e-3, 1e-2])
+    ok = escape.slope_check(rep, "flow", scales, 2.0 * np.log(1 / scales) + 3.0, 3.0)
+    assert ok["pass"] and abs(ok["slope_measured"] - 2.0) < 1e-12 and ok["tolerance"] < 1e-3
+    assert np.allclose(ok["predicted_durations"], 2.0 * np.log(1 / scales) + 3.0)
+    bad = escape.slope_check(rep, "flow", scales, 2.2 * np.log(1 / scales), 0.0)
+    assert not bad["pass"] and bad["testable"] and abs(bad["relative_error"] - 0.1) < 1e-12
+    assert escape.format_slope_check(bad, "t:", "omega").rstrip().endswith("FAIL")
+    big = escape.slope_check(rep, "flow", [0.5, 1.0], [1.0, 0.0])
+    assert not big["testable"] and not big["pass"] and "NOT TESTED" in escape.format_slope_check(big, "t:")

@@ -407,3 +407,21 @@ def test_init_from_a_state_of_higher_rank_is_refused(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("meanfield: error: init_from:") and "rank" in err[0], err
     assert not out.exists()
     assert main(base + ["--width", "1", "--init-from", str(w1), "--out", str(out)]) == 0
+
+
+def test_compile_notice_checks_the_population_kernels(monkeypatch):
+    """The first-use notice of an exact-population run looks at the kernels it runs (engine/population.py),
+    not the per-sequence engine kernels it never calls (which said "compiling kernels, about 30 s" on
+    every run, cached or not)."""
+    from meanfield.core import guard
+    from meanfield.engine import kernels, population
+    from meanfield.engine.runs import compile_notice
+
+    seen = []
+    monkeypatch.setattr(guard, "first_use_notice", lambda *d, **kw: seen.append(d) or False)
+    compile_notice(me.load("meanfield/models/icl_zfb.toml"))
+    compile_notice(me.load("meanfield/models/icl_zfb.toml", method="flow"))
+    assert seen[0] == (population.pop_gd_advance,)
+    assert seen[1] == (population.pop_loss_grads, kernels.eng_update)
+    compile_notice(me.load("docs/examples/majority.toml"))
+    assert kernels.loss_and_grads in seen[2]

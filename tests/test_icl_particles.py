@@ -130,3 +130,21 @@ def test_icl_cli(tmp_path):
     with h5py.File(tmp_path / "s.h5") as f:
         assert f.attrs["exact"] == 0 and "sampled, not exact" in f.attrs["population"] and f.attrs["samples"] == 30
     assert not (tmp_path / "x.h5").exists() and not (tmp_path / "sw").exists()
+
+
+def test_python_api_particles_takes_batch(tmp_path):
+    """``meanfield.particles`` (the public API) has the command's --batch / --batch-seed: the same online-SGD run as
+    the engine's particles, in memory and as a file; a bad batch is the command's one-line ConfigError."""
+    import meanfield as mf
+
+    desc = description_from_dict(raw(4, steps=30))
+    a = mf.particles(desc, batch=32, batch_seed=5, progress=False)
+    b = particles(desc, batch=32, batch_seed=5)
+    np.testing.assert_array_equal(a.y, b.y)
+    assert np.abs(a.y[-1] - mf.particles(desc, progress=False).y[-1]).max() > 1e-6   # not the full-batch run
+    f = mf.particles(desc, out=tmp_path / "p.h5", batch=32, batch_seed=5, progress=False)
+    np.testing.assert_array_equal(f.y, b.y)
+    with pytest.raises(ConfigError, match="^batch"):
+        mf.particles(desc, batch=0, progress=False)
+    with pytest.raises(ConfigError, match="^batch-seed"):
+        mf.particles(desc, batch_seed=1, progress=False)

@@ -14,7 +14,10 @@ asked for, so importing meanfield never needs CUDA).
 The primitives shared by every kernel: :func:`relu_prime` (ReLU' with a
 chosen value at the kink), :func:`softplus_neg` (the logistic loss
 ``log(1 + exp(-z))``) and :func:`sigmoid_neg` (its negated derivative), each
-stable for both signs.
+stable for both signs. And the one divergence guard of every GD kernel,
+:func:`accept_step`: a step's new state is taken only when every entry is
+finite and at most ``max_abs`` in absolute value (status codes 2 and 3 of the
+kernels otherwise, the last accepted state kept).
 
 Example
 -------
@@ -101,3 +104,19 @@ def sigmoid_neg(z):
         return e / (1.0 + e)
     return 1.0 / (1.0 + math.exp(z))
 
+
+
+@portable
+def accept_step(y, new, max_abs):
+    # the divergence guard of every GD kernel: y <- new[:len(y)] when every entry is finite and |entry| <= max_abs
+    # (returns 0); else y is left as it is (the last accepted state) and the code says why: 2 a non-finite
+    # entry, 3 an entry above max_abs (the kernels' status codes)
+    ny = y.shape[0]
+    for i in range(ny):
+        if not math.isfinite(new[i]):
+            return 2
+        if abs(new[i]) > max_abs:
+            return 3
+    for i in range(ny):
+        y[i] = new[i]
+    return 0

@@ -424,3 +424,212 @@ def slope_tolerance(rep: EscapeReport, method: str, log_inv_scale, durations, sc
         parts["resolution"] = float(rep.eta * np.abs(dx).sum() / (2 * (dx**2).sum()) / rep.slope(method))
     parts["rel"] = float(sum(parts.values()))
     return parts
+
+
+# ----------------------------------------------------- measured against predicted: the generic check
+
+
+def time_to_criterion(solver, system, y0, mode, criterion, horizon: float, stage: int = 2) -> float:
+    """Time from ``y0`` until ``criterion`` holds, one stage of any integrate system.
+
+    Parameters
+    ----------
+    solver : meanfield.core.integrate solver
+        ``GDMap``, ``RK4`` or ``DormandPrince`` (anything with ``solve``).
+    system : meanfield.core.integrate system
+        The system (``rhs`` / ``gd_advance``).
+    y0 : array_like
+        The start state.
+    mode : tuple of bool
+        What the stage trains.
+    criterion : tuple or None
+        A parsed end criterion (``meanfield.core.config.parse_criterion``).
+    horizon : float
+        The most steps (GD) or time units (flow) to wait.
+    stage : int
+        The stage number written into the trajectory's stage ends.
+
+    Returns
+    -------
+    float
+        The time at which the criterion fired; NaN when it did not within ``horizon``.
+
+    Examples
+    --------
+    >>> T = time_to_criterion(GDMap(0.5), system, y0, (False, True), crit, 1e5)  # doctest: +SKIP
+    """
+    from . import integrate
+
+    st = integrate.Stage(stage, mode, horizon, criterion, "escape")
+    traj = solver.solve(system, np.array(y0, float), [st], integrate.SaveAt(every=10**9))
+    ends = [e for e in traj.stage_ends if e["stage"] == stage]
+    return float(ends[0]["t"]) if ends and ends[0]["reason"] == "criterion" else math.nan
+
+
+def slope_check(rep: EscapeReport, method: str, scales, durations, intercept: float = math.nan) -> dict:
+    """A measured sweep of plateau durations against ``rep``'s predicted slope.
+
+    The measured slope is the least-squares slope of ``durations`` against
+    log(1/scale) over the finite durations; the tolerance is
+    :func:`slope_tolerance` (the neglected terms); the check passes when the
+    report is valid and the relative error is within a tolerance below 100%
+    (a tolerance of 100% or more cannot tell any slope from the prediction:
+    ``testable`` is False and the check does not pass).
+
+    Parameters
+    ----------
+    rep : EscapeReport
+        The linearisation at the saddle (:func:`linearise`).
+    method : str
+        "gd" or "flow" (which predicted slope).
+    scales : array_like
+        The initial scales of the sweep (for the mixture: omega).
+    durations : array_like
+        The measured plateau durations, NaN where the plateau did not end.
+    intercept : float
+        The predicted intercept (:func:`manifold_intercept`), for the predicted durations.
+
+    Returns
+    -------
+    dict
+        ``slope_predicted``, ``slope_measured``, ``r2``, ``intercept_measured``,
+        ``relative_error``, ``tolerance`` (``rel`` of the parts),
+        ``tolerance_parts``, ``scales``, ``log_inv_scale``, ``durations``,
+        ``predicted_durations``, ``testable``, ``pass``.
+
+    Examples
+    --------
+    >>> rep = EscapeReport(n_trained=1, rhs_norm=0.0, kinks=[], valid=True, reason="", lam=1.0, slope_flow=2.0)
+    >>> r = slope_check(rep, "flow", [1e-3, 1e-2], [2 * math.log(1e3), 2 * math.log(1e2)], 0.0)
+    >>> round(r["slope_measured"], 12), r["pass"]
+    (2.0, True)
+    """
+    from .report import fit_line
+
+    scales = np.asarray(scales, float)
+    dur = np.asarray(durations, float)
+    x = np.log(1.0 / scales)
+    ok = np.isfinite(dur)
+    fit = fit_line(x[ok], dur[ok]) if ok.sum() >= 2 else {"slope": math.nan, "intercept": math.nan, "r2": math.nan}
+    tol = slope_tolerance(rep, method, x[ok], dur[ok], float(scales.max()))
+    s_pred = rep.slope(method)
+    rel = abs(fit["slope"] - s_pred) / s_pred if (s_pred and math.isfinite(fit["slope"])) else math.nan
+    predicted = [predicted_time(rep, method, float(o), intercept) if s_pred else math.nan for o in scales]
+    return {"slope_predicted": s_pred, "slope_measured": fit["slope"], "r2": fit["r2"],
+            "intercept_measured": fit["intercept"], "relative_error": rel, "tolerance": tol["rel"],
+            "tolerance_parts": tol, "scales": scales.tolist(), "log_inv_scale": x.tolist(),
+            "durations": dur.tolist(), "predicted_durations": predicted,
+            "testable": bool(tol["rel"] < 1.0),
+            "pass": bool(rep.valid and math.isfinite(rel) and rel <= tol["rel"] < 1.0)}
+
+
+def format_slope_check(r: dict, title: str, scale_name: str = "scale", duration_name: str = "T",
+                       power: float = 2.0) -> str:
+    """The text of a :func:`slope_check`: one row per scale, then the verdict line.
+
+    Parameters
+    ----------
+    r : dict
+        A :func:`slope_check` result (its ``scales`` may be under ``f"{scale_name}s"``).
+    title : str
+        The first line (which sweep, how its plateaus end).
+    scale_name : str
+        The scale's name in the paper (for the mixture: omega).
+    duration_name : str
+        The duration's name (column header, "measured" appended).
+    power : float
+        The displacement's power p (names the O(scale^p) feedback term).
+
+    Returns
+    -------
+    str
+        The lines, each ending in a newline.
+
+    Examples
+    --------
+    >>> r = {"scales": [0.1], "durations": [1.0], "predicted_durations": [1.0], "slope_measured": 2.0,
+    ...      "slope_predicted": 2.0, "relative_error": 0.0, "tolerance": 0.1, "pass": True, "testable": True,
+    ...      "tolerance_parts": {"second_mode": 0.0, "feedback": 0.1, "resolution": 0.0}}
+    >>> format_slope_check(r, "sweep:").splitlines()[-1].endswith("PASS")
+    True
+    """
+    scales = r.get(f"{scale_name}s", r.get("scales"))
+    lines = [title, f"{scale_name:>8s} {duration_name + ' measured':>17s} {'predicted':>10s}"]
+    for o, d, p in zip(scales, r["durations"], r["predicted_durations"]):
+        lines.append(f"{o:8.3g} {d:17.6g} {p:10.6g}")
+    tp = r["tolerance_parts"]
+    lines.append(f"slope: measured {r['slope_measured']:.6g}, predicted {r['slope_predicted']:.6g}; relative error "
+                 f"{100 * r['relative_error']:.3g}% against a tolerance of {100 * r['tolerance']:.3g}% (second mode "
+                 f"{100 * tp['second_mode']:.3g}%, O({scale_name}^{power:g}) feedback "
+                 f"{100 * tp['feedback']:.3g}%, one-step resolution "
+                 f"{100 * tp['resolution']:.3g}%): "
+                 + ("PASS" if r["pass"] else "FAIL" if r.get("testable", True) else
+                    f"NOT TESTED (a tolerance >= 100% cannot tell slopes apart: the prediction is for {scale_name} "
+                    f"-> 0; use smaller {scale_name}s)"))
+    return "\n".join(lines) + "\n"
+
+
+def format_complex(z) -> str:
+    """One spectrum entry of :meth:`EscapeReport.to_dict` as text.
+
+    Parameters
+    ----------
+    z : float or [float, float]
+        A real eigenvalue, or [real, imaginary] parts.
+
+    Returns
+    -------
+    str
+        ``"0.5"`` or ``"0.5+0.1i"``.
+
+    Examples
+    --------
+    >>> format_complex(0.5), format_complex([0.5, 0.1])
+    ('0.5', '0.5+0.1i')
+    """
+    return f"{z:.6g}" if not isinstance(z, list) else f"{z[0]:.6g}{z[1]:+.3g}i"
+
+
+def slope_figure(path, series, xlabel: str, ylabel: str, title: str) -> None:
+    """Measured durations (points) and predicted lines, one colour per series.
+
+    Parameters
+    ----------
+    path : str or Path
+        The PNG to write.
+    series : list of tuple
+        (label, log(1/scale) values, measured durations, predicted slope,
+        predicted intercept or None); a line is drawn when the intercept is finite.
+    xlabel, ylabel, title : str
+        The axes' and the figure's text.
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> slope_figure("s.png", [("K=2", [1, 2], [3, 5], 2.0, 1.0)], "log(1/omega)", "T", "t")  # doctest: +SKIP
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for i, (label, x, dur, slope, b) in enumerate(series):
+        col = f"C{i % 10}"
+        x = np.asarray(x, float)
+        ax.plot(x, dur, "o", color=col, label=label)
+        xx = np.linspace(x.min() - 0.2, x.max() + 0.2, 20)
+        if b is not None and math.isfinite(b):
+            ax.plot(xx, slope * xx + b, "-", color=col, lw=1)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    from .io import save_figure
+
+    save_figure(fig, path, dpi=120)
+    plt.close(fig)

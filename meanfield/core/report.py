@@ -180,3 +180,39 @@ def jfloat(x):
         return None
     x = float(x)
     return None if math.isnan(x) else x
+
+
+def json_ready(o):
+    """``o`` with numpy scalars and arrays as Python values, non-finite floats as
+    None and dict keys starting with "_" (in-memory objects) dropped: ready for
+    ``json.dumps``.
+
+    Parameters
+    ----------
+    o : object
+        Nested dicts, lists, tuples, numpy values.
+
+    Returns
+    -------
+    object
+        The same structure, JSON-serialisable.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> json_ready({"a": np.float64(1.5), "b": [float("nan")], "_obj": object()})
+    {'a': 1.5, 'b': [None]}
+    """
+    import numpy as np
+
+    if isinstance(o, dict):
+        return {k: json_ready(v) for k, v in o.items() if not k.startswith("_")}
+    if isinstance(o, (list, tuple)):
+        return [json_ready(v) for v in o]
+    if isinstance(o, (np.floating, np.integer)):
+        o = o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, np.ndarray):
+        return json_ready(o.tolist())
+    return o

@@ -256,7 +256,7 @@ class Run(dict):
                     a = np.asarray(src[nm])
                     ax = [heads] + [feats] * (a.ndim - 1 - (source is None))
                     out.append((nm, a, ax))
-        elif sysname == "engine":
+        elif sysname in ("engine", "twolayer"):  # twolayer: the blocks of meanfield.engine.twolayer_run
             axes = self.attrs.get("variable_axes") or {}
             for h, g in (src.get("variables") or {}).items():
                 for nm, a in g.items():
@@ -717,3 +717,31 @@ def plot_runs(runs, label=None, entries=None, logy: bool = True):
     fig.tight_layout()
     return fig
 
+
+
+def stage_end_index(t, stage_ends, stage: int) -> int | None:
+    """The record index at which ``stage`` ended (the first record at or after
+    its end time, to a relative 1e-12), or None when it has no end.
+
+    Parameters
+    ----------
+    t : array_like
+        The record times (ascending).
+    stage_ends : list of dict
+        The run's ``stage_ends`` (each with ``stage`` and ``t``).
+    stage : int
+        The stage number.
+
+    Returns
+    -------
+    int or None
+
+    Examples
+    --------
+    >>> stage_end_index([0.0, 1.0, 2.0], [{"stage": 1, "t": 1.0}], 1)
+    1
+    """
+    for e in stage_ends or []:
+        if int(e["stage"]) == stage:
+            return int(np.searchsorted(np.asarray(t, float), e["t"] - 1e-12 * max(1.0, e["t"])))
+    return None

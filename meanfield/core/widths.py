@@ -6,8 +6,9 @@ finite-width runs with the infinite-width one; the generic pieces live here:
 :func:`kink_events` (where a pre-activation sits at the ReLU kink in the
 infinite-width run), :func:`kink_splits` (whether finite-width runs land on
 the other side of it), :func:`fit_exponent` (the error exponent with a 95%
-confidence interval), :func:`write_outputs` (HDF5, JSON, figure) and
-:func:`figure`.
+confidence interval), :func:`sup_errors`, :func:`kink_split_message` and
+:func:`exponent_verdict` (the summary's errors and verdict),
+:func:`write_outputs` (HDF5, JSON, figure) and :func:`figure`.
 """
 
 from __future__ import annotations
@@ -128,6 +129,91 @@ def kink_splits(events, res, r0: float, describe) -> list[dict]:
                       "split": split, "runs_positive": int(plus), "runs_negative": int(minus),
                       "description": describe(e["sample"])})
     return kinks
+
+
+def sup_errors(res, widths, quantities) -> dict:
+    """Per quantity the (width x seed) sup-over-time errors of finite-width runs.
+
+    Parameters
+    ----------
+    res : list of dict
+        The finite-width runs, each with ``width`` and ``err_t`` (quantity -> error per record).
+    widths : list of int
+        The widths, in the rows' order.
+    quantities : iterable of str
+        The quantities.
+
+    Returns
+    -------
+    dict
+        quantity -> array (len(widths), runs per width); NaN for a run without records.
+
+    Examples
+    --------
+    >>> res = [{"width": 4, "err_t": {"S": np.array([0.1, 0.3])}}, {"width": 8, "err_t": {"S": np.array([0.2])}}]
+    >>> sup_errors(res, [4, 8], ["S"])["S"].tolist()
+    [[0.3], [0.2]]
+    """
+    return {q: np.array([[float(np.max(r["err_t"][q])) if len(r["err_t"][q]) else np.nan
+                          for r in res if r["width"] == m] for m in widths]) for q in quantities}
+
+
+def kink_split_message(split_events, fix: str) -> str:
+    """The width sweep's verdict when finite-width runs cross a kink of the infinite-width run.
+
+    Parameters
+    ----------
+    split_events : list of dict
+        The :func:`kink_splits` entries with ``split`` set (the first six are named).
+    fix : str
+        What to do about it (the system's tie-breaking init).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> e = {"sample": 0, "description": "g1y1", "head": "+", "t_start": 0.0, "t_end": 2.0}
+    >>> m = kink_split_message([e], "fix: break the tie")
+    >>> "(sample 0 (g1y1) head + t in [0, 2])" in m, m.endswith("reported; fix: break the tie")
+    (True, True)
+    """
+    names = "; ".join(f"sample {k['sample']} ({k['description']}) head {k['head']} t in "
+                      f"[{k['t_start']:.6g}, {k['t_end']:.6g}]" for k in split_events[:6])
+    more = f" and {len(split_events) - 6} more" if len(split_events) > 6 else ""
+    return (f"finite-width runs land on the other side of {len(split_events)} ReLU kink(s) of the "
+            f"infinite-width run ({names}{more}): the finite-width trajectories leave the "
+            f"infinite-width one by O(1) for every m, so no convergence exponent is reported; {fix}")
+
+
+def exponent_verdict(fits: dict, lead: str) -> dict:
+    """The width sweep's exponent entries when no kink is crossed.
+
+    Parameters
+    ----------
+    fits : dict
+        quantity -> :func:`fit_exponent` result.
+    lead : str
+        The quantity whose exponent is the sweep's (``exponent``, ``exponent_ci``, the message).
+
+    Returns
+    -------
+    dict
+        ``exponent``, ``exponent_ci``, ``exponents`` (quantity -> exponent, ci, r2) and ``message``.
+
+    Examples
+    --------
+    >>> v = exponent_verdict({"S": fit_exponent([10, 1000], [[1.0], [0.1]])}, "S")
+    >>> round(v["exponent"], 3), v["message"].startswith("no kink is crossed; sup-norm error of S")
+    (-0.5, True)
+    """
+    f = fits[lead]
+    return {"exponent": f["exponent"], "exponent_ci": f["exponent_ci"],
+            "exponents": {q: {"exponent": g["exponent"], "ci": g["exponent_ci"], "r2": g["r2"]}
+                          for q, g in fits.items()},
+            "message": ("no kink is crossed; " + exponent_text(lead, f) if f["exponent"] is not None
+                        else "no kink is crossed; too few widths to fit an exponent")}
 
 
 def write_outputs(out: Path, summary: dict, attrs: dict, data: dict, **figure_kw) -> dict:

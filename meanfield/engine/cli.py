@@ -39,6 +39,8 @@ def _add_param_flags(p) -> None:
     g = p.add_argument_group("model parameters (override the description's [parameters]; each model declares its own: "
                              "a general description's declared parameters, e.g. N = 20, are flags too: --N 30)")
     for name in _param_fields():
+        if "--" + name.replace("_", "-") in p._option_string_actions:  # the verb's own option (particles' --d)
+            continue
         g.add_argument("--" + name.replace("_", "-"), dest="param_" + name, default=None, metavar="V")
 
 
@@ -49,7 +51,11 @@ def model_path(text: str) -> Path:
     shipped = MODELS_DIR / f"{text}.toml"
     if shipped.exists():
         return shipped
-    names = sorted(f.stem for f in MODELS_DIR.glob("*.toml"))
+    own = MODELS_DIR / text / f"{text}.toml"  # a paper's own description in its folder (models/induction/induction.toml)
+    if text.isidentifier() and own.is_file():
+        return own
+    names = sorted({f.stem for f in MODELS_DIR.glob("*.toml")} | {f.stem for f in MODELS_DIR.glob("*/*.toml")
+                                                                  if f.stem == f.parent.name})
     raise ConfigError(f"model: no such file {text!r} and no shipped description of that name; shipped: "
                       f"{', '.join(names)}")
 
@@ -153,6 +159,12 @@ def description_from_args(args, size: dict | None = None):
     elif size is not None:  # from the declared parameters, before the features and data are built
         description_size_first(raw, flags, force, **size)
     desc = description_from_dict(raw, flags, source=str(path))
+    from .twolayer_desc import TwoLayerDescription
+
+    if isinstance(desc, TwoLayerDescription) and getattr(args, "func", None) is not _cmd_run:
+        raise ConfigError("model: a two-layer description runs with `meanfield model run` only (derive, particles, "
+                          "width-sweep, sweep, bound and check are not built for it yet: docs/engine.md, 'Two-layer "
+                          "attention')")
     if family is None:
         check_options(raw, flags, desc)
         if size is not None:
@@ -213,7 +225,25 @@ def _cmd_run(args) -> int:
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))  # before the work, not after it
     if args.plot:
         check_output_dir(args.plot, "plot")
+    from ..core.guard import read_config_text
+    from .twolayer_desc import is_twolayer
+
+    raw = read_config_text(model_path(args.model), "model")
+    if is_twolayer(raw):  # the two-layer class: its own knobs (meanfield.engine.twolayer_desc.OVERRIDES)
+        from .twolayer_desc import twolayer_from_dict
+        from .twolayer_run import cli_run
+
+        given = {name: getattr(args, "param_" + name) for name in _param_fields()
+                 if getattr(args, "param_" + name, None) is not None}
+        given.update(getattr(args, "declared", None) or {})
+        return cli_run(args, out, twolayer_from_dict(raw, given, source=str(model_path(args.model))))
     desc = description_from_args(args, size={})
+    from .twolayer_desc import TwoLayerDescription
+
+    if isinstance(desc, TwoLayerDescription):  # a family that builds a two-layer description (models/induction)
+        from .twolayer_run import cli_run
+
+        return cli_run(args, out, desc)
     from .runs import compile_notice
 
     compile_notice(desc)  # "compiling kernels, about N s, once" on a first use

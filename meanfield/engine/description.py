@@ -595,10 +595,15 @@ def description_from_dict(raw: dict, overrides: dict | None = None, source: str 
     """
     if not isinstance(raw, dict):
         raise ConfigError("model: a description is a TOML table")
+    from .twolayer_desc import is_twolayer, twolayer_from_dict
+
+    if is_twolayer(raw):  # the second model class (meanfield.engine.twolayer_desc)
+        return twolayer_from_dict(raw, overrides, source)
     for k in raw:
         if k == "layers":
-            raise ConfigError("layers: two-layer descriptions are not implemented yet (this engine reads one layer of "
-                              "[[heads]]; which two-layer models close: docs/engine.md, 'Two-layer attention')")
+            raise ConfigError("layers: a two-layer description needs [model] class = \"twolayer\" (this one-layer "
+                              "class reads one layer of [[heads]]; which two-layer models close: docs/engine.md, "
+                              "'Two-layer attention')")
         if k not in TOP_KEYS:
             raise ConfigError(f"model: unknown key '{k}'; allowed: {', '.join(TOP_KEYS)}")
     raw, overrides, declared = resolve_parameters(raw, overrides)

@@ -94,7 +94,7 @@ def make_particles(desc: Description, d: int | None = None, embed_seed=None, bat
     seed = desc.init.seed if embed_seed is None else embed_seed
     E = orc.embedding(desc.dictionary.Gamma, d, [int(seed), 7])
     params = orc.weights_from_engine_init(desc, E, seed_orth=[int(desc.init.seed), 11])
-    if batch is not None:
+    if batch is not None or batch_seed is not None:  # a seed without a batch is refused there
         from .icl_particles import check_batch, make_system
 
         return make_system(desc, E, params, *check_batch(desc, batch, batch_seed))
@@ -360,7 +360,8 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     >>> [f.rsplit(".", 1)[1] for f in s["files"]]
     ['h5', 'json', 'png']
     """
-    from ..core.widths import exponent_text, fit_exponent, kink_events, kink_splits, write_outputs
+    from ..core.widths import (exponent_verdict, fit_exponent, kink_events, kink_split_message, kink_splits,
+                               sup_errors, write_outputs)
     from ..core.sweep import Progress, map_points
     from .runs import run as engine_run
 
@@ -404,8 +405,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
                         lambda i: desc.data.names[i] if desc.data.names else f"x{i}")
     split_events = [k for k in kinks if k["split"]]
     quantities = [nm for nm in q_inf if all(nm in r["err_t"] for r in res)]
-    sup = {nm: np.array([[float(np.max(r["err_t"][nm])) if len(r["err_t"][nm]) else math.nan
-                          for r in res if r["width"] == m] for m in widths]) for nm in quantities}
+    sup = sup_errors(res, widths, quantities)
     # wide weights (the only ones whose initial Gram depends on m): W_K, W_Q (kq = separate), M_V and r (value matrix)
     wide = any(h.kq == "separate" or h.value == "matrix" for h in desc.model.heads)
     fits = {nm: fit_exponent(widths, sup[nm]) for nm in quantities} if wide else {}
@@ -430,21 +430,11 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
                               f"explicit networks equal the infinite-width run to {worst:.1e} at every m")
         summary["exponents"] = {nm: None for nm in quantities}
     elif split_events:
-        names = "; ".join(f"sample {k['sample']} ({k['description']}) head {k['head']} t in "
-                          f"[{k['t_start']:.6g}, {k['t_end']:.6g}]" for k in split_events[:6])
-        summary["message"] = (f"finite-width runs land on the other side of {len(split_events)} ReLU kink(s) of the "
-                              f"infinite-width run ({names}): the finite-width trajectories leave the infinite-width "
-                              "one by O(1) for every m, so no convergence exponent is reported; break the tie with "
-                              "a neuron init (e.g. --neuron-init const:...)")
+        summary["message"] = kink_split_message(split_events, "break the tie with a neuron init (e.g. --neuron-init "
+                                                              "const:...)")
         summary["exponents"] = {nm: None for nm in quantities}
     else:
-        summary["exponent"] = fits[lead]["exponent"]
-        summary["exponent_ci"] = fits[lead]["exponent_ci"]
-        summary["exponents"] = {nm: {"exponent": f["exponent"], "ci": f["exponent_ci"], "r2": f["r2"]}
-                                for nm, f in fits.items()}
-        summary["message"] = ("no kink is crossed; " + exponent_text(lead, fits[lead])
-                              if fits[lead]["exponent"] is not None
-                              else "no kink is crossed; too few widths to fit an exponent")
+        summary.update(exponent_verdict(fits, lead))
         # a quantity whose mean error does not fall at the mean-field rate is named, whatever the lead says (e.g.
         # attention frozen: S keeps its m^-1/2 init error while the neurons leave by O(1)): see NOT_DECREASING
         err = summary["errors"]

@@ -230,6 +230,10 @@ def model_parameters(path: Path, mixture_help: dict | None = None) -> tuple[str,
                        or knob_meaning(f.name))
             rows.append((f.name, _fmt(default), meaning))
         return str(raw["family"]), rows, []
+    from .twolayer_desc import OVERRIDES, is_twolayer
+
+    if is_twolayer(raw):  # a two-layer description: its run knobs only (meanfield.engine.twolayer_desc)
+        return "", [], [(n, "the file's", knob_meaning(n)) for n in OVERRIDES]
     declared = [(k, _fmt(v), _declared_meaning(raw, k, comments.get(k)))
                 for k, v in declared_parameters(raw).items()]
     knobs = [(f.name, _fmt(table.get(f.name, f.default)), comments.get(f.name) or knob_meaning(f.name))

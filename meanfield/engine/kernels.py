@@ -50,6 +50,7 @@ import numpy as np
 from numba import njit
 
 from ..core.activations import portable, relu_prime, sigmoid_neg, softplus_neg
+from ..core.activations import accept_step
 
 CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_margin": 4, "grad_w": 5}
 
@@ -711,7 +712,6 @@ def eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc
     """Up to ``nsteps`` exact GD steps in place (criterion checked before each
     step). Returns (steps done, code, loss): 0 done, 1 criterion holds,
     2 non-finite, 3 an entry above max_abs (2, 3: ``y`` keeps the last accepted state)."""
-    ny = y.shape[0]
     k = 0
     while True:
         loss = eng_loss_grads(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target, weight, kind, r0, True, u, margin, zb, f,
@@ -725,13 +725,9 @@ def eng_gd_advance_into(y, nsteps, eta, mode, hi, hf, qv, Gr, grp, Gam, nzi, nzc
         if k == nsteps:
             return k, 0, loss
         eng_update(y, new, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, True, Xm, Ym, tmp)
-        for i in range(ny):
-            if not math.isfinite(new[i]):
-                return k, 2, loss
-            if abs(new[i]) > max_abs:
-                return k, 3, loss
-        for i in range(ny):
-            y[i] = new[i]
+        code = accept_step(y, new, max_abs)
+        if code != 0:
+            return k, code, loss
         k += 1
 
 

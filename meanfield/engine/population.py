@@ -40,6 +40,7 @@ import numpy as np
 from numba import njit
 
 from ..core import integrate
+from ..core.activations import accept_step
 from ..core.config import ConfigError
 from . import kernels, lowrank
 from .gaussian import check_heads, convention_attrs
@@ -165,7 +166,6 @@ def pop_gd_advance(y, nsteps, eta, mode, hi, hf, Gr, grp, Gam, P, d, K4, Lam, m,
     at finite width ``rank_m`` > 0 each step's Gram blocks projected back onto
     rank <= m, ``meanfield.engine.lowrank``).
     Returns (steps done, code, loss): 0 done, 1 criterion, 2 non-finite, 3 above max_abs."""
-    ny = y.shape[0]
     k = 0
     while True:
         loss = pop_loss_grads(y, hi, hf, P, d, K4, Lam, m, c0, True, T, U, gT, G, gflat)
@@ -179,13 +179,9 @@ def pop_gd_advance(y, nsteps, eta, mode, hi, hf, Gr, grp, Gam, P, d, K4, Lam, m,
         if k == nsteps:
             return k, 0, loss
         kernels.eng_update(y, new, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, True, Xm, Ym, tmp)
-        for i in range(ny):
-            if not math.isfinite(new[i]):
-                return k, 2, loss
-            if abs(new[i]) > max_abs:
-                return k, 3, loss
-        for i in range(ny):
-            y[i] = new[i]
+        code = accept_step(y, new, max_abs)
+        if code != 0:
+            return k, code, loss
         if rank_m > 0:
             lowrank.project_rank(y, hi, rank_m, col_n, col_off, basis, have)
         k += 1

@@ -220,8 +220,8 @@ def check_training(training, heads) -> None:
         raise ConfigError("normalise: not with group rates, per-stage eta or an eta schedule (normalised GD steps "
                           "every parameter by eta along its unit gradient); use one or the other")
     if flow and getattr(training, "eta_schedule", None):
-        raise ConfigError(f"eta_schedule: only for method gd (a schedule of the flow {training.method} only "
-                          "reparametrises its time; the trajectory is the constant-rate one)")
+        raise ConfigError(f"eta_schedule: only for method gd, not {training.method} (a schedule only reparametrises "
+                          "the flow's time; the trajectory is the constant-rate one)")
     for i, st in enumerate(training.stages):
         if flow and getattr(st, "eta_schedule", None):
             raise ConfigError(f"training.stages[{i}].eta_schedule: only for method gd (a schedule of the flow only "

@@ -105,7 +105,14 @@ def compile_notice(desc: Description, echo: bool = False) -> bool:
     (``meanfield.core.guard.first_use_notice``). Returns whether they compile now."""
     from ..core.guard import first_use_notice
     from . import kernels
+    from .population_oracle import is_population
 
+    if is_population(desc):  # the exact Gaussian population runs its own kernels (engine/population.py)
+        from . import population
+
+        used = ((population.pop_gd_advance,) if desc.training.method == "gd"
+                else (population.pop_loss_grads, kernels.eng_update))
+        return first_use_notice(*used, family="engine", echo=echo)
     return first_use_notice(kernels.gd_advance if desc.training.method == "gd" else kernels.flow_rhs,
                             kernels.loss_and_grads, family="engine", echo=echo)
 

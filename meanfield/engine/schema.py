@@ -275,6 +275,19 @@ def markdown() -> str:
             "refuses them with the reason closure fails, exit 2 (see [the engine](engine.md)).", "",
             "| key | why it is outside the class |", "|---|---|"]
     out += [f"| `{k}` | {why} |" for k, why in _OUT_OF_CLASS.items()]
+    from .twolayer_desc import KEYS as _TL, NOT_CLOSED as _TL_NO  # the second model class (engine/twolayer_desc)
+
+    out += ["## Two-layer descriptions (`[model] class = \"twolayer\"`)", "",
+            "The second model class (small-parameter two-layer attention, [the engine](engine.md), \"Two-layer "
+            "attention\"): its own tables and keys.", ""]
+    for table, keys in _TL.items():
+        out += [f"### `{table}`" if table != "top level" else "### Top level", "",
+                "| key | type | default | meaning |", "|---|---|---|---|"]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in (f"`{k}`", t, d, m)) + " |"
+                for k, (t, d, m) in keys.items()]
+        out.append("")
+    out += ["### Two-layer keys refused with a reason", "", "| key | why |", "|---|---|"]
+    out += [f"| `{k}` | {why} |" for k, why in _TL_NO.items()]
     return "\n".join(out) + "\n"
 
 

@@ -30,4 +30,5 @@ PLUGINS = (
     "meanfield.models.icl.plugin",
     "meanfield.models.scansnap.plugin",
     "meanfield.models.prompt_attention.plugin",
+    "meanfield.models.edelman.plugin",
 )

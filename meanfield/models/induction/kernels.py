@@ -33,6 +33,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ...core.activations import accept_step
+
 #: pattern path when n_pat <= PATTERN_MAX (the Gram tables are H * n_pat^2 doubles)
 PATTERN_MAX = 512
 
@@ -594,13 +596,10 @@ def gd_advance(theta, nsteps, rates, tokens, codes, use_pattern, first, M, d, me
             return k, 0, loss
         for i in range(n):
             r = rates[0] if i < nS else (rates[1] if i < nS + H * M else rates[2])
-            v = theta[i] - r * grad[i]
-            if not np.isfinite(v):
-                return k, 2, loss
-            if abs(v) > max_abs:
-                return k, 3, loss
-            new[i] = v
-        theta[:] = new
+            new[i] = theta[i] - r * grad[i]
+        code = accept_step(theta, new, max_abs)
+        if code != 0:
+            return k, code, loss
         k += 1
 
 

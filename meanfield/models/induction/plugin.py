@@ -5,3 +5,6 @@ from __future__ import annotations
 from ...engine import registry
 
 registry.register_command("induction", "meanfield.models.induction.cli:add_parser", order=60)
+registry.register_family("induction", params="meanfield.models.induction.config:InductionConfig",
+                         build="meanfield.models.induction.description:build",
+                         summary="the induction system as a two-layer description (meanfield model run induction)")

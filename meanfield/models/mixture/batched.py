@@ -320,10 +320,17 @@ def _pack(cfgs: list[MixtureConfig], y0s: list[np.ndarray]) -> dict:
 
 
 def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, backend: str = "cpu",
-            max_bytes: float = 8 * 2**30) -> BatchResult:
+            max_bytes: float = 8 * 2**30, lanes: bool = True, vector_exp: bool = False) -> BatchResult:
     """Run one batch of configs sharing a sample set and method on ``backend``
     (``cpu`` or ``cuda``, see :func:`resolve_backend`) and return the raw
-    records. ``max_bytes`` caps the record buffer (B x T x state x 8 bytes)."""
+    records. ``max_bytes`` caps the record buffer (B x T x state x 8 bytes).
+    ``lanes``: on the CPU, method gd runs trajectory-vectorised
+    (``meanfield.models.mixture.vectorised``, equal bit for bit) in blocks
+    whose width follows B (``vectorised.WIDTHS``); False runs the
+    per-trajectory loop (the reference of the tests and benchmarks).
+    ``vector_exp``: with ``lanes``, the softmax's exp vectorised too
+    (``vectorised.lanes_exp``: within an ulp of the C library's, so results
+    agree to rounding, not bit for bit)."""
     if not cfgs:
         raise ValueError("advance: empty batch")
     c0 = cfgs[0]
@@ -353,8 +360,17 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
         _launch_cuda(c0.method, P, s.idx, head + data[1:], outs, B)
     else:
         dims = (s.idx.shape[0], P, s.idx.shape[1])
-        core_batched.run_cpu(mix_gd_batch_cpu if c0.method == "gd" else mix_rk4_batch_cpu,
-                             B, head + [tuple(data), dims] + outs)
+        if c0.method == "gd":
+            from numba import get_num_threads
+
+            from .vectorised import kernel_for
+
+            # blocks of 64 or 8 lanes by each thread's share (vectorised.WIDTHS); below 16: one at a time
+            fn = (kernel_for(B // max(1, min(B, get_num_threads()))) if lanes else None) or mix_gd_batch_cpu
+        else:
+            fn = mix_rk4_batch_cpu
+        dat = tuple(data) + ((bool(vector_exp),) if fn is not mix_gd_batch_cpu and c0.method == "gd" else ())
+        core_batched.run_cpu(fn, B, head + [dat, dims] + outs)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact enough
         raise RuntimeError("batched: record buffer full (capacity bound too small): a bug")
     return BatchResult(c0.method, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step,
@@ -407,3 +423,32 @@ def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndar
                 if on_result is not None:
                     on_result(i, out[i])
     return out
+
+
+def warm_lanes() -> None:
+    """Compile (or load from numba's cache) the batch kernel of every block width of ``vectorised.WIDTHS``.
+
+    ``meanfield warm`` calls it with its "mixture batched" family (its
+    tiny sweep runs the per-trajectory loop: too few trajectories for a
+    block).
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> from meanfield.models.mixture import batched
+    >>> batched.warm_lanes()  # doctest: +SKIP
+    """
+    from . import vectorised
+    from .config import make_config
+
+    cfgs = [make_config(steps=2)] * 2
+    old = vectorised.WIDTHS
+    try:
+        for _, w in old:
+            vectorised.WIDTHS = ((1, w),)
+            advance(cfgs)
+    finally:
+        vectorised.WIDTHS = old

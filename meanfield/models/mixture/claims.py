@@ -25,6 +25,7 @@ from ...core.report import gating
 from ...core.report import fit_line
 from ...core.report import jfloat as _f
 from ...core.report import status as _status
+from ...core.run import stage_end_index
 from .config import MixtureConfig, make_config
 from .measure import omega_sweep, simulate  # noqa: F401 (re-exported)
 from .run import samples_of
@@ -39,10 +40,7 @@ def _consistent(run) -> np.ndarray:
 
 
 def _stage_end_index(run, stage: int) -> int | None:
-    for e in _attrs(run).get("stage_ends", []):
-        if e["stage"] == stage:
-            return int(np.searchsorted(run["t"], e["t"] - 1e-12 * max(1.0, e["t"])))
-    return None
+    return stage_end_index(run["t"], _attrs(run).get("stage_ends", []), stage)
 
 
 def _fi(run, name: str) -> int:

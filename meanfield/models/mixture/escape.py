@@ -33,6 +33,7 @@ import numpy as np
 
 from ...core import escape, integrate
 from ...core.config import parse_criterion
+from ...core.run import stage_end_index
 from . import kernels
 from .config import MixtureConfig, make_config
 from .data import SampleSet, feature_labels
@@ -208,16 +209,6 @@ def stage2_criterion(cfg: MixtureConfig):
     return parse_criterion("stage_criteria", c or DEFAULT_STAGE2_CRITERION, kernels.CRITERIA)
 
 
-def time_to_criterion(cfg: MixtureConfig, y0, mode, criterion, horizon: float) -> float:
-    """Time from ``y0`` until ``criterion`` holds under ``mode`` (NaN if not
-    within ``horizon`` steps (gd) or time units (flow))."""
-    system = MixtureSystem(samples_of(cfg), cfg.relu_prime_at_zero, cfg.max_abs)
-    st = integrate.Stage(2, mode, horizon, criterion, "escape")
-    traj = solver(cfg).solve(system, np.array(y0, float), [st], integrate.SaveAt(every=10**9))
-    ends = [e for e in traj.stage_ends if e["stage"] == 2]
-    return float(ends[0]["t"]) if ends and ends[0]["reason"] == "criterion" else math.nan
-
-
 def stage2(cfg: MixtureConfig, y1: np.ndarray | None = None, t1: float = 0.0, intercept: bool = True,
            eps: float = 1e-6, horizon: float = 2e5, kink_tol: float = 1e-9) -> dict:
     """Linearise stage 2 at the saddle (S, A, B) = 0 with the stage-1 neurons
@@ -247,11 +238,12 @@ def stage2(cfg: MixtureConfig, y1: np.ndarray | None = None, t1: float = 0.0, in
     if intercept and rep.valid:
         crit = stage2_criterion(cfg)
         mask = sad.trained
+        system = MixtureSystem(samples, cfg.relu_prime_at_zero, cfg.max_abs)
 
         def run_until(e):
             y0 = y_s.copy()
             y0[mask] += e * rep.direction
-            return time_to_criterion(cfg, y0, (False, True), crit, horizon)
+            return escape.time_to_criterion(solver(cfg), system, y0, (False, True), crit, horizon)
 
         mi = escape.manifold_intercept(rep, cfg.method, run_until, eps)
         out["manifold"] = mi
@@ -412,9 +404,7 @@ def format_report(out: dict, n_leading: int = 8) -> str:
     lines.append(f"valid: {r['valid']} ({r['reason']}); nearest ReLU kink: min |u| = "
                  f"{r['min_abs_preactivation']:.3g} over samples and heads")
 
-    def fz(z):
-        return f"{z:.6g}" if not isinstance(z, list) else f"{z[0]:.6g}{z[1]:+.3g}i"
-
+    fz = escape.format_complex
     lines.append("spectrum of J (flow, top): " + ", ".join(fz(z) for z in r["spectrum"]))
     if r["mu_spectrum"]:
         lines.append("spectrum of the GD map's Jacobian (top |.|): " + ", ".join(fz(z) for z in r["mu_spectrum"]))
@@ -475,8 +465,6 @@ def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6, 
     ``margin``: exact to one step for GD, located by dense output for the
     flow), the tolerance from the neglected terms
     (``meanfield.core.escape.slope_tolerance``)."""
-    from ...core.report import fit_line
-
     omegas = np.asarray(omegas, float)
     crit = ("none", f"inconsistent_margin>={margin}", "none")
     if method == "gd":
@@ -494,49 +482,28 @@ def stage2_constant(base: dict, omegas, margin: float = 0.1, eps: float = 1e-6, 
         dur = np.asarray(omega_sweep(omegas, base, margin=margin), float)
     else:
         dur = np.asarray(_flow_sweep(cfg, omegas), float)
-    x = np.log(1.0 / omegas)
-    ok = np.isfinite(dur)
-    fit = fit_line(x[ok], dur[ok]) if ok.sum() >= 2 else {"slope": math.nan, "intercept": math.nan, "r2": math.nan}
-    tol = escape.slope_tolerance(rep, method, x[ok], dur[ok], float(omegas.max()))
-    s_pred = rep.slope(method)
-    rel = abs(fit["slope"] - s_pred) / s_pred if (s_pred and math.isfinite(fit["slope"])) else math.nan
     mi = pred.get("manifold", {})
-    predicted_T = [escape.predicted_time(rep, method, float(o), mi.get("intercept", math.nan)) if s_pred else
-                   math.nan for o in omegas]
-    return {"K": cfg.K, "L": cfg.L, "eta": cfg.eta, "method": method, "slope_predicted": s_pred,
+    c = escape.slope_check(rep, method, omegas, dur, mi.get("intercept", math.nan))
+    return {"K": cfg.K, "L": cfg.L, "eta": cfg.eta, "method": method, "slope_predicted": c["slope_predicted"],
             "stage1_steps": int(cfg.stage_steps[0]), "stage1_time": float(cfg.stage_times[0]) if method != "gd"
             else float(cfg.stage_steps[0] * cfg.eta),
             "valid": rep.valid, "reason": rep.reason, "lambda": rep.lam, "mu": rep.mu,
             "slope_predicted_gd": rep.slope_gd, "slope_predicted_flow": rep.slope_flow,
-            "slope_first_order_gd": rep.slope_gd_first_order, "slope_measured": fit["slope"],
-            "r2": fit["r2"], "intercept_measured": fit["intercept"], "intercept_predicted": mi.get("intercept"),
-            "relative_error": rel, "tolerance": tol["rel"], "tolerance_parts": tol,
-            "omegas": omegas.tolist(), "log_inv_omega": x.tolist(), "durations": dur.tolist(),
-            "predicted_durations": predicted_T,
-            # a tolerance of 100% or more cannot tell any slope from the prediction (omega too large for
-            # the omega -> 0 asymptotics): not tested, and not a PASS
-            "testable": bool(tol["rel"] < 1.0),
-            "pass": bool(rep.valid and math.isfinite(rel) and rel <= tol["rel"] < 1.0)}
+            "slope_first_order_gd": rep.slope_gd_first_order, "slope_measured": c["slope_measured"],
+            "r2": c["r2"], "intercept_measured": c["intercept_measured"], "intercept_predicted": mi.get("intercept"),
+            "relative_error": c["relative_error"], "tolerance": c["tolerance"], "tolerance_parts": c["tolerance_parts"],
+            "omegas": c["scales"], "log_inv_omega": c["log_inv_scale"], "durations": c["durations"],
+            "predicted_durations": c["predicted_durations"], "testable": c["testable"], "pass": c["pass"]}
 
 
 # ----------------------------------------------------- stage 3 and the CLI
 
 
 def format_sweep(r: dict) -> str:
+    """The text of a :func:`stage2_constant` sweep (``meanfield.core.escape.format_slope_check``)."""
     how = "GD, exact step" if r.get("method", "gd") == "gd" else f"{r['method']}, dense output"
-    lines = [f"omega sweep (three-stage {how}, stage 2 ended by inconsistent_margin >= 0.1):",
-             f"{'omega':>8s} {'T2 - T1 measured':>17s} {'predicted':>10s}"]
-    for o, d, p in zip(r["omegas"], r["durations"], r["predicted_durations"]):
-        lines.append(f"{o:8.3g} {d:17.6g} {p:10.6g}")
-    lines.append(f"slope: measured {r['slope_measured']:.6g}, predicted {r['slope_predicted']:.6g}; relative error "
-                 f"{100 * r['relative_error']:.3g}% against a tolerance of {100 * r['tolerance']:.3g}% (second mode "
-                 f"{100 * r['tolerance_parts']['second_mode']:.3g}%, O(omega^2) feedback "
-                 f"{100 * r['tolerance_parts']['feedback']:.3g}%, one-step resolution "
-                 f"{100 * r['tolerance_parts']['resolution']:.3g}%): "
-                 + ("PASS" if r["pass"] else "FAIL" if r.get("testable", True) else
-                    "NOT TESTED (a tolerance >= 100% cannot tell slopes apart: the prediction is for omega -> 0; "
-                    "use smaller omegas)"))
-    return "\n".join(lines) + "\n"
+    return escape.format_slope_check(r, f"omega sweep (three-stage {how}, stage 2 ended by inconsistent_margin >= "
+                                        f"0.1):", "omega", "T2 - T1")
 
 
 def stage3(cfg: MixtureConfig, y2: np.ndarray, t2: float, kink_tol: float = 1e-9) -> dict:
@@ -570,8 +537,7 @@ def format_stage3(out: dict) -> str:
         lines.append(f"KINKS: {len(out['kinks'])} pre-activation(s) at the ReLU kink: " + "; ".join(out["kinks"][:4]))
     lines.append(f"valid: {out['valid']} ({out['reason']})")
     lines.append("spectrum of J (flow, top, for reference): "
-                 + ", ".join(f"{z:.6g}" if not isinstance(z, list) else f"{z[0]:.6g}{z[1]:+.3g}i"
-                             for z in out["spectrum"]))
+                 + ", ".join(escape.format_complex(z) for z in out["spectrum"]))
     a = out.get("attention_saddle")
     if a is not None:
         lines.append(f"the attention is still at its start (max |S, A, B| = {out['max_abs_attention']:.3g} <= 100 "
@@ -585,30 +551,8 @@ def format_stage3(out: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _stage_ends_from_run(run) -> tuple[dict, np.ndarray]:
-    t = np.asarray(run["t"], float)
-    ends = {}
-    for e in run.attrs.get("stage_ends", []) or []:
-        ends[int(e["stage"])] = int(np.searchsorted(t, e["t"] - 1e-12 * max(1.0, e["t"])))
-    return ends, t
-
-
 def _state_at(run, i: int) -> np.ndarray:
     return kernels.pack(run["S"][i], run["A"][i], run["B"][i], run["w"][i])
-
-
-def _clean(o):
-    if isinstance(o, dict):
-        return {k: _clean(v) for k, v in o.items() if not k.startswith("_")}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    if isinstance(o, (np.floating, np.integer)):
-        o = o.item()
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, np.ndarray):
-        return _clean(o.tolist())
-    return o
 
 
 def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json_path: str | None = None,
@@ -619,6 +563,8 @@ def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json
     from pathlib import Path
 
     from ...core.config import ConfigError
+    from ...core.io import write_text_atomic
+    from ...core.report import json_ready
 
     if stage not in ("2", "3", "simultaneous"):
         raise ConfigError(f"stage: must be one of 2, 3, simultaneous; got {stage!r}")
@@ -640,10 +586,11 @@ def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json
         if cfg.schedule != "three-stage" or cfg.dense:
             raise ConfigError(f"from: {run_path} must be a three-stage run of the fast path (schedule "
                               f"{cfg.schedule!r}); the stage-2 saddle needs the state at the end of stage 1")
-        ends, t = _stage_ends_from_run(run)
+        t = np.asarray(run["t"], float)
         for k in (1, 2):
-            if k in ends:
-                y_at[k] = (_state_at(run, ends[k]), float(t[ends[k]]))
+            i = stage_end_index(t, run.attrs.get("stage_ends"), k)
+            if i is not None:
+                y_at[k] = (_state_at(run, i), float(t[i]))
         need = 1 if stage == "2" else 2
         if need not in y_at:
             raise ConfigError(f"from: {run_path} has no end of stage {need} (the run stopped earlier)")
@@ -683,9 +630,7 @@ def cli(cfg: MixtureConfig | None, stage: str, run_path: str | None = None, json
     if json_path is not None:
         p = Path(json_path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(_clean(out), indent=2))
-        tmp.replace(p)
+        write_text_atomic(p, json.dumps(json_ready(out), indent=2))
         print_fn(f"json: {p}")
     return 0
 
@@ -738,30 +683,13 @@ def check_stage2_constant(results: list[dict]):
 def stage2_constant_figure(out, results: list[dict], name: str = "stage2_constant.png") -> str:
     """T2 - T1 against log(1/omega): measured points and predicted lines
     (predicted slope and the unstable-manifold intercept), one colour per setting."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from pathlib import Path
 
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    for i, r in enumerate(results):
-        col = f"C{i % 10}"
-        x = np.array(r["log_inv_omega"])
-        ax.plot(x, r["durations"], "o", color=col,
-                label=f"K={r['K']}, stage 1 {r['stage1_steps']} steps: slope {r['slope_measured']:.4g} "
-                      f"(pred. {r['slope_predicted_gd']:.4g})")
-        xx = np.linspace(x.min() - 0.2, x.max() + 0.2, 20)
-        b = r["intercept_predicted"]
-        if b is not None and math.isfinite(b):
-            ax.plot(xx, r["slope_predicted_gd"] * xx + b, "-", color=col, lw=1)
-    ax.set_xlabel("log(1/omega)")
-    ax.set_ylabel("stage-2 duration T2 - T1")
-    ax.set_title("measured (points) and predicted from the saddle (lines)", fontsize=10)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(Path(out) / name, dpi=120)
-    plt.close(fig)
+    series = [(f"K={r['K']}, stage 1 {r['stage1_steps']} steps: slope {r['slope_measured']:.4g} "
+               f"(pred. {r['slope_predicted_gd']:.4g})", r["log_inv_omega"], r["durations"], r["slope_predicted_gd"],
+               r["intercept_predicted"]) for r in results]
+    escape.slope_figure(Path(out) / name, series, "log(1/omega)", "stage-2 duration T2 - T1",
+                        "measured (points) and predicted from the saddle (lines)")
     return name
 
 

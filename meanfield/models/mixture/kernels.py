@@ -51,6 +51,7 @@ import numpy as np
 from numba import njit
 
 from ...core.activations import portable, relu_prime, sigmoid_neg, softplus_neg
+from ...core.activations import accept_step
 
 HEAD_SIGN = (1.0, -1.0)
 CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_margin": 4, "grad_w": 5}
@@ -279,7 +280,6 @@ def gd_advance_into(y, nsteps, eta, P, idx, sgn, lab, weight, consistent, r0, tr
     dw (2, P), new (state size,), logit, p (L,), T (3, P, P)."""
     n2 = P * P
     woff = 6 * n2
-    ny = y.shape[0]
     k = 0
     while True:
         loss = forward_into(y, P, idx, sgn, lab, weight, u, margin, logit)
@@ -301,13 +301,9 @@ def gd_advance_into(y, nsteps, eta, P, idx, sgn, lab, weight, consistent, r0, tr
             for a in range(P):
                 v = y[woff + h * P + a] - eta * dw[h, a] if train_w else y[woff + h * P + a]
                 new[woff + h * P + a] = v
-        for i in range(ny):
-            if not math.isfinite(new[i]):
-                return k, 2, loss
-            if abs(new[i]) > max_abs:
-                return k, 3, loss
-        for i in range(ny):
-            y[i] = new[i]
+        code = accept_step(y, new, max_abs)
+        if code != 0:
+            return k, code, loss
         k += 1
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ...core.activations import accept_step
 from . import kernels
 
 @njit(cache=True)
@@ -209,10 +210,7 @@ def red_gd_advance(z, nsteps, eta, args, consistent, r0, train_w, train_att, cri
         if k == nsteps:
             return k, 0, loss
         _red_update(z, y, new, P, G, dw, rk, rh, ra, rb, eta, True, train_w, train_att)
-        for i in range(new.shape[0]):
-            if not np.isfinite(new[i]):
-                return k, 2, loss
-            if abs(new[i]) > max_abs:
-                return k, 3, loss
-        z[:] = new
+        code = accept_step(z, new, max_abs)
+        if code != 0:
+            return k, code, loss
         k += 1

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...core.activations import accept_step
+
 from ...core import integrate
 from ...core.config import parse_criterion
 from . import kernels
@@ -136,11 +138,9 @@ class ScaledMixtureSystem(MixtureSystem):
                 kernels._attention_update(y, new, s.P, G, float(eta) * self.att_factor, True)
             if mode[0]:
                 new[woff:] -= float(eta) * dw.ravel()
-            if not np.all(np.isfinite(new)):
-                return k, 2
-            if np.max(np.abs(new)) > self.max_abs:
-                return k, 3
-            y[:] = new
+            code = accept_step(y, new, self.max_abs)
+            if code != 0:
+                return k, code
             k += 1
 
     def rhs(self, y, mode):

@@ -30,7 +30,8 @@ import numpy as np
 
 from ...core.config import ConfigError
 from ...core.sweep import Progress, map_points
-from ...core.widths import exponent_text, figure, fit_exponent, kink_events, kink_splits, write_outputs  # noqa: F401
+from ...core.widths import (exponent_text, exponent_verdict, figure, fit_exponent, kink_events,  # noqa: F401
+                             kink_split_message, kink_splits, sup_errors, write_outputs)
 from .config import MixtureConfig, make_config
 from .observables import observables
 from .run import run as run_traj
@@ -181,8 +182,7 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
     kinks = kink_splits(events, res, cfg_inf.relu_prime_at_zero, lambda i: samples_of(cfg_inf).describe(i))
     split_events = [k for k in kinks if k["split"]]
 
-    sup = {q: np.array([[float(np.max(r["err_t"][q])) for r in res if r["width"] == m] for m in widths])
-           for q in QUANTITIES}
+    sup = sup_errors(res, widths, QUANTITIES)
     fits = {q: fit_exponent(widths, sup[q]) for q in QUANTITIES}
     statuses = [r["status"] for r in res]
     summary = {
@@ -199,21 +199,10 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
         "finite_width_statuses": {s: statuses.count(s) for s in set(statuses)},
     }
     if split_events:
-        names = "; ".join(f"sample {k['sample']} ({k['description']}) head {k['head']} t in "
-                          f"[{k['t_start']:.6g}, {k['t_end']:.6g}]" for k in split_events[:6])
-        more = f" and {len(split_events) - 6} more" if len(split_events) > 6 else ""
-        summary["message"] = (f"finite-width runs land on the other side of {len(split_events)} ReLU kink(s) of the "
-                              f"infinite-width run ({names}{more}): the finite-width trajectories leave the "
-                              f"infinite-width one by O(1) for every m, so no convergence exponent is reported; fix: "
-                              f"{TIE_BREAK_HINT}")
+        summary["message"] = kink_split_message(split_events, f"fix: {TIE_BREAK_HINT}")
         summary["exponents"] = {q: None for q in QUANTITIES}
     else:
-        summary["exponent"] = fits["S"]["exponent"]
-        summary["exponent_ci"] = fits["S"]["exponent_ci"]
-        summary["exponents"] = {q: {"exponent": f["exponent"], "ci": f["exponent_ci"], "r2": f["r2"]}
-                                for q, f in fits.items()}
-        summary["message"] = ("no kink is crossed; " + exponent_text("S", fits["S"]) if fits["S"]["exponent"]
-                              is not None else "no kink is crossed; too few widths to fit an exponent")
+        summary.update(exponent_verdict(fits, "S"))
     summary["elapsed_s"] = time.perf_counter() - t0
 
     data = {

@@ -1,0 +1,542 @@
+"""``make bench``: every speed figure of issue 27 in one run, with ratios against the peers.
+
+    python benchmarks/run_all.py [--quick | --smoke] [--B 10000] [--steps 1000] [--out FILE]
+
+Measured in one process, one after the other, so that ratios mean something
+on a shared machine (the load average before and after is printed). One core:
+numba, XLA and torch are set to one thread each before any work.
+The problem is the issue's: the mixture K = 2, L = 3 (8 samples, state of 104
+numbers), the exact GD map, infinite-width init (omega in [1e-3, 0.3], eta in
+{0.1, 0.25, 0.5} per trajectory), records at the start and the end only.
+
+1. Batched: B trajectories x steps, microseconds per trajectory-step, for
+   ``mixture.batched.advance`` (the reference, 1.00), the vectorised mixture
+   path, ``engine.run_batch`` on the mixture description, ``jax.vmap`` of the
+   reduced map and of the explicit width-64 network (on min(B, 1000)
+   trajectories), with the largest difference of the final losses to the
+   reference (the network's are another init: not compared).
+2. B in {10, 100, 1000, 10^4}: the package against ``jax.vmap`` of the reduced map.
+3. One trajectory, one step: the mixture fast path, the engine's generic
+   path, ``lax.scan`` of the reduced map (JAX), eager PyTorch m = 64.
+4. A 100-point omega grid: the chunked sweep (``meanfield.core.ensemble``)
+   against one run per point (``run_sweep``, a process per point in a pool of 1).
+5. The induction full-batch gradient (``benchmarks/bench_induction.py``'s size).
+
+A peer whose library is missing is reported as skipped, never a failure
+(the peers are the optional ``bench`` extra: ``pip install 'meanfield[bench]'``).
+The table goes to stdout and to ``benchmarks/results/latest.md`` (``--out``).
+``--smoke`` runs every section at toy sizes in seconds (CI runs it: the
+numbers mean nothing there, the code paths do).
+Targets are printed as PASS / MISS (not met), never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (str(ROOT), str(ROOT / "benchmarks")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+K, L = 2, 3
+M_NET = 64
+SIZES = {  # B, steps, B list of section 2 (steps), single-step steps, sweep points/steps, induction N
+    "full": dict(B=10_000, steps=1000, Bs=(10, 100, 1000, 10_000), steps2=1000, single=20_000, points=100,
+                 sweep_steps=1000, induction_N=10_000, reps=3),
+    "quick": dict(B=10_000, steps=100, Bs=(10, 100, 1000, 10_000), steps2=100, single=5000, points=100,
+                  sweep_steps=200, induction_N=10_000, reps=2),
+    "smoke": dict(B=8, steps=3, Bs=(2, 4), steps2=3, single=5, points=3, sweep_steps=5, induction_N=50, reps=1,
+                  smoke=True),
+}
+
+
+def load() -> str:
+    la = os.getloadavg()
+    return f"load average {la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} (1 / 5 / 15 min) on {os.cpu_count()} cores"
+
+
+CPU = {"last": 0.0}  # the CPU time of this process during the fastest repeat of the last best() call
+
+
+def best(fn, reps: int) -> float:
+    """The fastest wall time of ``reps`` calls; its CPU time (this process, every thread) in CPU["last"]:
+    on a shared machine the CPU time shows what the work itself cost while other processes held the cores."""
+    out = np.inf
+    for _ in range(reps):
+        t = time.perf_counter()
+        c = time.process_time()
+        fn()
+        w = time.perf_counter() - t
+        if w < out:
+            out, CPU["last"] = w, time.process_time() - c
+    return out
+
+
+def problem(B: int, steps: int):
+    """B infinite-width mixture configs (the issue's mix) and their initial states."""
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.init import initial_state
+
+    omegas = np.geomspace(1e-3, 0.3, 16)
+    cfgs = [make_config(K=K, L=L, steps=steps, record_every=steps, omega=float(omegas[b % 16]),
+                        eta=[0.1, 0.25, 0.5][(b // 16) % 3]) for b in range(B)]
+    return cfgs, np.stack([initial_state(c) for c in cfgs])
+
+
+class Table:
+    def __init__(self, title: str, ref: str | None = None):
+        self.title, self.ref, self.rows = title, ref, []
+
+    def add(self, name: str, us: float | None, note: str = "", cpu: float | None = None):
+        """A row: wall ``us`` (the ratio column's), ``cpu`` the CPU-time figure of the same repeat."""
+        self.rows.append((name, us, note, cpu))
+        print(f"  {name}: " + ("skipped" if us is None else f"{us:.3f} us")
+              + ("" if cpu is None else f" (CPU time {cpu:.3f} us)") + (f"  ({note})" if note else ""), flush=True)
+
+    def ref_us(self):
+        return next((r[1] for r in self.rows if r[0] == self.ref), None) if self.ref else None
+
+    def ref_cpu(self):
+        return next((r[3] for r in self.rows if r[0] == self.ref), None) if self.ref else None
+
+    def markdown(self) -> str:
+        r, rc = self.ref_us(), self.ref_cpu()
+        head = "| path | us (wall) | " + (f"vs {self.ref} |" if r else "") + " us (CPU time) | " + \
+            ("CPU ratio |" if rc else "") + " note |"
+        lines = [f"### {self.title}", "", head, "|---|---|" + ("---|" if r else "") + "---|" + ("---|" if rc else "")
+                 + "---|"]
+        for n, u, note, c in self.rows:
+            if u is None:
+                lines.append(f"| {n} | skipped |" + (" |" if r else "") + " |" + (" |" if rc else "") + f" {note} |")
+            else:
+                cs = "" if c is None else f"{c:.3f}"
+                cr = "" if (c is None or not rc) else f"{c / rc:.2f}"
+                lines.append(f"| {n} | {u:.3f} |" + (f" {u / r:.2f} |" if r else "") + f" {cs} |"
+                             + (f" {cr} |" if rc else "") + f" {note} |")
+        return "\n".join(lines) + "\n"
+
+
+def _peer(tab: Table, name: str, fn):
+    """Run a peer measurement fn() -> (us, note[, cpu us]); a missing library is a skipped row."""
+    from peers import Skipped
+
+    try:
+        r = fn()
+    except Skipped as e:
+        tab.add(name, None, f"skipped: {e}")
+        return None
+    tab.add(name, r[0], r[1], r[2] if len(r) > 2 else None)
+    return r[0]
+
+
+# ------------------------------------------------------------------ 1 + 2: batched
+
+
+def mixture_batched(cfgs, Y0, reps, **kw):
+    """batched.advance on the CPU (``kw``: lanes, vector_exp; the default: the vectorised lanes)."""
+    from meanfield.models.mixture import batched
+
+    res = None
+
+    def go():
+        nonlocal res
+        res = batched.advance(cfgs, list(Y0), "cpu", **kw)
+
+    t = best(go, reps)
+    assert np.all(res.code == 0), "a benchmark trajectory diverged"
+    return t, res
+
+
+def final_losses(cfgs, Y):
+    from meanfield.models.mixture import kernels
+    from meanfield.models.mixture.data import sample_set
+
+    s = sample_set(K, L)
+    out = np.empty(len(Y))
+    u, mg = np.empty((s.n, 2)), np.empty(s.n)
+    for b, y in enumerate(Y):
+        out[b] = kernels.forward(np.ascontiguousarray(y), s.P, s.idx, s.sgn, s.y, s.weight, u, mg)
+    return out
+
+
+_JR: dict = {}
+
+
+def _jax_reduced(s):
+    """peers.jax_reduced, built once per process (its jitted functions keep their compiled shapes)."""
+    import peers
+
+    if "f" not in _JR:
+        _JR["f"] = peers.jax_reduced(s)
+    return _JR["f"]
+
+
+def jax_reduced_batch(Y0, etas, steps, reps):
+    import peers
+    from meanfield.models.mixture.data import sample_set
+
+    _, _, run_b = _jax_reduced(sample_set(K, L))
+    out = None
+
+    def go():
+        nonlocal out
+        y, loss = run_b(Y0, etas, steps)
+        out = (np.asarray(y.block_until_ready()), np.asarray(loss))
+
+    run_b(Y0, etas, steps)[0].block_until_ready()  # compile at this shape
+    return best(go, reps), out
+
+
+def section_batched(sz, lines) -> dict:
+    B, steps, reps = sz["B"], sz["steps"], sz["reps"]
+    print(f"\n1. batched: {B} trajectories x {steps} exact GD steps (us per trajectory-step, one core)")
+    cfgs, Y0 = problem(B, steps)
+    etas = np.array([c.eta for c in cfgs])
+    ts = B * steps
+    tab = Table(f"1. {B} trajectories x {steps} steps, K = {K}, L = {L}: us per trajectory-step",
+                "mixture.batched.advance")
+    for kw in ({}, {"lanes": False}, {"vector_exp": True}):
+        mixture_batched(cfgs[:4], Y0[:4], 1, **kw)  # compile / cache
+    t_old, res_old = mixture_batched(cfgs, Y0, reps, lanes=False)
+    c_old = CPU["last"]
+    t_ref, res = mixture_batched(cfgs, Y0, reps)
+    c_ref = CPU["last"]
+    t_vx, res_vx = mixture_batched(cfgs, Y0, reps, vector_exp=True)
+    c_vx = CPU["last"]
+    ref_loss = final_losses(cfgs, res.y[np.arange(B), res.n_records - 1])
+
+    def dmax(r):
+        return float(np.max(np.abs(r.y - res_old.y)))
+
+    tab.add("mixture.batched.advance", t_ref / ts * 1e6,
+            f"vectorised lanes (default); max |state - per-trajectory path| {dmax(res):.1e}", c_ref / ts * 1e6)
+    tab.add("mixture.batched.advance(lanes=False)", t_old / ts * 1e6, "the per-trajectory path (before issue 27)",
+            c_old / ts * 1e6)
+    tab.add("mixture.batched.advance(vector_exp=True)", t_vx / ts * 1e6,
+            f"lanes + vectorised exp; max |state - per-trajectory path| {dmax(res_vx):.1e}", c_vx / ts * 1e6)
+    out = {"ref_us": t_ref / ts * 1e6, "old_us": t_old / ts * 1e6, "vx_us": t_vx / ts * 1e6,
+           "ref_cpu": c_ref / ts * 1e6, "old_cpu": c_old / ts * 1e6, "vx_cpu": c_vx / ts * 1e6}
+
+    import meanfield.engine as me
+    from meanfield.engine import batched as eb
+
+    desc = me.load(str(ROOT / "meanfield/models/mixture.toml"), K=K, L=L, steps=steps, eta=0.5)
+    Ye = eb.initial_states(desc, seeds=list(range(B)))  # infinite width: every row the description's init
+    me.run_batch(desc, y0s=Ye[:2], eta=etas[:2])
+    br = None
+
+    def go():
+        nonlocal br
+        br = me.run_batch(desc, y0s=Ye, eta=etas)
+
+    t_eng = best(go, reps)
+    c_eng = CPU["last"]
+    # the same trajectories (the description's omega) on the mixture path, first 16: their final losses
+    from meanfield.models.mixture.config import make_config
+
+    k = min(B, 16)
+    c16 = [make_config(K=K, L=L, steps=steps, record_every=steps, eta=float(e)) for e in etas[:k]]
+    from meanfield.models.mixture import batched as mb
+
+    r16 = mb.advance(c16, None, "cpu")
+    d = float(np.max(np.abs(br.loss[:k] - final_losses(c16, r16.y[np.arange(k), r16.n_records - 1]))))
+    tab.add("engine.run_batch", t_eng / ts * 1e6, f"max |final loss - mixture path| {d:.1e} (first {k}; the description's omega)", c_eng / ts * 1e6)
+    out["engine_us"] = t_eng / ts * 1e6
+    out["engine_cpu"] = c_eng / ts * 1e6
+
+    def jr():
+        t, (y, loss) = jax_reduced_batch(Y0, etas, steps, reps)
+        c = CPU["last"]
+        return t / ts * 1e6, f"max |final loss - reference| {float(np.max(np.abs(loss - ref_loss))):.1e}", c / ts * 1e6
+
+    out["jax_us"] = _peer(tab, "jax.vmap of the reduced map", jr)
+
+    def jn():
+        import peers
+        from meanfield.models.mixture.data import sample_set
+
+        s = sample_set(K, L)
+        Bn = min(B, 1000)
+        E, WK, WQ, w = peers.network_init(s, M_NET, Bn)
+        _, run_b = peers.jax_network(s, E)
+        run_b(WK, WQ, w, etas[:Bn], steps)[3].block_until_ready()
+        t = best(lambda: run_b(WK, WQ, w, etas[:Bn], steps)[3].block_until_ready(), reps)
+        return t / (Bn * steps) * 1e6, f"m = {M_NET}, on {Bn} trajectories", CPU["last"] / (Bn * steps) * 1e6
+
+    _peer(tab, f"jax.vmap of the explicit network m={M_NET}", jn)
+    lines.append(tab.markdown())
+    return out
+
+
+def section_Bs(sz, lines) -> dict:
+    steps, reps = sz["steps2"], sz["reps"]
+    print(f"\n2. B trajectories x max({steps}, 1e5 / B) steps: the package against jax.vmap of the reduced map")
+    tab_rows = []
+    out = {}
+    for B in sz["Bs"]:
+        steps = sz["steps2"] if sz.get("smoke") else max(sz["steps2"], min(10_000, 100_000 // B))  # >= 1e5 per B
+        cfgs, Y0 = problem(B, steps)
+        etas = np.array([c.eta for c in cfgs])
+        for kw in ({}, {"lanes": False}, {"vector_exp": True}):  # this B's block width compiled / loaded
+            mixture_batched(cfgs[:min(B, 300)], Y0[:min(B, 300)], 1, **kw)
+        t_pkg, _ = mixture_batched(cfgs, Y0, reps)
+        c_pkg = CPU["last"] / (B * steps) * 1e6
+        t_old, _ = mixture_batched(cfgs, Y0, reps, lanes=False)
+        t_vx, _ = mixture_batched(cfgs, Y0, reps, vector_exp=True)
+        try:
+            t_jax = jax_reduced_batch(Y0, etas, steps, reps)[0]
+            c_jax = CPU["last"] / (B * steps) * 1e6
+        except Exception as e:  # a missing jax: skipped
+            from peers import Skipped
+
+            if not isinstance(e, Skipped):
+                raise
+            t_jax = c_jax = None
+        u_p, u_o, u_x = (x / (B * steps) * 1e6 for x in (t_pkg, t_old, t_vx))
+        u_j = None if t_jax is None else t_jax / (B * steps) * 1e6
+        out[B] = (u_p, u_j, c_pkg, c_jax)
+        print(f"  B = {B}: package {u_p:.3f} us (per-trajectory path {u_o:.3f}, vector exp {u_x:.3f}), jax.vmap "
+              + ("skipped" if u_j is None else f"{u_j:.3f} us"), flush=True)
+        tab_rows.append(f"| {B} x {steps} | {u_p:.3f} | {u_o:.3f} | {u_x:.3f} | "
+                        + ("skipped | - | - |" if u_j is None else f"{u_j:.3f} | {u_j / u_p:.2f} | {c_jax / c_pkg:.2f} |"))
+    lines.append("### 2. us per trajectory-step against B (mixture.batched.advance vs jax.vmap of the reduced map)\n\n"
+                 "| B x steps | package (lanes) | per-trajectory path | lanes + vector exp | jax.vmap | jax / package | "
+                 "same in CPU time |\n|---|---|---|---|---|---|---|\n" + "\n".join(tab_rows) + "\n")
+    return out
+
+
+# ------------------------------------------------------------------ 3: one trajectory
+
+
+def section_single(sz, lines) -> dict:
+    from meanfield.models.mixture import kernels
+    from meanfield.models.mixture.config import make_config
+    from meanfield.models.mixture.data import sample_set
+    from meanfield.models.mixture.family import mixture_description
+    from meanfield.models.mixture.init import initial_state
+
+    n, reps = sz["single"], max(3, sz["reps"])
+    print(f"\n3. one trajectory, {n} steps (us per step)")
+    s = sample_set(K, L)
+    cfg = make_config({}, K=K, L=L)
+    y0 = initial_state(cfg)
+    tab = Table(f"3. one trajectory, one exact GD step (us; {n} steps per call)", "mixture fast path (kernels.gd_advance)")
+
+    def fast():
+        y = y0.copy()
+        kernels.gd_advance(y, n, 0.5, s.P, s.idx, s.sgn, s.y, s.weight, s.consistent, 1.0, True, True, 0, 1, 0.0,
+                           np.inf)
+
+    fast()
+    t_fast = best(fast, reps) / n * 1e6
+    c_fast = CPU["last"] / n * 1e6
+    tab.add("mixture fast path (kernels.gd_advance)", t_fast, "", c_fast)
+    from meanfield.engine.reduce import initial_state as eng_init
+    from meanfield.engine.system import system_of
+
+    desc = mixture_description(make_config({}, K=K, L=L))
+    system = system_of(desc)
+    ye = eng_init(desc)
+    system.gd_advance(ye.copy(), 2, 0.5, 3, None)
+    t_eng = best(lambda: system.gd_advance(ye.copy(), n, 0.5, 3, None), reps) / n * 1e6
+    c_eng = CPU["last"] / n * 1e6
+    tab.add("engine generic path (system.gd_advance)", t_eng, "", c_eng)
+
+    def jscan():
+        import peers
+
+        _, run, _ = _jax_reduced(s)
+        run(y0, 0.5, n)[0].block_until_ready()
+        w = best(lambda: run(y0, 0.5, n)[0].block_until_ready(), reps) / n * 1e6
+        return w, "jit of the scanned map", CPU["last"] / n * 1e6
+
+    _peer(tab, "jax lax.scan of the reduced map", jscan)
+
+    def torch_eager():
+        import peers
+
+        torch = peers._torch()
+        torch.set_num_threads(1)
+        E, WK, WQ, w = peers.network_init(s, M_NET, 1)
+        step = peers.torch_network(s, E)
+        prm = [torch.tensor(a[0], requires_grad=True) for a in (WK, WQ, w)]
+        k = max(2, min(200, n))
+        step(prm, 0.5)
+        w = best(lambda: [step(prm, 0.5) for _ in range(k)], reps) / k * 1e6
+        return w, f"m = {M_NET}, autograd", CPU["last"] / k * 1e6
+
+    _peer(tab, f"PyTorch eager explicit network m={M_NET}", torch_eager)
+    lines.append(tab.markdown())
+    return {"fast_us": t_fast, "engine_us": t_eng, "fast_cpu": c_fast, "engine_cpu": c_eng}
+
+
+# ------------------------------------------------------------------ 4: sweeps
+
+
+def section_sweep(sz, lines) -> dict:
+    from meanfield.core.ensemble import EnsembleProblem, solve
+    from meanfield.core.sweep import SweepSpec, run_sweep
+
+    n, steps = sz["points"], sz["sweep_steps"]
+    print(f"\n4. a {n}-point omega grid, {steps} GD steps a point")
+    axes = {"omega": [float(x) for x in np.geomspace(1e-3, 0.3, n)]}
+    base = {"K": K, "L": L, "steps": steps, "record_every": steps}
+    tmp = Path(tempfile.mkdtemp(prefix="mf_bench_"))
+    try:
+        solve(EnsembleProblem(base, axes={"omega": axes["omega"][:1]}), tmp / "warm", workers=1, progress=False)
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        r = solve(EnsembleProblem(base, axes=axes), tmp / "chunked", workers=1, progress=False)
+        t_ch = time.perf_counter() - t0
+        c_ch = time.process_time() - c0
+        assert r.n_done == n, r.status
+        t0 = time.perf_counter()
+        idx = run_sweep(SweepSpec(base, axes, tmp / "points"), workers=1, progress=False)
+        t_pp = time.perf_counter() - t0
+        assert idx["n_done"] == n
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ratio = t_pp / t_ch
+    print(f"  chunked {t_ch:.2f} s (CPU time {c_ch:.2f} s), one run per point {t_pp:.2f} s: {ratio:.1f}x")
+    lines.append(f"### 4. {n}-point sweep, {steps} steps a point\n\n| path | s | per point (ms) |\n|---|---|---|\n"
+                 f"| chunked (core.ensemble.solve, 1 worker, in this process) | {t_ch:.2f} | {t_ch / n * 1e3:.1f} |\n"
+                 f"| one run per point (core.sweep.run_sweep, 1 worker process) | {t_pp:.2f} | {t_pp / n * 1e3:.1f} |\n"
+                 f"\nratio per point / chunked: {ratio:.1f}x\n")
+    return {"sweep_ratio": ratio}
+
+
+# ------------------------------------------------------------------ 5: induction
+
+
+def section_induction(sz, lines) -> dict:
+    from bench_induction import L as IL, PA, H, Dd, M, d
+    from meanfield.models.induction import data as D
+    from meanfield.models.induction import kernels as Kn
+    from meanfield.models.induction import model as Mo
+
+    N = sz["induction_N"]
+    print(f"\n5. induction full-batch gradient on {N} sequences (L = {IL})")
+    arch = Mo.Arch(d, H, M, Dd)
+    theta = Mo.init_params(arch, 2.0, 0.0, 1.0, 1.0) + 0.3 * np.random.default_rng(0).standard_normal(arch.n_params)
+    ds = D.generate(N, d, IL, PA, 1.0, seed=1)
+    b = Kn.Batch(ds.tokens, arch, "pattern")
+    grad = np.zeros(arch.n_params)
+    cap = Kn.log_cap_of(1e-300)
+    Kn.loss_grad(theta, *b.args(), cap, True, grad)
+    t = best(lambda: Kn.loss_grad(theta, *b.args(), cap, True, grad), max(3, 3 * sz["reps"]))
+    c = CPU["last"]
+    print(f"  {t * 1e3:.2f} ms (CPU time {c * 1e3:.2f} ms)")
+    lines.append(f"### 5. induction gradient ({N} sequences, L = {IL})\n\n{t * 1e3:.2f} ms wall, {c * 1e3:.2f} ms CPU "
+                 f"time (the fastest repeat)\n")
+    return {"induction_ms": t * 1e3, "induction_cpu_ms": c * 1e3}
+
+
+# ------------------------------------------------------------------ main
+
+
+def verdicts(res: dict, smoke: bool) -> list[str]:
+    def v(ok):
+        return "PASS" if ok else "MISS"
+
+    out = []
+    b = res.get("batched", {})
+    if b:
+        out.append(f"batched mixture {b['ref_us']:.3f} us per trajectory-step (target <= 1.0): {v(b['ref_us'] <= 1.0)}; "
+                   f"{b['old_us'] / b['ref_us']:.2f}x faster than the per-trajectory path ({b['old_us']:.3f} us); "
+                   f"with the vectorised exp {b['vx_us']:.3f} us: {v(b['vx_us'] <= 1.0)}")
+        out.append(f"engine.run_batch / mixture batched {b['engine_us'] / b['ref_us']:.2f} (target <= 1.2): "
+                   f"{v(b['engine_us'] / b['ref_us'] <= 1.2)}; in CPU time {b['engine_cpu'] / b['ref_cpu']:.2f}")
+        out.append(f"batched mixture in CPU time: {b['ref_cpu']:.3f} us (per-trajectory path {b['old_cpu']:.3f}: "
+                   f"{b['old_cpu'] / b['ref_cpu']:.2f}x; vector exp {b['vx_cpu']:.3f}); the wall figures include "
+                   f"waiting for the cores other processes held")
+    Bs = res.get("Bs", {})
+    faster = [f"B={B}: jax/package {uj / up:.2f} (CPU time {cj / cp:.2f})" for B, (up, uj, cp, cj) in Bs.items()
+              if uj is not None]
+    if faster:
+        ok = all(uj > up for up, uj, _, _ in Bs.values() if uj is not None)
+        out.append(f"faster than jax.vmap of the reduced map at every B ({', '.join(faster)}): {v(ok)}")
+    s = res.get("single", {})
+    if s:
+        r = s["engine_us"] / s["fast_us"]
+        out.append(f"engine generic step / fast step {r:.2f} (target <= 1.3): {v(r <= 1.3)}; in CPU time "
+                   f"{s['engine_cpu'] / s['fast_cpu']:.2f}")
+    if "sweep" in res:
+        r = res["sweep"]["sweep_ratio"]
+        out.append(f"chunked / per-point sweep {r:.1f}x (target >= 50x): {v(r >= 50)}")
+    if "induction" in res:
+        t = res["induction"]["induction_ms"]
+        out.append(f"induction gradient {t:.2f} ms (target <= 25 ms): {v(t <= 25)}; CPU time "
+                   f"{res['induction']['induction_cpu_ms']:.2f} ms")
+    if smoke:
+        out = [x + " (smoke sizes: meaningless)" for x in out]
+    return out
+
+
+SECTIONS = {"batched": section_batched, "Bs": section_Bs, "single": section_single, "sweep": section_sweep,
+            "induction": section_induction}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="fewer steps (a few minutes)")
+    g.add_argument("--smoke", action="store_true", help="toy sizes, every code path (seconds; CI)")
+    ap.add_argument("--B", type=int, help="trajectories of section 1")
+    ap.add_argument("--steps", type=int, help="steps of sections 1 and 2")
+    ap.add_argument("--only", default=",".join(SECTIONS), help=f"sections to run (of {','.join(SECTIONS)})")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/latest.md"))
+    a = ap.parse_args(argv)
+    sz = dict(SIZES["smoke" if a.smoke else "quick" if a.quick else "full"])
+    if a.B:
+        sz["B"] = a.B
+    if a.steps:
+        sz["steps"] = sz["steps2"] = a.steps
+    only = [x for x in a.only.split(",") if x]
+    for x in only:
+        if x not in SECTIONS:
+            print(f"run_all: --only: sections are {', '.join(SECTIONS)}; got {x!r}", file=sys.stderr)
+            return 2
+    import numba
+
+    numba.set_num_threads(1)
+    t0 = time.perf_counter()
+    la0 = load()
+    head = (f"machine: {platform.machine()}, python {platform.python_version()}, numpy {np.__version__}, "
+            f"numba {numba.__version__}; one thread (numba, XLA, torch); {la0} at the start")
+    print(head, flush=True)
+    lines = ["# make bench (benchmarks/run_all.py)", "", head, ""]
+    res = {}
+    for x in only:
+        ts = time.perf_counter()
+        res[x] = SECTIONS[x](sz, lines)
+        print(f"  (section {x}: {time.perf_counter() - ts:.1f} s)", flush=True)
+    la1 = load()
+    tail = verdicts(res, a.smoke)
+    print("\nacceptance (issue 27):")
+    for t in tail:
+        print("  " + t)
+    print(f"{la1} at the end; total {time.perf_counter() - t0:.0f} s")
+    lines += ["## Acceptance (issue 27)", ""] + [f"- {t}" for t in tail] + ["", f"{la1} at the end; total "
+                                                                              f"{time.perf_counter() - t0:.0f} s", ""]
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines))
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""Runs of a two-layer description: the exact GD map / flow on the parameters, and its run file.
+
+The state is the flat parameter vector theta (``meanfield.engine.twolayer_net``);
+a stage's mode is the 0/1 mask of the blocks it trains. GD: theta' = theta -
+eta mask grad L(theta) (:class:`meanfield.core.integrate.GDMap`, each stage its
+own eta); flow: d theta / dt = - mask grad L (the core's RK4 / Dopri5). The run
+file (``system = "twolayer"``, written by :func:`meanfield.core.io.write_run`):
+
+* datasets ``t``, ``step``, ``stage``, ``loss`` (T,), ``theta`` (T, size),
+  ``variables/<group>/<block>`` (T, block shape) with group ``layer1.head1``,
+  ``selector``, ``readout``, ``initial_state`` (the same groups, the first
+  record), ``tokens`` (the sequences) and ``prob`` (their weights);
+* attributes ``blocks`` (names and shapes), ``stage_names``, ``stage_ends``,
+  ``data`` (the law: family, d, L, pa, alpha, start, exact or sampled),
+  ``loss_kind``, ``description`` (the tables as given), ``variable_axes``.
+
+Example
+-------
+>>> from meanfield.engine.twolayer_desc import twolayer_from_dict
+>>> raw = {"model": {"class": "twolayer"}, "data": {"d": 2, "L": 3}, "layers": [{"heads": [{}]}],
+...        "training": {"steps": 4, "eta": 0.5}}
+>>> r = run(twolayer_from_dict(raw))
+>>> r.status, len(r.t), bool(r.loss[-1] < r.loss[0])
+('complete', 5, True)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..core import harness, integrate
+from ..core.criteria import holds
+from ..core.io import write_run
+from ..core.run import Run
+from .twolayer_desc import TwoLayerDescription
+from .twolayer_net import loss_grad, loss_only
+
+__all__ = ["TwoLayerSystem", "run", "run_to_file", "file_content"]
+
+
+class TwoLayerSystem:
+    """The core solver's system of a two-layer description (GD map, flow right-hand side, criteria)."""
+
+    def __init__(self, desc: TwoLayerDescription):
+        self.desc = desc
+        self.max_abs = desc.training.max_abs
+        #: a GD call returns to the solver after this many seconds, so that a signal ends the run within 2 s
+        self.chunk_s = 0.25
+        self._masks = {}
+
+    def mask(self, train: tuple) -> np.ndarray:
+        """The 0/1 vector of the entries of the blocks in ``train``."""
+        key = tuple(train)
+        if key not in self._masks:
+            m, i = np.zeros(self.desc.net.size), 0
+            for name, shape in self.desc.net.blocks:
+                k = int(np.prod(shape))
+                if name in key:
+                    m[i:i + k] = 1.0
+                i += k
+            self._masks[key] = m
+        return self._masks[key]
+
+    def loss_grad(self, y):
+        """(loss, gradient) at state ``y``."""
+        d = self.desc
+        return loss_grad(y, d.net, d.x, d.y, d.p)
+
+    def gd_advance(self, y, nsteps, eta, mode, criterion):
+        """Up to ``nsteps`` GD steps in place; (done, code) as :class:`meanfield.core.integrate.System`."""
+        m = self.mask(mode)
+        t0 = time.perf_counter()
+        for k in range(int(nsteps)):
+            if k and time.perf_counter() - t0 > self.chunk_s:  # back to the monitor (signals, progress, checkpoints)
+                return k, 0
+            loss, g = self.loss_grad(y)
+            if criterion is not None and holds(loss, criterion[1], criterion[2]):
+                return k, 1
+            new = y - eta * m * g
+            if not (np.isfinite(new).all() and np.isfinite(loss)):
+                return k, 2
+            if np.abs(new).max(initial=0.0) > self.max_abs:
+                return k, 3
+            y[:] = new
+        return int(nsteps), 0
+
+    def rhs(self, y, mode):
+        """d theta / dt = - mask grad L."""
+        return -self.mask(mode) * self.loss_grad(y)[1]
+
+    def criterion_value(self, y, name):
+        """The loss (the one criterion a two-layer stage knows)."""
+        return self.loss_grad(y)[0]
+
+
+def _stages(desc):
+    return harness.stages_of(desc.stages)
+
+
+def _solve(desc, monitor=None, system=None):
+    system = system or TwoLayerSystem(desc)
+    return harness.solve(desc.training, system, desc.theta0, _stages(desc), monitor=monitor)
+
+
+def _blocks(desc, Y):
+    """group -> {block: (T, shape)} of the recorded states."""
+    out, i = {}, 0
+    for name, shape in desc.net.blocks:
+        k = int(np.prod(shape))
+        group, _, blk = name.rpartition(".")
+        out.setdefault(group, {})[blk] = Y[:, i:i + k].reshape((Y.shape[0],) + tuple(shape))
+        i += k
+    return out
+
+
+def _axes(desc) -> dict:
+    net, out = desc.net, {}
+    for k, h, hd in net.heads:
+        if "rpe" in hd.score:
+            out[f"layer{k + 1}.head{h + 1}/w"] = [[f"lag{j}" for j in range(hd.lags[0], hd.lags[1] + 1)]]
+    if net.selector is not None:
+        out["selector/c"] = [["{" + ",".join(str(h + 1) for h in s) + "}" for s in net.subsets]]
+    return out
+
+
+def file_content(desc: TwoLayerDescription, traj: integrate.Trajectory):
+    """(datasets, attributes) of the run file of a trajectory.
+
+    Parameters
+    ----------
+    desc : TwoLayerDescription
+    traj : meanfield.core.integrate.Trajectory
+
+    Returns
+    -------
+    data : dict
+    attrs : dict
+
+    Example
+    -------
+    >>> from meanfield.engine.twolayer_desc import twolayer_from_dict
+    >>> raw = {"model": {"class": "twolayer"}, "data": {"d": 2, "L": 2}, "layers": [{"heads": [{}]}],
+    ...        "training": {"steps": 1}}
+    >>> desc = twolayer_from_dict(raw)
+    >>> data, attrs = file_content(desc, _solve(desc))
+    >>> sorted(data["variables"]), attrs["stage_names"]
+    (['layer1.head1', 'readout'], ['train'])
+    """
+    arr = traj.arrays()
+    Y = arr["y"] if arr["y"].size else np.empty((0, desc.net.size))
+    cache = traj.__dict__.setdefault("_twolayer_losses", {})  # (step, state bytes) -> loss, kept with the trajectory
+    loss = np.empty(len(Y))
+    for r, (st, y) in enumerate(zip(arr["step"], Y)):  # each record's loss once (checkpoints reuse them)
+        key = (int(st), y.tobytes())
+        if key not in cache:
+            cache[key] = loss_only(y, desc.net, desc.x, desc.y, desc.p)
+        loss[r] = cache[key]
+    test = desc.test
+    if test is not None:  # the held-out loss of every record (never trained on)
+        loss_test = np.empty(len(Y))
+        for r, (st, y) in enumerate(zip(arr["step"], Y)):
+            key = ("test", int(st), y.tobytes())
+            if key not in cache:
+                cache[key] = loss_only(y, desc.net, *test)
+            loss_test[r] = cache[key]
+    init = _blocks(desc, desc.theta0[None, :])
+    data = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], "loss": loss, "theta": Y,
+            "variables": _blocks(desc, Y), "initial_state": {g: {b: a[0] for b, a in v.items()} for g, v in init.items()},
+            "tokens": np.asarray(desc.x, dtype=np.int64), "prob": np.asarray(desc.p, dtype=np.float64)}
+    if test is not None:
+        data["loss_test"] = loss_test
+        data["test_tokens"] = np.asarray(test[0], dtype=np.int64)
+    attrs = {"blocks": [[n, list(s)] for n, s in desc.net.blocks], "stage_names": [s.name for s in desc.stages],
+             "stage_ends": traj.stage_ends, "data": {k: v for k, v in desc.data.items() if k != "test"},
+             "loss_kind": desc.loss, "description": _raw_without_tokens(desc.raw), "variable_axes": _axes(desc), "method": desc.training.method,
+             "eta": desc.training.eta, "model_class": "twolayer", "name": desc.name,
+             "sampled": "" if desc.exact or desc.data.get("fixed") else
+             f"sampled: {desc.data.get('samples')} sequences (seed {desc.data.get('seed')}), not the exact population"}
+    return data, attrs
+
+
+def _raw_without_tokens(raw: dict) -> dict:
+    """The description's tables for the ``description`` attribute, a fixed data set's sequences left out
+    (they are the ``tokens`` / ``test_tokens`` datasets; an HDF5 attribute holds 64 kB)."""
+    data = raw.get("data")
+    if not isinstance(data, dict) or not any(k in data for k in ("tokens", "test_tokens")):
+        return raw
+    out = dict(raw)
+    out["data"] = {k: (f"(the {k} dataset)" if k in ("tokens", "test_tokens") else v) for k, v in data.items()}
+    return out
+
+
+def run(desc: TwoLayerDescription, monitor=None) -> Run:
+    """Run a two-layer description in memory.
+
+    Parameters
+    ----------
+    desc : TwoLayerDescription
+    monitor : meanfield.core.integrate.Monitor or None
+
+    Returns
+    -------
+    meanfield.core.run.Run
+        ``system = "twolayer"``; ``r.t``, ``r.loss``, ``r.entries``, ``r["theta"]``.
+
+    Example
+    -------
+    >>> from meanfield.engine.twolayer_desc import twolayer_from_dict
+    >>> raw = {"model": {"class": "twolayer"}, "data": {"d": 2, "L": 2}, "layers": [{"heads": [{}]}],
+    ...        "training": {"steps": 2}}
+    >>> run(twolayer_from_dict(raw)).system
+    'twolayer'
+    """
+    traj = _solve(desc, monitor)
+    data, attrs = file_content(desc, traj)
+    attrs.update(system="twolayer", status=traj.status, message=traj.message)
+    return Run(data, attrs)
+
+
+def run_to_file(desc: TwoLayerDescription, out, progress: bool = True, checkpoint_s: float = 60.0,
+                monitor_factory=None):
+    """Run and write the run file (what ``meanfield model run`` does for a two-layer description).
+
+    Parameters
+    ----------
+    desc : TwoLayerDescription
+    out : str or Path
+        The run file (.h5), written atomically; checkpoints and signals as every run.
+    progress : bool
+        A progress line on stderr for runs over 2 s.
+    checkpoint_s : float
+        Seconds between checkpoint files.
+    monitor_factory : callable or None
+        Another monitor (the Python API's tqdm bar).
+
+    Returns
+    -------
+    (Trajectory, Path)
+
+    Example
+    -------
+    >>> from meanfield.engine.twolayer_desc import twolayer_from_dict
+    >>> raw = {"model": {"class": "twolayer"}, "data": {"d": 2, "L": 2}, "layers": [{"heads": [{}]}],
+    ...        "training": {"steps": 2}}
+    >>> traj, path = run_to_file(twolayer_from_dict(raw), "runs/tl_doctest.h5", progress=False)
+    >>> traj.status, path.name
+    ('complete', 'tl_doctest.h5')
+    """
+    system = TwoLayerSystem(desc)
+
+    def save(traj, status=None, message=None):
+        data, attrs = file_content(desc, traj)
+        return write_run(out, system="twolayer", config={"source": desc.source, "name": desc.name},
+                         status=status or traj.status, message=message or traj.message, data=data, attrs=attrs)
+
+    traj, path = harness.run_to_file(desc.training, lambda mon: _solve(desc, mon, system), save, progress=progress,
+                                     checkpoint_s=checkpoint_s, label=desc.name, monitor_factory=monitor_factory)
+    return traj, Path(path)
+
+
+def cli_run(args, out, desc: TwoLayerDescription) -> int:
+    """``meanfield model run FILE.toml`` for a two-layer description (``out``: the checked output path).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The verb's arguments (``model``, ``plot``, ``quiet``, the parameter flags).
+    out : Path
+        The run file.
+    desc : TwoLayerDescription
+        The description, built by the command from ``args.model`` and its flags.
+
+    Returns
+    -------
+    int
+        The exit code of the run's status (0 complete, 3 diverged, 130 interrupted).
+
+    Example
+    -------
+    >>> import argparse                                             # doctest: +SKIP
+    >>> cli_run(argparse.Namespace(plot=None, quiet=True), Path("runs/m.h5"), desc)  # doctest: +SKIP
+    0
+    """
+    from ..core.errors import ConfigError
+
+    if getattr(args, "plot", None):
+        raise ConfigError("plot: no figures for a two-layer run yet (its run file has every block: meanfield.open_run)")
+    from ..core.guard import first_use_notice
+    from . import twolayer_kernels as tk
+
+    first_use_notice(tk._fwd, tk._bwd, tk._readout, seconds=15)  # "compiling kernels, about 15 s, once"
+    traj, p = run_to_file(desc, out, progress=not args.quiet)
+    print(f"{p}: {traj.status}: {traj.message}")
+    arr = traj.arrays()
+    if arr["y"].size:
+        sysm = TwoLayerSystem(desc)
+        kind = "exact population" if desc.exact else "fixed data set" if desc.data.get("fixed") else "sampled data set"
+        print(f"loss {sysm.loss_grad(arr['y'][0])[0]:.6g} -> {sysm.loss_grad(arr['y'][-1])[0]:.6g} "
+              f"({kind})")
+    return harness.EXIT_CODES[traj.status]

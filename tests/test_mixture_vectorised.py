@@ -1,0 +1,156 @@
+"""The trajectory-vectorised CPU batch (``meanfield.models.mixture.vectorised``).
+
+* lanes (structure of arrays, the default of ``batched.advance`` on the CPU
+  for method gd) equal the per-trajectory batch (``lanes=False``, the scalar
+  kernels) bit for bit: every output array, on a batch mixing everything the
+  batch allows (widths, seeds, neuron inits, ReLU'(0), eta, both schedules,
+  stage criteria, empty stages, log-spaced records, divergence by max_abs and
+  by a non-finite state), with a batch size that is not a multiple of the
+  block and one smaller than a block; the per-trajectory batch itself is held
+  equal to ``run.run`` by tests/test_mixture_batched.py;
+* the vectorised exp (``lanes_exp``) against the C library's ``math.exp``:
+  within 1 ulp on normal results, the special values exactly; and the
+  ``vector_exp`` batch against the exact one to 1e-13 of each trajectory's largest entry.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from meanfield.models.mixture import batched, vectorised
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.init import initial_state
+
+FIELDS = ("t", "step", "stage", "y", "n_records", "code", "stop_stage", "end_step", "end_t", "end_reason")
+
+GD_MIXED = [
+    dict(steps=300, omega=0.1, eta=0.5),
+    dict(steps=250, omega=0.03, eta=0.3, width=16, seed=1, record_every=7),
+    dict(steps=200, omega=0.3, eta=0.5, width=64, seed=2, neuron_init="gaussian:0.1", relu_prime_at_zero=0.5),
+    dict(schedule="three-stage", stage_steps=(60, 150, 40), omega=0.1, eta=0.5, record_every=9),
+    dict(schedule="three-stage", stage_steps=(100, 400, 50), omega=0.05, eta=0.5, width=32, seed=3,
+         stage_criteria=("consistent_margin>=0.5", "inconsistent_margin>=0.05", None), stage3="both"),
+    dict(schedule="three-stage", stage_steps=(0, 20, 0), eta=0.4, record_every=5),  # empty stages
+    dict(steps=40, eta=1e3),  # blows up (max_abs) while the others go on
+    dict(steps=60, eta=1e3, max_abs=1e300, record_every=3),  # from a non-finite / huge state (_states)
+    dict(steps=2000, criterion="loss<=0.3", omega=0.2, eta=0.5, record_log=25),
+    dict(steps=500, criterion="grad_w<=1e-3", width=8, seed=9, relu_prime_at_zero=0.0, record_log=10),
+    dict(steps=120, criterion="min_margin>=0.0", omega=0.2, eta=0.25, width=12, seed=8, record_every=11),
+]
+
+
+def _group(B):
+    """B configs cycling through GD_MIXED (seeds shifted so that rows differ)."""
+    out = []
+    for b in range(B):
+        d = dict(GD_MIXED[b % len(GD_MIXED)])
+        if "seed" in d:
+            d["seed"] += 100 * (b // len(GD_MIXED))
+        out.append(make_config(d))
+    return out
+
+
+def _advance_with(cfgs, y0s, lanes, **kw):
+    """batched.advance with the block width ``lanes`` forced (whatever B)."""
+    old = vectorised.WIDTHS
+    vectorised.WIDTHS = ((1, lanes),)
+    try:
+        return batched.advance(cfgs, y0s, **kw)
+    finally:
+        vectorised.WIDTHS = old
+
+
+def _states(cfgs):
+    """Initial states; the rows of GD_MIXED[7] start from a NaN (non-finite loss at step 0) or from a huge
+    score (1e200: the eta^2 terms overflow, a non-finite new state) in turn."""
+    y0s = [initial_state(c) for c in cfgs]
+    for b in range(7, len(cfgs), len(GD_MIXED)):
+        y0s[b] = y0s[b].copy()
+        if (b // len(GD_MIXED)) % 2 == 0:
+            y0s[b][3] = np.nan
+        else:
+            y0s[b][0] = 1e200
+    return y0s
+
+
+@pytest.mark.parametrize("B, lanes", [(13, 8), (vectorised.LANES + 5, vectorised.LANES), (5, vectorised.LANES)])
+def test_lanes_equal_the_per_trajectory_batch_bit_for_bit(B, lanes):
+    """Blocks of 8 and 64 lanes; full, partial and mostly empty blocks."""
+    cfgs = _group(B)
+    y0s = _states(cfgs)
+    ref = batched.advance(cfgs, y0s, lanes=False)
+    new = _advance_with(cfgs, y0s, lanes)
+    if B >= len(GD_MIXED):  # both divergences are exercised
+        assert set(ref.code.tolist()) >= {0, 2, 3}
+    for f in FIELDS:
+        a, b = getattr(ref, f), getattr(new, f)
+        assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True), f
+    # and the public trajectories are the same
+    for b in range(3):
+        ta, tb = batched.trajectory(ref, b, cfgs[b]), batched.trajectory(new, b, cfgs[b])
+        assert np.array_equal(ta.arrays()["y"], tb.arrays()["y"]) and ta.message == tb.message
+
+
+def test_the_comparison_can_fail():
+    """A batch with one eta changed differs: the bit-for-bit test is not vacuous."""
+    cfgs = _group(8)
+    y0s = [initial_state(c) for c in cfgs]
+    ref = batched.advance(cfgs, y0s, lanes=False)
+    cfgs[1] = make_config(dict(GD_MIXED[1], eta=0.3 * (1 + 1e-15)))
+    new = _advance_with(cfgs, y0s, 8)
+    assert not np.array_equal(ref.y, new.y)
+
+
+def _lanes_exp_all(x):
+    W = vectorised.LANES
+    x = np.concatenate([x, np.zeros((-len(x)) % W)])
+    out = np.empty_like(x)
+    Tf = np.empty(W)
+    sc = (Tf, Tf.view(np.int64), np.empty(W, np.int64), np.empty(W, np.int64))
+    o = np.empty(W)
+    for j in range(0, len(x), W):
+        vectorised.lanes_exp(np.ascontiguousarray(x[j:j + W]), o, *sc)
+        out[j:j + W] = o
+    return x, out
+
+
+def test_lanes_exp_within_one_ulp_of_the_c_library():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([-rng.exponential(3.0, 20000), rng.uniform(-745, 709, 20000), -rng.uniform(0, 1e-8, 200)])
+    x, got = _lanes_exp_all(x)
+    ref = np.array([math.exp(v) for v in x])
+    normal = ref >= 2.2250738585072014e-308
+    ulp = np.abs(got[normal] - ref[normal]) / np.spacing(ref[normal])
+    assert ulp.max() <= 1.0
+    sub = ~normal  # subnormal results: within one subnormal step
+    assert np.all(np.abs(got[sub] - ref[sub]) <= 2 * 5e-324)
+
+
+def test_lanes_exp_special_values():
+    x = np.array([0.0, -0.0, -np.inf, np.nan, -745.2, -746.0, -1e4, 709.78, 710.0, np.inf, 1.0, -1.0])
+    x, got = _lanes_exp_all(x)
+    for v, g in zip(x, got):
+        r = math.exp(v) if not (v > 709.79) else math.inf
+        if math.isnan(v):
+            assert math.isnan(g)
+        elif r == 0.0 or math.isinf(r) or v == 0.0:
+            assert g == r, (v, g, r)
+        else:
+            assert abs(g - r) <= np.spacing(r), (v, g, r)
+
+
+def test_vector_exp_batch_to_rounding():
+    cfgs = _group(19)
+    y0s = _states(cfgs)
+    ref = batched.advance(cfgs, y0s, lanes=False)
+    new = _advance_with(cfgs, y0s, 8, vector_exp=True)
+    for f in ("step", "stage", "n_records", "code", "stop_stage", "end_step", "end_reason"):
+        assert np.array_equal(getattr(ref, f), getattr(new, f)), f
+    for b in np.flatnonzero(ref.code == 0):  # each trajectory's records, relative to its largest entry
+        n = ref.n_records[b]
+        x, z = ref.y[b, :n], new.y[b, :n]
+        assert np.max(np.abs(x - z)) <= 1e-13 * np.max(np.abs(x)), b
+    assert not np.array_equal(ref.y, new.y)  # another exp: not the same bits (the tolerance is what is tested)
