@@ -155,3 +155,15 @@ def test_unknown_flag_hint_names_the_model_as_given_and_its_help_works(capsys, t
     assert hint and hint.group(1).split()[2] == str(p), err[0]
     text = _help(capsys, hint.group(1).split())
     assert "--overlap V" in text and "--label-noise" not in text  # the model's own help, not the plain one
+
+
+def test_help_of_a_model_that_does_not_exist_says_so(capsys):
+    """--help with an unknown model name: the one-line 'no such file' error, exit 2 (it used to print
+    the mixture's flags as if they were the model's)."""
+    with pytest.raises(SystemExit) as e:
+        meanfield.cli.main(["model", "run", "NOSUCHNAME", "--help"])
+    assert e.value.code == 2
+    cap = capsys.readouterr()
+    assert "--label-noise" not in cap.out
+    err = cap.err.strip()
+    assert "\n" not in err and "no such file 'NOSUCHNAME'" in err, err

@@ -189,6 +189,11 @@ def test_open_run_refuses_what_is_not_a_run(tmp_path):
         f["a"] = 1
     with pytest.raises(ValueError, match="not a meanfield run file"):
         meanfield.open_run(p)
+    text = tmp_path / "notes.h5"
+    text.write_text("not hdf5\n")
+    for q in (text, tmp_path):  # not h5py's raw OSError
+        with pytest.raises(ValueError, match="not an HDF5 file"):
+            meanfield.open_run(q)
 
 
 def test_plot_and_plot_runs_label_every_line(files):

@@ -615,6 +615,8 @@ def read_file(path) -> Run:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"run file not found: {path}")
+    if not h5py.is_hdf5(path):  # a directory, a text file, a truncated file: not h5py's raw OSError
+        raise ValueError(f"{path}: not a meanfield run file (not an HDF5 file)")
     with h5py.File(path, "r") as f:
         if f.attrs.get("format") != FORMAT:
             raise ValueError(f"{path}: not a meanfield run file (format attribute {f.attrs.get('format')!r})")

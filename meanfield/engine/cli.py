@@ -93,16 +93,20 @@ def _declared_parser(base):
             """--help with a model named: its own parameters (meanfield.engine.help)."""
             from . import help as model_help
 
+            first = None
             for w in words:
                 if w.startswith("-"):
                     continue
                 try:
                     path = model_path(w)
-                except ConfigError:
+                except ConfigError as e:
+                    first = first or e
                     continue
                 if path.is_file():
                     model_help.apply(self, path)
                 return
+            if first is not None:  # a model named but not found: say so, not the mixture's flags
+                self.exit(2, f"meanfield: error: {first}\n")
 
     return _ModelVerbParser
 
