@@ -214,10 +214,12 @@ def test_softmax_quick_check(tmp_path):
 def test_a_diverging_run_is_a_fail_not_a_crash(tmp_path):
     from meanfield.engine.checks import run_check
 
-    p = tmp_path / "icl_zfb.toml"
+    # icl_onestep's check runs GD as described (icl_zfb's runs the gradient flow, which a large eta
+    # only lengthens: its horizon is steps x eta)
+    p = tmp_path / "icl_onestep.toml"
     import re
 
-    p.write_text(re.sub(r"(?m)^eta = [0-9.]+", "eta = 500.0", (MODELS / "icl_zfb.toml").read_text()))
+    p.write_text(re.sub(r"(?m)^eta = [0-9.]+", "eta = 500.0", (MODELS / "icl_onestep.toml").read_text()))
     claims, report = run_check(p, tmp_path / "out", quick=True, log=lambda *a: None)
     assert claims and not any(c.passed for c in claims)
     assert "did not complete" in claims[0].statement and "diverged" in claims[0].numbers["run_status"]

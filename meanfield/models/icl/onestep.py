@@ -245,6 +245,10 @@ def check(path, out, quick: bool = False, log=print):
             measured[name].append(m)
             log(f"[check]   d {m['d']} N {m['N']}: loss rel err {m['loss_rel_err']:.2e}, ||P - P_paper|| "
                 f"{m['P_err_frobenius']:.2e}, prompt diff {m['prompt_diff_max']:.2e}")
+    if tr is None:  # no run completed: the setting as described
+        from ...engine.description import load_description
+
+        tr = load_description(str(path)).training
     setting = {"init": "W^{PV} = sigma [[0,0],[0,1]], W^{KQ} = sigma [[I,0],[0,0]] (ZFB)", "method": tr.method,
                "eta": tr.eta, "population": "exact (closed-form Gaussian moments)",
                "loss": "(1/2) E[(yhat - y_q)^2]"}
