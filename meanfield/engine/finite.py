@@ -303,6 +303,51 @@ def _finite_job(job):
 NOT_DECREASING = -0.25
 
 
+def check_sweep_size(widths, seeds, force: bool = False) -> tuple[list[int], int]:
+    """The ceilings of a width sweep's sizes (``meanfield.core.limits``), the
+    same for ``meanfield model width-sweep`` and ``meanfield.width_sweep``.
+
+    Parameters
+    ----------
+    widths : iterable
+        The widths m (at most ``MAX_LIST`` values, each an integer >= 1).
+    seeds : int or str
+        Seeds per width (1 .. ``MAX_SEEDS``).
+    force : bool
+        Go past the memory estimate of the particle runs.
+
+    Returns
+    -------
+    tuple of (list of int, int)
+        The widths and the seed count.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the field and its allowed values.
+
+    Example
+    -------
+    >>> check_sweep_size([4, 8], 2)
+    ([4, 8], 2)
+    """
+    import itertools
+
+    from ..core.config import as_list
+    from ..core.limits import MAX_LIST, MAX_SEEDS, check_list, check_size
+
+    if isinstance(widths, (str, int)):
+        widths = as_list("widths", str(widths))
+    elif not hasattr(widths, "__len__"):  # a generator: never more than the ceiling's worth of it
+        widths = list(itertools.islice(widths, MAX_LIST + 1))
+    widths = [as_int("widths", v, lo=1) for v in check_list("widths", widths)]
+    n_seeds = as_int("seeds", seeds, lo=1, hi=MAX_SEEDS)
+    n_jobs = float(len(widths)) * n_seeds  # each particle run holds a description and its errors: >= 10 KiB
+    check_size({"bytes": 10240.0 * n_jobs, "seconds": 0.0}, "size", bool(force),
+               f" (width-sweep: {n_jobs:.3g} particle runs, {len(widths)} widths x {n_seeds} seeds)")
+    return widths, n_seeds
+
+
 def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None, tol_rel: float = 1e-9,
                 workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
     """Finite widths against infinite width: the error of the explicit network at every (m, seed).
