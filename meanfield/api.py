@@ -31,6 +31,40 @@ def _desc(model, overrides=None):
     return load(model, **(overrides or {}))
 
 
+def _sized(model, overrides=None, **size):
+    """:func:`_desc` under the command's ceilings (``meanfield.core.limits``):
+    the estimated memory and time of the work, ``size`` as the command's
+    (``particles_d``: True for the default d, ``copies``, ``width``), checked
+    from the file before a general description's data are built and again
+    from the description; one-line ConfigError, the command's own."""
+    import dataclasses
+
+    from .engine.edges import check_engine_size, description_size_first, family_size_first
+    from .engine.objects import Description
+    from .engine.twolayer_desc import TwoLayerDescription
+
+    if not isinstance(model, (Description, TwoLayerDescription)):
+        from .core.guard import read_config_text
+        from .engine.cli import model_path
+
+        raw = read_config_text(model_path(str(model)), "model")
+        flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+        if isinstance(raw.get("family"), str):
+            family_size_first(raw, flags, False, **size)
+        else:
+            description_size_first(raw, flags, False, **size)
+    desc = model if isinstance(model, TwoLayerDescription) and not overrides else _desc(model, overrides)
+    if isinstance(desc, TwoLayerDescription):  # its own run checks its own sizes
+        return desc
+    size = dict(size)
+    width = size.pop("width", None)
+    sized = desc if width is None else dataclasses.replace(desc, init=dataclasses.replace(desc.init, width=width))
+    if size.get("particles_d") is True:
+        size["particles_d"] = desc.dictionary.P + 2
+    check_engine_size(sized, False, **size)
+    return desc
+
+
 def load(model, **overrides):
     """Load a model description.
 
@@ -140,7 +174,7 @@ def run(model, out=None, progress: bool = True, **overrides):
 
     from .engine.twolayer_desc import TwoLayerDescription
 
-    desc = model if isinstance(model, TwoLayerDescription) and not overrides else _desc(model, overrides)
+    desc = _sized(model, overrides)  # the command's ceilings (meanfield.core.limits), before the work
     if isinstance(desc, TwoLayerDescription):  # the two-layer class (meanfield.engine.twolayer_run)
         return _run_twolayer(desc, out, progress)
     _notice(desc, kernels, echo=progress)
@@ -218,10 +252,11 @@ def particles(model, d=None, out=None, progress: bool = True, batch=None, batch_
     >>> r.status
     'complete'
     """
+    from .core.config import as_int
     from .core.progress import monitor
     from .engine import finite
 
-    desc = _desc(model, overrides)
+    desc = _sized(model, overrides, particles_d=True if d is None else as_int("d", d, lo=1))
     if out is not None:
         r, p = finite.particles_to_file(desc, out, d=d, progress=False, batch=batch, batch_seed=batch_seed)
         r.path = Path(p)
@@ -265,9 +300,12 @@ def width_sweep(model, widths=(16, 64, 256), seeds: int = 3, out="runs/model_wid
     >>> s = meanfield.width_sweep("incontext", widths=[8, 32], seeds=2, steps=20)   # doctest: +SKIP
     >>> s["exponent"]                                                              # doctest: +SKIP
     """
-    from .engine.finite import width_sweep as _ws
+    from .core.config import as_int
+    from .engine.finite import check_sweep_size, width_sweep as _ws
 
-    desc = _desc(model, overrides)
+    widths, seeds = check_sweep_size(widths, seeds)  # the command's ceilings (meanfield.core.limits)
+    desc = _sized(model, overrides, particles_d=True if d is None else as_int("d", d, lo=1), width=max(widths),
+                  copies=len(widths) * seeds + 1)
     return _ws(desc, list(widths), seeds, Path(out), d=d, workers=workers, progress=progress,
                log=print if progress else (lambda *a, **k: None))
 

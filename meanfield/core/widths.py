@@ -8,7 +8,8 @@ infinite-width run), :func:`kink_splits` (whether finite-width runs land on
 the other side of it), :func:`fit_exponent` (the error exponent with a 95%
 confidence interval), :func:`sup_errors`, :func:`kink_split_message` and
 :func:`exponent_verdict` (the summary's errors and verdict),
-:func:`write_outputs` (HDF5, JSON, figure) and :func:`figure`.
+:func:`write_outputs` (HDF5, JSON, figure), :func:`write_interrupted` (the file of
+an interrupted sweep) and :func:`figure`.
 """
 
 from __future__ import annotations
@@ -229,6 +230,60 @@ def write_outputs(out: Path, summary: dict, attrs: dict, data: dict, **figure_kw
     fig = figure(summary, out.with_suffix(".png"), **figure_kw)
     summary["files"] = [str(out), str(js), str(fig)]
     return summary
+
+
+def write_interrupted(out: Path, attrs: dict, widths, seeds: int, t, finished: list, n_jobs: int,
+                      quantities) -> Path:
+    """The file of an interrupted width sweep (status ``interrupted``), the
+    mixture's and the engine's: the infinite-width record times (when that
+    run finished) and, per finished finite-width run, its width, seed, status
+    and sup-norm errors. Written at once (no figure, no JSON), well within
+    the 2 s a signal allows.
+
+    Parameters
+    ----------
+    out : Path
+        The sweep's ``.h5`` path (written atomically).
+    attrs : dict
+        The file's identifying attrs (format, system, config, ...); ``status``
+        and ``message`` are added.
+    widths : iterable of int
+        The widths asked for.
+    seeds : int
+        Seeds per width.
+    t : array or None
+        Record times of the infinite-width run (None: it did not finish).
+    finished : list of dict
+        The finite-width results so far (``width``, ``seed``, ``status``,
+        ``err_t``: quantity -> error over time); interrupted ones are left out.
+    n_jobs : int
+        How many finite-width runs the sweep has (0: not started).
+    quantities : iterable of str
+        The quantities whose sup errors are kept.
+
+    Returns
+    -------
+    Path
+        ``out``.
+
+    Example
+    -------
+    >>> write_interrupted(Path("w.h5"), {"format": "meanfield-width-sweep"}, [4, 8], 2, None, [], 0,
+    ...                   ["S"])  # doctest: +SKIP
+    """
+    done = [r for r in finished if r is not None and r.get("status") != "interrupted"]
+    data = {"widths": np.array(sorted(set(int(m) for m in widths))), "seeds": np.arange(seeds),
+            "t": np.asarray(t if t is not None else [], dtype=float),
+            "done_width": np.array([int(r["width"]) for r in done], dtype=np.int64),
+            "done_seed": np.array([int(r["seed"]) for r in done], dtype=np.int64),
+            "done_status": np.array([str(r["status"]) for r in done], dtype=object),
+            "done_sup_error": {q: np.array([float(np.max(r["err_t"][q])) if np.size(r["err_t"][q]) else np.nan
+                                            for r in done]) for q in quantities}}
+    where = "during the infinite-width run" if t is None or not n_jobs else (
+        f"after {len(done)} of {n_jobs} finite-width runs")
+    attrs = dict(attrs, status="interrupted",
+                 message=f"interrupted (SIGINT/SIGTERM) {where}; rerun the command for the full sweep")
+    return write_h5_atomic(out, attrs, data)
 
 
 def figure(summary: dict, path: Path, quantities=None, lead: str = "S", xlabel: str = "attention width m",

@@ -410,25 +410,15 @@ def _cmd_particles(args) -> int:
 
 
 def _cmd_width_sweep(args) -> int:
-    from ..core.config import as_int, as_list
-    from .finite import width_sweep
+    from ..core.config import as_list
+    from .finite import check_sweep_size, width_sweep
 
     from ..core.guard import check_output_file
 
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     for suffix in (".json", ".png"):  # written beside it
         check_output_file(out.with_suffix(suffix), "out")
-    from ..core.guard import check_list
-
-    widths = [as_int("widths", v, lo=1) for v in check_list("widths", as_list("widths", args.widths))]
-    from ..core.guard import MAX_SEEDS
-
-    n_seeds = as_int("seeds", args.seeds, lo=1, hi=MAX_SEEDS)
-    from ..core.guard import check_size
-
-    n_jobs = float(len(widths)) * n_seeds  # each particle run holds a description and its errors: >= 10 KiB
-    check_size({"bytes": 10240.0 * n_jobs, "seconds": 0.0}, "size", bool(args.force),
-               f" (width-sweep: {n_jobs:.3g} particle runs, {len(widths)} widths x {n_seeds} seeds)")
+    widths, n_seeds = check_sweep_size(as_list("widths", args.widths), args.seeds, bool(args.force))
     desc = description_from_args(args, size={"particles_d": _particles_d(args), "width": max(widths),
                                              "copies": len(widths) * n_seeds + 1})
     from ..core.config import check_workers

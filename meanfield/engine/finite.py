@@ -303,6 +303,51 @@ def _finite_job(job):
 NOT_DECREASING = -0.25
 
 
+def check_sweep_size(widths, seeds, force: bool = False) -> tuple[list[int], int]:
+    """The ceilings of a width sweep's sizes (``meanfield.core.limits``), the
+    same for ``meanfield model width-sweep`` and ``meanfield.width_sweep``.
+
+    Parameters
+    ----------
+    widths : iterable
+        The widths m (at most ``MAX_LIST`` values, each an integer >= 1).
+    seeds : int or str
+        Seeds per width (1 .. ``MAX_SEEDS``).
+    force : bool
+        Go past the memory estimate of the particle runs.
+
+    Returns
+    -------
+    tuple of (list of int, int)
+        The widths and the seed count.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the field and its allowed values.
+
+    Example
+    -------
+    >>> check_sweep_size([4, 8], 2)
+    ([4, 8], 2)
+    """
+    import itertools
+
+    from ..core.config import as_list
+    from ..core.limits import MAX_LIST, MAX_SEEDS, check_list, check_size
+
+    if isinstance(widths, (str, int)):
+        widths = as_list("widths", str(widths))
+    elif not hasattr(widths, "__len__"):  # a generator: never more than the ceiling's worth of it
+        widths = list(itertools.islice(widths, MAX_LIST + 1))
+    widths = [as_int("widths", v, lo=1) for v in check_list("widths", widths)]
+    n_seeds = as_int("seeds", seeds, lo=1, hi=MAX_SEEDS)
+    n_jobs = float(len(widths)) * n_seeds  # each particle run holds a description and its errors: >= 10 KiB
+    check_size({"bytes": 10240.0 * n_jobs, "seconds": 0.0}, "size", bool(force),
+               f" (width-sweep: {n_jobs:.3g} particle runs, {len(widths)} widths x {n_seeds} seeds)")
+    return widths, n_seeds
+
+
 def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None, tol_rel: float = 1e-9,
                 workers: int | None = 1, executor=None, progress: bool = True, log=print) -> dict:
     """Finite widths against infinite width: the error of the explicit network at every (m, seed).
@@ -311,7 +356,9 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     (:func:`particles`) at every width and seed, measures the sup-norm error
     of each recorded variable over the run, fits the exponent of its decay in
     m and names kinks (pre-activations tied at the ReLU kink) where the error
-    does not decay.
+    does not decay. Interrupted (SIGINT / SIGTERM: KeyboardInterrupt), it
+    writes ``out`` at once with status ``interrupted`` and everything finished
+    so far (:func:`meanfield.core.widths.write_interrupted`) and re-raises.
 
     Parameters
     ----------
@@ -361,7 +408,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     ['h5', 'json', 'png']
     """
     from ..core.widths import (exponent_verdict, fit_exponent, kink_events, kink_split_message, kink_splits,
-                               sup_errors, write_outputs)
+                               sup_errors, write_interrupted, write_outputs)
     from ..core.sweep import Progress, map_points
     from .runs import run as engine_run
 
@@ -376,8 +423,19 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     for m in widths:
         _check(replace(desc, init=replace(desc.init, width=m)), d)
     t0 = time.perf_counter()
+    ident = {"format": "meanfield-width-sweep", "format_version": 1, "system": "engine", "model": desc.name,
+             "config": json.dumps(desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {},
+                                  sort_keys=True, default=str)}
+
+    def interrupted(t, finished, n_jobs, quantities):  # like a run: a valid file with everything done so far
+        write_interrupted(out, ident, widths, seeds, t, finished, n_jobs, quantities)
+
     log(f"[width-sweep] {desc.name}: infinite width ...")
-    r_inf = engine_run(inf_desc)
+    try:
+        r_inf = engine_run(inf_desc)
+    except KeyboardInterrupt:
+        interrupted(None, [], 0, [])
+        raise
     q_inf = _groups(r_inf)
     # kink events over (sample, head x value row): the engine's u is (T, n, H, rows)
     u = np.asarray(r_inf.obs["u"])
@@ -399,7 +457,13 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     log(f"[width-sweep] {len(jobs)} particle runs (widths {widths}, {seeds} seeds), {len(events)} kink events "
         "at infinite width ...")
     bar = Progress(len(jobs), label="width-sweep", quiet=not progress)
-    res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar)
+    finished: list = []
+    try:
+        res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar,
+                         on_result=lambda i, r: finished.append(r))
+    except KeyboardInterrupt:
+        interrupted(r_inf.t, finished, len(jobs), [nm for nm in q_inf if all(nm in r["err_t"] for r in finished)])
+        raise
 
     kinks = kink_splits(events, res, desc.model.relu_prime_at_zero,
                         lambda i: desc.data.names[i] if desc.data.names else f"x{i}")
@@ -449,9 +513,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     data = {"widths": np.array(widths), "seeds": np.arange(seeds), "t": r_inf.t,
             "sup_error": {nm: sup[nm] for nm in quantities},
             "infinite": {nm: q_inf[nm] for nm in quantities}}
-    attrs = {"format": "meanfield-width-sweep", "format_version": 1, "system": "engine", "model": desc.name,
-             "config": json.dumps(desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {},
-                                  sort_keys=True, default=str),
+    attrs = {**ident,
              "status": "complete" if all(s == "complete" for s in statuses + [r_inf.status]) else "incomplete",
              "message": summary["message"], "kinks": json.dumps(kinks), "kink_split": int(bool(split_events)),
              "exponent": summary["exponent"] if summary["exponent"] is not None else math.nan,

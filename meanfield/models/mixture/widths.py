@@ -88,24 +88,12 @@ def _finite_job(job):
 
 
 def _write_interrupted(out: Path, cfg_inf, widths, seeds: int, t, finished: list, n_jobs: int) -> Path:
-    """The file of an interrupted width sweep (status ``interrupted``): the
-    infinite-width record times (when that run finished) and, per finished
-    finite-width run, its width, seed, status and sup-norm errors."""
-    from ...core.io import write_h5_atomic
+    """The file of an interrupted width sweep (core.widths.write_interrupted)."""
+    from ...core.widths import write_interrupted
 
-    done = [r for r in finished if r is not None and r.get("status") != "interrupted"]
-    data = {"widths": np.array(sorted(set(int(m) for m in widths))), "seeds": np.arange(seeds),
-            "t": np.asarray(t if t is not None else [], dtype=float),
-            "done_width": np.array([int(r["width"]) for r in done], dtype=np.int64),
-            "done_seed": np.array([int(r["seed"]) for r in done], dtype=np.int64),
-            "done_status": np.array([str(r["status"]) for r in done], dtype=object),
-            "done_sup_error": {q: np.array([float(np.max(r["err_t"][q])) for r in done]) for q in QUANTITIES}}
-    where = "during the infinite-width run" if t is None or not n_jobs else (
-        f"after {len(done)} of {n_jobs} finite-width runs")
     attrs = {"format": "meanfield-width-sweep", "format_version": 1, "system": "mixture",
-             "config": json.dumps(cfg_inf.to_dict(), sort_keys=True), "status": "interrupted",
-             "message": f"interrupted (SIGINT/SIGTERM) {where}; rerun the command for the full sweep"}
-    return write_h5_atomic(out, attrs, data)
+             "config": json.dumps(cfg_inf.to_dict(), sort_keys=True)}
+    return write_interrupted(out, attrs, widths, seeds, t, finished, n_jobs, QUANTITIES)
 
 
 def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: float = 1e-9,
