@@ -310,15 +310,16 @@ def width_sweep(model, widths=(16, 64, 256), seeds: int = 3, out="runs/model_wid
                log=print if progress else (lambda *a, **k: None))
 
 
-def check(model, out="runs/model_check", quick: bool = True, progress: bool = True):
+def check(model, out=None, quick: bool = True, progress: bool = True):
     """Rerun a shipped paper model's claims and write report.md / report.json.
 
     Parameters
     ----------
     model : str or Path
         ``incontext``, ``maxmargin``, ``mixture_multiclass`` or their TOML files.
-    out : str or Path
-        output folder.
+    out : str or Path, optional
+        output folder (default ``runs/<model>_check``: one per model, so checks
+        of two models do not overwrite each other).
     quick : bool
         smaller settings (minutes, not tens of minutes).
     progress : bool
@@ -338,7 +339,8 @@ def check(model, out="runs/model_check", quick: bool = True, progress: bool = Tr
     from .engine.cli import model_path
     from .engine.checks import run_check
 
-    return run_check(model_path(str(model)), Path(out), quick=quick,
+    path = model_path(str(model))
+    return run_check(path, Path(out if out is not None else f"runs/{path.stem}_check"), quick=quick,
                      log=print if progress else (lambda *a, **k: None))
 
 

@@ -435,3 +435,25 @@ def test_check_writes_the_report_schema(tmp_path, monkeypatch):
         assert set(c) >= {"name", "status", "statement", "setting", "numbers", "figure", "source"}
         assert c["status"] in ("PASS", "FAIL") and c["source"] in ("proved", "shown", "expected")
         assert Path(c["figure"]).exists()
+
+
+def test_model_check_default_folder_is_one_per_model(tmp_path):
+    """Without --out, `model check NAME` writes runs/NAME_check (two models' reports never overwrite
+    each other); the Python API the same."""
+    import meanfield
+
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "check", "icl_zfb", "--quick"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-500:]
+    assert (tmp_path / "runs" / "icl_zfb_check" / "report.md").is_file()
+    assert not (tmp_path / "runs" / "model_check").exists()
+    import os
+
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        _, report = meanfield.check("icl_onestep", progress=False)
+    finally:
+        os.chdir(cwd)
+    assert (tmp_path / "runs" / "icl_onestep_check" / "report.md").is_file()
+    assert (tmp_path / "runs" / "icl_zfb_check" / "report.md").is_file()

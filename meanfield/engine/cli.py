@@ -389,8 +389,10 @@ def _cmd_check(args) -> int:
     from ..core.guard import check_output_dir
     from ..core.report import gating
 
-    check_output_dir(args.out, "out")
-    claims, report = run_check(model_path(args.model), Path(args.out), quick=args.quick)
+    path = model_path(args.model)
+    out = args.out if args.out is not None else f"runs/{path.stem}_check"  # one folder per model: no overwrite
+    check_output_dir(out, "out")
+    claims, report = run_check(path, Path(out), quick=args.quick)
     return 0 if all(c.passed for c in gating(claims)) else 1
 
 
@@ -483,7 +485,7 @@ def add_parser(systems) -> None:
     c = verbs.add_parser("check", help="rerun a model's registered claims (meanfield.engine.registry): report.md, "
                                        "report.json, figures; exit 0 iff every proved/shown claim passes")
     c.add_argument("model", help="MODEL.toml or a shipped name (incontext, maxmargin, mixture_multiclass)")
-    c.add_argument("--out", default="runs/model_check", help="output folder")
+    c.add_argument("--out", default=None, help="output folder (default runs/<model>_check, one per model)")
     c.add_argument("--quick", action="store_true", help="smaller settings (minutes, not tens of minutes)")
     c.set_defaults(func=_cmd_check)
     pa = verbs.add_parser("particles", help="train the explicit finite-width network generated from the description "
