@@ -221,3 +221,24 @@ def test_the_python_api_keeps_evaluate_at_the_start_runs():
         with pytest.raises(ConfigError, match="on the command line"):
             check_cli_values(bad)
     check_cli_values({"h_min": "1e-9", "stage_steps": "0,1", "stage_times": None})
+
+
+def test_force_is_not_offered_or_honoured_beyond_any_run(tmp_path):
+    """Beyond 16 x the machine's memory or a year of computing, --force neither appears in the line nor
+    goes past it (an absurd estimate is a plain refusal); below those, it still goes past."""
+    from meanfield.core.config import ConfigError
+    from meanfield.core.limits import HARD_SECONDS, MAX_SECONDS, check_size, memory_limit
+
+    for est in ({"bytes": 17 * memory_limit()}, {"seconds": 2 * HARD_SECONDS}):
+        with pytest.raises(ConfigError) as e:
+            check_size(est, "steps", force=True)
+        assert "--force" not in str(e.value) and "beyond any run" in str(e.value)
+    check_size({"seconds": 2 * MAX_SECONDS}, "steps", force=True)  # an hour's run: --force goes past
+    with pytest.raises(ConfigError, match="--force runs it anyway"):
+        check_size({"seconds": 2 * MAX_SECONDS}, "steps")
+    r = subprocess.run([sys.executable, "-m", "meanfield", "induction", "full", "--steps", "1e15", "--force",
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-400:]
+    line = r.stderr.strip()
+    assert "\n" not in line and "beyond any run" in line and "--force" not in line, line
+    assert not (tmp_path / "o").exists()

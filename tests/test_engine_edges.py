@@ -85,8 +85,9 @@ CASES = [
     ("multiclass-K-1e8", ["model", "run", "mixture_multiclass", "--K", "100000000", "--out", "x.h5"], "size"),
     # --force passes the estimate; the builder's own count must still refuse at once (it was an exact integer
     # power of L = 1e8: a hang)
+    # 1e304 sequences: beyond any run, so --force does not go past (core.limits.HARD_MEMORY_FACTOR)
     ("multiclass-L-1e8-force", ["model", "run", "mixture_multiclass", "--L", "100000000", "--force", "--out", "x.h5"],
-     "data.function"),
+     "size"),
     ("derive-maxmargin-n-1e9", ["model", "derive", "maxmargin", "--n", "1000000000"], "size"),
     ("model-is-a-directory", ["model", "run", "DIR.h5", "--out", "x.h5"], "model"),
 ]
@@ -141,11 +142,14 @@ def test_force_goes_past_the_size_refusal():
     from meanfield.engine.description import load_description
     from meanfield.engine.edges import check_engine_size, engine_estimate
 
-    desc = load_description(MODELS / "incontext.toml", {"steps": 10**15})
+    desc = load_description(MODELS / "incontext.toml", {"steps": 10**9, "record_every": 10**8})
     with pytest.raises(ConfigError, match="^size: .*--force"):
         check_engine_size(desc)
-    est = check_engine_size(desc, force=True)
-    assert est["steps"] == 1e15
+    est = check_engine_size(desc, force=True)  # hours, not beyond any run: --force goes past
+    assert est["steps"] == 1e9
+    huge = load_description(MODELS / "incontext.toml", {"steps": 10**15})  # 1e15 records: beyond any run
+    with pytest.raises(ConfigError, match="beyond any run"):
+        check_engine_size(huge, force=True)
     small = load_description(MODELS / "incontext.toml", {"steps": 30, "record_every": 1})
     assert check_engine_size(small)["records"] == pytest.approx(34)
     # the estimate grows with every size it names: records, width x d
@@ -166,9 +170,10 @@ def test_general_description_size_is_estimated_before_its_data(monkeypatch):
 
     raw = read_raw(MODELS / "incontext.toml")
     monkeypatch.setattr(incontext, "prompts", boom)
-    with pytest.raises(ConfigError, match=r"^size: .*6\.67e\+23 sequences.*--force"):
+    with pytest.raises(ConfigError, match=r"^size: .*6\.67e\+23 sequences"):
         description_size_first(raw, {"N": "1e8"}, force=False)
-    assert description_size_first(raw, {"N": "1e8"}, force=True)["n_samples"] > 1e23
+    with pytest.raises(ConfigError, match="beyond any run"):  # 1e23 sequences: --force does not go past
+        description_size_first(raw, {"N": "1e8"}, force=True)
     monkeypatch.undo()
     for name, over in (("incontext", {"N": 7, "K": 3}), ("maxmargin", {"n": 9, "T": 4}),
                        ("mixture_multiclass", {"K": 2, "C": 3, "L": 4})):

@@ -59,13 +59,36 @@ def _fmt_seconds(s: float) -> str:
     return f"{s / 86400:.3g} days"
 
 
+#: Beyond these no --force is offered or honoured: 16 x this machine's memory (swap cannot hold it) or a
+#: year of computing (the estimates are good to a factor 2, so no real run is near either)
+HARD_MEMORY_FACTOR = 16.0
+HARD_SECONDS = 365 * 86400.0
+
+
 def check_size(est: dict, what: str, force: bool = False, hint: str = "") -> None:
     """Refuse (ConfigError) when ``est`` (``bytes``, ``seconds``) is beyond
-    :func:`memory_limit` or :data:`MAX_SECONDS`, unless ``force``."""
-    if force:
-        return
+    :func:`memory_limit` or :data:`MAX_SECONDS`, unless ``force``; beyond
+    :data:`HARD_MEMORY_FACTOR` x the memory or :data:`HARD_SECONDS`, always
+    (without offering ``--force``).
+
+    Example
+    -------
+    >>> try:
+    ...     check_size({"bytes": 1e30}, "size", force=True)
+    ... except ConfigError as e:
+    ...     print("beyond any run" in str(e), "--force" in str(e))
+    True False
+    """
     lim = memory_limit()
     b, s = est.get("bytes", 0.0), est.get("seconds", 0.0)
+    if not b <= HARD_MEMORY_FACTOR * lim:
+        raise ConfigError(f"{what}: needs about {_fmt_bytes(b)} of memory, beyond any run on this machine "
+                          f"({_fmt_bytes(lim)} usable){hint}")
+    if not s <= HARD_SECONDS:
+        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)} (estimated from the config), beyond any "
+                          f"run (more than a year){hint}")
+    if force:
+        return
     if not b <= lim:
         raise ConfigError(f"{what}: needs about {_fmt_bytes(b)} of memory, more than this machine's "
                           f"{_fmt_bytes(lim)}{hint}; --force runs it anyway")
