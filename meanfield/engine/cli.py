@@ -148,11 +148,9 @@ def description_from_args(args, size: dict | None = None):
 
     path = model_path(args.model)
     raw = read_config_text(path, "model")  # size-capped, UTF-8, nesting-checked (a directory or /dev/zero: one line)
-    from .description import parameter_class
-    from .schema import check_description_numbers
+    from .description import check_raw_numbers
 
-    check_description_numbers(raw, parameter_class(raw) if isinstance(raw.get("parameters"), dict) else None)
-    # ^ a number in quotes in the file (flags are text: checked as flags)
+    check_raw_numbers(raw)  # a number in quotes in the file (flags are text: checked as flags)
     flags = _overrides(args, raw, path)
     force = bool(getattr(args, "force", False))
     family = raw.get("family") if isinstance(raw.get("family"), str) else None

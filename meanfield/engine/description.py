@@ -533,11 +533,32 @@ def read_raw(path) -> dict:
         raise ConfigError(f"model: file not found: {p}") from None
     except Exception as e:  # tomllib.TOMLDecodeError
         raise ConfigError(f"model: malformed TOML in {p}: {e}") from None
+    check_raw_numbers(raw)  # a number in quotes in the file (a family's dict of flags is text: not here)
+    return raw
+
+
+def check_raw_numbers(raw: dict) -> None:
+    """A description file's quoted numbers refused (``meanfield.engine.schema.check_description_numbers``
+    with the parameter class of ``raw``'s family, resolved only when it has ``[parameters]``); the one
+    call of the file readers (:func:`read_raw`, the command line's).
+
+    Parameters
+    ----------
+    raw : dict
+        The description as read from TOML.
+
+    Returns
+    -------
+    None
+        Raises ConfigError naming the key.
+
+    Example
+    -------
+    >>> check_raw_numbers({"parameters": {"steps": 10}})
+    """
     from .schema import check_description_numbers
 
     check_description_numbers(raw, parameter_class(raw) if isinstance(raw.get("parameters"), dict) else None)
-    # ^ a number in quotes in the file (a family's dict of flags is text: not here)
-    return raw
 
 
 def _read(path) -> dict:
