@@ -105,7 +105,23 @@ def exp_lane(x):
     Cody-Waite), a degree-13 Taylor polynomial of exp(r), times 2^k as two
     exact powers of two (so that results below 2^-1022 are subnormal, as the C
     library's). Within one ulp of ``math.exp`` (not bit for bit); exp(0) = 1
-    exactly; NaN stays NaN, x < -745.2 gives 0, x > 709.79 inf."""
+    exactly; NaN stays NaN, x < -745.2 gives 0, x > 709.79 inf.
+
+    Parameters
+    ----------
+    x : float
+
+    Returns
+    -------
+    float
+        exp(x) to one ulp.
+
+    Examples
+    --------
+    >>> from meanfield.models.mixture.vectorised import exp_lane
+    >>> exp_lane(0.0), abs(exp_lane(1.0) - 2.718281828459045) <= 4.5e-16
+    (1.0, True)
+    """
     xc = -746.0 if x < -746.0 else (710.0 if x > 710.0 else x)
     t = xc * _LOG2E + _MAGIC
     kf = t - _MAGIC
@@ -142,7 +158,26 @@ def exp_libm(x):
 
 @njit(cache=True, nogil=True)
 def lanes_exp(X, out):
-    """out[w] = :func:`exp_lane` (X[w]) for every w (a loop LLVM vectorises)."""
+    """out[w] = :func:`exp_lane` (X[w]) for every w (a loop LLVM vectorises).
+
+    Parameters
+    ----------
+    X, out : numpy.ndarray
+        (W,) float64 arguments and results.
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.models.mixture.vectorised import lanes_exp
+    >>> out = np.empty(2)
+    >>> lanes_exp(np.array([0.0, -1e4]), out)
+    >>> out.tolist()
+    [1.0, 0.0]
+    """
     for w in range(X.shape[0]):
         out[w] = exp_lane(X[w])
 
