@@ -577,10 +577,9 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
                                        n_rec, status):
                             status[b] = code
                             stop_stage[b] = sidx
-                for i in range(ny):
-                    for w in range(W):
-                        if move[w]:
-                            Y[i, w] = NEW[i, w]
+                for i in range(ny):  # (a select, not a branch: vectorised; padding lanes never move)
+                    for w in range(Wm):
+                        Y[i, w] = NEW[i, w] if move[w] else Y[i, w]
                 for w in range(W):
                     if move[w]:
                         step[w] += 1
