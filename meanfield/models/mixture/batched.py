@@ -40,7 +40,11 @@ Records follow ``meanfield.core.integrate`` exactly (GDMap / RK4 with ``SaveAt``
 the initial state, every ``every``-th step (and the given points), every
 stage end and the final (or last accepted) state, a record at the same
 (step, t) as the previous one replacing it. CPU batched results equal
-``meanfield.models.mixture.run.run`` bit for bit. Divergence (a non-finite state or
+``meanfield.models.mixture.run.run`` bit for bit on the per-trajectory loop
+(and on the trajectory-vectorised blocks with the C library's exp); the
+default blocks (``meanfield.models.mixture.vectorised``, method gd, 16 or more
+trajectories a thread) compute the softmax's exp within an ulp of it, so they
+agree to rounding (<= 1e-13 relative in the tests). Divergence (a non-finite state or
 loss, or an entry above ``max_abs``) stops that trajectory only, with its
 status, stop step and stage.
 
@@ -320,17 +324,28 @@ def _pack(cfgs: list[MixtureConfig], y0s: list[np.ndarray]) -> dict:
 
 
 def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, backend: str = "cpu",
-            max_bytes: float = 8 * 2**30, lanes: bool = True, vector_exp: bool = False) -> BatchResult:
+            max_bytes: float = 8 * 2**30, lanes: bool = True, vector_exp: bool = True) -> BatchResult:
     """Run one batch of configs sharing a sample set and method on ``backend``
     (``cpu`` or ``cuda``, see :func:`resolve_backend`) and return the raw
     records. ``max_bytes`` caps the record buffer (B x T x state x 8 bytes).
     ``lanes``: on the CPU, method gd runs trajectory-vectorised
-    (``meanfield.models.mixture.vectorised``, equal bit for bit) in blocks
-    whose width follows B (``vectorised.WIDTHS``); False runs the
-    per-trajectory loop (the reference of the tests and benchmarks).
-    ``vector_exp``: with ``lanes``, the softmax's exp vectorised too
-    (``vectorised.lanes_exp``: within an ulp of the C library's, so results
-    agree to rounding, not bit for bit)."""
+    (``meanfield.models.mixture.vectorised``) in blocks whose width follows B
+    (``vectorised.WIDTHS``; below its last threshold, one trajectory at a
+    time); False runs the per-trajectory loop (the reference of the tests and
+    benchmarks). ``vector_exp`` (with ``lanes``): the softmax's exp in the
+    blocks' vectorised arithmetic (``vectorised.exp_lane``, within an ulp of
+    the C library's: results agree with the per-trajectory loop to rounding,
+    <= 1e-13 relative in the tests); False: the C library's exp, equal to the
+    per-trajectory loop bit for bit (and slower).
+
+    Examples
+    --------
+    >>> from meanfield.models.mixture import batched
+    >>> from meanfield.models.mixture.config import make_config
+    >>> res = batched.advance([make_config(steps=5)] * 2)
+    >>> int(res.step[0, res.n_records[0] - 1])
+    5
+    """
     if not cfgs:
         raise ValueError("advance: empty batch")
     c0 = cfgs[0]
@@ -360,16 +375,17 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
         _launch_cuda(c0.method, P, s.idx, head + data[1:], outs, B)
     else:
         dims = (s.idx.shape[0], P, s.idx.shape[1])
-        if c0.method == "gd":
+        fn = mix_gd_batch_cpu if c0.method == "gd" else mix_rk4_batch_cpu
+        if c0.method == "gd" and lanes:
             from numba import get_num_threads
 
-            from .vectorised import kernel_for
+            from . import vectorised
 
-            # blocks of 64 or 8 lanes by each thread's share (vectorised.WIDTHS); below 16: one at a time
-            fn = (kernel_for(B // max(1, min(B, get_num_threads()))) if lanes else None) or mix_gd_batch_cpu
-        else:
-            fn = mix_rk4_batch_cpu
-        dat = tuple(data) + ((bool(vector_exp),) if fn is not mix_gd_batch_cpu and c0.method == "gd" else ())
+            # blocks of lanes by each thread's share (vectorised.WIDTHS); below its last threshold one at a time
+            w = vectorised.width_for(B // max(1, min(B, get_num_threads())))
+            if w is not None:
+                fn = vectorised.batch_kernel(w, s.idx, s.sgn, P, vector_exp)
+        dat = tuple(data)
         core_batched.run_cpu(fn, B, head + [dat, dims] + outs)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact enough
         raise RuntimeError("batched: record buffer full (capacity bound too small): a bug")
@@ -391,7 +407,9 @@ def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndar
     """Run every config as one trajectory, batched on ``backend`` (``cpu``,
     ``cuda`` or ``auto``); returns one ``integrate.Trajectory`` per config, in
     order, equal to what ``meanfield.models.mixture.run.run(cfg)`` (from ``y0s[i]``
-    if given) returns: bit for bit on the CPU, to rounding on a GPU.
+    if given) returns: on the CPU bit for bit, or to rounding where method gd
+    runs in vectorised blocks (16 or more configs a thread: see :func:`advance`);
+    to rounding on a GPU.
 
     Configs are grouped by sample set and method (K, L, p, label_prob,
     label_noise, method), one launch per group, or per

@@ -7,31 +7,47 @@ length P = 4 or L = 3, too short for SIMD. Here W trajectories (a block of
 lanes) advance together and every array carries the lane as its LAST,
 contiguous axis: the state is ``Y[entry, lane]``, the gradients
 ``G[h, a, b, lane]``, and so on, so that every inner loop runs over lanes and
-numba / LLVM emits vector instructions for it.
+numba / LLVM emits vector instructions for it (AVX2 here: 4 doubles).
 
-Exactly the previous arithmetic. Each lane performs the operations of
+Compile-time constants. :func:`batch_kernel` rebuilds the functions of this
+module over a copy of its globals in which the block width ``LANES``, the
+sample set's shape (``NS``, ``NL``, ``NP``) and tables (``ROW``, ``CS``,
+``VR``, ``SV``: which score and neuron entries each token of each sample reads,
+with which signs) and the softmax's exp (``EXP``) are constants: the loops
+over the L keys of a query are then unrolled inside the loop over lanes,
+which stays the innermost loop (loop bodies are kept small enough for LLVM
+to unroll them: larger ones stop the vectoriser).
+
+The arithmetic is the scalar kernels'. Each lane performs the operations of
 ``kernels.gd_advance_into`` in the same order (no ``fastmath``: nothing is
-reordered or contracted), so a lane's results equal the per-trajectory
-batch's bit for bit (``tests/test_mixture_vectorised.py``). Two changes of
-evaluation that do not change a bit: the softmax numerators exp(z - max) and
-their sums are computed once per state in the forward pass and reused by the
-backward pass (which recomputed the same numbers), and a sample/head whose
-loss coefficient is 0 adds 0 * (finite) = 0 to the gradient instead of being
-skipped. ``exp``, ``log1p`` stay calls of the C library (per lane: no vector
-math library is assumed).
+reordered or contracted into FMAs). With ``EXP = exp_libm`` (the C library's
+exp: those loops stay scalar) a lane's results equal the per-trajectory
+batch's bit for bit (``tests/test_mixture_vectorised.py``). The default
+(``batched.advance(vector_exp=True)``) computes exp by :func:`exp_lane`,
+straight-line arithmetic that vectorises, within one ulp of the C library's:
+results then agree with the per-trajectory batch to rounding (<= 1e-13
+relative in the tests). Two changes of evaluation that do not change a bit:
+the softmax numerators exp(z - max) and their sums are computed once per
+state in the forward pass and reused by the backward pass (which recomputed
+the same numbers), and a sample/head whose loss coefficient is 0 adds
+0 * (finite) = 0 to the gradient instead of being skipped. ``log1p`` (the
+loss) and the sigmoid's exp stay calls of the C library.
 
 The step/record logic is ``meanfield.core.batched.gd_trajectory``'s, per lane:
 stages of given lengths with their modes and stop criteria, records every
 ``every[b]`` steps and at the points ``pts[b]``, a record at the same (step, t)
-as the previous one replacing it, divergence (non-finite, above ``max_abs``)
-stopping that lane only. Lanes may differ in everything the per-trajectory
-batch allows (eta, ReLU'(0), max_abs, stage lengths, modes, criteria, record
-grids); a lane that has finished idles until its block does.
+as the previous one replacing it (the record writer is
+``core.batched.record_into``, compiled here for a lane's column),
+divergence (non-finite, above ``max_abs``: ``accept_step``'s checks, for
+every lane at once) stopping that lane only. Lanes may differ in everything
+the per-trajectory batch allows (eta, ReLU'(0), max_abs, stage lengths,
+modes, criteria, record grids); a lane that has finished idles until its
+block does.
 
-Entry point: :func:`gd_batch_soa`, the drop-in replacement of
-``batched.mix_gd_batch_cpu`` (same arguments) that ``batched.advance`` runs on
-the CPU for method gd. Method rk4 and the CUDA backend keep the
-per-trajectory drivers.
+Entry point: :func:`batch_kernel` (a drop-in replacement of
+``batched.mix_gd_batch_cpu``, same arguments) that ``batched.advance`` runs
+on the CPU for method gd, at the block width :func:`width_for` picks. Method
+rk4 and the CUDA backend keep the per-trajectory drivers.
 """
 
 from __future__ import annotations
@@ -39,13 +55,18 @@ from __future__ import annotations
 import functools
 import math
 import types
+import zlib
 
 import numpy as np
+from llvmlite import ir as llvm_ir
 from numba import njit
+from numba.core import types as nbtypes
+from numba.extending import intrinsic
 
+from ...core import batched as core_batched
 from ...core.activations import relu_prime, sigmoid_neg, softplus_neg
 
-#: lanes per block (measured: benchmarks/run_all.py; the block's scratch stays in the L1/L2 cache)
+#: lanes per block (a compile-time constant of each build, :func:`batch_kernel`; 64: the widest of WIDTHS)
 LANES = 64
 
 
@@ -59,112 +80,203 @@ _C = (1.0, 1.0, 0.5, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 
       1.0 / 3628800, 1.0 / 39916800, 1.0 / 479001600, 1.0 / 6227020800)
 
 
-@njit(cache=True, nogil=True)
-def lanes_exp(X, out, Tf, Ti, K1, K2):
-    """out[w] = exp(X[w]) for the LANES lanes, in loops LLVM vectorises (no
-    library call): x = k ln 2 + r (k = round(x / ln 2), Cody-Waite), a degree-13
-    Taylor polynomial of exp(r), times 2^k as two exact powers of two (so that
-    results below 2^-1022 are subnormal, as the C library's). Within a few ulp
-    of ``math.exp`` (not bit for bit); exp(0) = 1 exactly; NaN stays NaN,
-    x < -746 gives 0, x > 709.78 inf. ``Tf`` (float64) and ``Ti`` (its int64
-    view), ``K1``, ``K2`` (int64 arrays, viewed as float64 by the caller's
-    :func:`lanes_exp_scratch`) are scratch."""
-    for w in range(LANES):
-        x = X[w]
-        x = -746.0 if x < -746.0 else (710.0 if x > 710.0 else x)
-        Tf[w] = x * _LOG2E + _MAGIC
-    for w in range(LANES):
-        k = Ti[w] - _MAGIC_BITS
-        k1 = k >> 1
-        K1[w] = (k1 + 1023) << 52
-        K2[w] = (k - k1 + 1023) << 52
-    F1 = K1.view(np.float64)
-    F2 = K2.view(np.float64)
-    for w in range(LANES):
-        x = X[w]
-        xc = -746.0 if x < -746.0 else (710.0 if x > 710.0 else x)
-        kf = Tf[w] - _MAGIC
-        r = (xc - kf * _LN2_HI) - kf * _LN2_LO
-        p = _C[13]
-        p = p * r + _C[12]
-        p = p * r + _C[11]
-        p = p * r + _C[10]
-        p = p * r + _C[9]
-        p = p * r + _C[8]
-        p = p * r + _C[7]
-        p = p * r + _C[6]
-        p = p * r + _C[5]
-        p = p * r + _C[4]
-        p = p * r + _C[3]
-        p = p * r + _C[2]
-        p = p * r + _C[1]
-        p = p * r + _C[0]
-        v = p * F1[w] * F2[w]
-        v = 0.0 if x < -745.2 else v
-        v = math.inf if x > 709.79 else v
-        out[w] = x if x != x else v
+@intrinsic
+def _bits(typingctx, x):
+    """The int64 with the bits of the float64 x (an LLVM bitcast: vectorises)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], llvm_ir.IntType(64))
+
+    return nbtypes.int64(nbtypes.float64), codegen
+
+
+@intrinsic
+def _from_bits(typingctx, k):
+    """The float64 with the bits of the int64 k (an LLVM bitcast)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], llvm_ir.DoubleType())
+
+    return nbtypes.float64(nbtypes.int64), codegen
+
+
+@njit(cache=True, nogil=True, inline="always")
+def exp_lane(x):
+    """exp(x) in straight-line arithmetic that LLVM vectorises inside a loop
+    over lanes (no library call): x = k ln 2 + r (k = round(x / ln 2),
+    Cody-Waite), a degree-13 Taylor polynomial of exp(r), times 2^k as two
+    exact powers of two (so that results below 2^-1022 are subnormal, as the C
+    library's). Within one ulp of ``math.exp`` (not bit for bit); exp(0) = 1
+    exactly; NaN stays NaN, x < -745.2 gives 0, x > 709.79 inf.
+
+    Parameters
+    ----------
+    x : float
+
+    Returns
+    -------
+    float
+        exp(x) to one ulp.
+
+    Examples
+    --------
+    >>> from meanfield.models.mixture.vectorised import exp_lane
+    >>> exp_lane(0.0), abs(exp_lane(1.0) - 2.718281828459045) <= 4.5e-16
+    (1.0, True)
+    """
+    xc = -746.0 if x < -746.0 else (710.0 if x > 710.0 else x)
+    t = xc * _LOG2E + _MAGIC
+    kf = t - _MAGIC
+    k = _bits(t) - _MAGIC_BITS
+    k1 = _bits(kf * 0.5 + _MAGIC) - _MAGIC_BITS  # about k / 2 (rounded to even): 2^k1 and 2^(k - k1) are normal
+    f1 = _from_bits((k1 + 1023) << 52)
+    f2 = _from_bits((k - k1 + 1023) << 52)
+    r = (xc - kf * _LN2_HI) - kf * _LN2_LO
+    p = _C[13]
+    p = p * r + _C[12]
+    p = p * r + _C[11]
+    p = p * r + _C[10]
+    p = p * r + _C[9]
+    p = p * r + _C[8]
+    p = p * r + _C[7]
+    p = p * r + _C[6]
+    p = p * r + _C[5]
+    p = p * r + _C[4]
+    p = p * r + _C[3]
+    p = p * r + _C[2]
+    p = p * r + _C[1]
+    p = p * r + _C[0]
+    v = p * f1 * f2
+    v = 0.0 if x < -745.2 else v
+    v = math.inf if x > 709.79 else v
+    return x if x != x else v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def exp_libm(x):
+    """``math.exp`` (the C library's; the exact option of the blocks)."""
+    return math.exp(x)
 
 
 @njit(cache=True, nogil=True)
-def soa_forward(Y, W, P, idx, sgn, lab, weight, U, MG, E, DEN, Z, mx, acc, num, f, loss, vexp, xs):
-    """Forward pass of W lanes: U (n, 2, W), margins MG (n, W), loss (W,);
-    keeps the softmax numerators E (n, 2, L, L, W) and sums DEN (n, 2, L, W).
-    ``vexp``: the softmax's exp by :func:`lanes_exp` (vectorised, within an
-    ulp) instead of ``math.exp``; ``xs``: its scratch (X, Tf, Ti, K1, K2)."""
-    X, Tf, Ti, K1, K2 = xs
+def lanes_exp(X, out):
+    """out[w] = :func:`exp_lane` (X[w]) for every w (a loop LLVM vectorises).
+
+    Parameters
+    ----------
+    X, out : numpy.ndarray
+        (W,) float64 arguments and results.
+
+    Returns
+    -------
+    None
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.models.mixture.vectorised import lanes_exp
+    >>> out = np.empty(2)
+    >>> lanes_exp(np.array([0.0, -1e4]), out)
+    >>> out.tolist()
+    [1.0, 0.0]
+    """
+    for w in range(X.shape[0]):
+        out[w] = exp_lane(X[w])
+
+
+# The kernels below are compiled per block width and sample set (:func:`batch_kernel`): these module
+# globals are compile-time constants there (the values here are the K = 2, L = 3 set's shape, so that the
+# module's own functions type-check; they are never run with them).
+NS, NL, NP = 8, 3, 4  # samples, tokens, features (P = 2K)
+EXP = exp_lane  # the softmax's exp: exp_lane (vectorised) or exp_libm (the C library's)
+#: per (sample s, head h, query l): the score rows of the L keys (S_h[idx_i, idx_l]), the signs
+#: sgn_i sgn_l; per (s, h): the rows of w~_h[idx_i]; per s: the signs sgn_i
+ROW = ((((0, 0, 0),) * 3,) * 2,) * 8
+CS = (((1.0, 1.0, 1.0),) * 3,) * 8
+VR = (((0, 0, 0),) * 2,) * 8
+SV = ((1.0, 1.0, 1.0),) * 8
+
+
+def tables(idx: np.ndarray, sgn: np.ndarray, P: int) -> dict:
+    """The constant tables ROW, CS, VR, SV of a sample set (see the module globals).
+
+    Parameters
+    ----------
+    idx, sgn : numpy.ndarray
+        (n, L) feature index and sign of each token (``data.sample_set``).
+    P : int
+        Features (2K).
+
+    Returns
+    -------
+    dict
+        name -> nested tuple, and NS, NL, NP.
+
+    Examples
+    --------
+    >>> from meanfield.models.mixture.data import sample_set
+    >>> s = sample_set(2, 3)
+    >>> tables(s.idx, s.sgn, s.P)["NL"]
+    3
+    """
     n, L = idx.shape
     n2 = P * P
+    ii = [[int(v) for v in r] for r in idx]
+    ss = [[float(v) for v in r] for r in sgn]
+    row = tuple(tuple(tuple(tuple(h * n2 + ii[s][i] * P + ii[s][l] for i in range(L)) for l in range(L))
+                      for h in range(2)) for s in range(n))
+    cs = tuple(tuple(tuple(ss[s][i] * ss[s][l] for i in range(L)) for l in range(L)) for s in range(n))
+    vr = tuple(tuple(tuple(6 * n2 + h * P + ii[s][i] for i in range(L)) for h in range(2)) for s in range(n))
+    return dict(NS=n, NL=L, NP=P, ROW=row, CS=cs, VR=vr, SV=tuple(tuple(r) for r in ss))
+
+
+@njit(cache=True, nogil=True)
+def soa_forward(Y, lab, weight, U, MG, E, DEN, ACC, F, loss):
+    """Forward pass of the block: U (n, 2, W), margins MG (n, W), loss (W,);
+    keeps the softmax numerators E (n, 2, L, L, W) and sums DEN (n, 2, L, W).
+    Scratch ACC, F (W,). Per lane the operations of ``kernels.forward_into``
+    in its order; one loop over lanes per (sample, head, query)."""
     for w in range(LANES):
         loss[w] = 0.0
-    for s in range(n):
+    for s in range(NS):
+        sv = SV[s]
         for w in range(LANES):
-            f[w] = 0.0
+            F[w] = 0.0
         for h in range(2):
-            So = h * n2
-            wo = 6 * n2 + h * P
+            vr = VR[s][h]
             for w in range(LANES):
-                acc[w] = 0.0
-            for l in range(L):
+                ACC[w] = 0.0
+            for l in range(NL):
+                rows = ROW[s][h][l]
+                cs = CS[s][l]
+                for w in range(LANES):  # (loop bodies small enough for LLVM to unroll the L keys: vectorised)
+                    mx = -math.inf
+                    for i in range(NL):
+                        z = cs[i] * Y[rows[i], w]
+                        mx = z if z > mx else mx
+                    for i in range(NL):
+                        E[s, h, l, i, w] = cs[i] * Y[rows[i], w] - mx
+                for i in range(NL):
+                    for w in range(LANES):
+                        E[s, h, l, i, w] = EXP(E[s, h, l, i, w])
                 for w in range(LANES):
-                    mx[w] = -math.inf
-                for i in range(L):  # (one array written per inner loop: LLVM vectorises them)
-                    c = sgn[s, i] * sgn[s, l]
-                    row = So + idx[s, i] * P + idx[s, l]
-                    for w in range(LANES):
-                        Z[i, w] = c * Y[row, w]
-                    for w in range(LANES):
-                        z = Z[i, w]
-                        mx[w] = z if z > mx[w] else mx[w]
-                for i in range(L):
-                    if vexp:
-                        for w in range(LANES):
-                            X[w] = Z[i, w] - mx[w]
-                        lanes_exp(X, E[s, h, l, i], Tf, Ti, K1, K2)
-                    else:
-                        for w in range(LANES):
-                            E[s, h, l, i, w] = math.exp(Z[i, w] - mx[w])
-                for w in range(LANES):
-                    DEN[s, h, l, w] = 0.0
-                    num[w] = 0.0
-                for i in range(L):
-                    si = sgn[s, i]
-                    r = wo + idx[s, i]
-                    for w in range(LANES):
-                        DEN[s, h, l, w] += E[s, h, l, i, w]
-                    for w in range(LANES):
-                        num[w] += E[s, h, l, i, w] * si * Y[r, w]
-                for w in range(LANES):
-                    acc[w] += num[w] / DEN[s, h, l, w]
+                    den = 0.0
+                    num = 0.0
+                    for i in range(NL):
+                        e = E[s, h, l, i, w]
+                        den += e
+                        num += e * sv[i] * Y[vr[i], w]
+                    DEN[s, h, l, w] = den
+                    ACC[w] += num / den
             sh = 1.0 - 2.0 * h
             for w in range(LANES):
-                U[s, h, w] = acc[w] / L
-            for w in range(LANES):
-                u = U[s, h, w]
-                f[w] = f[w] + sh * u if u > 0.0 else f[w]
+                u = ACC[w] / NL
+                U[s, h, w] = u
+                F[w] = F[w] + sh * u if u > 0.0 else F[w]
+        ls = lab[s]
         for w in range(LANES):
-            MG[s, w] = lab[s] * f[w]
+            MG[s, w] = ls * F[w]
+        ws = weight[s]
         for w in range(LANES):
-            loss[w] += weight[s] * softplus_neg(MG[s, w])
+            loss[w] += ws * softplus_neg(MG[s, w])
 
 
 @njit(cache=True, nogil=True)
@@ -290,22 +402,10 @@ def lane_criterion(kind, loss, MG, consistent, DW, w):
     return v
 
 
-@njit(cache=True, nogil=True)
-def lane_record(b, t, step, stage, Y, w, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
-    """``core.batched.record_into`` of lane w (trajectory b) of the block state Y."""
-    n = n_rec[b]
-    if n > 0 and rec_step[b, n - 1] == step and rec_t[b, n - 1] == t:
-        n -= 1
-    elif n >= rec_t.shape[1]:
-        status[b] = 4
-        return False
-    rec_t[b, n] = t
-    rec_step[b, n] = step
-    rec_stage[b, n] = stage
-    for i in range(Y.shape[0]):
-        rec_y[b, n, i] = Y[i, w]
-    n_rec[b] = n + 1
-    return True
+#: the one record writer of every batch (``meanfield.core.batched.record_into``), compiled here for a lane's
+#: column ``Y[:, w]`` of the block state
+soa_record_into = core_batched.instantiate(core_batched.record_into, globals(), "soa_record_into",
+                                           njit(cache=True, nogil=True))
 
 
 @njit(cache=True, nogil=True)
@@ -328,28 +428,28 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
                  data, dims, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
                  end_reason, final_loss, Yout):
     """Trajectories b0 <= b < b1 in blocks of :data:`LANES` lanes (the
-    arguments and outputs of ``core.batched.batch_cpu`` for method gd;
-    ``data`` has a last entry more: ``vexp``, see :func:`soa_forward`)."""
-    P, idx, sgn, lab, weight, consistent, r0, stage_mode, vexp = data
-    n, L = idx.shape
+    arguments and outputs of ``core.batched.batch_cpu`` for method gd; the
+    sample set's shape and tables are this build's constants, see
+    :func:`batch_kernel`)."""
+    P, idx, sgn, lab, weight, consistent, r0, stage_mode = data
+    n = NS
     ny = Y0.shape[1]
     Wm = LANES
     Y = np.empty((ny, Wm))
     NEW = np.empty((ny, Wm))
     U = np.empty((n, 2, Wm))
     MG = np.empty((n, Wm))
-    E = np.empty((n, 2, L, L, Wm))
-    DEN = np.empty((n, 2, L, Wm))
+    E = np.empty((n, 2, NL, NL, Wm))
+    DEN = np.empty((n, 2, NL, Wm))
     G = np.empty((2, P, P, Wm))
     DW = np.empty((2, P, Wm))
     T = np.empty((3, P, P, Wm))
     Dsc = np.empty((6, Wm))
-    Z = np.empty((L, Wm))
-    pr = np.empty((L, Wm))
-    v1, v2, v3, v4, loss = np.empty(Wm), np.empty(Wm), np.empty(Wm), np.empty(Wm), np.empty(Wm)
-    etv, r0v = np.empty(Wm), np.empty(Wm)
-    Tf = np.empty(Wm)
-    xs = (np.empty(Wm), Tf, Tf.view(np.int64), np.empty(Wm, np.int64), np.empty(Wm, np.int64))
+    pr = np.empty((NL, Wm))
+    v1, v2, v3, loss = np.empty(Wm), np.empty(Wm), np.empty(Wm), np.empty(Wm)
+    etv, r0v, mabv = np.empty(Wm), np.empty(Wm), np.empty(Wm)
+    nf = np.empty(Wm, np.int64)
+    ma = np.empty(Wm, np.int64)
     t_att = np.zeros(Wm, np.bool_)
     t_w = np.zeros(Wm, np.bool_)
     move = np.zeros(Wm, np.bool_)
@@ -368,13 +468,14 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
                 Y[i, w] = Y0[b, i]
             etv[w] = eta[b]
             r0v[w] = r0[b]
+            mabv[w] = max_abs[b]
             n_rec[b] = 0
             status[b] = 0
             stop_stage[b] = 0
             step[w] = 0
             jj[w] = 0
             st[w] = 0
-            live[w] = lane_record(b, 0.0, 0, 1, Y, w, rec_t, rec_step, rec_stage, rec_y, n_rec, status)
+            live[w] = soa_record_into(b, 0.0, 0, 1, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status)
             if live[w] and n_stages[b] == 0:
                 live[w] = False
             if live[w]:
@@ -385,12 +486,13 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
                 Y[i, w] = Y[i, 0]
             etv[w] = etv[0]
             r0v[w] = r0v[0]
+            mabv[w] = mabv[0]
             live[w] = False
         n_live = 0
         for w in range(W):
             n_live += live[w]
         while n_live > 0:
-            soa_forward(Y, Wm, P, idx, sgn, lab, weight, U, MG, E, DEN, Z, v1, v2, v3, v4, loss, vexp, xs)
+            soa_forward(Y, lab, weight, U, MG, E, DEN, v1, v2, loss)
             soa_backward(Y, Wm, P, idx, sgn, lab, weight, r0v, U, MG, E, DEN, G, DW, pr, v1, v2, v3)
             # each live lane: the decisions of gd_advance_into / gd_trajectory at this evaluated state
             for w in range(W):
@@ -421,12 +523,12 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
                     sidx = s + 1
                     if code == 2:
                         live[w] = False
-                        if lane_record(b, t, step[w], sidx, Y, w, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
+                        if soa_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status):
                             status[b] = code
                             stop_stage[b] = sidx
                         break
                     if code == 1 or step[w] >= end[w]:
-                        if not lane_record(b, t, step[w], sidx, Y, w, rec_t, rec_step, rec_stage, rec_y, n_rec,
+                        if not soa_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
                                            status):
                             live[w] = False
                             break
@@ -442,7 +544,7 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
                     else:
                         ev = every[b]
                         if (ev > 0 and step[w] % ev == 0) or (jj[w] < n_pts[b] and step[w] == pts[b, jj[w]]):
-                            if not lane_record(b, t, step[w], sidx, Y, w, rec_t, rec_step, rec_stage, rec_y, n_rec,
+                            if not soa_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
                                                status):
                                 live[w] = False
                                 break
@@ -452,32 +554,32 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
                 n_move += move[w]
             if n_move > 0:
                 soa_update(Y, NEW, Wm, P, G, DW, etv, t_att, t_w, T, Dsc)
-                for w in range(W):  # the new state's checks, per moving lane
+                for w in range(Wm):  # the new state's checks (accept_step's), every lane at once: the first
+                    nf[w] = ny       # non-finite row and the first finite row above max_abs
+                    ma[w] = ny
+                for i in range(ny):
+                    for w in range(Wm):
+                        v = NEW[i, w]
+                        fin = v - v == 0.0
+                        nf[w] = i if (nf[w] == ny and not fin) else nf[w]
+                        ma[w] = i if (ma[w] == ny and fin and abs(v) > mabv[w]) else ma[w]
+                for w in range(W):
                     if not move[w]:
                         continue
                     b = blk + w
-                    code = 0
-                    for i in range(ny):
-                        v = NEW[i, w]
-                        if not math.isfinite(v):
-                            code = 2
-                            break
-                        if abs(v) > max_abs[b]:
-                            code = 3
-                            break
+                    code = 0 if nf[w] == ma[w] else (2 if nf[w] < ma[w] else 3)
                     if code != 0:  # the last accepted state stays: record it, stop the lane
                         move[w] = False
                         live[w] = False
                         final_loss[b] = loss[w]
                         sidx = st[w] + 1
-                        if lane_record(b, step[w] * etv[w], step[w], sidx, Y, w, rec_t, rec_step, rec_stage, rec_y,
+                        if soa_record_into(b, step[w] * etv[w], step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y,
                                        n_rec, status):
                             status[b] = code
                             stop_stage[b] = sidx
-                for i in range(ny):
-                    for w in range(W):
-                        if move[w]:
-                            Y[i, w] = NEW[i, w]
+                for i in range(ny):  # (a select, not a branch: vectorised; padding lanes never move)
+                    for w in range(Wm):
+                        Y[i, w] = NEW[i, w] if move[w] else Y[i, w]
                 for w in range(W):
                     if move[w]:
                         step[w] += 1
@@ -492,24 +594,55 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
 
 # ------------------------------------------------------------------ block widths
 
-#: the block widths compiled: (smallest batch that uses it, lanes), widest first. Measured (CPU time per
-#: trajectory-step, one thread): B = 100: 64 lanes 3.0 us, 8 lanes 3.7, per trajectory 4.7; B = 10: 8 lanes
-#: 5.5, 4 lanes 4.6, per trajectory 4.8 (below 16 trajectories the per-trajectory loop is kept)
-WIDTHS = ((48, 64), (16, 8))
+#: the block widths compiled: (smallest batch that uses it, lanes), widest first; below the last threshold
+#: the per-trajectory loop runs. Measured (CPU time per trajectory-step, one thread, docs/performance.md):
+#: B = 10: per trajectory 4.7 us, blocks of 4 / 8 / 16 lanes 5.7 / 4.9 / 4.5; B = 100: 64 lanes 2.4
+WIDTHS = ((48, 64), (16, 16))
+
+_KERNELS = (soa_forward, soa_backward, soa_update, soa_record_into, gd_batch_soa)
 
 
 @functools.lru_cache(maxsize=None)
-def batch_kernel(lanes: int):
-    """:func:`gd_batch_soa` compiled for blocks of ``lanes`` lanes.
+def _batch_kernel(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: int):
+    tab = tables(np.frombuffer(key, np.int64)[: n * L].reshape(n, L),
+                 np.frombuffer(key, np.float64)[n * L:].reshape(n, L), P)
+    ns = dict(globals())
+    ns.update(tab)
+    ns["LANES"] = lanes
+    ns["EXP"] = exp_lane if vector_exp else exp_libm
+    tag = f"_w{lanes}{'v' if vector_exp else 'x'}_n{n}L{L}P{P}_{zlib.crc32(key):08x}"
+    for f in _KERNELS:
+        py = f.py_func
+        name = py.__name__
+        fn = types.FunctionType(py.__code__, ns, name + tag, py.__defaults__, None)
+        fn.__qualname__ = name + tag
+        ns[name] = njit(cache=True, nogil=True)(fn)
+    return ns["gd_batch_soa"]
 
-    The loops' trip count is a compile-time constant: the functions of this
-    module are rebuilt over a copy of its globals with ``LANES = lanes``,
-    each cached on disk under its own qualified name (``..._w<lanes>``).
+
+def batch_kernel(lanes: int, idx: np.ndarray, sgn: np.ndarray, P: int, vector_exp: bool = True):
+    """:func:`gd_batch_soa` compiled for blocks of ``lanes`` lanes and one sample set.
+
+    The block width, the sample set's tables (:func:`tables`: the rows and
+    signs of every score and neuron entry the forward and backward passes
+    read) and the softmax's exp are compile-time constants: the functions of
+    this module are rebuilt over a copy of its globals holding them, each
+    cached on disk under its own qualified name (width, exp, shape and a
+    checksum of the tables). Every loop over lanes is then a straight loop
+    LLVM vectorises.
 
     Parameters
     ----------
     lanes : int
-        Trajectories per block (64 is the module's own :data:`LANES`).
+        Trajectories per block.
+    idx, sgn : numpy.ndarray
+        The sample set's (n, L) token features and signs (``data.sample_set``).
+    P : int
+        Features (2K).
+    vector_exp : bool
+        The softmax's exp by :func:`exp_lane` (vectorised; within an ulp of
+        the C library's) or by ``math.exp`` (then the block equals the
+        per-trajectory batch bit for bit, but its softmax loops are scalar).
 
     Returns
     -------
@@ -519,23 +652,19 @@ def batch_kernel(lanes: int):
     Examples
     --------
     >>> from meanfield.models.mixture import vectorised
-    >>> vectorised.batch_kernel(64) is vectorised.gd_batch_soa
+    >>> from meanfield.models.mixture.data import sample_set
+    >>> s = sample_set(2, 3)
+    >>> k = vectorised.batch_kernel(8, s.idx, s.sgn, s.P)
+    >>> k is vectorised.batch_kernel(8, s.idx, s.sgn, s.P)
     True
     """
-    if lanes == LANES:
-        return gd_batch_soa
-    ns = dict(globals())
-    ns["LANES"] = lanes
-    for f in (lanes_exp, soa_forward, soa_backward, soa_update, gd_batch_soa):
-        py = f.py_func
-        fn = types.FunctionType(py.__code__, ns, f"{py.__name__}_w{lanes}", py.__defaults__, None)
-        fn.__qualname__ = f"{py.__name__}_w{lanes}"
-        ns[py.__name__] = njit(cache=True, nogil=True)(fn)
-    return ns["gd_batch_soa"]
+    n, L = idx.shape
+    key = np.ascontiguousarray(idx, np.int64).tobytes() + np.ascontiguousarray(sgn, np.float64).tobytes()
+    return _batch_kernel(int(lanes), bool(vector_exp), key, int(P), int(n), int(L))
 
 
-def kernel_for(B: int):
-    """The batch kernel for B trajectories (one thread's share).
+def width_for(B: int) -> int | None:
+    """The block width for B trajectories (one thread's share).
 
     Parameters
     ----------
@@ -544,18 +673,17 @@ def kernel_for(B: int):
 
     Returns
     -------
-    numba dispatcher or None
-        :func:`batch_kernel` of the widest block of :data:`WIDTHS` whose
-        threshold B reaches; None below every threshold (the per-trajectory
-        loop is as fast there).
+    int or None
+        The widest block of :data:`WIDTHS` whose threshold B reaches; None
+        below every threshold (the per-trajectory loop).
 
     Examples
     --------
     >>> from meanfield.models.mixture import vectorised
-    >>> vectorised.kernel_for(4) is None
+    >>> vectorised.width_for(1) is None
     True
     """
     for lo, w in WIDTHS:
         if B >= lo:
-            return batch_kernel(w)
+            return w
     return None
