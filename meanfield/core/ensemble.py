@@ -404,56 +404,61 @@ def run_chunk(task: dict) -> dict:
     base, pts, outputs = task["base"], task["points"], tuple(task["outputs"])
     n = len(pts)
     with _LOCK:
+        threads_before = numba.get_num_threads()  # put back after (in this process: the caller's setting)
         numba.set_num_threads(_worker_threads(task.get("threads")))
-        status = np.full(n, -1, np.int8)
-        res = {k: np.full(n, np.nan) for k in ("t_end", "loss_end", "min_margin_end", "min_margin_consistent_end",
-                                               "min_margin_inconsistent_end", "T1", "T2", "T_loss")}
-        steps_end = np.full(n, -1, np.int64)
-        margins: dict[int, np.ndarray] = {}
-        invalid: dict[int, str] = {}
-        extra: dict[str, np.ndarray] = {}
-        records: dict[int, Any] = {}
-        keep = set(task.get("keep", ()))
-        cfgs: list = [None] * n
-        groups: dict = {}
-        bk = _base_key(system, base)
-        for j, ov in enumerate(pts):
-            try:
-                hit = _point(system, base, ov, bk)
-                if hit[1] is not None:
-                    raise ConfigError(hit[1])
-            except ConfigError as e:
-                status[j] = -3
-                invalid[j] = str(e)
-                continue
-            cfgs[j] = hit[0]
-            groups.setdefault(_group_of(system, hit), []).append(j)
-        for members in groups.values():
-            for part in _launches(system, cfgs, members, task.get("launch_bytes", LAUNCH_BYTES),
-                                  task.get("launch_n")):
-                pc = [cfgs[j] for j in part]
-                r = system.advance(pc, task.get("backend", "cpu"))
-                o = system.summaries(pc, r)
-                pa = np.asarray(part)
-                status[pa] = o["status"]
-                steps_end[pa] = o["steps_end"]
-                for k in res:
-                    res[k][pa] = o[k]
-                if "margin_end" in outputs:
-                    for k, j in enumerate(part):
-                        margins[j] = o["margin_end"][k]
-                if task.get("output_func") is not None or keep:
-                    for k, j in enumerate(part):
-                        want = j + task["lo"] in keep
-                        if task.get("output_func") is None and not want:
-                            continue
-                        tr = system.trajectory(r, k, pc[k])
-                        if want:
-                            records[j + task["lo"]] = tr
-                        if task.get("output_func") is not None:
-                            for name, v in dict(task["output_func"](pc[k], tr)).items():
-                                extra.setdefault(str(name), np.full(n, np.nan))[j] = float(v)
-                del r, o
+        try:
+            status = np.full(n, -1, np.int8)
+            res = {k: np.full(n, np.nan) for k in ("t_end", "loss_end", "min_margin_end", "min_margin_consistent_end",
+                                                   "min_margin_inconsistent_end", "T1", "T2", "T_loss")}
+            steps_end = np.full(n, -1, np.int64)
+            margins: dict[int, np.ndarray] = {}
+            invalid: dict[int, str] = {}
+            extra: dict[str, np.ndarray] = {}
+            records: dict[int, Any] = {}
+            keep = set(task.get("keep", ()))
+            cfgs: list = [None] * n
+            groups: dict = {}
+            bk = _base_key(system, base)
+            for j, ov in enumerate(pts):
+                try:
+                    hit = _point(system, base, ov, bk)
+                    if hit[1] is not None:
+                        raise ConfigError(hit[1])
+                except ConfigError as e:
+                    status[j] = -3
+                    invalid[j] = str(e)
+                    continue
+                cfgs[j] = hit[0]
+                groups.setdefault(_group_of(system, hit), []).append(j)
+            for members in groups.values():
+                for part in _launches(system, cfgs, members, task.get("launch_bytes", LAUNCH_BYTES),
+                                      task.get("launch_n")):
+                    pc = [cfgs[j] for j in part]
+                    r = system.advance(pc, task.get("backend", "cpu"))
+                    o = system.summaries(pc, r)
+                    pa = np.asarray(part)
+                    status[pa] = o["status"]
+                    steps_end[pa] = o["steps_end"]
+                    for k in res:
+                        res[k][pa] = o[k]
+                    if "margin_end" in outputs:
+                        for k, j in enumerate(part):
+                            margins[j] = o["margin_end"][k]
+                    if task.get("output_func") is not None or keep:
+                        for k, j in enumerate(part):
+                            want = j + task["lo"] in keep
+                            if task.get("output_func") is None and not want:
+                                continue
+                            tr = system.trajectory(r, k, pc[k])
+                            if want:
+                                records[j + task["lo"]] = tr
+                            if task.get("output_func") is not None:
+                                for name, v in dict(task["output_func"](pc[k], tr)).items():
+                                    extra.setdefault(str(name), np.full(n, np.nan))[j] = float(v)
+                    del r, o
+            threads_used = numba.get_num_threads()
+        finally:
+            numba.set_num_threads(threads_before)
     out: dict[str, Any] = {"status": status, "steps_end": steps_end}
     out.update(res)
     out = {k: v for k, v in out.items() if k in outputs}
@@ -468,7 +473,7 @@ def run_chunk(task: dict) -> dict:
     elapsed = time.perf_counter() - t0
     return {"key": task["key"], "lo": task["lo"], "hi": task["lo"] + n, "arrays": out, "invalid": invalid,
             "records": records, "elapsed_s": elapsed, "pid": os.getpid(), "host": os.uname().nodename,
-            "threads": numba.get_num_threads()}
+            "threads": threads_used}
 
 
 # ------------------------------------------------------------------ planning
