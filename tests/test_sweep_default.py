@@ -187,3 +187,33 @@ def test_a_chunked_sweep_terminated_early_can_be_continued(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     with h5py.File(out / "sweep.h5") as f:
         assert f.attrs["status"] == "complete" and int(f.attrs["n_done"]) == 2
+
+
+def test_a_large_grid_is_judged_by_the_base_and_each_axis_value():
+    """Beyond MEMO_MAX points the shape check builds the base and each axis value alone (sum of the axis
+    lengths), not every combination (their product): 2 x 3000 points, 3003 configs at most."""
+    from meanfield.core import ensemble
+    from meanfield.core.ensemble import EnsembleProblem, shared_shape
+
+    ensemble._MEMO.clear()
+    built = []
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def config(self, base, over):
+            built.append(over)
+            return self.inner.config(base, over)
+
+    from meanfield.models.mixture.ensemble import MIXTURE
+
+    sys_ = Counting(MIXTURE)
+    assert shared_shape(EnsembleProblem({"steps": 5}, axes={"omega": [0.1, 0.2], "seed": list(range(3000))},
+                                        system=sys_)) is None
+    assert 0 < len(built) <= 1 + 2 + 3000
+    why = shared_shape(EnsembleProblem({"steps": 5}, axes={"K": [2, 3], "seed": list(range(3000))}, system=sys_))
+    assert "K=3" in why

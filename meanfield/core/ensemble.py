@@ -279,9 +279,11 @@ def _base_key(system, base: dict) -> str:
 def shared_shape(problem: EnsembleProblem) -> str | None:
     """Why the points of ``problem`` do not share one shape (one line), or None
     when they do: every point batchable and all in one group (one sample set
-    and method: one batched kernel). ``meanfield mixture sweep`` and ``model
-    sweep`` run chunked by default when they do, one run file per point
-    otherwise. A point's invalid config raises its ConfigError.
+    and method: one batched kernel); a grid of more than :data:`MEMO_MAX`
+    points is judged by the base and each axis value alone (a combination
+    that cannot run is then a point with status -3). ``meanfield mixture
+    sweep`` and ``model sweep`` run chunked by default when they share one,
+    one run file per point otherwise. An invalid config raises its ConfigError.
 
     Parameters
     ----------
@@ -301,8 +303,11 @@ def shared_shape(problem: EnsembleProblem) -> str | None:
     system = problem.system
     bk = _base_key(system, problem.base)
     first = None
-    for i in range(problem.size):
-        ov = problem.point(i)
+    if problem.axes is not None and problem.size > MEMO_MAX:  # a large grid: the base and each axis value alone
+        overs = [{}] + [{k: v} for k, vals in problem.axes.items() for v in vals]
+    else:
+        overs = (problem.point(i) for i in range(problem.size))
+    for ov in overs:
         hit = _point(system, problem.base, ov, bk)
         if hit[1] is not None:
             return f"point {_jsonable(ov)}: {hit[1]}"
