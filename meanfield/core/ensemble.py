@@ -36,10 +36,8 @@ mixture's ``meanfield.models.mixture.batched.advance``, the engine's
 bounded in memory, and reduces each trajectory to its outputs (the
 system's ``summaries``: T1, T2 and T_loss are those of the run files).
 Workers are long-lived processes (a spawn-started local pool, or dask
-workers), so numba compiles once per worker, from its on-disk cache; a
-small grid runs in this process (:func:`solve`). The probe
-(:func:`probe_seconds`) times shortened points, and a rerun reuses the
-plan's chunk size, so it finds its chunks.
+workers), so numba compiles once per worker, from its on-disk cache; a small
+grid runs in this process (:func:`solve`); a rerun reuses the plan's chunk size.
 
 Results. Every chunk's outputs come back to this process, which writes
 ``OUT/chunks/<key>.h5`` atomically; ``key`` is a hash of the chunk's configs
@@ -87,6 +85,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from .config import ConfigError
+from .errors import raise_if_signalled
 from .ensemble_pools import Dask as _Dask
 from .ensemble_pools import InProcess as _InProcess
 from .ensemble_pools import Local as _Local
@@ -438,6 +437,7 @@ def run_chunk(task: dict) -> dict:
             for members in groups.values():
                 for part in _launches(system, cfgs, members, task.get("launch_bytes", LAUNCH_BYTES),
                                       task.get("launch_n")):
+                    raise_if_signalled()
                     pc = [cfgs[j] for j in part]
                     r = system.advance(pc, task.get("backend", "cpu"))
                     o = system.summaries(pc, r)
@@ -762,6 +762,7 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
                         bar.update(len(t["points"]))
                         continue
                     _write_chunk(P, problem, r)
+                    raise_if_signalled()
                     if n_fresh + len(t["points"]) <= FRESH_MAX:
                         fresh[r["key"]] = r
                         n_fresh += len(t["points"])
