@@ -91,10 +91,14 @@ def _child(cmd: list, env: dict, cwd: Path) -> tuple[float, float]:
     return dt, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
 
 
-def after_warm(before: str | None, repeat: int) -> dict:
+def after_warm(before: str | None, repeat: int, commands=None, fill: bool = True) -> dict:
     """The after-warm commands (and the floors), ``repeat`` times each, this package and (``before``) the
-    package at that directory, interleaved; per command the best and median wall and CPU seconds."""
+    package at that directory, interleaved; per command the best and median wall and CPU seconds.
+    ``commands``: (label, argv, target s) rows (default :data:`AFTER_WARM`); ``fill``: run each once
+    untimed first (fills a cold cache)."""
     import statistics
+
+    commands = AFTER_WARM if commands is None else commands
 
     here = str(Path(__file__).resolve().parents[1])
     trees = [("after", here)] + ([("before", str(Path(before).resolve()))] if before else [])
@@ -106,7 +110,7 @@ def after_warm(before: str | None, repeat: int) -> dict:
         for tag, root in trees:
             env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
             envs[tag] = env
-            for _label, args, _t in AFTER_WARM:  # untimed: fills a cold cache (the previous version's copy)
+            for _label, args, _t in (commands if fill else ()):  # untimed: fills a cold cache
                 _child([sys.executable, "-m", "meanfield", *[a.replace("{tmp}", str(d)) for a in args]], env, d)
         _child([sys.executable, str(d / "floor.py")], envs["after"], d)
         samples = {}
@@ -115,7 +119,7 @@ def after_warm(before: str | None, repeat: int) -> dict:
                 _child([sys.executable, "-c", "import meanfield.cli"], envs["after"], d))
             samples.setdefault("floor: numba, one cached kernel", []).append(
                 _child([sys.executable, str(d / "floor.py")], envs["after"], d))
-            for label, args, _t in AFTER_WARM:
+            for label, args, _t in commands:
                 for tag, _root in trees:
                     cmd = [sys.executable, "-m", "meanfield", *[a.replace("{tmp}", str(d)) for a in args]]
                     samples.setdefault(f"{label} ({tag})", []).append(_child(cmd, envs[tag], d))
@@ -127,7 +131,7 @@ def after_warm(before: str | None, repeat: int) -> dict:
     print(f"load average at start {res['load_start'][0]:.1f}, at end {res['load_end'][0]:.1f} "
           f"({os.cpu_count()} cores); {repeat} runs each, new processes")
     print(f"{'command':42s} {'wall best':>9s} {'wall med':>9s} {'CPU best':>9s} {'CPU med':>9s}  target")
-    targets = {label: t for label, _a, t in AFTER_WARM}
+    targets = {label: t for label, _a, t in commands}
     for k, v in res.items():
         if isinstance(v, dict):
             lab = k.rsplit(" (", 1)[0]
@@ -138,7 +142,7 @@ def after_warm(before: str | None, repeat: int) -> dict:
             print(f"{k:42s} {v['wall_best']:9.2f} {v['wall_median']:9.2f} {v['cpu_best']:9.2f} "
                   f"{v['cpu_median']:9.2f}  {verdict}")
     if before:
-        for label, _a, _t in AFTER_WARM:
+        for label, _a, _t in commands:
             b, a = res[f"{label} (before)"], res[f"{label} (after)"]
             print(f"ratio before / after, {label}: CPU {b['cpu_median'] / a['cpu_median']:.2f}, "
                   f"wall {b['wall_median'] / a['wall_median']:.2f}")

@@ -108,7 +108,34 @@ def _cmd_overlay(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _system_word(argv) -> str | None:
+    """The system named on the command line (its first word that is not a top-level option), or None."""
+    for w in argv:
+        if w in ("-v", "--verbose", "-q", "--quiet"):
+            continue
+        return None if w.startswith("-") else w
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line's parser; ``only``: build the verbs of that system
+    alone (the others are named, without their verbs: a command builds only
+    the parser it uses, which a new process's start-up does not wait for).
+
+    Parameters
+    ----------
+    only : str, optional
+        A system's name (``mixture``, ``model``, ...); None builds all.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+
+    Example
+    -------
+    >>> build_parser(only="mixture").parse_args(["mixture", "run", "--steps", "5"]).steps
+    '5'
+    """
     top = _Parser(prog="meanfield", description="Exact reduced training dynamics of small transformers: "
                   "meanfield <system> <verb> [options]. Exit codes: 0 success, 1 a check or bound failed, "
                   "2 bad input, 3 a run diverged, 70 internal error (a bug), 130 interrupted.")
@@ -123,8 +150,18 @@ def build_parser() -> argparse.ArgumentParser:
     from .engine import registry
 
     cmds = registry.commands()  # every paper's subcommand (meanfield.engine.registry.register_command), in order
+    names = {c.name for c in cmds} | {"warm", "plot", "model"}
+    if only not in names:
+        only = None
+
+    def add(cmd):
+        if only is None or cmd.name == only:
+            registry.resolve(cmd.add_parser)(systems)
+        else:  # named (argparse's choices), its verbs not built
+            systems.add_parser(cmd.name)
+
     for cmd in (c for c in cmds if c.order < 50):
-        registry.resolve(cmd.add_parser)(systems)
+        add(cmd)
     wa = systems.add_parser("warm", help="compile every kernel family (mixture, engine, induction, batched) into "
                             "numba's cache, so that the first real run does not wait for them")
     wa.set_defaults(func=_cmd_warm)
@@ -139,10 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     ov.add_argument("--out", default=None, help="the figure (.png | .pdf | .svg; default: FIRST_overlay.png beside it)")
     ov.set_defaults(func=_cmd_overlay)
     for cmd in (c for c in cmds if c.order >= 50):
-        registry.resolve(cmd.add_parser)(systems)
-    from .engine.cli import add_parser as add_model
+        add(cmd)
+    if only in (None, "model"):
+        from .engine.cli import add_parser as add_model
 
-    add_model(systems)
+        add_model(systems)
+    else:
+        systems.add_parser("model")
     return top
 
 
@@ -150,7 +190,7 @@ def main(argv=None) -> int:
     from .core.guard import barrier  # one line for every failure, exit 2 / 130 / 70, never a traceback
 
     def command():
-        parser = build_parser()
+        parser = build_parser(only=_system_word(words))
         args = parser.parse_args(argv)
         if getattr(args, "verb", None) == "plot" and args.out is None:
             args.out = str(Path(args.run).with_suffix("")) + "_figures"

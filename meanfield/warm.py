@@ -4,11 +4,15 @@
 in Python) runs tiny commands of every kernel family in a temporary folder,
 so that numba compiles every kernel they use and caches it
 (``cache=True``): the mixture fast path (``mixture run``: GD; its
-observables are also all that ``mixture particles`` compiles), the engine
-(``model run``: its one generic GD kernel, every description shares it, and
-the flow right-hand side of ``--method rk4``), the induction head
-(``induction run``), the two-layer class (``model run induction``) and the batched drivers of the mixture and the engine
-(``mixture sweep --batched``, ``model sweep --batched``). The kernels' types
+observables are also all that ``mixture particles`` compiles; and its flow
+with a stop criterion), the engine (``model run``: its one generic GD
+kernel, every description shares it, and the flow right-hand side of
+``--method rk4`` with a stop criterion), the in-context regression population and its low-rank
+projection (``model run icl_zfb``, ``icl_saddles``), the induction head
+(``induction run``), the two-layer class (``model run induction``) and the
+batched drivers of the mixture and the engine, GD and RK4, with the
+chunked sweep's summaries (``mixture sweep``, ``model sweep``: chunked by
+default). ``tests/test_numba_cache.py`` checks that every kernel caches. The kernels' types
 do not depend on the sizes, so a later run at any size loads them from the
 cache instead of compiling. ``make install``, ``make demo`` and ``make test``
 run it once after installing. Nothing is written outside the temporary
@@ -29,18 +33,28 @@ log = logging.getLogger("meanfield")
 #: (name, argv of ``meanfield``) of each warm-up command; tiny sizes, same kernel types as real runs
 COMMANDS = (
     ("mixture run", ["mixture", "run", "--steps", "2", "--quiet", "--out", "{tmp}/mixture.h5"]),
+    ("mixture flow", ["mixture", "run", "--method", "flow", "--t-end", "0.1", "--criterion", "loss<=0.01", "--quiet",
+                      "--out", "{tmp}/mixture_flow.h5"]),
     ("engine", ["model", "run", "incontext", "--K", "2", "--N", "2", "--steps", "2", "--quiet",
                 "--out", "{tmp}/engine.h5"]),
     ("engine flow", ["model", "run", "incontext", "--K", "2", "--N", "2", "--method", "rk4", "--t-end", "0.1",
-                     "--dt", "0.05", "--quiet", "--out", "{tmp}/engine_rk4.h5"]),
+                     "--dt", "0.05", "--criterion", "loss<=0.01", "--quiet", "--out", "{tmp}/engine_rk4.h5"]),
+    ("icl population", ["model", "run", "icl_zfb", "--steps", "2", "--quiet", "--out", "{tmp}/icl_zfb.h5"]),
+    ("icl low rank", ["model", "run", "icl_saddles", "--steps", "2", "--quiet", "--out", "{tmp}/icl_saddles.h5"]),
     ("induction", ["induction", "run", "--n-train", "20", "--n-test", "0", "--L", "8", "--stage-steps", "1,1,1",
                    "--quiet", "--out", "{tmp}/induction.h5"]),
     ("twolayer", ["model", "run", "induction", "--n-train", "5", "--L", "6", "--stage-steps", "1,1,1", "--quiet",
                   "--out", "{tmp}/twolayer.h5"]),
-    ("mixture batched", ["mixture", "sweep", "--param", "seed=0,1", "--width", "4", "--steps", "2", "--batched",
+    ("mixture batched", ["mixture", "sweep", "--param", "seed=0,1", "--width", "4", "--steps", "2",
                          "--quiet", "--out", "{tmp}/mixture_sweep"]),
+    ("mixture batched rk4", ["mixture", "sweep", "--method", "rk4", "--dt", "0.05", "--t-end", "0.1",
+                             "--record-every", "1", "--param", "omega=0.1,0.2", "--quiet",
+                             "--out", "{tmp}/mixture_sweep_rk4"]),
     ("engine batched", ["model", "sweep", "incontext", "--K", "2", "--N", "2", "--param", "eta=0.1,0.2",
-                        "--steps", "2", "--batched", "--quiet", "--out", "{tmp}/engine_sweep"]),
+                        "--steps", "2", "--quiet", "--out", "{tmp}/engine_sweep"]),
+    ("engine batched rk4", ["model", "sweep", "incontext", "--K", "2", "--N", "2", "--method", "rk4", "--t-end",
+                            "0.1", "--dt", "0.05", "--record-every", "1", "--param", "eta=0.1,0.2", "--quiet",
+                            "--out", "{tmp}/engine_sweep_rk4"]),
 )
 #: the families (``meanfield warm --only NAME,...``)
 FAMILIES = tuple(name for name, _ in COMMANDS)

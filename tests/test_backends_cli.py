@@ -41,7 +41,7 @@ def test_batched_sweep_equals_process_sweep(tmp_path):
     args = ["mixture", "sweep", "--param", "omega=0.02:0.3:log:3", "--param", "eta=0.25,0.5", "--steps", "300",
             "--quiet"]
     assert main(args + ["--batched", "--out", str(tmp_path / "b")]) == 0
-    assert main(args + ["--workers", "1", "--out", str(tmp_path / "p")]) == 0
+    assert main(args + ["--per-point", "--workers", "1", "--out", str(tmp_path / "p")]) == 0
     a = json.loads((tmp_path / "b" / "sweep.json").read_text())
     b = json.loads((tmp_path / "p" / "sweep.json").read_text())
     for x, y in zip(a["points"], b["points"]):

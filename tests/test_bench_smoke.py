@@ -24,7 +24,7 @@ def test_bench_smoke_writes_every_section(tmp_path):
     out = tmp_path / "latest.md"
     assert _run_all().main(["--smoke", "--out", str(out)]) == 0
     text = out.read_text()
-    for title in ("### 1.", "### 2.", "### 3.", "### 4.", "### 5.", "## Acceptance"):
+    for title in ("### 1.", "### 2.", "### 3.", "### 4.", "### 5.", "### 6.", "## Acceptance"):
         assert title in text
     # every row is a number or says skipped (a missing peer), never an error
     assert "mixture.batched.advance" in text and "engine.run_batch" in text

@@ -93,10 +93,12 @@ CASES = [
     ("abbreviated-flag", ["mixture", "run", "--step", "5", "--out", "x.h5"], "--step"),
     ("induction-abbreviated-flag", ["induction", "run", "--step", "5", "--out", "x.h5"], "--step"),
     ("model-abbreviated-flag", ["model", "run", "incontext", "--step", "5", "--out", "x.h5"], "--step"),
-    ("chunk-size-without-chunked", ["mixture", "sweep", "--param", "omega=0.1,0.2", "--chunk-size", "4",
-                                    "--out", "sw"], "chunk_size"),
-    ("model-keep-records-without-chunked", ["model", "sweep", "mixture", "--param", "omega=0.1,0.2",
-                                            "--keep-records", "1", "--out", "sw"], "keep_records"),
+    ("chunk-size-with-per-point", ["mixture", "sweep", "--param", "omega=0.1,0.2", "--per-point", "--chunk-size",
+                                   "4", "--out", "sw"], "per_point"),
+    ("model-keep-records-with-per-point", ["model", "sweep", "mixture", "--param", "omega=0.1,0.2", "--per-point",
+                                           "--keep-records", "1", "--out", "sw"], "per_point"),
+    ("chunk-size-with-batched", ["mixture", "sweep", "--param", "omega=0.1,0.2", "--batched", "--chunk-size", "4",
+                                 "--out", "sw"], "batched"),
     # long lists in error lines: the flag, close matches, where the list is
     ("bound-unknown-name", ["mixture", "bound", "mix.h5", "nosuch <= 1"], "--help"),
     ("sweep-unknown-param", ["mixture", "sweep", "--param", "omga=1,2", "--out", "sw"], "omega"),
@@ -171,11 +173,12 @@ def test_every_parser_refuses_abbreviations():
 def test_a_short_valid_sweep_still_runs_with_workers_at_the_ceiling(tmp_path):
     from meanfield.core.guard import max_workers
 
-    r = subprocess.run(MEANFIELD + ["mixture", "sweep", "--param", "omega=0.1,0.2", "--steps", "5", "--quiet",
-                                    "--workers", str(max_workers()), "--out", "sw"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert (tmp_path / "sw" / "sweep.json").is_file()
+    for flags, index in (([], "sweep.h5"), (["--per-point"], "sweep.json")):  # chunked (the default), per point
+        r = subprocess.run(MEANFIELD + ["mixture", "sweep", "--param", "omega=0.1,0.2", "--steps", "5", "--quiet",
+                                        "--workers", str(max_workers()), *flags, "--out", f"sw{len(flags)}"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert (tmp_path / f"sw{len(flags)}" / index).is_file()
 
 
 @pytest.mark.parametrize("count", [1e300, 1e7, float("inf")])

@@ -205,7 +205,8 @@ def test_model_sweep_batched_refuses_a_log_grid_with_one_line(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize("extra, field", [(["--backend", "cuda"], "backend: only with --batched"),
+@pytest.mark.parametrize("extra, field", [(["--per-point", "--backend", "cuda"], "backend: only with --batched"),
+                                          (["--backend", "gpu"], "backend: must be one of"),
                                           (["--batched", "--backend", "gpu"], "backend: must be one of")])
 def test_model_sweep_backend_flag_refusals(tmp_path, extra, field):
     r = subprocess.run([sys.executable, "-m", "meanfield", "model", "sweep", MIXTURE, "--steps", "5",

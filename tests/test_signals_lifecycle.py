@@ -132,3 +132,45 @@ def test_the_barrier_clears_a_remembered_interrupt():
     seen = []
     assert barrier(lambda: seen.append(PENDING["signal"]) or 0) == 0
     assert seen == [None] and PENDING["signal"] is None
+
+
+def test_an_interrupt_swallowed_in_a_callback_prints_no_traceback_and_still_stops(capsys, monkeypatch):
+    """A signal's KeyboardInterrupt raised inside a weakref callback (garbage collection) cannot propagate:
+    Python hands it to sys.unraisablehook, which prints "Exception ignored ... Traceback" (the control,
+    outside the barrier). Under the barrier the hook does not see it, and the pending signal stops the next
+    loop that checks it (exit 130, one line)."""
+    import sys
+    import weakref
+
+    from meanfield.core.errors import PENDING, raise_if_signalled
+    from meanfield.core.guard import barrier
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(type(u.exc_value).__name__))
+
+    class Obj:
+        pass
+
+    def swallowed():
+        o = Obj()
+
+        def cb(_):
+            PENDING["signal"] = 15  # what the barrier's handler records before raising
+            raise KeyboardInterrupt("signal 15")
+
+        w = weakref.ref(o, cb)  # noqa: F841 - alive until o dies
+        del o
+
+    swallowed()
+    PENDING["signal"] = None
+    assert seen == ["KeyboardInterrupt"]  # control: Python reports it (and would print the traceback)
+
+    def command():
+        swallowed()
+        raise_if_signalled()  # e.g. the chunked sweep between its kernel launches
+        return 0
+
+    assert barrier(command) == 130
+    assert seen == ["KeyboardInterrupt"]  # nothing more reached the hook
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1 and "interrupted" in err

@@ -50,7 +50,8 @@ def _wait_for(path: Path, p, seconds=120):
 def test_sweep_stops_its_workers_within_2s_and_keeps_the_finished_points(tmp_path):
     out = tmp_path / "sw"
     # two quick points finish first; the two long ones are still running when the signal comes
-    p = subprocess.Popen(MEANFIELD + ["mixture", "sweep", "--param", "steps=20,30,200000000,300000000", "--force",
+    p = subprocess.Popen(MEANFIELD + ["mixture", "sweep", "--per-point", "--param", "steps=20,30,200000000,300000000",
+                                      "--force",
                                       "--workers", "2", "--quiet", "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for(out / "sweep.json", p)
@@ -73,7 +74,8 @@ def test_sweep_stops_its_workers_within_2s_and_keeps_the_finished_points(tmp_pat
 
 def test_a_sweep_terminated_early_can_be_continued(tmp_path):
     out = tmp_path / "sw"
-    argv = MEANFIELD + ["mixture", "sweep", "--param", "omega=0.1,0.2", "--steps", "50", "--workers", "1",
+    argv = MEANFIELD + ["mixture", "sweep", "--per-point", "--param", "omega=0.1,0.2", "--steps", "50", "--workers",
+                        "1",
                         "--quiet", "--out", str(out)]
     for delay in (0.5, 1.0, 1.5, 2.5):
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -36,7 +36,8 @@ mixture's ``meanfield.models.mixture.batched.advance``, the engine's
 bounded in memory, and reduces each trajectory to its outputs (the
 system's ``summaries``: T1, T2 and T_loss are those of the run files).
 Workers are long-lived processes (a spawn-started local pool, or dask
-workers), so numba compiles once per worker, from its on-disk cache.
+workers), so numba compiles once per worker, from its on-disk cache; a small
+grid runs in this process (:func:`solve`); a rerun reuses the plan's chunk size.
 
 Results. Every chunk's outputs come back to this process, which writes
 ``OUT/chunks/<key>.h5`` atomically; ``key`` is a hash of the chunk's configs
@@ -84,6 +85,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from .config import ConfigError
+from .errors import raise_if_signalled
 from .ensemble_pools import Dask as _Dask
 from .ensemble_pools import InProcess as _InProcess
 from .ensemble_pools import Local as _Local
@@ -96,6 +98,12 @@ DEFAULT_OUTPUTS = ("status", "t_end", "steps_end", "loss_end", "min_margin_end",
                    "min_margin_inconsistent_end", "T1", "T2", "T_loss")
 CHUNK_TARGET_S = 5.0  # default chunk length (s), inside the 1-30 s the chunks should take
 LAUNCH_BYTES = 64 * 2**20  # record buffer of one kernel launch inside a chunk
+PROBE_STEPS = 100  # steps of each probe trajectory, when the system can shorten its points (``probe_point``)
+LAUNCH_S = 0.5  # in this process: one kernel launch takes about this long at most (a signal is seen between them)
+ONE_S = 1.0  # in this process only while one trajectory is estimated under this (else a worker process runs it)
+POOL_S = 4.0  # workers=None: a grid estimated under this runs in this process (a process pool takes seconds to start)
+MEMO_MAX = 4096  # point configs kept by _point (this process)
+FRESH_MAX = 200_000  # points of the chunks run now whose outputs the reduce takes from memory instead of the files
 
 
 # ------------------------------------------------------------------ the system
@@ -234,14 +242,93 @@ class EnsembleProblem:
         return [{k: vals[a][int(multi[a][j])] for a, k in enumerate(names)} for j in range(hi - lo)]
 
 
+_MEMO: dict = {}
+
+
+def _point(system, base: dict, over: dict, base_key: str | None = None) -> list:
+    """[config, why not batchable, group key (computed on first use)] of one point, memoised in this
+    process (the validation, the shape check and the chunk build the same points: one config each).
+    A ConfigError is raised, never memoised."""
+    if base_key is None:
+        base_key = _base_key(system, base)
+    key = (base_key, json.dumps(over, sort_keys=True, default=str))
+    hit = _MEMO.get(key)
+    if hit is None:
+        c = system.config(base, over)
+        hit = [c, system.batchable(c), _NO_KEY]
+        if len(_MEMO) >= MEMO_MAX:
+            _MEMO.clear()
+        _MEMO[key] = hit
+    return hit
+
+
+_NO_KEY = object()
+
+
+def _group_of(system, hit: list):
+    if hit[2] is _NO_KEY:
+        hit[2] = system.group_key(hit[0])
+    return hit[2]
+
+
+def _base_key(system, base: dict) -> str:
+    return json.dumps([system.name, system.identity(), base], sort_keys=True, default=str)
+
+
+def shared_shape(problem: EnsembleProblem) -> str | None:
+    """Why the points of ``problem`` do not share one shape (one line), or None
+    when they do: every point batchable and all in one group (one sample set
+    and method: one batched kernel); a grid of more than :data:`MEMO_MAX`
+    points is judged by the base and each axis value alone (a combination
+    that cannot run is then a point with status -3). ``meanfield mixture
+    sweep`` and ``model sweep`` run chunked by default when they share one,
+    one run file per point otherwise. An invalid config raises its ConfigError.
+
+    Parameters
+    ----------
+    problem : EnsembleProblem
+
+    Returns
+    -------
+    str or None
+
+    Example
+    -------
+    >>> shared_shape(EnsembleProblem({"steps": 10}, axes={"omega": [0.1, 0.2]})) is None
+    True
+    >>> shared_shape(EnsembleProblem({"steps": 10}, axes={"K": [2, 3]}))
+    'the points differ in K, L, p, label_prob, label_noise or method (their batched kernel): K=3'
+    """
+    system = problem.system
+    bk = _base_key(system, problem.base)
+    first = None
+    if problem.axes is not None and problem.size > MEMO_MAX:  # a large grid: the base and each axis value alone
+        overs = [{}] + [{k: v} for k, vals in problem.axes.items() for v in vals]
+    else:
+        overs = (problem.point(i) for i in range(problem.size))
+    for ov in overs:
+        hit = _point(system, problem.base, ov, bk)
+        if hit[1] is not None:
+            return f"point {_jsonable(ov)}: {hit[1]}"
+        g = _group_of(system, hit)
+        if first is None:
+            first = g
+        elif g != first:
+            what = getattr(system, "group_fields", "their data or model")
+            return (f"the points differ in {what} (their batched kernel): "
+                    + ", ".join(f"{k}={v}" for k, v in _jsonable(ov).items()))
+    return None
+
+
 def validate(problem: EnsembleProblem, backend: str = "cpu") -> None:
     """One-line ConfigError before anything runs: the base config, every axis
     value on its own, and that such configs can be batched. (Combinations of
     valid values that are invalid together are marked status -3 per point.)"""
     system = problem.system
+    bk = _base_key(system, problem.base)
 
     def check(over: dict) -> None:
-        why = system.batchable(system.config(problem.base, over))
+        why = _point(system, problem.base, over, bk)[1]
         if why is not None:
             raise ConfigError(f"backend ensemble: {why}")
 
@@ -274,8 +361,9 @@ def validate(problem: EnsembleProblem, backend: str = "cpu") -> None:
 _LOCK = threading.Lock()  # one chunk at a time per process (its numba threads do the parallel work)
 
 
-def _launches(system, cfgs: list, members: list[int], max_bytes: float) -> list[list[int]]:
-    """Split one group's members into launches whose record buffers fit max_bytes."""
+def _launches(system, cfgs: list, members: list[int], max_bytes: float, max_n: int | None = None) -> list[list[int]]:
+    """Split one group's members into launches whose record buffers fit max_bytes,
+    of at most ``max_n`` trajectories each (None: any number)."""
     memo: dict = {}
     out, cur, cur_bytes = [], [], 0
     for i in members:
@@ -284,7 +372,7 @@ def _launches(system, cfgs: list, members: list[int], max_bytes: float) -> list[
         if key not in memo:
             memo[key] = system.record_bytes(c)
         nb = memo[key]
-        if cur and cur_bytes + nb > max_bytes:
+        if cur and (cur_bytes + nb > max_bytes or (max_n is not None and len(cur) >= max_n)):
             out.append(cur)
             cur, cur_bytes = [], 0
         cur.append(i)
@@ -320,55 +408,62 @@ def run_chunk(task: dict) -> dict:
     base, pts, outputs = task["base"], task["points"], tuple(task["outputs"])
     n = len(pts)
     with _LOCK:
+        threads_before = numba.get_num_threads()  # put back after (in this process: the caller's setting)
         numba.set_num_threads(_worker_threads(task.get("threads")))
-        status = np.full(n, -1, np.int8)
-        res = {k: np.full(n, np.nan) for k in ("t_end", "loss_end", "min_margin_end", "min_margin_consistent_end",
-                                               "min_margin_inconsistent_end", "T1", "T2", "T_loss")}
-        steps_end = np.full(n, -1, np.int64)
-        margins: dict[int, np.ndarray] = {}
-        invalid: dict[int, str] = {}
-        extra: dict[str, np.ndarray] = {}
-        records: dict[int, Any] = {}
-        keep = set(task.get("keep", ()))
-        cfgs: list = [None] * n
-        groups: dict = {}
-        for j, ov in enumerate(pts):
-            try:
-                c = system.config(base, ov)
-                why = system.batchable(c)
-                if why is not None:
-                    raise ConfigError(why)
-            except ConfigError as e:
-                status[j] = -3
-                invalid[j] = str(e)
-                continue
-            cfgs[j] = c
-            groups.setdefault(system.group_key(c), []).append(j)
-        for members in groups.values():
-            for part in _launches(system, cfgs, members, task.get("launch_bytes", LAUNCH_BYTES)):
-                pc = [cfgs[j] for j in part]
-                r = system.advance(pc, task.get("backend", "cpu"))
-                o = system.summaries(pc, r)
-                pa = np.asarray(part)
-                status[pa] = o["status"]
-                steps_end[pa] = o["steps_end"]
-                for k in res:
-                    res[k][pa] = o[k]
-                if "margin_end" in outputs:
-                    for k, j in enumerate(part):
-                        margins[j] = o["margin_end"][k]
-                if task.get("output_func") is not None or keep:
-                    for k, j in enumerate(part):
-                        want = j + task["lo"] in keep
-                        if task.get("output_func") is None and not want:
-                            continue
-                        tr = system.trajectory(r, k, pc[k])
-                        if want:
-                            records[j + task["lo"]] = tr
-                        if task.get("output_func") is not None:
-                            for name, v in dict(task["output_func"](pc[k], tr)).items():
-                                extra.setdefault(str(name), np.full(n, np.nan))[j] = float(v)
-                del r, o
+        try:
+            status = np.full(n, -1, np.int8)
+            res = {k: np.full(n, np.nan) for k in ("t_end", "loss_end", "min_margin_end", "min_margin_consistent_end",
+                                                   "min_margin_inconsistent_end", "T1", "T2", "T_loss")}
+            steps_end = np.full(n, -1, np.int64)
+            margins: dict[int, np.ndarray] = {}
+            invalid: dict[int, str] = {}
+            extra: dict[str, np.ndarray] = {}
+            records: dict[int, Any] = {}
+            keep = set(task.get("keep", ()))
+            cfgs: list = [None] * n
+            groups: dict = {}
+            bk = _base_key(system, base)
+            for j, ov in enumerate(pts):
+                try:
+                    hit = _point(system, base, ov, bk)
+                    if hit[1] is not None:
+                        raise ConfigError(hit[1])
+                except ConfigError as e:
+                    status[j] = -3
+                    invalid[j] = str(e)
+                    continue
+                cfgs[j] = hit[0]
+                groups.setdefault(_group_of(system, hit), []).append(j)
+            for members in groups.values():
+                for part in _launches(system, cfgs, members, task.get("launch_bytes", LAUNCH_BYTES),
+                                      task.get("launch_n")):
+                    raise_if_signalled()
+                    pc = [cfgs[j] for j in part]
+                    r = system.advance(pc, task.get("backend", "cpu"))
+                    o = system.summaries(pc, r)
+                    pa = np.asarray(part)
+                    status[pa] = o["status"]
+                    steps_end[pa] = o["steps_end"]
+                    for k in res:
+                        res[k][pa] = o[k]
+                    if "margin_end" in outputs:
+                        for k, j in enumerate(part):
+                            margins[j] = o["margin_end"][k]
+                    if task.get("output_func") is not None or keep:
+                        for k, j in enumerate(part):
+                            want = j + task["lo"] in keep
+                            if task.get("output_func") is None and not want:
+                                continue
+                            tr = system.trajectory(r, k, pc[k])
+                            if want:
+                                records[j + task["lo"]] = tr
+                            if task.get("output_func") is not None:
+                                for name, v in dict(task["output_func"](pc[k], tr)).items():
+                                    extra.setdefault(str(name), np.full(n, np.nan))[j] = float(v)
+                    del r, o
+            threads_used = numba.get_num_threads()
+        finally:
+            numba.set_num_threads(threads_before)
     out: dict[str, Any] = {"status": status, "steps_end": steps_end}
     out.update(res)
     out = {k: v for k, v in out.items() if k in outputs}
@@ -383,7 +478,7 @@ def run_chunk(task: dict) -> dict:
     elapsed = time.perf_counter() - t0
     return {"key": task["key"], "lo": task["lo"], "hi": task["lo"] + n, "arrays": out, "invalid": invalid,
             "records": records, "elapsed_s": elapsed, "pid": os.getpid(), "host": os.uname().nodename,
-            "threads": numba.get_num_threads()}
+            "threads": threads_used}
 
 
 # ------------------------------------------------------------------ planning
@@ -415,36 +510,86 @@ def _task(problem: EnsembleProblem, lo: int, hi: int, backend: str, threads) -> 
             "backend": backend, "threads": threads, "output_func": of, "keep": keep, "system": problem.system}
 
 
-def probe_chunk_size(problem: EnsembleProblem, workers: int, backend: str = "cpu", k: int = 8,
-                     target_s: float = CHUNK_TARGET_S) -> tuple[int, float]:
-    """(chunk size, seconds per trajectory): ``k`` points spread over the grid
-    are timed in this process on one thread (after a warm-up that loads the
-    compiled kernels); a chunk should take about ``target_s`` (within 1-30 s)
-    while every worker still gets about four chunks. On the GPU: 16384."""
+def probe_seconds(problem: EnsembleProblem, k: int = 8) -> float:
+    """Seconds per trajectory of ``problem``, estimated in this process on one
+    thread: ``k`` points spread over the grid, after a warm-up that loads the
+    compiled kernels. A system with ``probe_point(base, over, steps) ->
+    (over, factor)`` runs each probe point shortened to about
+    :data:`PROBE_STEPS` steps (``factor``: how much longer the real point is),
+    so the probe takes milliseconds and a signal stops it within a second
+    whatever the points' length; without it the points run whole. The faster
+    of two runs counts (the first also loads or compiles the kernels).
+
+    Parameters
+    ----------
+    problem : EnsembleProblem
+    k : int
+        Probe points.
+
+    Returns
+    -------
+    float
+
+    Example
+    -------
+    >>> probe_seconds(EnsembleProblem({"steps": 50}, axes={"omega": [0.1, 0.2]})) > 0
+    True
+    """
     N = problem.size
-    if backend == "cuda":
-        return min(N, 16384), math.nan
     idx = sorted({int(round(x)) for x in np.linspace(0, N - 1, min(k, N))})
-    sub = EnsembleProblem(problem.base, prob_func=_Pick(problem, idx), n=len(idx), outputs=problem.outputs,
+    shorten = getattr(problem.system, "probe_point", None)
+    pts, factors = [], []
+    for i in idx:
+        ov = problem.point(i)
+        r = shorten(problem.base, ov, PROBE_STEPS) if shorten is not None else None
+        pts.append(ov if r is None else r[0])
+        factors.append(1.0 if r is None else float(r[1]))
+    sub = EnsembleProblem(problem.base, prob_func=_Fixed(pts), n=len(pts), outputs=problem.outputs,
                           system=problem.system)
-    run_chunk(dict(_task(sub, 0, 1, "cpu", 1)))  # warm-up: load / compile the kernels
-    t0 = time.perf_counter()
-    run_chunk(dict(_task(sub, 0, len(idx), "cpu", 1)))
-    per = max((time.perf_counter() - t0) / len(idx), 1e-7)
+    best = math.inf
+    for _ in range(2):  # the first also loads / compiles the kernels (a batch's kernel may depend on its size)
+        t0 = time.perf_counter()
+        run_chunk(dict(_task(sub, 0, len(pts), "cpu", 1)))
+        best = min(best, time.perf_counter() - t0)
+    return max(best / len(pts) * float(np.mean(factors)), 1e-7)
+
+
+def chunk_size_for(per: float, N: int, workers: int, target_s: float = CHUNK_TARGET_S) -> int:
+    """Points per chunk: a chunk takes about ``target_s`` at ``per`` seconds a
+    trajectory, every worker gets about four chunks, and a chunk takes about
+    1 s at least (fewer, larger chunks when the grid is small).
+
+    Parameters
+    ----------
+    per : float
+        Seconds per trajectory (:func:`probe_seconds`).
+    N : int
+        Points.
+    workers : int
+
+    Returns
+    -------
+    int
+
+    Example
+    -------
+    >>> chunk_size_for(1e-3, 100, 1), chunk_size_for(1e-3, 10**6, 2)
+    (100, 5000)
+    """
     cs = int(round(target_s / per))
     cs = min(cs, math.ceil(N / (4 * workers)))  # several chunks per worker
     cs = max(cs, min(int(round(1.0 / per)), math.ceil(N / workers)))  # but about 1 s at least
-    return max(1, min(cs, N)), per
+    return max(1, min(cs, N))
 
 
-class _Pick:
-    """prob_func of a subset of another problem's points (picklable)."""
+class _Fixed:
+    """prob_func of a fixed list of point dicts (picklable)."""
 
-    def __init__(self, problem, idx):
-        self.problem, self.idx = problem, list(idx)
+    def __init__(self, pts):
+        self.pts = list(pts)
 
     def __call__(self, i):
-        return self.problem.point(self.idx[i])
+        return self.pts[i]
 
 
 # ------------------------------------------------------------------ driving
@@ -466,15 +611,56 @@ class EnsembleResult:
     reduced: Any = None
 
 
+def _old_plan(P: dict, plan: dict) -> dict | None:
+    """The plan of an earlier solve of the same problem in this folder (its chunk size is reused, so that a
+    rerun finds its chunks), else None."""
+    try:
+        old = json.loads(P["plan"].read_text())
+    except (OSError, ValueError):
+        return None
+    same = ("format", "base", "axes", "n", "shape", "outputs", "backend", "keep_records", "system", "system_identity")
+    if not isinstance(old, dict) or any(old.get(k) != plan.get(k) for k in same) or plan["axes"] is None:
+        return None
+    return old if isinstance(old.get("chunk_size"), int) and old["chunk_size"] >= 1 else None
+
+
 def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", scheduler: str | None = None,
           workers: int | None = None, chunk_size: int | None = None, progress: bool = True, stream=None,
           launch_bytes: float = LAUNCH_BYTES) -> EnsembleResult:
     """Run (or continue) the ensemble into ``out`` (a folder) and reduce it to
     ``out/sweep.h5``. ``backend``: ``cpu``, ``cuda`` or ``auto`` (the
     batched kernel's target); ``scheduler``: None (local processes,
-    ``workers`` of them, default every core; ``workers=1`` runs in this
-    process), ``local:N`` or ``tcp://HOST:PORT`` (dask.distributed).
-    ``chunk_size``: points per chunk (default: from a timed probe)."""
+    ``workers`` of them), ``local:N`` or ``tcp://HOST:PORT`` (dask.distributed).
+    ``chunk_size``: points per chunk (default: from a timed probe, or the
+    chunk size of an earlier solve of the same problem in ``out``, so a
+    rerun finds its chunks).
+
+    Where the chunks run, without a scheduler: ``workers=None`` runs the grid
+    in this process (numba threads over the trajectories) when the probe
+    estimates it under :data:`POOL_S` seconds, else in a pool of one process
+    per core; ``workers=1`` in this process; ``workers=N`` a pool of N. In
+    this process each kernel launch is kept under about :data:`LAUNCH_S`
+    seconds, so a signal stops the solve within 2 s (a grid whose single
+    trajectory is estimated over :data:`ONE_S` runs in worker processes
+    instead, which an interrupt terminates at once).
+
+    Parameters
+    ----------
+    problem : EnsembleProblem
+    out : str or Path
+        The folder.
+
+    Returns
+    -------
+    EnsembleResult
+
+    Example
+    -------
+    >>> import tempfile
+    >>> r = solve(EnsembleProblem({"steps": 20}, axes={"omega": [0.1, 0.2]}), tempfile.mkdtemp(), progress=False)
+    >>> r.status, r.n_done
+    ('complete', 2)
+    """
     from .sweep import Progress
 
     t_start = time.perf_counter()
@@ -488,49 +674,72 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
     validate(problem, be)
     N = problem.size
     ncpu = os.cpu_count() or 1
-    ex: Any
-    if scheduler is not None:
-        ex = _Dask(scheduler, run_chunk)
-        nw, threads = ex.workers, "auto"
-    elif be == "cuda" or workers == 1 or (workers is None and ncpu == 1):
-        ex, nw, threads = _InProcess(run_chunk), 1, (1 if be == "cuda" else ncpu if workers is None else 1)
-    else:
-        nw = int(workers or ncpu)
-        ex, threads = None, max(1, ncpu // nw)  # the pool starts after the probe
+    plan = {"format": SWEEP_FORMAT, "format_version": FORMAT_VERSION, "base": _jsonable(problem.base),
+            "axes": _jsonable(problem.axes) if problem.axes is not None else None,
+            "n": N, "shape": list(problem.shape), "outputs": list(problem.outputs), "backend": be,
+            "keep_records": list(problem.keep_records), "system": problem.system.name}
+    if problem.system.identity() is not None:
+        plan["system_identity"] = _jsonable(problem.system.identity())
+    ex: Any = None
     try:
         per = math.nan
+        old = _old_plan(P, plan) if chunk_size is None else None
+        if old is not None:  # a rerun: the same chunks
+            chunk_size = old["chunk_size"]
+            sp = old.get("seconds_per_trajectory")
+            per = float(sp) if isinstance(sp, (int, float)) else math.nan
+        elif be != "cuda" and (chunk_size is None or scheduler is None):
+            per = probe_seconds(problem)
+        slow = per > ONE_S  # one trajectory longer than a launch may take here: worker processes
+        if scheduler is not None:
+            ex = _Dask(scheduler, run_chunk)
+            nw, threads = ex.workers, "auto"
+        elif be == "cuda":
+            nw, threads = 1, 1
+        elif workers is None:
+            small = not per * N > POOL_S  # NaN (unknown): as before the probe existed, the pool
+            nw = 1 if (ncpu == 1 or (small and not slow)) else ncpu
+            threads = ncpu if nw == 1 else max(1, ncpu // nw)
+        else:
+            nw = int(workers)
+            threads = 1 if nw == 1 else max(1, ncpu // nw)
+        in_process = scheduler is None and (be == "cuda" or (nw == 1 and not slow))
         if chunk_size is None:
-            chunk_size, per = probe_chunk_size(problem, nw, be)
+            chunk_size = min(N, 16384) if be == "cuda" else chunk_size_for(per, N, nw)
         cs = int(chunk_size)
         bounds = [(lo, min(lo + cs, N)) for lo in range(0, N, cs)]
         tasks = [_task(problem, lo, hi, be, threads) for lo, hi in bounds]
+        launch_n = None
+        if in_process and be != "cuda" and per == per:  # bounded launches: a signal is seen within LAUNCH_S
+            launch_n = max(1, int(LAUNCH_S / per))
         for t in tasks:
             t["launch_bytes"] = launch_bytes
-        P["chunks"].mkdir(parents=True, exist_ok=True)
-        plan = {"format": SWEEP_FORMAT, "format_version": FORMAT_VERSION, "base": _jsonable(problem.base),
-                "axes": _jsonable(problem.axes) if problem.axes is not None else None,
-                "n": N, "shape": list(problem.shape), "outputs": list(problem.outputs), "backend": be,
-                "chunk_size": cs, "chunks": [[t["lo"], t["lo"] + len(t["points"]), t["key"]] for t in tasks],
-                "keep_records": list(problem.keep_records), "system": problem.system.name}
-        if problem.system.identity() is not None:
-            plan["system_identity"] = _jsonable(problem.system.identity())
-        _write_json(P["plan"], plan)
+            if launch_n is not None:
+                t["launch_n"] = launch_n
+        plan.update({"chunk_size": cs, "chunks": [[t["lo"], t["lo"] + len(t["points"]), t["key"]] for t in tasks]})
+        if per == per:
+            plan["seconds_per_trajectory"] = per
+        P["dir"].mkdir(parents=True, exist_ok=True)
+        _write_json(P["plan"], plan)  # the manifest first: a signal from here on leaves a folder the rerun continues
+        P["chunks"].mkdir(exist_ok=True)
         todo = [t for t in tasks if not _chunk_done(P["chunks"] / f"{t['key']}.h5", t["key"])]
         n_run = len(todo)
         bar = Progress(N, stream=stream, quiet=not progress, label="sweep (chunked)")
         bar.skipped = N - sum(len(t["points"]) for t in todo)
         bar.update(bar.skipped, force=True)
         if ex is None:
-            ex = _Local(nw, run_chunk) if todo else _InProcess(run_chunk)
+            ex = _InProcess(run_chunk) if (in_process or not todo) else _Local(nw, run_chunk)
         status, errors = "complete", []
+        fresh: dict = {}  # the chunks run now: the reduce takes their outputs from memory (never read back)
+        n_fresh = 0
 
         def on_term(signum, frame):
             raise KeyboardInterrupt
 
         try:
-            old = signal.signal(signal.SIGTERM, on_term)
+            old_h = signal.signal(signal.SIGTERM, on_term)
         except ValueError:  # not the main thread
-            old = None
+            old_h = None
         aborted = False
         futs: list = []
         try:
@@ -553,6 +762,10 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
                         bar.update(len(t["points"]))
                         continue
                     _write_chunk(P, problem, r)
+                    raise_if_signalled()
+                    if n_fresh + len(t["points"]) <= FRESH_MAX:
+                        fresh[r["key"]] = r
+                        n_fresh += len(t["points"])
                     bar.failed += int(np.count_nonzero(r["arrays"]["status"] != 0))
                     bar.update(len(t["points"]))
                 if not lost:
@@ -572,16 +785,15 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
                 except Exception:
                     pass
         finally:
-            if old is not None:
-                signal.signal(signal.SIGTERM, old)
+            if old_h is not None:
+                signal.signal(signal.SIGTERM, old_h)
         ex.close(abort=aborted)
         ex = None
         if errors and status == "complete":
             status = "incomplete"
-        red = reduce(P["dir"], problem=problem, status=status)
+        red = reduce(P["dir"], problem=problem, status=status, fresh=fresh)
         return EnsembleResult(P["sweep"], status, N, red["n_done"], red["counts"], cs, len(tasks), n_run,
                               time.perf_counter() - t_start, per, errors, red.get("reduced"))
     finally:
         if ex is not None:
             ex.close(abort=True)
-

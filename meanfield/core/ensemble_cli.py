@@ -1,7 +1,8 @@
 """Command-line glue of ``meanfield.core.ensemble`` (light: imports numba, h5py
 and dask only when a command runs): the chunked flags of ``mixture sweep`` and
-``model sweep`` (one definition, :func:`add_sweep_flags`; one handler,
-:func:`cmd_sweep`) and the ``sweep-plot`` verb of both (:func:`add_plot_parser`)."""
+``model sweep`` (one definition, :func:`add_sweep_flags`; the choice of chunks
+or one run per point, :func:`use_chunked`; one handler, :func:`cmd_sweep`) and
+the ``sweep-plot`` verb of both (:func:`add_plot_parser`)."""
 
 from __future__ import annotations
 
@@ -32,15 +33,12 @@ def parse_keep(text: str | None, n: int) -> list[int]:
 
 
 def cmd_sweep(args, base: dict, params: dict, system=None) -> int:
-    """``meanfield mixture sweep --chunked`` and ``meanfield model sweep MODEL
-    --chunked`` (or --scheduler / --chunk-size / --keep-records): the grid
+    """``meanfield mixture sweep`` and ``meanfield model sweep MODEL`` as chunks
+    (the default when the points share a shape, :func:`use_chunked`): the grid
     ``params`` over ``base`` as an ensemble of ``system`` (None: the mixture;
     ``meanfield.engine.sweep.ModelEnsemble`` for a described model)."""
     from .ensemble import EnsembleProblem, check_scheduler, paths, solve
 
-    if getattr(args, "batched", False):
-        raise ConfigError("batched: not with --chunked / --scheduler / --chunk-size / --keep-records (chunks run "
-                          "batched already)")
     check_scheduler(args.scheduler)
     cs = as_int("chunk_size", args.chunk_size, lo=1) if args.chunk_size else None
     from .config import check_workers
@@ -74,10 +72,14 @@ def cmd_sweep_plot(args) -> int:
 
 def add_sweep_flags(sw) -> None:
     """The chunked-ensemble flags of ``mixture sweep`` and ``model sweep``."""
+    sw.add_argument("--per-point", action="store_true",
+                    help="one run file per point (OUT/sweep.json + OUT/points/NNNN.h5) instead of the default chunks "
+                         "of batched trajectories (OUT/sweep.h5); the default anyway when the points do not share "
+                         "one shape (a note says why)")
     sw.add_argument("--chunked", action="store_true",
-                    help="run the grid as chunks of batched trajectories (meanfield.core.ensemble): OUT/sweep.h5 with "
-                         "one array per output over the grid axes; implied by --scheduler; --chunk-size and "
-                         "--keep-records need it")
+                    help="the default when the points share one shape: the grid as chunks of batched trajectories "
+                         "(meanfield.core.ensemble), OUT/sweep.h5 with one array per output over the grid axes; "
+                         "given explicitly, a grid that cannot run so is refused instead of run point by point")
     sw.add_argument("--scheduler", default=None,
                     help="chunked: a dask.distributed cluster, tcp://HOST:8786 or local:N (N local workers); "
                          "needs pip install 'meanfield[dask]'")
@@ -102,12 +104,67 @@ def add_plot_parser(verbs) -> None:
 
 
 def chunked_requested(args) -> bool:
-    """``--chunked`` or ``--scheduler`` (a cluster runs chunks); ``--chunk-size`` / ``--keep-records``
-    without either are refused: they set how a chunked sweep runs, and must not silently switch a sweep
-    to another output layout (sweep.h5 instead of sweep.json + points/)."""
-    on = bool(getattr(args, "chunked", False) or getattr(args, "scheduler", None))
-    for flag in ("chunk_size", "keep_records"):
-        if getattr(args, flag, None) is not None and not on:
-            raise ConfigError(f"{flag}: only with --chunked (or --scheduler); add --chunked, or drop "
-                              f"--{flag.replace('_', '-')}")
-    return on
+    """Chunks asked for explicitly: ``--chunked``, ``--scheduler`` (a cluster runs chunks),
+    ``--chunk-size`` or ``--keep-records`` (they set how a chunked sweep runs). With ``--per-point``
+    or ``--batched`` (one run file per point) they are refused in one line."""
+    on = [f for f in ("chunked", "scheduler", "chunk_size", "keep_records") if getattr(args, f, None)]
+    for other in ("per_point", "batched"):
+        if on and getattr(args, other, False):
+            raise ConfigError(f"{other}: not with --{on[0].replace('_', '-')} (--{other.replace('_', '-')} writes "
+                              "one run file per point; chunks write OUT/sweep.h5)")
+    return bool(on)
+
+
+def use_chunked(args, base: dict, params: dict, system=None, stream=None) -> bool:
+    """Whether ``mixture sweep`` / ``model sweep`` runs as chunks of batched
+    trajectories (``OUT/sweep.h5``, :func:`cmd_sweep`) or one run per point
+    (``OUT/sweep.json`` + ``points/``). Chunks are the default when every point
+    shares one shape (``meanfield.core.ensemble.shared_shape``); the points run
+    one by one with ``--per-point`` or ``--batched``, with ``--out FILE.json``,
+    in a folder that already holds a per-point sweep (it is continued), and when
+    the points do not share a shape; the last three print a note saying so.
+    An invalid point: per point too, whose validation names it as before.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The sweep's flags (``per_point``, ``batched``, ``chunked``, ``out``, ...).
+    base, params : dict
+        The base overrides and the grid.
+    system : object, optional
+        The ensemble system (None: the mixture's).
+
+    Returns
+    -------
+    bool
+
+    Example
+    -------
+    >>> import argparse
+    >>> use_chunked(argparse.Namespace(out="runs/x"), {"steps": 10}, {"omega": [0.1, 0.2]})
+    True
+    """
+    from .ensemble import EnsembleProblem, shared_shape
+
+    if chunked_requested(args):
+        return True
+    if getattr(args, "per_point", False) or getattr(args, "batched", False):
+        return False
+    stream = stream if stream is not None else sys.stderr
+    out = Path(args.out)
+    note = None
+    if out.suffix == ".json":
+        note = f"--out {out.name} is a sweep index: one run file per point"
+    elif (out / "sweep.json").exists():
+        note = f"{out} holds a per-point sweep (sweep.json): continued point by point"
+    else:
+        try:
+            why = shared_shape(EnsembleProblem(base, axes=params, system=system))
+        except ConfigError:
+            return False  # the per-point validation names the point, as it always has
+        if why is None:
+            return True
+        note = f"one run file per point (sweep.json + points/), not chunks: {why}"
+    if not getattr(args, "quiet", False):
+        print(f"meanfield: note: {note}", file=stream)
+    return False

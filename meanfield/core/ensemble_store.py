@@ -150,10 +150,12 @@ def _room_for(path: Path, chunks: Path, plan: dict) -> None:
                                     "rerun the same command (finished chunks are not run again)", str(path))
 
 
-def reduce(out: str | Path, problem: Any | None = None, status: str | None = None) -> dict:
+def reduce(out: str | Path, problem: Any | None = None, status: str | None = None, fresh: dict | None = None) -> dict:
     """Stream the plan's chunk files into ``out/sweep.h5`` (written atomically),
     one chunk in memory at a time. Without ``problem`` the plan
-    ``out/ensemble.json`` of the last solve is used (no user reduction)."""
+    ``out/ensemble.json`` of the last solve is used (no user reduction).
+    ``fresh``: chunk key -> the result of a chunk just run and written
+    (``meanfield.core.ensemble.run_chunk``): taken from memory, not read back."""
     import h5py
 
     from .. import __version__
@@ -185,11 +187,16 @@ def reduce(out: str | Path, problem: Any | None = None, status: str | None = Non
                     dset(o, np.int64 if o == "steps_end" else np.float64)
             for lo, hi, key in plan["chunks"]:
                 cp = P["chunks"] / f"{key}.h5"
-                if not _chunk_done(cp, key):
+                if fresh and key in fresh:
+                    r = fresh[key]
+                    part = dict(r["arrays"], index=np.arange(r["lo"], r["hi"], dtype=np.int64))
+                    invalid.update({str(k + r["lo"]): v for k, v in r["invalid"].items()})
+                elif not _chunk_done(cp, key):
                     continue
-                with h5py.File(cp, "r") as c:
-                    part = {k: c[k][()] for k in c.keys()}
-                    invalid.update(json.loads(c.attrs.get("invalid", "{}")))
+                else:
+                    with h5py.File(cp, "r") as c:
+                        part = {k: c[k][()] for k in c.keys()}
+                        invalid.update(json.loads(c.attrs.get("invalid", "{}")))
                 if not np.array_equal(part["index"], np.arange(lo, hi)):  # pragma: no cover - keys hash the range
                     raise RuntimeError(f"chunk file {cp} does not hold points {lo}..{hi - 1}")
                 for name, arr in part.items():

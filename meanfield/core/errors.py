@@ -35,3 +35,21 @@ class ConfigError(ValueError):
 #: Monitor also reads this flag when it starts and stops at once. The barrier
 #: clears it when a command starts and ends.
 PENDING = {"signal": None}
+
+
+def raise_if_signalled() -> None:
+    """Raise KeyboardInterrupt if the command received SIGINT / SIGTERM whose
+    KeyboardInterrupt was swallowed on the way (:data:`PENDING`; e.g. raised
+    inside a weakref callback, where Python only reports it): long loops call
+    this between their steps, so the signal still stops them.
+
+    Returns
+    -------
+    None
+
+    Example
+    -------
+    >>> raise_if_signalled()  # no signal pending: nothing happens
+    """
+    if PENDING["signal"] is not None:
+        raise KeyboardInterrupt(f"signal {PENDING['signal']}")

@@ -473,9 +473,12 @@ def barrier(call, verbose: bool = False, after_work=None) -> int:
     from .errors import PENDING
 
     PENDING["signal"] = None
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_interrupts(old_hook)
     try:
         return _barrier_body(call, debug, after_work)
     finally:
+        sys.unraisablehook = old_hook
         PENDING["signal"] = None
         for sig, old in ((signal.SIGTERM, old_term), (signal.SIGINT, old_int)):
             if old is not None:
@@ -483,6 +486,20 @@ def barrier(call, verbose: bool = False, after_work=None) -> int:
                     signal.signal(sig, old)
                 except (ValueError, TypeError):  # pragma: no cover
                     pass
+
+
+def _quiet_interrupts(previous):
+    """An ``sys.unraisablehook`` that drops a KeyboardInterrupt raised where Python cannot propagate it (the
+    signal's handler ran inside a weakref or finaliser callback, during garbage collection): Python would
+    print "Exception ignored in ..." with a traceback; the signal is in ``errors.PENDING`` and stops the
+    command all the same (its one line, exit 130). Anything else goes to ``previous``."""
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        previous(unraisable)
+
+    return hook
 
 
 def _barrier_body(call, debug: bool, after_work=None) -> int:

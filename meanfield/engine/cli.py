@@ -356,12 +356,12 @@ def _cmd_sweep(args) -> int:
 
     workers = check_workers(args.workers)
     del desc
-    from ..core.ensemble_cli import chunked_requested, cmd_sweep
+    from ..core.ensemble_cli import cmd_sweep, use_chunked
+    from .sweep import ModelEnsemble
 
-    if chunked_requested(args):  # chunks of batched engine trajectories, one sweep.h5 (meanfield.core.ensemble)
-        from .sweep import ModelEnsemble
-
-        return cmd_sweep(args, base, params, system=ModelEnsemble(path))
+    system = ModelEnsemble(path)
+    if use_chunked(args, base, params, system):  # chunks of batched engine trajectories, one sweep.h5
+        return cmd_sweep(args, base, params, system=system)
     idx = model_sweep(path, base, params, Path(args.out), workers=workers, progress=not args.quiet,
                       batched=args.batched, backend=args.backend)
     n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
@@ -460,12 +460,14 @@ def add_parser(systems) -> None:
     sw.add_argument("model", help="MODEL.toml or a shipped name (mixture)")
     sw.add_argument("--param", action="append", metavar="NAME=VALUES",
                     help="a parameter and its values: A:B:log:N, A:B:lin:N or V1,V2,... (repeatable)")
-    sw.add_argument("--out", default="runs/model_sweep", help="a folder (sweep.json + points/)")
+    sw.add_argument("--out", default="runs/model_sweep", help="a folder (sweep.h5 and chunks/; with --per-point "
+                                                              "sweep.json + points/)")
     sw.add_argument("--workers", default=None, help="local processes (default: all cores)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     sw.add_argument("--force", action="store_true", help=FORCE_HELP)
     sw.add_argument("--batched", action="store_true",
-                    help="run the points as batches of trajectories (method gd; same files): meanfield.engine.run_batch")
+                    help="one run file per point (as --per-point), the points run as batches of trajectories "
+                         "(method gd): meanfield.engine.run_batch")
     sw.add_argument("--backend", default=None, help="with --batched or --chunked: cpu (default), cuda or auto")
     from ..core.ensemble_cli import add_sweep_flags
 

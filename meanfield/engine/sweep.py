@@ -211,6 +211,26 @@ class ModelEnsemble:
     the hash, so an edited description reruns every chunk."""
 
     name = "model"
+    group_fields = "their model, data or training (all but the initial state and eta)"  # _fingerprint
+
+    def probe_point(self, base: dict, over: dict, steps: int):
+        """(overrides, factor): the point shortened to ``steps`` GD steps for the
+        chunk-size probe (``meanfield.core.ensemble.probe_seconds``), or None
+        (not one GD stage longer than that, or no steps / record_every
+        parameter: it runs whole)."""
+        d = self.config(base, over)
+        st = d.training.stages
+        if (d.training.method != "gd" or len(st) != 1 or not isinstance(st[0].length, int)
+                or st[0].length <= steps or not {"steps", "record_every"} <= set(self.fields())):
+            return None
+        short = {**over, "steps": steps, "record_every": steps}
+        try:
+            st2 = self.config(base, short).training.stages
+        except ConfigError:
+            return None
+        if len(st2) != 1 or st2[0].length != steps:
+            return None
+        return short, st[0].length / steps
 
     def __init__(self, model: str | Path):
         import hashlib

@@ -300,9 +300,9 @@ def _cmd_sweep(args) -> int:
     for v in params.values():
         n_points *= len(v)
     check_mixture_size(base_cfg, args.force, copies=n_points)
-    from ...core.ensemble_cli import chunked_requested, cmd_sweep
+    from ...core.ensemble_cli import cmd_sweep, use_chunked
 
-    if chunked_requested(args):  # chunks of batched trajectories, one sweep.h5 (meanfield.core.ensemble)
+    if use_chunked(args, base, params):  # chunks of batched trajectories, one sweep.h5 (meanfield.core.ensemble)
         return cmd_sweep(args, base, params)
     idx = run_sweep(SweepSpec(base, params, Path(args.out)), workers=_workers(args), progress=not args.quiet,
                     backend=args.backend, batched=args.batched)
@@ -534,12 +534,14 @@ def add_parser(systems) -> None:
     _add_run_flags(sw)
     sw.add_argument("--param", action="append", metavar="NAME=VALUES",
                     help="a config field and its values: A:B:log:N, A:B:lin:N or V1,V2,... (repeatable)")
-    sw.add_argument("--out", default="runs/sweep", help="a folder (sweep.json + points/) or FILE.json")
+    sw.add_argument("--out", default="runs/sweep", help="a folder (sweep.h5 and chunks/; with --per-point sweep.json + "
+                                                        "points/) or FILE.json (per point)")
     sw.add_argument("--workers", default=None, help="local processes (default: all cores)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     sw.add_argument("--backend", default="cpu", help=BACKEND_HELP)
     sw.add_argument("--batched", action="store_true",
-                    help="cpu: run the points as one batch of trajectories with numba threads (GD/RK4 points)")
+                    help="one run file per point (as --per-point), the points run as batches of trajectories with "
+                         "numba threads (GD/RK4 points)")
     from ...core.ensemble_cli import add_plot_parser, add_sweep_flags
 
     add_sweep_flags(sw)

@@ -216,6 +216,25 @@ class MixtureEnsemble:
     class, so it travels to local and dask workers."""
 
     name = "mixture"
+    group_fields = "K, L, p, label_prob, label_noise or method"  # what batched._group_key compares
+
+    def probe_point(self, base: dict, over: dict, steps: int):
+        """(overrides, factor): the point shortened to ``steps`` GD steps for the
+        chunk-size probe (``meanfield.core.ensemble.probe_seconds``), or None
+        (not a simultaneous GD run longer than that: it runs whole)."""
+        from ...core.config import ConfigError
+
+        c = self.config(base, over)
+        if c.method != "gd" or c.schedule != "simultaneous" or c.steps <= steps:
+            return None
+        short = {**over, "steps": steps}
+        if c.record_log is None and c.record_dt is None:
+            short["record_every"] = steps
+        try:
+            self.config(base, short)
+        except ConfigError:
+            return None
+        return short, c.steps / steps
 
     def identity(self) -> dict | None:
         return None  # the chunk keys of the mixture stay those of before the generic core
