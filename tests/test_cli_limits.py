@@ -68,6 +68,8 @@ CASES = [
     ("model-plot-incomplete-file", ["model", "plot", "incomplete.h5", "--out", "figs"], "loss"),
     ("chi2-d-1e6", ["induction", "chi2", "--d", "1e6"], "alphabet d = 1000000"),
     ("chi2-lags-1e6", ["induction", "chi2", "--lags", "1e6"], "window 1000000"),
+    # the window chain's d^W x d^W matrices: d = 10 (W = 3) took 23 GiB and over 2 minutes before (review)
+    ("chi2-d-10", ["induction", "chi2", "--d", "10"], "alphabet d = 10"),
     # accepted nonsense (before)
     ("steps-0", ["mixture", "run", "--steps", "0", "--out", "x.h5"], "steps"),
     ("model-steps-0", ["model", "run", "incontext", "--steps", "0", "--out", "x.h5"], "steps"),
@@ -242,3 +244,18 @@ def test_force_is_not_offered_or_honoured_beyond_any_run(tmp_path):
     line = r.stderr.strip()
     assert "\n" not in line and "beyond any run" in line and "--force" not in line, line
     assert not (tmp_path / "o").exists()
+
+
+def test_chi2_estimate_counts_the_window_chain():
+    """The chi2 table's largest arrays are the window chain's transition matrices (B, d^W, d^W) and their
+    elimination copy (meanfield.models.induction.theory.window_transition, stationary): the estimate holds
+    at least those two, and a size whose two matrices alone exceed the memory is refused."""
+    from meanfield.core.config import ConfigError
+    from meanfield.core.limits import chi2_estimate, memory_limit
+
+    d, W, n = 5, 3, 2000
+    est = chi2_estimate(d, (1, 2), (1, 2, 3), 2, n)
+    assert est["bytes"] >= 2 * 8.0 * 1000 * float(d ** W) ** 2
+    d = next(d for d in range(2, 100) if 2 * 8.0 * 1000 * float(d ** W) ** 2 > memory_limit())
+    with pytest.raises(ConfigError, match=f"alphabet d = {d}"):
+        chi2_estimate(d, (1, 2), (1, 2, 3), 2, n)
