@@ -90,6 +90,9 @@ CASES = [
      "size"),
     ("derive-maxmargin-n-1e9", ["model", "derive", "maxmargin", "--n", "1000000000"], "size"),
     ("model-is-a-directory", ["model", "run", "DIR.h5", "--out", "x.h5"], "model"),
+    # a check its checker refuses (incontext's claims on another paper's data) leaves no folder behind
+    ("check-refused-makes-no-folder", ["model", "check", "mm_named_incontext.toml", "--quick", "--out",
+                                       "chk/sub"], "data.function"),
 ]
 
 def _files(d: Path) -> set[str]:
@@ -105,6 +108,8 @@ def edge_results(tmp_path_factory):
     (d / "afile").write_text("a regular file\n")
     text = (MODELS / "maxmargin.toml").read_text()
     assert "\n[parameters]\n" in text
+    assert '\nname = "maxmargin"\n' in text
+    (d / "mm_named_incontext.toml").write_text(text.replace('\nname = "maxmargin"\n', '\nname = "incontext"\n'))
     (d / "crit_staged.toml").write_text(text.replace("\n[parameters]\n", '\n[parameters]\ncriterion = "loss<=0.6"\n'))
     before = _files(d)
     results, peak = run_cases([(c, a) for c, a, _ in CASES], d)
