@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from proc_signals import wait_until_catches
-from cli_cases import run_cases
+from cli_cases import long_refusals, run_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "meanfield" / "models"
@@ -126,6 +126,11 @@ def test_engine_edge_is_one_clean_line(edge_results, cid, argv, field):
     assert len(lines) == 1, err[-3000:]
     assert lines[0].startswith(f"meanfield: error: {field}"), (field, lines[0])
     assert x["seconds"] < CASE_SECONDS, x["seconds"]
+
+
+def test_every_refusal_line_is_short(edge_results):
+    long = long_refusals(edge_results["results"])
+    assert not long, long
 
 
 def test_engine_edges_write_nothing_and_allocate_nothing(edge_results):

@@ -479,8 +479,11 @@ def _num(name: str, v) -> float | None:
             # names, e.g. "T2 + 100": syntax checked now, evaluated once the run is read
             try:
                 _Parser(v).parse_value()
-            except BoundError as e:
-                raise BoundError(f"{name}: must be a number or a stage time such as T1, T2, T2 + 100 ({e})") from None
+            except BoundError:
+                from .limits import excerpt
+
+                raise BoundError(f"{name}: must be a number or a stage time (T1, T2, T_loss, T3, Tend1..3, or an "
+                                 f"expression such as T2 + 100), got {excerpt(v, 40)}") from None
             return v.strip()
         raise BoundError(f"{name}: must be a number, got {v!r}") from None
     if math.isnan(f):

@@ -82,11 +82,10 @@ def check_size(est: dict, what: str, force: bool = False, hint: str = "") -> Non
     lim = memory_limit()
     b, s = est.get("bytes", 0.0), est.get("seconds", 0.0)
     if not b <= HARD_MEMORY_FACTOR * lim:
-        raise ConfigError(f"{what}: needs about {_fmt_bytes(b)} of memory, beyond any run on this machine "
+        raise ConfigError(f"{what}: needs about {_fmt_bytes(b)} of memory, beyond any run here "
                           f"({_fmt_bytes(lim)} usable){hint}")
     if not s <= HARD_SECONDS:
-        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)} (estimated from the config), beyond any "
-                          f"run (more than a year){hint}")
+        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)}, beyond any run (over a year){hint}")
     if force:
         return
     if not b <= lim:
