@@ -199,17 +199,30 @@ def _runs(nb=(1, 1, 1, 1), Tb=(10, 10, 10, 10), nm=(0, 3, 3, 3), Tm=(5, 20, 20, 
 
 def test_incontext_claims_pass_and_fail_on_constructed_runs():
     st = lambda runs: [c.status for c in ic.claims_from(runs, {})]  # noqa: E731
-    assert st(_runs()) == ["PASS", "PASS", "PASS"]
-    assert st(_runs(nb=(0, 0, 0, 0)))[0] == "FAIL"                # one phase where the paper has two
-    assert st(_runs(Tb=(10, None, 10, 10)))[0] == "FAIL"          # a query never reaches eps
-    assert st(_runs(Tm=(30, 20, 20, 20)))[1] == "FAIL"            # the dominant feature not first
-    assert st(_runs(nm=(1, 3, 3, 3)))[1] == "FAIL"                # the dominant feature in two phases
-    assert st(_runs(nm=(0, 2, 2, 2)))[2] == "FAIL"                # three phases, not four
-    # sources: the balanced and dominant-first statements are the paper's theorems; its fourth phase is
-    # delimited by its proof's thresholds, which cannot be read here: expected, with the evidence written
+    assert st(_runs()) == ["PASS"] * 5
+    assert st(_runs(nb=(0, 0, 0, 0)))[:2] == ["PASS", "FAIL"]     # one phase where the paper has two
+    assert st(_runs(Tb=(10, None, 10, 10)))[:2] == ["FAIL", "FAIL"]  # a query never reaches eps
+    assert st(_runs(Tm=(30, 20, 20, 20)))[2:4] == ["FAIL", "FAIL"]  # the dominant feature not first
+    assert st(_runs(nm=(1, 3, 3, 3)))[2:4] == ["PASS", "FAIL"]    # the dominant feature in two phases
+    assert st(_runs(nm=(0, 2, 2, 2)))[4] == "FAIL"                # three phases, not four
+    # sources: the convergences are the paper's theorems for GD from Q = 0 (the algorithm run); every phase
+    # count is a stage of its proof, measured by a proxy (the rate detector): expected, with the evidence
     cl = ic.claims_from(_runs(), {})
-    assert [c.source for c in cl] == ["proved", "proved", "expected"]
-    assert "cannot be checked" in cl[2].numbers["evidence"] and all("Source:" in c.statement for c in cl)
+    assert [c.name for c in cl] == ["balanced_near_zero_error", "balanced_two_phases", "imbalanced_dominant_first",
+                                    "imbalanced_dominant_one_phase", "imbalanced_underrepresented_four_phases"]
+    assert [c.source for c in cl] == ["proved", "expected", "proved", "expected", "expected"]
+    assert all("Source:" in c.statement for c in cl)
+    assert "cannot be checked" in cl[4].numbers["evidence"]
+    for c in cl:
+        assert ("phase" in c.name) == (c.source == "expected") == ("evidence" in c.numbers), c.name
+
+
+def test_claims_report_writes_the_evidence_in_words():
+    """report.md gives each claim's evidence as a paragraph, not only inside the numbers."""
+    from meanfield.engine.checks import _markdown
+
+    md = _markdown("incontext", ic.claims_from(_runs(), {}), {}, True, 0.0)
+    assert md.count("\nEvidence: ") == 3 and "cannot be checked" in md.split("imbalanced_underrepresented")[-1]
 
 
 # ------------------------------------------------------------------ maxmargin: SVMs and claims

@@ -45,6 +45,8 @@ def _markdown(name, claims, meta, quick, elapsed) -> str:
     lines.append("")
     for c in claims:
         lines += [f"## {c.name}: {c.status} ({c.source})", "", c.statement, ""]
+        if isinstance(c.numbers.get("evidence"), str):  # why the label is what it is, in words (issue 26)
+            lines += ["Evidence: " + c.numbers["evidence"], ""]
         if c.setting:
             lines += ["Setting: " + json.dumps(c.setting, default=_json_default), ""]
         lines += ["Numbers:", "", "```", json.dumps(c.numbers, indent=1, default=_json_default), "```", ""]
