@@ -37,6 +37,8 @@ CASES = [
     ("t-end-with-gd-mixture-family", ["model", "run", "mixture", "--t-end", "5", "--out", "x.h5"], "t_end"),
     ("steps-with-three-stage-mixture-family", ["model", "run", "mixture", "--schedule", "three-stage", "--steps",
                                               "9", "--out", "x.h5"], "steps"),
+    ("steps-with-three-stage-induction-family", ["model", "run", "induction", "--steps", "3", "--out", "x.h5"],
+     "steps"),  # was silently dropped: the 900 default steps ran (minutes on the generic two-layer path)
     ("dt-with-flow", ["model", "run", "incontext", "--method", "flow", "--dt", "0.1", "--out", "x.h5"], "dt"),
     ("rtol-with-gd", ["model", "run", "incontext", "--rtol", "1e-9", "--out", "x.h5"], "rtol"),
     ("steps-and-t-end-with-flow", ["model", "run", "incontext", "--method", "flow", "--steps", "9", "--t-end", "1",
