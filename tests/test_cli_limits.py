@@ -263,3 +263,22 @@ def test_chi2_estimate_counts_the_window_chain():
     d = next(d for d in range(2, 100) if 2 * 8.0 * 1000 * float(d ** W) ** 2 > memory_limit())
     with pytest.raises(ConfigError, match=f"alphabet d = {d}"):
         chi2_estimate(d, (1, 2), (1, 2, 3), 2, n)
+
+
+def test_model_plot_answers_on_induction_run_files(limit_results, tmp_path):
+    """issue 26: `model plot` on an induction run file was exit 70. A real induction run file gives its
+    figures; a file that says induction but holds another schema is drawn generically or refused in one line."""
+    d = limit_results["dir"]
+    r = subprocess.run(MEANFIELD + ["induction", "run", "--schedule", "simultaneous", "--steps", "3", "--n-train",
+                                    "50", "--n-test", "20", "--L", "20", "--quiet", "--out", str(tmp_path / "i.h5")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for run, ok in ((tmp_path / "i.h5", (0,)), (d / "ind.h5", (0, 2))):
+        out = tmp_path / (run.stem + "_figs")
+        r = subprocess.run(MEANFIELD + ["model", "plot", str(run), "--out", str(out)], capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode in ok and "Traceback" not in r.stderr, (run, r.returncode, r.stderr[-2000:])
+        if r.returncode == 0:
+            assert any(out.iterdir())
+        else:
+            assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
