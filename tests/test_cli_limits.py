@@ -69,6 +69,10 @@ CASES = [
     ("chi2-lags-1e6", ["induction", "chi2", "--lags", "1e6"], "window 1000000"),
     # the window chain's d^W x d^W matrices: d = 10 (W = 3) took 23 GiB and over 2 minutes before (review)
     ("chi2-d-10", ["induction", "chi2", "--d", "10"], "alphabet d = 10"),
+    # found by the 60 s walk (tests/test_cli_numbers.py): exit 70 before
+    ("icl-cov-1e300", ["model", "run", "icl_zfb", "--cov", "1e300", "--out", "x.h5"], "data.cov"),
+    ("icl-noise-1e300", ["model", "run", "icl_zfb", "--noise", "1e300", "--out", "x.h5"], "data.noise"),
+    ("omega-q-1e300", ["model", "run", "mixture_multiclass", "--omega-q", "1e300", "--out", "x.h5"], "omega_q"),
     # accepted nonsense (before)
     ("steps-0", ["mixture", "run", "--steps", "0", "--out", "x.h5"], "steps"),
     ("model-steps-0", ["model", "run", "incontext", "--steps", "0", "--out", "x.h5"], "steps"),

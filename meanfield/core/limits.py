@@ -135,10 +135,16 @@ def check_run_numbers(out: dict) -> None:
     -------
     >>> check_run_numbers({"omega": 0.1, "max_abs": 1e6, "t_end": 10.0})
     """
-    om, mx = out.get("omega"), out.get("max_abs")
-    if om is not None and mx is not None and not om * om < mx:
-        raise ConfigError(f"omega: must be below sqrt(max_abs) = {math.sqrt(mx):.3g} (the initial A = B = "
-                          f"omega^2 I would already count as diverged), got {om:.3g}")
+    mx = out.get("max_abs")
+    for name in ("omega", "omega_q", "omega_v"):  # initial scales: their squares are initial state entries
+        om = out.get(name)
+        if om is not None and mx is not None and not (isinstance(om, (int, float)) and abs(om) * abs(om) < mx):
+            try:
+                got = f"{float(om):.3g}"
+            except (TypeError, ValueError):
+                continue  # not a number: the field's own check names it
+            raise ConfigError(f"{name}: must be below sqrt(max_abs) = {math.sqrt(mx):.3g} (its square, an "
+                              f"initial state entry, would already count as diverged), got {got}")
     for name in ("t_end", "stage_times"):
         v = out.get(name)
         if v is None:

@@ -433,7 +433,10 @@ def _check_train_file(out: dict, explicit_n: bool) -> None:
                    "pa": tuple(int(v) for v in f.attrs["pa"]), "alpha": float(f.attrs["alpha"])}
             n = int(f["tokens"].shape[0])
     except OSError as e:
-        raise ConfigError(f"train_file: cannot read {p}: {e}") from None
+        from ...core.limits import excerpt
+
+        why = e.strerror or str(e).split("(")[0].strip() or type(e).__name__
+        raise ConfigError(f"train_file: cannot read {excerpt(str(p), 60)}: {excerpt(why, 60)}") from None
     want = {k: out[k] for k in got}
     if got != want:
         diff = ", ".join(f"{k}={got[k]!r} (config {want[k]!r})" for k in got if got[k] != want[k])
