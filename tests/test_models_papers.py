@@ -391,6 +391,10 @@ def test_multiclass_claims_pass_and_fail_on_constructed_runs():
     bad2 = copy.deepcopy(s_ok)
     bad2[2]["min_margin"] = 0.0                                                    # attention does not help
     assert st(good_sim, bad2, [bad2])[2:] == ["FAIL", "FAIL"]
+    # the multi-class setting is the project's extension: no paper proves or shows it (issue 26: every label
+    # says so, with its source in the statement)
+    cl = mc.claims_from(good_sim, s_ok, [s_ok], {}, S)
+    assert [c.source for c in cl] == ["expected"] * 4 and all("Source: expected" in c.statement for c in cl)
 
 
 # ------------------------------------------------------------------ bad data arguments
