@@ -474,3 +474,27 @@ def test_model_check_default_folder_is_one_per_model(tmp_path):
         os.chdir(cwd)
     assert (tmp_path / "runs" / "icl_onestep_check" / "report.md").is_file()
     assert (tmp_path / "runs" / "icl_zfb_check" / "report.md").is_file()
+
+
+def test_maxmargin_kq_flag_selects_the_parameterisation(tmp_path):
+    """issue 26: the separate-K/Q parameterisation has a flag, --kq (a declared parameter of maxmargin.toml):
+    separate gives the Gram blocks A, B, S of W_K^T W_Q; merged the one matrix W; anything else one line."""
+    import json
+    import subprocess
+    import sys
+
+    import h5py
+
+    for kq, want in (("separate", {"A", "B", "S"}), ("merged", {"W"})):
+        out = tmp_path / f"{kq}.h5"
+        r = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", "maxmargin", "--kq", kq,
+                            "--stage-steps", "3", "--quiet", "--out", str(out)], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        with h5py.File(out, "r") as f:
+            head = json.loads(f.attrs["description"])["heads"][0]
+            assert head["kq"] == kq and want <= set(f[f"variables/{head['name']}"].keys())
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", "maxmargin", "--kq", "bogus", "--out",
+                        str(tmp_path / "b.h5")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "kq" in r.stderr
+    assert not (tmp_path / "b.h5").exists()
