@@ -286,3 +286,31 @@ def test_model_plot_answers_on_induction_run_files(limit_results, tmp_path):
             assert any(out.iterdir())
         else:
             assert len(r.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_empty_widths_on_every_command_that_takes_widths(tmp_path):
+    """issue 26: `--widths ""` was exit 70 on six commands. Every parser with a --widths option (walked from
+    meanfield.cli, each study name too) refuses it in one line naming widths, writing nothing."""
+    from meanfield.cli import build_parser
+
+    cases = []
+    for path, p in _parsers(build_parser()):
+        if "--widths" not in p._option_string_actions:
+            continue
+        pos = [a for a in p._actions if not a.option_strings and a.dest not in ("help",)]
+        heads = [[]]
+        if pos and pos[0].choices:  # mixture study NAME: every study
+            heads = [[c] for c in pos[0].choices]
+        elif pos:  # the model verbs: a shipped model
+            heads = [["incontext"]]
+        for h in heads:
+            argv = list(path[1:]) + h + ["--widths", "", "--out", "o.h5" if "width-sweep" in path else "o"]
+            cases.append((" ".join(argv), argv))
+    assert len(cases) >= 6, cases
+    before = _files(tmp_path)
+    res, _ = run_cases(cases, tmp_path, timeout=600, case_alarm=60)
+    for cid, _argv in cases:
+        x = res[cid]
+        lines = x["stderr"].strip().splitlines()
+        assert x["rc"] == 2 and len(lines) == 1 and "widths" in lines[0], (cid, x["rc"], x["stderr"][-500:])
+    assert _files(tmp_path) == before
