@@ -90,6 +90,8 @@ CASES = [
     # 1e304 sequences: beyond any run, so --force does not go past (core.limits.HARD_MEMORY_FACTOR)
     ("multiclass-L-1e8-force", ["model", "run", "mixture_multiclass", "--L", "100000000", "--force", "--out", "x.h5"],
      "size"),
+    ("twolayer-steps-1e9", ["model", "run", "edelman", "--steps", "1000000000", "--out", "x.h5"],
+     "steps"),  # ran for weeks before (found by tests/test_cli_numbers.py): one gradient timed, times the steps
     ("induction-family-n-test-1e9", ["model", "run", "induction", "--n-test", "1000000000", "--out", "x.h5"],
      "size"),  # drew a billion test sequences before (found by tests/test_cli_numbers.py)
     ("derive-maxmargin-n-1e9", ["model", "derive", "maxmargin", "--n", "1000000000"], "size"),
