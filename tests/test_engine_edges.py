@@ -186,7 +186,7 @@ def test_general_description_size_is_estimated_before_its_data(monkeypatch):
 
     raw = read_raw(MODELS / "incontext.toml")
     monkeypatch.setattr(incontext, "prompts", boom)
-    with pytest.raises(ConfigError, match=r"^size: .*6\.67e\+23 sequences"):
+    with pytest.raises(ConfigError, match=r"^size: .*6\.67e\+23 seqs"):
         description_size_first(raw, {"N": "1e8"}, force=False)
     with pytest.raises(ConfigError, match="beyond any run"):  # 1e23 sequences: --force does not go past
         description_size_first(raw, {"N": "1e8"}, force=True)

@@ -92,7 +92,7 @@ def check_size(est: dict, what: str, force: bool = False, hint: str = "") -> Non
         raise ConfigError(f"{what}: needs about {_fmt_bytes(b)} of memory, more than this machine's "
                           f"{_fmt_bytes(lim)}{hint}; --force runs it anyway")
     if not s <= MAX_SECONDS:
-        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)} (estimated from the config), more than "
+        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)} (estimated), more than "
                           f"{_fmt_seconds(MAX_SECONDS)}{hint}; --force runs it anyway")
 
 

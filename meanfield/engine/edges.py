@@ -160,12 +160,13 @@ def engine_estimate(desc, particles_d: int | None = None, copies: float = 1.0) -
 def check_engine_size(desc, force: bool = False, particles_d: int | None = None, copies: float = 1.0,
                       est: dict | None = None) -> dict:
     est = engine_estimate(desc, particles_d, copies) if est is None else est
-    what = (f" ({desc.name}: {est['n_samples']:.3g} sequences of L = {float(desc.data.L):.3g}, P = {float(desc.dictionary.P):.3g}, "
-            f"{est['records']:.3g} records, {est['steps']:.3g} steps"
-            + (f", width {float(desc.init.width or 0):.3g}, d = {float(particles_d):.3g}" if particles_d is not None else "")
+    name = str(desc.name) if len(str(desc.name)) <= 24 else str(desc.name)[:22] + ".."
+    size = f"{est['n_samples']:.3g} seqs x L {float(desc.data.L):.3g}, P {float(desc.dictionary.P):.3g}"
+    what = (f" ({name}: {size}, {est['records']:.3g} records, {est['steps']:.3g} steps"
+            + (f", m {float(desc.init.width or 0):.3g}, d {float(particles_d):.3g}" if particles_d is not None else "")
             + (f", {copies:.3g} runs" if copies not in (0, 1) else "") + ")")
     if copies == 0:  # derive: the description's data only, no steps
-        what = f" ({desc.name}: {est['n_samples']:.3g} sequences of L = {float(desc.data.L):.3g}, P = {float(desc.dictionary.P):.3g})"
+        what = f" ({name}: {size})"
     check_size(est, "size", force, what)
     return est
 
