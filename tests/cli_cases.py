@@ -54,6 +54,24 @@ DRIVER = textwrap.dedent(r"""
 """)
 
 
+#: one short line (issue 26): the flag, the valid range and a pointer to the full list (--help, a list verb),
+#: never a list of every allowed value nor the value given quoted whole; every refusal of every case run here
+LINE_CHARS = 200
+
+
+def long_refusals(results: dict) -> dict:
+    """``{case id: line}`` of every refusal (exit 2) among ``results`` (as
+    :func:`run_cases` returns them) whose stderr line is :data:`LINE_CHARS`
+    characters or more."""
+    out = {}
+    for cid, x in results.items():
+        if x.get("rc") == 2:
+            for line in x["stderr"].strip().splitlines():
+                if len(line) >= LINE_CHARS:
+                    out[cid] = line
+    return out
+
+
 def run_cases(cases, cwd, timeout: float = 600.0, case_alarm: float | None = None) -> tuple[dict, float]:
     """``case_alarm``: seconds after which a case is stopped (its rc is then ``"timeout"``)."""
     env = dict(os.environ, MEANFIELD_DEBUG="", CLI_CASE_ALARM_S=str(case_alarm or ""))

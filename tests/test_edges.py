@@ -26,7 +26,7 @@ from pathlib import Path
 
 import h5py
 import pytest
-from cli_cases import run_cases
+from cli_cases import LINE_CHARS, long_refusals, run_cases
 
 MEANFIELD = [sys.executable, "-m", "meanfield"]
 CASE_SECONDS = 10.0  # each case is a validation, not a run: seconds on a loaded 2-core machine
@@ -167,8 +167,13 @@ def test_edge_is_one_clean_line(edge_results, cid, argv, field):
     assert len(lines) == 1, err[-3000:]
     assert lines[0].startswith("meanfield: error: "), lines[0]
     assert field in lines[0], (field, lines[0])
-    assert len(lines[0]) < 600, len(lines[0])  # a short excerpt of the value, never the value itself
+    assert len(lines[0]) < LINE_CHARS, lines[0]  # a short excerpt of the value, never the value itself
     assert x["seconds"] < CASE_SECONDS, x["seconds"]
+
+
+def test_every_refusal_line_is_short(edge_results):
+    long = long_refusals(edge_results["results"])
+    assert not long, long
 
 
 def test_edges_leave_nothing_and_allocate_nothing(edge_results):

@@ -101,3 +101,24 @@ def test_head_named_form_refused_on_a_mixture_run(tmp_path):
     with pytest.raises(BoundError, match="head-named form is for described models"):
         values("S[+,c1,v1]", read_run(out))
     assert values("S+[c1,v1]", read_run(out)).shape == (4,)
+
+
+def test_loss_min_of_a_gaussian_population_run(tmp_path):
+    """``loss_min`` reads the run attribute of an exact Gaussian population (the value read with h5py, an
+    independent reader), and every record's loss is at least it (the class's minimum); a run without the
+    attribute is one line naming it."""
+    z = tmp_path / "z.h5"
+    me.run_to_file(me.load(ROOT / "meanfield" / "models" / "icl_zfb.toml", steps=5, record_every=1), z, progress=False)
+    with h5py.File(z, "r") as f:
+        lmin = float(f.attrs["loss_min"])
+        loss = f["loss"][...]
+    r = read_run(z)
+    assert np.all(values("loss_min", r) == lmin) and np.all(values("loss - loss_min", r) == loss - lmin)
+    res = subprocess.run([sys.executable, "-m", "meanfield", "model", "bound", str(z), "loss >= loss_min"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "HOLDS" in res.stdout, res.stdout + res.stderr
+    assert np.all(loss >= lmin)
+    maj = tmp_path / "maj.h5"
+    me.run_to_file(me.load(ROOT / "docs" / "examples" / "majority.toml", steps=2), maj, progress=False)
+    with pytest.raises(BoundError, match="loss_min: the run file has no loss_min attribute"):
+        values("loss_min", read_run(maj))

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from proc_signals import wait_until_catches
-from cli_cases import run_cases
+from cli_cases import long_refusals, run_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "meanfield" / "models"
@@ -37,6 +37,8 @@ CASES = [
     ("t-end-with-gd-mixture-family", ["model", "run", "mixture", "--t-end", "5", "--out", "x.h5"], "t_end"),
     ("steps-with-three-stage-mixture-family", ["model", "run", "mixture", "--schedule", "three-stage", "--steps",
                                               "9", "--out", "x.h5"], "steps"),
+    ("steps-with-three-stage-induction-family", ["model", "run", "induction", "--steps", "3", "--out", "x.h5"],
+     "steps"),  # was silently dropped: the 900 default steps ran (minutes on the generic two-layer path)
     ("dt-with-flow", ["model", "run", "incontext", "--method", "flow", "--dt", "0.1", "--out", "x.h5"], "dt"),
     ("rtol-with-gd", ["model", "run", "incontext", "--rtol", "1e-9", "--out", "x.h5"], "rtol"),
     ("steps-and-t-end-with-flow", ["model", "run", "incontext", "--method", "flow", "--steps", "9", "--t-end", "1",
@@ -88,8 +90,15 @@ CASES = [
     # 1e304 sequences: beyond any run, so --force does not go past (core.limits.HARD_MEMORY_FACTOR)
     ("multiclass-L-1e8-force", ["model", "run", "mixture_multiclass", "--L", "100000000", "--force", "--out", "x.h5"],
      "size"),
+    ("twolayer-steps-1e9", ["model", "run", "edelman", "--steps", "1000000000", "--out", "x.h5"],
+     "steps"),  # ran for weeks before (found by tests/test_cli_numbers.py): one gradient timed, times the steps
+    ("induction-family-n-test-1e9", ["model", "run", "induction", "--n-test", "1000000000", "--out", "x.h5"],
+     "size"),  # drew a billion test sequences before (found by tests/test_cli_numbers.py)
     ("derive-maxmargin-n-1e9", ["model", "derive", "maxmargin", "--n", "1000000000"], "size"),
     ("model-is-a-directory", ["model", "run", "DIR.h5", "--out", "x.h5"], "model"),
+    # a check its checker refuses (incontext's claims on another paper's data) leaves no folder behind
+    ("check-refused-makes-no-folder", ["model", "check", "mm_named_incontext.toml", "--quick", "--out",
+                                       "chk/sub"], "data.function"),
 ]
 
 def _files(d: Path) -> set[str]:
@@ -105,6 +114,8 @@ def edge_results(tmp_path_factory):
     (d / "afile").write_text("a regular file\n")
     text = (MODELS / "maxmargin.toml").read_text()
     assert "\n[parameters]\n" in text
+    assert '\nname = "maxmargin"\n' in text
+    (d / "mm_named_incontext.toml").write_text(text.replace('\nname = "maxmargin"\n', '\nname = "incontext"\n'))
     (d / "crit_staged.toml").write_text(text.replace("\n[parameters]\n", '\n[parameters]\ncriterion = "loss<=0.6"\n'))
     before = _files(d)
     results, peak = run_cases([(c, a) for c, a, _ in CASES], d)
@@ -121,6 +132,11 @@ def test_engine_edge_is_one_clean_line(edge_results, cid, argv, field):
     assert len(lines) == 1, err[-3000:]
     assert lines[0].startswith(f"meanfield: error: {field}"), (field, lines[0])
     assert x["seconds"] < CASE_SECONDS, x["seconds"]
+
+
+def test_every_refusal_line_is_short(edge_results):
+    long = long_refusals(edge_results["results"])
+    assert not long, long
 
 
 def test_engine_edges_write_nothing_and_allocate_nothing(edge_results):
@@ -170,7 +186,7 @@ def test_general_description_size_is_estimated_before_its_data(monkeypatch):
 
     raw = read_raw(MODELS / "incontext.toml")
     monkeypatch.setattr(incontext, "prompts", boom)
-    with pytest.raises(ConfigError, match=r"^size: .*6\.67e\+23 sequences"):
+    with pytest.raises(ConfigError, match=r"^size: .*6\.67e\+23 seqs"):
         description_size_first(raw, {"N": "1e8"}, force=False)
     with pytest.raises(ConfigError, match="beyond any run"):  # 1e23 sequences: --force does not go past
         description_size_first(raw, {"N": "1e8"}, force=True)

@@ -77,3 +77,23 @@ def test_particles_and_width_sweep_end_with_a_summary(tmp_path):
     assert b[0] == "outcome: infinite-width run complete; 4 finite-width runs: 4 complete", b
     assert any(ln.startswith("  sup error of S: ") and "at m = 8" in ln and "at m = 16" in ln for ln in b), b
     assert any(("error ~ m^" in ln) or ("no exponent" in ln) for ln in b), b
+
+
+def test_regression_run_prints_its_residual_not_a_margin(tmp_path):
+    """A squared-loss run (icl_zfb: in-context regression) has no margin: its final line names the largest
+    residual max|f - y|, checked against the explicit prediction error of the run file (loss = 1/2 |f - y|^2
+    summed with weights: with one sequence the residual is sqrt(2 loss))."""
+    import re
+
+    import h5py
+
+    r = _cli("model", "run", "icl_zfb", "--steps", "20", "--out", "z.h5", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    final = [ln for ln in _block(r.stdout) if ln.startswith("  final (")]
+    assert final and "min margin" not in final[0] and "largest residual max|f - y|" in final[0], final
+    got = float(re.search(r"max\|f - y\| (\S+)", final[0]).group(1))
+    with h5py.File(tmp_path / "z.h5", "r") as f:
+        n = f["margin"].shape[1]
+        loss = float(f["loss"][-1])
+    assert n == 1  # the exact population is one sequence: residual^2 = 2 loss
+    assert abs(got - (2 * loss) ** 0.5) <= 1e-3 * got

@@ -43,6 +43,8 @@ VARIABLES = {
     "eta": "GD step size",
     "m": "attention width (inf for infinite width)",
     "n": "number of samples",
+    "loss_min": "smallest loss of the model class (run attribute loss_min: exact Gaussian populations)",
+    "loss_min_test": "the same at the test context length (run attribute loss_min_test)",
     "T1": "detected end of stage 1 (run attribute T1)",
     "T2": "detected end of stage 2 (run attribute T2)",
     "T_loss": "first time the loss reached the detection level (run attribute T_loss)",

@@ -31,6 +31,9 @@ indices ``i`` are 0-based, in the order of the run's ``samples/description``)::
                        sign equals y) / inconsistent samples; an error if the
                        run has no such sample (e.g. L = 2 has no inconsistent one)
     max_g              max of g[i] over all samples
+    loss_min, loss_min_test
+                       the smallest loss of the model class (run attributes
+                       of runs on an exact Gaussian population: icl_zfb, ...)
     omega, eta, K, L, n (number of samples), m (attention width; inf for
                        infinite width)
     T1, T2, T_loss     the run's detected stage times (attributes T1, T2, T_loss
@@ -242,6 +245,11 @@ class _Env:
         if name == "max_g":
             return (1.0 / (1.0 + np.exp(self._samples("all")))).max(axis=1)
         if name == "eta":
+            return self._attr(name)
+        if name in ("loss_min", "loss_min_test"):  # a run attribute of the exact Gaussian populations
+            if name not in self.attrs:
+                self.fail(f"{name}: the run file has no {name} attribute (written by runs on an exact Gaussian "
+                          f"population, e.g. meanfield model run icl_zfb)")
             return self._attr(name)
         if self._paper("attrs", name) is not None:  # a paper's run attribute
             return self._attr(self._paper("attrs", name))
@@ -471,8 +479,11 @@ def _num(name: str, v) -> float | None:
             # names, e.g. "T2 + 100": syntax checked now, evaluated once the run is read
             try:
                 _Parser(v).parse_value()
-            except BoundError as e:
-                raise BoundError(f"{name}: must be a number or a stage time such as T1, T2, T2 + 100 ({e})") from None
+            except BoundError:
+                from .limits import excerpt
+
+                raise BoundError(f"{name}: must be a number or a stage time (T1, T2, T_loss, T3, Tend1..3, or an "
+                                 f"expression such as T2 + 100), got {excerpt(v, 40)}") from None
             return v.strip()
         raise BoundError(f"{name}: must be a number, got {v!r}") from None
     if math.isnan(f):

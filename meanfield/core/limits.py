@@ -82,18 +82,17 @@ def check_size(est: dict, what: str, force: bool = False, hint: str = "") -> Non
     lim = memory_limit()
     b, s = est.get("bytes", 0.0), est.get("seconds", 0.0)
     if not b <= HARD_MEMORY_FACTOR * lim:
-        raise ConfigError(f"{what}: needs about {_fmt_bytes(b)} of memory, beyond any run on this machine "
+        raise ConfigError(f"{what}: needs about {_fmt_bytes(b)} of memory, beyond any run here "
                           f"({_fmt_bytes(lim)} usable){hint}")
     if not s <= HARD_SECONDS:
-        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)} (estimated from the config), beyond any "
-                          f"run (more than a year){hint}")
+        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)}, beyond any run (over a year){hint}")
     if force:
         return
     if not b <= lim:
         raise ConfigError(f"{what}: needs about {_fmt_bytes(b)} of memory, more than this machine's "
                           f"{_fmt_bytes(lim)}{hint}; --force runs it anyway")
     if not s <= MAX_SECONDS:
-        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)} (estimated from the config), more than "
+        raise ConfigError(f"{what}: would take about {_fmt_seconds(s)} (estimated), more than "
                           f"{_fmt_seconds(MAX_SECONDS)}{hint}; --force runs it anyway")
 
 
@@ -136,10 +135,16 @@ def check_run_numbers(out: dict) -> None:
     -------
     >>> check_run_numbers({"omega": 0.1, "max_abs": 1e6, "t_end": 10.0})
     """
-    om, mx = out.get("omega"), out.get("max_abs")
-    if om is not None and mx is not None and not om * om < mx:
-        raise ConfigError(f"omega: must be below sqrt(max_abs) = {math.sqrt(mx):.3g} (the initial A = B = "
-                          f"omega^2 I would already count as diverged), got {om:.3g}")
+    mx = out.get("max_abs")
+    for name in ("omega", "omega_q", "omega_v"):  # initial scales: their squares are initial state entries
+        om = out.get(name)
+        if om is not None and mx is not None and not (isinstance(om, (int, float)) and abs(om) * abs(om) < mx):
+            try:
+                got = f"{float(om):.3g}"
+            except (TypeError, ValueError):
+                continue  # not a number: the field's own check names it
+            raise ConfigError(f"{name}: must be below sqrt(max_abs) = {math.sqrt(mx):.3g} (its square, an "
+                              f"initial state entry, would already count as diverged), got {got}")
     for name in ("t_end", "stage_times"):
         v = out.get(name)
         if v is None:
@@ -227,10 +232,15 @@ def unknown_name(where: str, what: str, name, allowed, pointer: str = "--help") 
 
 def chi2_estimate(d: int, pa, lags, D: int, n: int, force: bool = False) -> dict:
     """Refuse an ``induction chi2`` table that would not fit or finish: the
-    exact stationary joint law of a window W = max(pa, lags) holds d^(W+1)
-    floats per kernel (1000 kernels at a time), the kernels n d^(|pa|+1), and
-    every subset of the lags with |S| <= D is scored on every kernel (about
-    1e-8 s per law entry and subset). Logs throughout: d = 1e6 must not overflow.
+    exact stationary joint law of a window W = max(pa, lags) is found from the
+    window chain's transition matrix, d^W x d^W per kernel (1000 kernels at a
+    time: the matrix, its elimination copy and their temporaries, about 4
+    copies), by an elimination of about (d^W)^3 / 3 updates per kernel (about
+    1e-8 s each, measured: d = 5 and 6 with W = 3, 2000 kernels, 17 s and 70 s
+    on the loaded 2-core machine); the law itself holds d^(W+1) floats per
+    kernel, the kernels n d^(|pa|+1), and every subset of the lags with
+    |S| <= D is scored on every kernel (about 1e-8 s per law entry and
+    subset). Logs throughout: d = 1e6 must not overflow.
 
     Parameters
     ----------
@@ -263,8 +273,9 @@ def chi2_estimate(d: int, pa, lags, D: int, n: int, force: bool = False) -> dict
         return math.exp(min(x, 700.0))
 
     law = ex((W + 1) * ld)
-    est = {"bytes": 8.0 * (2.0 * min(n, 1000) * law + n * ex((len(pa) + 1) * ld)),
-           "seconds": 1e-8 * n * law * n_sub}
+    chain2, chain3 = ex(2 * W * ld), ex(3 * W * ld)  # (states of the window chain)^2, ^3
+    est = {"bytes": 8.0 * (2.0 * min(n, 1000) * law + n * ex((len(pa) + 1) * ld) + 4.0 * min(n, 1000) * chain2),
+           "seconds": 1e-8 * n * law * n_sub + 1e-8 * n * chain3 / 3.0}
     check_size(est, "size", force, f" (chi2: alphabet d = {d}, window {W}, {len(lags)} lags, {n} kernels)")
     return est
 

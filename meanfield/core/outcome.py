@@ -82,6 +82,19 @@ def _stage_lines(run, crits: list, names: list, value) -> list[str]:
     return lines
 
 
+def _loss_kind(run) -> str | None:
+    """The loss of an engine run file's description (``logistic``, ``squared``,
+    ``cross_entropy``), or None where the file does not say (mixture runs: logistic)."""
+    import json
+
+    d = run.attrs.get("description")
+    try:
+        d = json.loads(d) if isinstance(d, (str, bytes)) else d
+        return d.get("loss") if isinstance(d, dict) else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _final_lines(run, times_always: bool = True) -> list[str]:
     """Final loss and margins, and the detected stage times (mixture and engine runs)."""
     lines = []
@@ -89,7 +102,9 @@ def _final_lines(run, times_always: bool = True) -> list[str]:
         m = np.asarray(run["margin"][-1])
         c = _consistent(run)
         parts = [f"loss {float(run['loss'][-1]):.6g}"]
-        if m.size:
+        if m.size and _loss_kind(run) == "squared":  # a regression: the margin is minus the worst residual
+            parts.append(f"largest residual max|f - y| {-float(m.min()):.4g}")
+        elif m.size:
             parts.append(f"min margin {float(m.min()):.4g}")
         if c is not None and c.shape == m.shape and c.any():
             parts.append(f"consistent {float(m[c].min()):.4g}")

@@ -16,6 +16,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..core.errors import ConfigError
+
 
 
 
@@ -43,6 +45,8 @@ def _markdown(name, claims, meta, quick, elapsed) -> str:
     lines.append("")
     for c in claims:
         lines += [f"## {c.name}: {c.status} ({c.source})", "", c.statement, ""]
+        if isinstance(c.numbers.get("evidence"), str):  # why the label is what it is, in words (issue 26)
+            lines += ["Evidence: " + c.numbers["evidence"], ""]
         if c.setting:
             lines += ["Setting: " + json.dumps(c.setting, default=_json_default), ""]
         lines += ["Numbers:", "", "```", json.dumps(c.numbers, indent=1, default=_json_default), "```", ""]
@@ -54,6 +58,22 @@ def _markdown(name, claims, meta, quick, elapsed) -> str:
         if k not in ("summary", "markdown"):
             lines += [f"- {k}: {json.dumps(v, default=_json_default)}"]
     return "\n".join(lines) + "\n"
+
+
+def _remove_made(made: Path, everything: bool) -> None:
+    """Remove the folder ``made`` that :func:`run_check` created: with what the
+    checker wrote in it (``everything``: the check was refused, bad input), or
+    only where it is still empty (an interrupted or failed check keeps its figures)."""
+    import shutil
+
+    if everything:
+        shutil.rmtree(made, ignore_errors=True)
+        return
+    for p in sorted((q for q in made.rglob("*") if q.is_dir()), key=lambda q: -len(q.parts)) + [made]:
+        try:
+            p.rmdir()  # only an empty folder
+        except OSError:
+            pass
 
 
 def run_check(path, out, quick: bool = False, log=print):
@@ -92,9 +112,15 @@ def run_check(path, out, quick: bool = False, log=print):
     from ..core.guard import check_output_dir
 
     out = check_output_dir(out, "out")  # a file there, a parent that is a file, no write access: one line, exit 2
+    made = next((p for p in reversed([out, *out.parents]) if not p.exists()), None)  # the first folder made here
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    claims, meta = checker(Path(path), out, quick=quick, log=log)
+    try:
+        claims, meta = checker(Path(path), out, quick=quick, log=log)
+    except BaseException as e:  # a refusal writes nothing: the folders made above go again
+        if made is not None:
+            _remove_made(made, everything=isinstance(e, ConfigError))
+        raise
     elapsed = time.perf_counter() - t0
     gate = gating(claims)
     report = {"model": name, "claims": [asdict(c) for c in claims], "quick": quick, "elapsed_s": elapsed,

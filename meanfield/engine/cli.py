@@ -164,9 +164,8 @@ def description_from_args(args, size: dict | None = None):
     from .twolayer_desc import TwoLayerDescription
 
     if isinstance(desc, TwoLayerDescription) and getattr(args, "func", None) is not _cmd_run:
-        raise ConfigError("model: a two-layer description runs with `meanfield model run` only (derive, particles, "
-                          "width-sweep, sweep, bound and check are not built for it yet: docs/engine.md, 'Two-layer "
-                          "attention')")
+        raise ConfigError("model: a two-layer description runs with `meanfield model run` only (the other verbs "
+                          "are not built for it yet: docs/engine.md, 'Two-layer attention')")
     if family is None:
         check_options(raw, flags, desc)
         if size is not None:

@@ -29,12 +29,12 @@ from types import SimpleNamespace
 from ..core.guard import check_applicable, check_size
 from ..core.limits import _T_CALL, _T_SAMPLE
 
-_STAGED = "staged runs give each [[training.stages]] its own length and criterion"
+_STAGED = "staged runs: each stage's own length and criterion"
 
 #: key -> (predicate on (method, schedule, referenced), what it needs): meanfield.core.guard's rule, general descriptions
 ENGINE_ONLY = {
     "t_end": (lambda c: c.method != "gd" and (c.schedule == "simultaneous" or "t_end" in c.referenced),
-              f"a flow or rk4 run of a description without [[training.stages]] (gd runs use steps; {_STAGED})"),
+              "method flow or rk4 without [[training.stages]] (gd runs use steps; staged: each stage's length)"),
     "steps": (lambda c: c.schedule == "simultaneous" or "steps" in c.referenced,
               f"a description without [[training.stages]] ({_STAGED}, or stage_steps)"),
     "criterion": (lambda c: c.schedule == "simultaneous" or "criterion" in c.referenced,
@@ -160,12 +160,13 @@ def engine_estimate(desc, particles_d: int | None = None, copies: float = 1.0) -
 def check_engine_size(desc, force: bool = False, particles_d: int | None = None, copies: float = 1.0,
                       est: dict | None = None) -> dict:
     est = engine_estimate(desc, particles_d, copies) if est is None else est
-    what = (f" (model {desc.name}: {est['n_samples']:.3g} sequences of L = {float(desc.data.L):.3g}, P = {float(desc.dictionary.P):.3g}, "
-            f"{est['records']:.3g} records, {est['steps']:.3g} steps"
-            + (f", width {desc.init.width}, d = {particles_d}" if particles_d is not None else "")
+    name = str(desc.name) if len(str(desc.name)) <= 24 else str(desc.name)[:22] + ".."
+    size = f"{est['n_samples']:.3g} seqs x L {float(desc.data.L):.3g}, P {float(desc.dictionary.P):.3g}"
+    what = (f" ({name}: {size}, {est['records']:.3g} records, {est['steps']:.3g} steps"
+            + (f", m {float(desc.init.width or 0):.3g}, d {float(particles_d):.3g}" if particles_d is not None else "")
             + (f", {copies:.3g} runs" if copies not in (0, 1) else "") + ")")
     if copies == 0:  # derive: the description's data only, no steps
-        what = f" (model {desc.name}: {est['n_samples']:.3g} sequences of L = {float(desc.data.L):.3g}, P = {float(desc.dictionary.P):.3g})"
+        what = f" ({name}: {size})"
     check_size(est, "size", force, what)
     return est
 

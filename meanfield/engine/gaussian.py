@@ -64,6 +64,10 @@ D_MAX = 24
 N_MAX = 10 ** 9
 
 
+#: largest size of a covariance entry or of the noise: the exact Gaussian moments multiply up to six of them
+#: (sixth moments in the loss's gradient), and (1e50)^6 = 1e300 stays a float (issue 26: --cov 1e300 was exit 70)
+MAX_ENTRY = 1e50
+
 def parse_cov(name: str, v, d: int) -> np.ndarray:
     """A d x d covariance from a description value.
 
@@ -106,6 +110,9 @@ def parse_cov(name: str, v, d: int) -> np.ndarray:
         raise ConfigError(f"{name}: must be {allowed}; got {v!r}") from None
     if not np.all(np.isfinite(a)):
         raise ConfigError(f"{name}: must be {allowed}; got {v!r}")
+    if not np.all(np.abs(a) <= MAX_ENTRY):
+        raise ConfigError(f"{name}: entries at most {MAX_ENTRY:.0e} in size (the exact moments multiply up to six "
+                          f"of them), got {float(np.abs(a).max()):.3g}")
     if a.ndim == 1 and a.size == 1:
         M = float(a[0]) * np.eye(d)
     elif a.ndim == 1 and a.size == d:
@@ -358,6 +365,8 @@ def law_from_table(raw: dict) -> tuple[GaussianPrompts, dict]:
     Lam = parse_cov("data.cov", raw.get("cov", 1.0), d)
     Sw = parse_cov("data.task_cov", raw.get("task_cov", 1.0), d)
     sigma = as_float("data.noise", raw.get("noise", 0.0), nonneg=True)
+    if not sigma <= MAX_ENTRY:
+        raise ConfigError(f"data.noise: at most {MAX_ENTRY:.0e} (its powers enter the exact moments), got {sigma:.3g}")
     nt = raw.get("N_test", 0)
     N_test = as_int("data.N_test", nt, lo=0) if nt is not None else 0
     if N_test > N_MAX:

@@ -261,6 +261,52 @@ def run_to_file(desc: TwoLayerDescription, out, progress: bool = True, checkpoin
     return traj, Path(path)
 
 
+def check_steps_time(desc: TwoLayerDescription, force: bool = False) -> dict:
+    """Refuse a GD run whose steps would take beyond the time rule
+    (``meanfield.core.limits.check_size``: 10 minutes without ``force``), before
+    it starts: the time of one loss and gradient at the initial state (measured
+    once the kernels are compiled: the second of two calls) times the steps of
+    every GD stage. Issue 26: ``model run edelman --steps 1e9`` ran for weeks.
+    Flow and rk4 stages (adaptive or time-based) are bounded by the horizon
+    ceiling instead.
+
+    Parameters
+    ----------
+    desc : TwoLayerDescription
+        The description.
+    force : bool
+        Go past the estimate on purpose.
+
+    Returns
+    -------
+    dict
+        ``seconds`` (the estimate) and ``steps``.
+
+    Example
+    -------
+    >>> from meanfield.engine.twolayer_desc import twolayer_from_dict
+    >>> raw = {"model": {"class": "twolayer"}, "data": {"d": 2, "L": 2}, "layers": [{"heads": [{}]}],
+    ...        "training": {"steps": 2}}
+    >>> check_steps_time(twolayer_from_dict(raw))["steps"]
+    2.0
+    """
+    import time
+
+    from ..core.limits import check_size
+
+    steps = float(sum(float(s.length) for s in desc.stages)) if desc.training.method == "gd" else 0.0
+    est = {"seconds": 0.0, "steps": steps}
+    if steps <= 0:
+        return est
+    system = TwoLayerSystem(desc)
+    system.loss_grad(desc.theta0)  # compiles on a first use
+    t0 = time.perf_counter()
+    system.loss_grad(desc.theta0)
+    est["seconds"] = steps * (time.perf_counter() - t0)
+    check_size(est, "steps", force, f" ({desc.name}: {steps:.3g} GD steps, {est['seconds'] / steps:.2g} s each)")
+    return est
+
+
 def cli_run(args, out, desc: TwoLayerDescription) -> int:
     """``meanfield model run FILE.toml`` for a two-layer description (``out``: the checked output path).
 
@@ -292,6 +338,7 @@ def cli_run(args, out, desc: TwoLayerDescription) -> int:
     from . import twolayer_kernels as tk
 
     first_use_notice(tk._fwd, tk._bwd, tk._readout, seconds=15)  # "compiling kernels, about 15 s, once"
+    check_steps_time(desc, bool(getattr(args, "force", False)))
     traj, p = run_to_file(desc, out, progress=not args.quiet)
     print(f"{p}: {traj.status}: {traj.message}")
     arr = traj.arrays()

@@ -422,25 +422,70 @@ FOUR_PHASE_EVIDENCE = (
     "and the claim is labelled expected; the count measured is reported.")
 
 
+#: why the phase counts are expected, not proved (issue 26): the paper's phases are those of its proof
+PHASES_ARE_THE_PROOFS = (
+    "The paper's phases are stages of its proof, delimited by thresholds that its body states (not readable "
+    "here); the count measured is the project's rate detector (incontext.phase_boundaries, fixed before any "
+    "run), a proxy for them, so the count is expected, not proved, whichever way it comes out. ")
+#: the conditions of the theorems that are asymptotic (the paper's body could not be read to state them exactly)
+CONDITIONS = ("the theorems' conditions (context length N large against K, a small enough step, Q = 0 at the "
+              "start) are asymptotic and not verified at this K and N")
+
+
 def claims_from(runs: dict, setting: dict, fig=None) -> list:
-    """The three claims from measured runs: ``runs["balanced"]`` and
+    """The five claims from measured runs: ``runs["balanced"]`` and
     ``runs["imbalanced"]`` each with ``p``, ``A`` (T, K), ``B`` (T, K, K),
     ``phases`` {k: phase_boundaries(A, B, k)}, ``Teps`` {k: step or None},
-    ``err`` (T', K) and ``loss`` (T,)."""
+    ``err`` (T', K) and ``loss`` (T,).
+
+    Labels by what the paper proves for the algorithm run (GD from Q = 0):
+    the convergences (every query to near-zero error; the dominant feature's
+    queries first) are its theorems, ``proved``; the phase counts are stages
+    of its proof, measured here by a proxy (the rate detector), ``expected``
+    (issue 26: the balanced count was labelled proved with the same detector
+    whose four-phase count was only expected).
+
+    Parameters
+    ----------
+    runs : dict
+        The measured runs (as :func:`check` builds them).
+    setting : dict
+        The setting written into every claim.
+    fig : str or None
+        The figure of the claims.
+
+    Returns
+    -------
+    list of meanfield.core.report.Claim
+
+    Example
+    -------
+    >>> [c.name for c in claims_from(_example_runs(), {})][:2]
+    ['balanced_near_zero_error', 'balanced_two_phases']
+    """
     from ...core.report import Claim, status
 
     claims = []
     b = runs["balanced"]
     K = len(b["Teps"])
     nph = [len(b["phases"][k]) + 1 for k in range(K)]
-    ok = all(n == 2 for n in nph) and all(b["Teps"][k] is not None for k in range(K))
+    reach = all(b["Teps"][k] is not None for k in range(K))
+    claims.append(Claim(
+        "balanced_near_zero_error", status(reach),
+        "Balanced features (p_k = 1/K): GD from Q = 0 brings every query feature to near-zero prediction error "
+        "(<= eps, on prompts whose context contains the query feature) in finite time (the paper's theorem on "
+        f"balanced features; {CONDITIONS}). Source: proved: {PAPER}.",
+        dict(setting, p="uniform"),
+        {"T_eps_step": {f"v{k + 1}": b["Teps"][k] for k in range(K)},
+         "error_final": b["err"][-1].tolist(), "loss_final": float(b["loss"][-1])},
+        fig, "proved"))
+    ok = all(n == 2 for n in nph) and reach
     claims.append(Claim(
         "balanced_two_phases", status(ok),
-        "Balanced features (p_k = 1/K): every query feature reaches near-zero prediction error (<= eps, on prompts "
-        "whose context contains the query feature) and the attention weights go through two phases (Theorem on "
-        "balanced features). Phase boundaries measured as changes of the competing rates of A_k and B_{k,n} "
-        "(incontext.phase_boundaries): 2 phases = 1 boundary (the project's phase detector; the paper's own "
-        f"phase thresholds are in its proof). Source: proved: {PAPER}.",
+        "Balanced features: the attention weights go through two phases on the way to near-zero error (the "
+        "paper's analysis 'over two phases'). Measured as changes of the competing rates of A_k and B_{k,n} "
+        "(incontext.phase_boundaries): 2 phases = 1 boundary. Source: expected: the paper proves two phases of "
+        f"its own proof's definition ({PAPER}); the detector's count is a proxy (numbers: evidence).",
         dict(setting, p="uniform"),
         {"phases_per_query": nph,
          "boundaries_step": {f"v{k + 1}": [e["t"] for e in b["phases"][k]] for k in range(K)},
@@ -448,30 +493,39 @@ def claims_from(runs: dict, setting: dict, fig=None) -> list:
          "A_B_at_boundaries_query_v1": [{"step": e["t"], "A_1": float(b["A"][e["t"], 0]),
                                          "B_1n": [float(x) for x in b["B"][e["t"], 0]]}
                                         for e in b["phases"].get(0, []) if e["t"] < len(b["A"])],
-         "T_eps_step": {f"v{k + 1}": b["Teps"][k] for k in range(K)},
          "A_final": b["A"][-1].tolist(), "B_final_query_v1": b["B"][-1, 0].tolist(),
-         "error_final": b["err"][-1].tolist(), "loss_final": float(b["loss"][-1])},
-        fig, "proved"))
+         "evidence": PHASES_ARE_THE_PROOFS + f"Measured: {nph} phases per query (the paper's 2 for each)."},
+        fig, "expected"))
     m = runs["imbalanced"]
     T1, Tm = m["Teps"][0], [m["Teps"][k] for k in range(1, K)]
-    ok = (T1 is not None and all(x is not None for x in Tm) and T1 < min(Tm) and len(m["phases"][0]) == 0)
+    first = T1 is not None and all(x is not None for x in Tm) and T1 < min(Tm)
     claims.append(Claim(
-        "imbalanced_dominant_first_one_phase", status(ok),
-        "Imbalanced features: the query tokens of the dominant feature v1 reach near-zero error first (T_eps(v1) "
-        "< T_eps(v_k), k > 1), in one phase (no phase boundary for query v1; the project's phase detector). "
-        f"Source: proved: {PAPER}.",
+        "imbalanced_dominant_first", status(first),
+        "Imbalanced features: GD from Q = 0 brings the query tokens of the dominant feature v1 to near-zero "
+        "error first (T_eps(v1) < T_eps(v_k), k > 1), and the under-represented ones later (every query reaches "
+        f"eps; the paper's theorem on imbalanced features; {CONDITIONS}). Source: proved: {PAPER}.",
         dict(setting, p=m["p"].tolist()),
         {"T_eps_step": {f"v{k + 1}": m["Teps"][k] for k in range(K)},
-         "phases_query_v1": len(m["phases"][0]) + 1,
-         "boundaries_query_v1": [(e["t"], e["kind"]) for e in m["phases"][0]],
          "error_final": m["err"][-1].tolist()},
         fig, "proved"))
+    ok = first and len(m["phases"][0]) == 0
+    claims.append(Claim(
+        "imbalanced_dominant_one_phase", status(ok),
+        "Imbalanced features: the dominant feature's queries converge in one phase (no phase boundary of the "
+        "competing rates for query v1). Source: expected: the paper proves one phase of its own proof's "
+        f"definition ({PAPER}); the detector's count is a proxy (numbers: evidence).",
+        dict(setting, p=m["p"].tolist()),
+        {"phases_query_v1": len(m["phases"][0]) + 1,
+         "boundaries_query_v1": [(e["t"], e["kind"]) for e in m["phases"][0]],
+         "evidence": PHASES_ARE_THE_PROOFS + f"Measured: {len(m['phases'][0]) + 1} phase(s) for query v1 "
+                                             "(the paper's 1)."},
+        fig, "expected"))
     nphm = [len(m["phases"][k]) + 1 for k in range(1, K)]
     ok = all(n == 4 for n in nphm) and all(x is not None for x in Tm)
     claims.append(Claim(
         "imbalanced_underrepresented_four_phases", status(ok),
         "Imbalanced features: the query tokens of the under-represented features v_k (k > 1) reach near-zero "
-        "error later, via four phases of the attention weights (4 phases = 3 boundaries of the competing rates). "
+        "error via four phases of the attention weights (4 phases = 3 boundaries of the competing rates). "
         f"Source: expected: the paper proves four phases of its own definition ({PAPER}), which cannot be "
         "checked here (numbers: evidence).",
         dict(setting, p=m["p"].tolist()),
@@ -483,9 +537,19 @@ def claims_from(runs: dict, setting: dict, fig=None) -> list:
          "T_eps_step": {f"v{k + 1}": m["Teps"][k] for k in range(1, K)},
          "A_final": m["A"][-1].tolist(), "B_final_query_v2": m["B"][-1, 1].tolist(),
          "phases_per_query_other_settings": runs.get("variants", {}),
-         "evidence": FOUR_PHASE_EVIDENCE},
+         "evidence": FOUR_PHASE_EVIDENCE + f" Measured here: {nphm} phases for the queries v2..v{K}."},
         fig, "expected"))
     return claims
+
+
+def _example_runs(K: int = 4) -> dict:
+    """Constructed runs for the example of :func:`claims_from` (no training)."""
+    A, B = np.zeros((3, K)), np.zeros((3, K, K))
+    base = {"A": A, "B": B, "err": np.zeros((1, K)), "loss": np.zeros(3)}
+    return {"balanced": dict(base, p=np.full(K, 1.0 / K), phases={k: [] for k in range(K)},
+                             Teps=dict.fromkeys(range(K), 1)),
+            "imbalanced": dict(base, p=np.full(K, 1.0 / K), phases={k: [] for k in range(K)},
+                               Teps=dict.fromkeys(range(K), 1))}
 
 
 def _figure(out, runs):

@@ -61,6 +61,13 @@ HELP = {
 }
 
 
+
+#: chi2's --d: the work of the exact laws grows as d^(3W) (meanfield.core.limits.chi2_estimate)
+CHI2_D_HELP = ("vocabulary size (>= 2; default 3). The exact laws come from the window chain's d^W x d^W "
+               "transition matrices (W: the largest lag), so time grows as d^(3W) and memory as d^(2W): at W = 3, "
+               "d = 6 takes about a minute with 2000 kernels; a size estimated beyond 10 minutes or the "
+               "machine's memory is refused (--force)")
+
 def _fields():
     from .config import InductionConfig
 
@@ -322,7 +329,8 @@ def add_parser(systems):
     x = verbs.add_parser("chi2", help="modified chi-square MI of every lag subset from the exact stationary laws; S*")
     x.add_argument("--config", help="TOML file (only d, pa, alpha, H, M, D, first_lags are read)")
     for f in CHI2_FIELDS:
-        x.add_argument(flag_of(f), dest=f, default=None, metavar=f.upper() if len(f) > 1 else f, help=HELP.get(f))
+        x.add_argument(flag_of(f), dest=f, default=None, metavar=f.upper() if len(f) > 1 else f,
+                       help=CHI2_D_HELP if f == "d" else HELP.get(f))
     x.add_argument("--lags", default=None,
                    help="candidate lags, comma-separated (default: the union of the head windows, lags 1..M)")
     x.add_argument("--exponent", default="2",

@@ -234,6 +234,37 @@ def check_applicable(given: dict, cfg: InductionConfig) -> None:
     _check({FIELD_ALIASES.get(k, k): v for k, v in given.items()}, cfg, rules=APPLICABLE)
 
 
+def family_check_options(file_values: dict, flags: dict) -> None:
+    """The ``check_options`` hook of the induction family (``meanfield model
+    run induction``): the same refusal as ``meanfield induction run`` of a key
+    the schedule or method ignores, for the file as written and then for the
+    flags given on top of it (``--steps 3`` on the three-stage default was
+    silently dropped: 900 steps ran).
+
+    Parameters
+    ----------
+    file_values : dict
+        The description's ``[parameters]``.
+    flags : dict
+        The flags given (None: not given).
+
+    Returns
+    -------
+    None
+        Raises ConfigError naming the key.
+
+    Example
+    -------
+    >>> family_check_options({}, {"stage_steps": "3,3,3"})
+    """
+    from ...engine.edges import flag_pairs
+
+    file_keys = {k: v for k, v in file_values.items() if v is not None}
+    check_applicable(file_keys, make_config(file_keys))
+    given = {k: v for k, v in flags.items() if v is not None}
+    check_applicable(flag_pairs(given, flags), make_config({**file_keys, **given}))
+
+
 def _int_tuple(name, v, n=None, lo=None):
     return tuple(as_int(name, x, lo=lo) for x in as_list(name, v, n))
 
@@ -402,7 +433,10 @@ def _check_train_file(out: dict, explicit_n: bool) -> None:
                    "pa": tuple(int(v) for v in f.attrs["pa"]), "alpha": float(f.attrs["alpha"])}
             n = int(f["tokens"].shape[0])
     except OSError as e:
-        raise ConfigError(f"train_file: cannot read {p}: {e}") from None
+        from ...core.limits import excerpt
+
+        why = e.strerror or str(e).split("(")[0].strip() or type(e).__name__
+        raise ConfigError(f"train_file: cannot read {excerpt(str(p), 60)}: {excerpt(why, 60)}") from None
     want = {k: out[k] for k in got}
     if got != want:
         diff = ", ".join(f"{k}={got[k]!r} (config {want[k]!r})" for k in got if got[k] != want[k])

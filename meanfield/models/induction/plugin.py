@@ -7,4 +7,6 @@ from ...engine import registry
 registry.register_command("induction", "meanfield.models.induction.cli:add_parser", order=60)
 registry.register_family("induction", params="meanfield.models.induction.config:InductionConfig",
                          build="meanfield.models.induction.description:build",
+                         check_options="meanfield.models.induction.config:family_check_options",
+                         size_first="meanfield.models.induction.sizes:family_size_first",
                          summary="the induction system as a two-layer description (meanfield model run induction)")

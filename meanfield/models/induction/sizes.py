@@ -59,3 +59,43 @@ def induction_data_estimate(N: int, d: int, L: int, n_parents: int, kernels: boo
     est = {"bytes": 3.0 * 8.0 * (float(N) * ((L + 1) + k) + k1), "seconds": 3.2e-8 * float(N) * (L + 1 + k1)}
     check_size(est, "size", force, f" (induction data: {N} sequences of L = {L})")
     return est
+
+
+#: ``meanfield model run induction`` trains on the engine's generic two-layer path, 10.3-12.3x slower per
+#: gradient than this paper's kernels (measured: the stop note of 2026-12-04, issue 24); memory as the kernels'
+GENERIC_SLOWDOWN = 12.0
+
+
+def family_size_first(values: dict, force: bool, particles_d=None, copies: float = 1.0, width=None) -> dict:
+    """The ``size_first`` hook of the induction family: the estimate of
+    :func:`induction_estimate` (time x :data:`GENERIC_SLOWDOWN`) refused before
+    any sequence is drawn (``--n-test 1e9`` drew a billion test sequences:
+    gigabytes, no answer).
+
+    Parameters
+    ----------
+    values : dict
+        The description's parameters and the flags (text or numbers).
+    force : bool
+        Go past the estimate on purpose.
+    particles_d, copies, width
+        The engine's size keywords (unused: the family runs at infinite width, once).
+
+    Returns
+    -------
+    dict
+        The estimate.
+
+    Example
+    -------
+    >>> family_size_first({}, False)["steps"]
+    900.0
+    """
+    from .config import make_config
+
+    cfg = make_config({k: v for k, v in values.items() if v is not None})
+    est = induction_estimate(cfg)
+    est["seconds"] *= GENERIC_SLOWDOWN
+    check_size(est, "size", force, f" (model induction: {cfg.n_train} + {cfg.n_test} sequences of L = {cfg.L}, "
+                                   f"{est['steps']:.3g} steps)")
+    return est

@@ -49,7 +49,8 @@ RUN_HELP = {
     "--record-log": "record N log-spaced steps/times", "--record-dt": "record every DT time units (flow, rk4)",
     "--label-prob": "P(y = +1), in (0, 1) (default 0.5)",
     "--label-noise": "label flip probability, in [0, 0.5) (default 0)",
-    "--feature-gram": "non-orthogonal features: cc:RHO,vv:RHO,cv:RHO,cvx:RHO (or a full matrix in TOML)",
+    "--feature-gram": ("non-orthogonal features: cc:RHO,vv:RHO,cv:RHO,cvx:RHO (or a full matrix in TOML); cc "
+                       "<c_j, c_k>, vv <v_j, v_k> (j != k), cv <c_k, v_k> (same group), cvx <c_j, v_k> (j != k)"),
     "--noise-sigma": "Gaussian noise on every token of a finite training set (needs --n-train)",
     "--n-train": "finite training set of N noisy sequences (empirical risk)",
     "--ambient-d": "ambient dimension of the training set's tokens (default 2K+4)",

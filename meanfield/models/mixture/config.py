@@ -168,8 +168,8 @@ def gram_matrix(value, K: int) -> np.ndarray | None:
     (unit norms; unnamed pairs 0), or a full P x P matrix (list of rows).
     Must be symmetric positive definite; errors are one-line ConfigErrors."""
     P = 2 * K
-    allowed = ("feature_gram: must be none, a spec KEY:RHO,... with KEY in " + ", ".join(
-        f"{k} ({v})" for k, v in GRAM_KEYS.items()) + f", or a symmetric positive definite {P}x{P} matrix")
+    allowed = (f"feature_gram: must be none, a spec KEY:RHO,... with KEY in {', '.join(GRAM_KEYS)}, or a symmetric "
+               f"positive definite {P}x{P} matrix (the keys: meanfield mixture run --help)")
     if value is None:
         return None
     if isinstance(value, str):
