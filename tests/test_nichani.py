@@ -145,10 +145,12 @@ def test_quick_check_from_the_command_line(tmp_path):
     rep = json.loads((out / "report.json").read_text())
     by = {c["name"]: c for c in rep["claims"]}
     assert set(by) == {"layer1_recovers_graph", "law_and_bayes_floor", "mi_parent_largest",
-                       "initial_gradient_parent_largest", "initial_gradient_ranks_by_mi"}
+                       "initial_gradient_parent_largest", "initial_gradient_ranks_by_mi",
+                       "initial_gradient_orders_ancestors_by_mi"}
     assert {k: c["source"] for k, c in by.items()} == {
         "layer1_recovers_graph": "shown", "law_and_bayes_floor": "proved", "mi_parent_largest": "proved",
-        "initial_gradient_parent_largest": "expected", "initial_gradient_ranks_by_mi": "expected"}
+        "initial_gradient_parent_largest": "expected", "initial_gradient_ranks_by_mi": "expected",
+        "initial_gradient_orders_ancestors_by_mi": "expected"}
     rows = next(iter(by["layer1_recovers_graph"]["numbers"].values()))["rows"]
     assert [(x["position"], x["parent"]) for x in rows] == [(2, 1), (3, 1), (4, 2), (5, 3)]
     assert by["law_and_bayes_floor"]["status"] == "PASS"
@@ -172,3 +174,18 @@ def test_check_refuses_a_description_the_claims_do_not_describe(tmp_path, old, n
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and field in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert not any((tmp_path / "o").glob("*"))  # nothing written
+
+
+def test_ancestor_ordering_fails_on_the_binary_chain():
+    """The full check's chain (d = 2, alpha = 0.1): the parent holds the largest initial gradient entry at every
+    position, but along the path to the root the entries alternate in sign while the MI falls (the claim can fail)."""
+    desc = claims._load(TOML, claims.CHAIN, steps=1)
+    gm = claims.gradient_vs_mi(desc, 2000)
+    rows = {r["position"]: r for r in gm["rows"]}
+    assert all(r["parent_largest"] for r in gm["rows"])
+    r = rows[9]
+    assert r["ancestors"] == [8, 7, 6, 5, 4, 3, 2, 1]
+    assert all(np.diff(r["mi_ancestors"]) < 0)  # the data-processing inequality along the chain
+    signs = np.sign(r["gradient_ancestors"])
+    assert (signs == [(-1) ** k for k in range(8)]).all()  # odd distance > 0, even distance < 0
+    assert not r["ancestors_in_mi_order"]
