@@ -31,4 +31,5 @@ PLUGINS = (
     "meanfield.models.scansnap.plugin",
     "meanfield.models.prompt_attention.plugin",
     "meanfield.models.edelman.plugin",
+    "meanfield.models.nichani.plugin",
 )
