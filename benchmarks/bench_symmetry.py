@@ -136,11 +136,11 @@ def bench_case(K, L, steps, repeats, nrhs):
 
 def bench_generated(steps, repeats):
     """K = 2, L = 3: the sympy-generated full and reduced maps, looped inside numba."""
-    from meanfield.models.mixture import symbolic
+    from meanfield.engine.codegen import load_generated
 
     gen = ROOT / "derivations" / "generated"
-    full = symbolic.load_generated(gen / "mixture_K2_L3.py")
-    redm = symbolic.load_generated(gen / "mixture_K2_L3_sym.py")
+    full = load_generated(gen / "mixture_K2_L3.py")
+    redm = load_generated(gen / "mixture_K2_L3_sym.py")
     cfg, s, y0, red, _ = _setup(2, 3)
     gd_loop, _ = _njit_loops()
     gd_loop(full.gd_map, y0.copy(), 2, ETA, R0)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from meanfield.engine.codegen import load_generated
 from meanfield.models.mixture import kernels, symbolic
 from meanfield.models.mixture.data import sample_set
 
@@ -29,7 +30,7 @@ TOL = 1e-12
 
 
 def _load(path: Path):
-    return symbolic.load_generated(path)
+    return load_generated(path)
 
 
 # ------------------------------------------------------------------ (a) current

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from meanfield.engine.codegen import load_generated
 from meanfield.models.mixture import kernels, symbolic, symmetry, symmetry_symbolic
 from meanfield.models.mixture.config import MixtureConfig, make_config
 from meanfield.models.mixture.data import sample_set
@@ -327,7 +328,7 @@ def _check_generated(gen, red, seed):
 
 
 def test_generated_code_equals_numeric_reduction(default_reduced):
-    gen = symbolic.load_generated(GEN / "mixture_K2_L3_sym.py")
+    gen = load_generated(GEN / "mixture_K2_L3_sym.py")
     _check_generated(gen, default_reduced.reduction, seed=5)
 
 
@@ -335,7 +336,7 @@ def test_generated_code_equals_numeric_reduction(default_reduced):
 @pytest.mark.parametrize("K, L", [(3, 3), (2, 4)])
 def test_generated_code_other_sizes(K, L, tmp_path):
     path = symmetry_symbolic.write(K, L, "python", tmp_path)
-    _check_generated(symbolic.load_generated(path), symmetry.reduce(make_config(K=K, L=L)).reduction, seed=6)
+    _check_generated(load_generated(path), symmetry.reduce(make_config(K=K, L=L)).reduction, seed=6)
 
 
 def test_json_counts_and_members():

@@ -12,7 +12,7 @@ loss_grads(y, r0) -> (loss, G (2,P,P), dw (2,P), margins (n,))
 flow_rhs(y, r0)   -> dy/dt (flat)
 gd_map(y, eta, r0) -> next GD state (flat)
 
-Import with ``meanfield.models.mixture.symbolic.load_generated(path)`` (a fixed module
+Import with ``meanfield.engine.codegen.load_generated(path)`` (a fixed module
 name keeps numba's on-disk cache valid across runs).
 """
 

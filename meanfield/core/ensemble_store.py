@@ -27,6 +27,13 @@ import numpy as np
 
 from .config import ConfigError
 
+
+def _default_system() -> str:
+    """The registered default ensemble system (a plan written without a system name: older plans)."""
+    from .hooks import default_ensemble_system
+
+    return default_ensemble_system()
+
 CHUNK_FORMAT = "meanfield-chunk"
 SWEEP_FORMAT = "meanfield-ensemble"
 FORMAT_VERSION = 1
@@ -240,7 +247,7 @@ def reduce(out: str | Path, problem: Any | None = None, status: str | None = Non
             if status is None:
                 status = "complete" if missing == 0 else "incomplete"
             attrs = {"format": SWEEP_FORMAT, "format_version": FORMAT_VERSION, "meanfield_version": __version__,
-                     "system": plan.get("system", "mixture"), "axes": json.dumps(names),
+                     "system": plan["system"] if "system" in plan else _default_system(), "axes": json.dumps(names),
                      "base": json.dumps(plan["base"]),
                      "n_points": N, "n_done": n_done, "status": status, "counts": json.dumps(counts),
                      "status_codes": json.dumps({str(k): v for k, v in STATUS.items()}),

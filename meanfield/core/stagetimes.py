@@ -23,8 +23,8 @@ Example
 >>> from meanfield.core.stagetimes import stage_times_of
 >>> t = np.arange(4.0); margin = np.array([[0.0, 0.0], [0.2, 0.0], [0.2, 0.3], [0.3, 0.4]])
 >>> r = stage_times_of(t, [0.7, 0.5, 0.1, 0.01], margin, [True, False], [1.0, 0.05, 0.0, 0.0], "simultaneous")
->>> r["T1"], r["T2"], r["T_loss"]
-(1.0, 2.0, 3.0)
+>>> round(r["T1"], 4), round(r["T2"], 4), round(r["T_loss"], 4)  # interpolated between the records
+(0.9474, 1.3333, 2.5556)
 """
 
 from __future__ import annotations
@@ -91,15 +91,76 @@ def first_crossing(conds, t, start: int = 0, step=None) -> float:
     for v, op, thr in vals:
         if holds(v[j - 1], op, thr):
             continue
-        a, b = v[j - 1], v[j]
-        lam = 1.0 if not np.isfinite(a) or not np.isfinite(b) or a == b else float(np.clip((thr - a) / (b - a), 0, 1))
-        tc = max(tc, t0 + lam * (t1 - t0))
-    if step is not None and t1 > t0:
-        s0, s1 = float(step[j - 1]), float(step[j])
-        s = s0 + (tc - t0) / (t1 - t0) * (s1 - s0)
-        s = min(s1, float(math.ceil(s - 1e-9 * max(1.0, abs(s)))))
-        tc = t0 + (s - s0) / (s1 - s0) * (t1 - t0) if s1 > s0 else t1
+        tc = max(tc, crossing(float(v[j - 1]), float(v[j]), thr, t0, t1))
+    if step is not None:
+        tc = at_step(tc, t0, t1, float(step[j - 1]), float(step[j]), True)
     return float(tc)
+
+
+def crossing(a: float, b: float, thr: float, t0: float, t1: float) -> float:
+    """The time at which a value going linearly from ``a`` (at ``t0``) to ``b`` (at ``t1``) reaches ``thr``,
+    clipped to [t0, t1]; ``t1`` when either value is not finite or they are equal. The interpolation of
+    :func:`first_crossing`; plain arithmetic on floats, so a paper's numba summary kernel compiles this very
+    function (``numba.njit(crossing)``, e.g. ``meanfield.models.mixture.ensemble``) instead of copying it.
+
+    Parameters
+    ----------
+    a, b : float
+        the values at the two records.
+    thr : float
+        the threshold.
+    t0, t1 : float
+        the two records' times.
+
+    Returns
+    -------
+    float
+
+    Example
+    -------
+    >>> crossing(1.0, 0.5, 0.75, 0.0, 10.0)
+    5.0
+    """
+    if not (math.isfinite(a) and math.isfinite(b)) or a == b:
+        lam = 1.0
+    else:
+        lam = min(max((thr - a) / (b - a), 0.0), 1.0)
+    return t0 + lam * (t1 - t0)
+
+
+def at_step(tc: float, t0: float, t1: float, s0: float, s1: float, gd: bool) -> float:
+    """A crossing time ``tc`` in [t0, t1] of a GD run rounded up to the first whole step at or after it
+    (the records at ``t0``, ``t1`` are GD steps ``s0``, ``s1``: the state changes only at steps); ``tc``
+    itself when ``gd`` is false or ``t1 <= t0``. The rounding of :func:`first_crossing`, compilable by numba
+    like :func:`crossing`.
+
+    Parameters
+    ----------
+    tc : float
+        the interpolated crossing time.
+    t0, t1 : float
+        the two records' times.
+    s0, s1 : float
+        their step numbers.
+    gd : bool
+        whether the run is a GD run (steps are whole).
+
+    Returns
+    -------
+    float
+
+    Example
+    -------
+    >>> at_step(5.0, 0.0, 10.0, 0.0, 4.0, True)  # step 2 of 4, exactly
+    5.0
+    >>> at_step(6.0, 0.0, 10.0, 0.0, 4.0, True)  # step 2.4: rounded up to step 3
+    7.5
+    """
+    if not gd or not t1 > t0:
+        return tc
+    s = s0 + (tc - t0) / (t1 - t0) * (s1 - s0)
+    s = min(s1, float(math.ceil(s - 1e-9 * max(1.0, abs(s)))))
+    return t0 + (s - s0) / (s1 - s0) * (t1 - t0) if s1 > s0 else t1
 
 
 def stage_times_of(t, loss, margin, consistent, grad_w, schedule: str, stage_ends: list | None = None,

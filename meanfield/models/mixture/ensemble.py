@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
+from ...core.stagetimes import at_step, crossing
 from .kernels import backward_into, forward_into
 from .stagetimes import DEFAULTS as _DEF
 
@@ -27,25 +28,10 @@ from .stagetimes import DEFAULTS as _DEF
 #: the summary kernel: one pass over each trajectory's records (prange over
 #: trajectories) with the arithmetic of ``run.recorded``: losses and margins by
 #: ``forward_into``, |dLoss/dw~| by ``backward_into`` and numpy's pairwise sum,
-#: the stage-time rules of ``meanfield.core.stagetimes``.
-@njit(cache=True)
-def _cross(a, b, thr, t0, t1):
-    """The linear crossing of ``thr`` between (t0, a) and (t1, b): ``stagetimes.first_crossing``'s arithmetic."""
-    if not (math.isfinite(a) and math.isfinite(b)) or a == b:
-        lam = 1.0
-    else:
-        lam = min(max((thr - a) / (b - a), 0.0), 1.0)
-    return t0 + lam * (t1 - t0)
-
-
-@njit(cache=True)
-def _at_step(tc, t0, t1, s0, s1, gd):
-    """A GD crossing rounded up to the first whole step at or after it (``stagetimes.first_crossing``)."""
-    if not gd or not t1 > t0:
-        return tc
-    s = s0 + (tc - t0) / (t1 - t0) * (s1 - s0)
-    s = min(s1, float(math.ceil(s - 1e-9 * max(1.0, abs(s)))))
-    return t0 + (s - s0) / (s1 - s0) * (t1 - t0) if s1 > s0 else t1
+#: the stage-time rules of ``meanfield.core.stagetimes``, whose interpolation and
+#: rounding to the step are compiled here from the core's own functions.
+_cross = njit(cache=True)(crossing)
+_at_step = njit(cache=True)(at_step)
 
 
 @njit(parallel=True, cache=True)

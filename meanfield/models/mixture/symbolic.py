@@ -25,7 +25,7 @@ against):
   before the ReLU), f = relu(u_+) - relu(u_-), Loss = sum_n weight_n l(y_n f_n)
   with l(z) = log(1 + exp(-z)).
 - relu, relu' (relu'(0) = r0 at run time), l and -l' = 1/(1 + exp(z)) are opaque
-  sympy functions with their derivatives declared (l' is checked against sympy's
+  sympy functions (``meanfield.engine.codegen``, with its numba printer) with their derivatives declared (l' is checked against sympy's
   own derivative of log(1 + exp(-z)) at build time). By the chain rule, done by
   sympy: lambda_{h,n} = dLoss/du_h(X_n) and du_h(X_n)/dS_h[a, b], du_h(X_n)/dw~_h[a]
   (sympy ``diff`` of the explicit expressions), G_h[a, b] = sum_n lambda_{h,n}
@@ -43,23 +43,20 @@ Public: :func:`variables` (JSON-able variable list and counts), :func:`render`
 (``"latex"``: a paper-ready fragment; ``"json"``: the variable list;
 ``"python"``: numba source with ``loss_grads(y, r0)``, ``flow_rhs(y, r0)``,
 ``gd_map(y, eta, r0)`` on the flat state of ``kernels.layout(P)``),
-:func:`write` and :func:`load_generated` (import a generated ``.py`` file). Output is deterministic (same text every run).
+:func:`write` (import a written ``.py`` file with ``meanfield.engine.codegen.load_generated``). Output is deterministic (same text every run).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
-import re
-import sys
 from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
 
 import sympy as sp
-from sympy.printing.pycode import PythonCodePrinter
 
+from ...engine.codegen import HELPERS as _HELPERS, IMPORTS, check_opaque_derivatives, code as _code, \
+    cse_lines as _cse_lines, logloss, long_sum, relu
 from .data import feature_labels, sample_set
 
 HEADS = ("+", "-")
@@ -68,62 +65,6 @@ _TAG = {"+": "p", "-": "m"}  # heads in Python identifiers
 KINDS = ("score", "key_self_score", "query_self_score", "neuron")
 FORMATS = ("latex", "json", "python")
 _EXT = {"latex": "tex", "json": "json", "python": "py"}
-
-
-# ----------------------------------------------------------------- opaque functions
-
-def _wrap_pow(tex, exp):
-    return rf"\left({tex}\right)^{{{exp}}}" if exp else tex
-
-
-class relu(sp.Function):
-    """max(u, 0); derivative :class:`relu_prime` (relu'(0) = r0 at run time)."""
-
-    nargs = 1
-
-    def fdiff(self, argindex=1):
-        return relu_prime(self.args[0])
-
-    def _latex(self, printer, exp=None):
-        return _wrap_pow(rf"\mathrm{{relu}}\left({printer._print(self.args[0])}\right)", exp)
-
-
-class relu_prime(sp.Function):
-    """1 if u > 0, 0 if u < 0, r0 if u == 0 (never differentiated)."""
-
-    nargs = 1
-
-    def _latex(self, printer, exp=None):
-        return _wrap_pow(rf"\mathrm{{relu}}'\left({printer._print(self.args[0])}\right)", exp)
-
-
-class sigmoid_neg(sp.Function):
-    """1 / (1 + exp(z)) = -l'(z) (never differentiated)."""
-
-    nargs = 1
-
-    def _latex(self, printer, exp=None):
-        # sigma(t) = 1 / (1 + exp(-t)), so 1 / (1 + exp(z)) = sigma(-z)
-        return _wrap_pow(rf"\sigma\left({printer._print(-self.args[0])}\right)", exp)
-
-
-class logloss(sp.Function):
-    """l(z) = log(1 + exp(-z)); l'(z) = -sigmoid_neg(z)."""
-
-    nargs = 1
-
-    def fdiff(self, argindex=1):
-        return -sigmoid_neg(self.args[0])
-
-    def _latex(self, printer, exp=None):
-        return _wrap_pow(rf"\ell\left({printer._print(self.args[0])}\right)", exp)
-
-
-def _check_opaque_derivatives():
-    z = sp.Symbol("z", real=True)
-    explicit = sp.log(1 + sp.exp(-z))
-    assert sp.simplify(sp.diff(explicit, z) + 1 / (1 + sp.exp(z))) == 0
-    assert sp.diff(logloss(z), z) == -sigmoid_neg(z)
 
 
 # ----------------------------------------------------------------- names
@@ -166,7 +107,7 @@ class _System:
     """All symbols and closed-form expressions for one (K, L)."""
 
     def __init__(self, K: int, L: int):
-        _check_opaque_derivatives()
+        check_opaque_derivatives()
         self.K, self.L, self.P = K, L, 2 * K
         P = self.P
         self.samples = smp = sample_set(K, L)
@@ -359,19 +300,7 @@ def _ltx(sysm, expr):
 
 
 def _long_sum(sysm, expr, per_line):
-    terms = sp.Add.make_args(sp.expand(expr)) if expr != 0 else ()
-    if not terms:
-        return "0"
-    terms = sorted(terms, key=sp.default_sort_key)
-    parts = []
-    for k, t in enumerate(terms):
-        if t.could_extract_minus_sign():
-            s = ("-" if k == 0 else " - ") + _ltx(sysm, -t)
-        else:
-            s = ("" if k == 0 else " + ") + _ltx(sysm, t)
-        parts.append(s)
-    lines = ["".join(parts[i:i + per_line]).lstrip() for i in range(0, len(parts), per_line)]
-    return "\\\\\n  &\\qquad ".join(lines)
+    return long_sum(expr, per_line, lambda e: _ltx(sysm, e))
 
 
 def _render_latex(sysm: _System) -> str:
@@ -497,64 +426,6 @@ def _render_latex(sysm: _System) -> str:
 
 # ----------------------------------------------------------------- Python
 
-class _CodePrinter(PythonCodePrinter):
-    def _print_relu(self, e):
-        return f"_relu({self._print(e.args[0])})"
-
-    def _print_relu_prime(self, e):
-        return f"_relu_prime({self._print(e.args[0])}, r0)"
-
-    def _print_logloss(self, e):
-        return f"_softplus_neg({self._print(e.args[0])})"
-
-    def _print_sigmoid_neg(self, e):
-        return f"_sigmoid_neg({self._print(e.args[0])})"
-
-
-def _code(expr) -> str:
-    return _CodePrinter({"standard": "python3"}).doprint(expr)
-
-
-def _cse_lines(names, exprs, prefix, indent="    "):
-    reps, red = sp.cse(exprs, symbols=sp.numbered_symbols(prefix), order="canonical")
-    lines = [f"{indent}{s} = {_code(e)}" for s, e in reps]
-    lines += [f"{indent}{nm} = {_code(e)}" for nm, e in zip(names, red)]
-    return lines
-
-
-_HELPERS = '''
-@njit(cache=True)
-def _relu(u):
-    return u if u > 0.0 else 0.0
-
-
-@njit(cache=True)
-def _relu_prime(u, r0):
-    if u > 0.0:
-        return 1.0
-    if u < 0.0:
-        return 0.0
-    return r0
-
-
-@njit(cache=True)
-def _softplus_neg(z):
-    """log(1 + exp(-z)), stable for both signs."""
-    if z > 0.0:
-        return math.log1p(math.exp(-z))
-    return -z + math.log1p(math.exp(z))
-
-
-@njit(cache=True)
-def _sigmoid_neg(z):
-    """1 / (1 + exp(z)) = -d/dz log(1 + exp(-z)), stable for both signs."""
-    if z > 0.0:
-        e = math.exp(-z)
-        return e / (1.0 + e)
-    return 1.0 / (1.0 + math.exp(z))
-'''
-
-
 def _render_python(sysm: _System) -> str:
     K, L, P, n = sysm.K, sysm.L, sysm.P, sysm.n
     n2 = P * P
@@ -598,14 +469,11 @@ def _render_python(sysm: _System) -> str:
     w("flow_rhs(y, r0)   -> dy/dt (flat)")
     w("gd_map(y, eta, r0) -> next GD state (flat)")
     w("")
-    w("Import with ``meanfield.models.mixture.symbolic.load_generated(path)`` (a fixed module")
+    w("Import with ``meanfield.engine.codegen.load_generated(path)`` (a fixed module")
     w("name keeps numba's on-disk cache valid across runs).")
     w('"""')
     w("")
-    w("import math")
-    w("")
-    w("import numpy as np")
-    w("from numba import njit")
+    o.extend(IMPORTS)
     w("")
     w(f"K = {K}")
     w(f"L = {L}")
@@ -738,32 +606,6 @@ def filename(K: int, L: int, fmt: str) -> str:
     if fmt not in FORMATS:
         raise ValueError(f"fmt: must be one of {', '.join(FORMATS)}, got {fmt!r}")
     return f"mixture_K{K}_L{L}.{_EXT[fmt]}"
-
-
-def load_generated(path):
-    """Import a generated ``mixture_K*_L*.py`` file as a module.
-
-    The module is registered in ``sys.modules`` under a name fixed by the file's
-    location, so numba's on-disk cache (``cache=True``), which re-imports the
-    defining module by name when it loads a cached function, works across runs.
-    (Loading the file under varying or unregistered names can make numba fail
-    with ``ModuleNotFoundError`` on a cache written by another load.)
-    """
-    path = Path(path).resolve()
-    digest = hashlib.sha1(str(path.parent).encode()).hexdigest()[:10]
-    name = f"_meanfield_generated_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest}"
-    mod = sys.modules.get(name)
-    if mod is not None and getattr(mod, "__file__", None) == str(path):
-        return mod
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return mod
 
 
 def write(K: int, L: int, fmt: str, out_dir) -> Path:

@@ -39,7 +39,8 @@ from pathlib import Path
 import sympy as sp
 
 from . import symbolic
-from .symbolic import HEADS, _TAG, _cse_lines, _code, _feat_tex, _HELPERS, _long_sum, _ltx
+from ...engine.codegen import HELPERS as _HELPERS, IMPORTS, code as _code, cse_lines as _cse_lines
+from .symbolic import HEADS, _TAG, _feat_tex, _long_sum, _ltx
 
 FORMATS = symbolic.FORMATS
 _EXT = {"latex": "tex", "json": "json", "python": "py"}
@@ -343,10 +344,7 @@ def _python(sr: _SymReduced) -> str:
     w("gd_map(z, eta, r0)  -> the next GD state in orbit variables")
     w('"""')
     w("")
-    w("import math")
-    w("")
-    w("import numpy as np")
-    w("from numba import njit")
+    o.extend(IMPORTS)
     w("")
     w(f"K = {K}")
     w(f"L = {L}")
