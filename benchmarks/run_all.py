@@ -21,6 +21,8 @@ numbers), the exact GD map, infinite-width init (omega in [1e-3, 0.3], eta in
 4. A 100-point omega grid: the chunked sweep (``meanfield.core.ensemble``)
    against one run per point (``run_sweep``, a process per point in a pool of 1).
 5. The induction full-batch gradient (``benchmarks/bench_induction.py``'s size).
+6. ``twolayer``: the two-layer class's generic gradient (pattern and direct paths) against the induction
+   hand kernels on the same 10^4 sequences (``benchmarks/bench_twolayer.py``; issue 24: within 2x).
 
 A peer whose library is missing is reported as skipped, never a failure
 (the peers are the optional ``bench`` extra: ``pip install 'meanfield[bench]'``).
@@ -444,6 +446,21 @@ def section_induction(sz, lines) -> dict:
     return {"induction_ms": t * 1e3, "induction_cpu_ms": c * 1e3}
 
 
+# ------------------------------------------------------------------ 6: two-layer generic path
+
+
+def section_twolayer(sz, lines) -> dict:
+    from bench_twolayer import measure
+
+    N = sz["induction_N"]
+    print(f"\n6. two-layer generic gradient against the induction hand kernels ({N} sequences, L = 100)")
+    out = []
+    r = measure(N, max(2, sz["reps"]), log=lambda s: (print(s), out.append(s)))
+    lines.append(f"### 6. two-layer generic gradient ({N} sequences, L = 100)\n\n" + "\n".join(f"    {s}" for s in out)
+                 + "\n")
+    return r
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -480,13 +497,20 @@ def verdicts(res: dict, smoke: bool) -> list[str]:
         t = res["induction"]["induction_ms"]
         out.append(f"induction gradient {t:.2f} ms (target <= 25 ms): {v(t <= 25)}; CPU time "
                    f"{res['induction']['induction_cpu_ms']:.2f} ms")
+    tl = res.get("twolayer", {})
+    if "error" in tl:
+        out.append(f"two-layer generic gradient differs from the induction kernels by {tl['error']:.2e}: FAIL")
+    elif tl:
+        out.append(f"two-layer generic gradient (auto) / induction kernels {tl['ratio']:.2f} (issue 24: target <= 2): "
+                   f"{v(tl['ratio'] <= 2)}; {tl['auto_ms']:.1f} ms against {tl['kernels_ms']:.1f} ms, CPU time ratio "
+                   f"{tl['ratio_cpu']:.2f}; direct path {tl['ratio_direct']:.1f}x")
     if smoke:
         out = [x + " (smoke sizes: meaningless)" for x in out]
     return out
 
 
 SECTIONS = {"batched": section_batched, "Bs": section_Bs, "single": section_single, "sweep": section_sweep,
-            "induction": section_induction}
+            "induction": section_induction, "twolayer": section_twolayer}
 
 
 def main(argv=None) -> int:
