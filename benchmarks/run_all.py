@@ -27,6 +27,8 @@ numbers), the exact GD map, infinite-width init (omega in [1e-3, 0.3], eta in
 6. First use: ``meanfield warm``, then ``mixture run --steps 100`` and ``model
    run incontext --steps 10 / 50`` each in new processes
    (``benchmarks/bench_first_use.py``), wall and CPU seconds.
+7. ``twolayer``: the two-layer class's generic gradient (pattern and direct paths) against the induction
+   hand kernels on the same 10^4 sequences (``benchmarks/bench_twolayer.py``; issue 24: within 2x).
 
 A peer whose library is missing is reported as skipped, never a failure
 (the peers are the optional ``bench`` extra: ``pip install 'meanfield[bench]'``).
@@ -538,6 +540,19 @@ def section_first_use(sz, lines) -> dict:
                  "| command | wall best | wall median | CPU best | CPU median | target |\n|---|---|---|---|---|---|\n"
                  + "\n".join(rows) + "\n")
     return out
+# ------------------------------------------------------------------ 6: two-layer generic path
+
+
+def section_twolayer(sz, lines) -> dict:
+    from bench_twolayer import measure
+
+    N = sz["induction_N"]
+    print(f"\n7. two-layer generic gradient against the induction hand kernels ({N} sequences, L = 100)")
+    out = []
+    r = measure(N, max(2, sz["reps"]), log=lambda s: (print(s), out.append(s)))
+    lines.append(f"### 7. two-layer generic gradient ({N} sequences, L = 100)\n\n" + "\n".join(f"    {s}" for s in out)
+                 + "\n")
+    return r
 
 
 # ------------------------------------------------------------------ main
@@ -581,13 +596,21 @@ def verdicts(res: dict, smoke: bool) -> list[str]:
     for lab, (w, c, t) in res.get("first_use", {}).items():
         out.append(f"first use after warm, {lab}: {w:.2f} s wall, {c:.2f} s CPU (median; target < {t:g} s): "
                    f"{v(w < t)} in wall time, {v(c < t)} in CPU time")
+    tl = res.get("twolayer", {})
+    if "error" in tl:
+        out.append(f"two-layer generic gradient differs from the induction kernels by {tl['error']:.2e}: FAIL")
+    elif tl:
+        out.append(f"two-layer generic gradient (auto) / induction kernels {tl['ratio']:.2f} (issue 24: target <= 2): "
+                   f"{v(tl['ratio'] <= 2)}; {tl['auto_ms']:.1f} ms against {tl['kernels_ms']:.1f} ms, CPU time ratio "
+                   f"{tl['ratio_cpu']:.2f}; direct path {tl['ratio_direct']:.1f}x")
     if smoke:
         out = [x + " (smoke sizes: meaningless)" for x in out]
     return out
 
 
 SECTIONS = {"batched": section_batched, "Bs": section_Bs, "single": section_single, "sweep": section_sweep,
-            "induction": section_induction, "first_use": section_first_use}
+            "induction": section_induction, "first_use": section_first_use,
+            "twolayer": section_twolayer}
 
 
 def main(argv=None) -> int:

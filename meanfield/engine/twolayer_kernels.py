@@ -155,6 +155,7 @@ def _bwd(X, lags, A, al, u, nrm, du, use_bil, softmax, normalise, need_dx, gw, g
     ds = np.zeros(V)
     dal = np.zeros(K)
     xk = np.zeros(D)
+    xa = np.zeros(D)
     for i in range(n):
         for t in range(T):
             if normalise:
@@ -190,6 +191,14 @@ def _bwd(X, lags, A, al, u, nrm, du, use_bil, softmax, normalise, need_dx, gw, g
             if use_bil:
                 for e in range(D):
                     xk[e] = 0.0
+                if need_dx:  # A^T X_t, once per position (d z / d X_j = A^T X_t for every lag)
+                    for e in range(D):
+                        xa[e] = 0.0
+                    for d in range(D):
+                        xd = X[i, t, d]
+                        if xd != 0.0:
+                            for e in range(D):
+                                xa[e] += xd * A[d, e]
             for k in range(K):
                 j = t - lags[k]
                 if j < 0:
@@ -199,12 +208,9 @@ def _bwd(X, lags, A, al, u, nrm, du, use_bil, softmax, normalise, need_dx, gw, g
                 if use_bil:
                     for e in range(D):
                         xk[e] += dz * X[i, j, e]
-                    if need_dx:  # d z / d X_j = A^T X_t
+                    if need_dx:
                         for e in range(D):
-                            acc = 0.0
-                            for d in range(D):
-                                acc += X[i, t, d] * A[d, e]
-                            dX[i, j, e] += dz * acc
+                            dX[i, j, e] += dz * xa[e]
             if use_bil:
                 for d in range(D):
                     xd = X[i, t, d]

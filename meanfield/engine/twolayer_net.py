@@ -71,9 +71,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import ConfigError
+from . import twolayer_pattern as tp
 from .twolayer_kernels import head_backward, head_forward, readout_attention
 
-__all__ = ["Head", "Net", "subsets", "loss_grad", "loss_only", "memory_bytes", "forward", "gd", "LOG_CAP"]
+__all__ = ["Head", "Net", "subsets", "loss_grad", "loss_only", "memory_bytes", "forward", "gd", "prepare", "LOG_CAP"]
 
 #: the log(0) guard: -log y_hat is clipped at -log(1e-300)
 LOG_CAP = -math.log(1e-300)
@@ -252,7 +253,49 @@ def _embed(x: np.ndarray, net: Net, positions: bool = True) -> np.ndarray:
     return X
 
 
-def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_grad: bool = False):
+def prepare(net: Net, x: np.ndarray, path: str = "auto"):
+    """The per-data-set step of the pattern path: positions grouped by window code, once (keep it with the data).
+
+    Parameters
+    ----------
+    net : Net
+    x : ndarray of int, shape (n, L) or (n, L + 1)
+    path : str
+        ``auto`` | ``direct`` | ``pattern`` (:mod:`meanfield.engine.twolayer_pattern`).
+
+    Returns
+    -------
+    meanfield.engine.twolayer_pattern.Prepared
+
+    Example
+    -------
+    >>> net = Net(2, 3, ((Head("rpe", (1, 2), value="token"),),))
+    >>> prepare(net, np.array([[0, 1, 1]])).heads
+    (0,)
+    """
+    _check_tokens(net, x)
+    return tp.prepare(net, x, path)
+
+
+def _check_tokens(net: Net, x) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[1] not in (net.L, net.L + 1) or (x.size and (x.min() < 0 or x.max() >= net.S)):
+        raise ConfigError(f"tokens: an (n, L = {net.L}) array of tokens 0..{net.S - 1}; got shape {x.shape}")
+    return x
+
+
+def _prep_of(net, x, path, prep):
+    if prep is not None:
+        if prep.n != x.shape[0]:
+            raise ConfigError(f"prep: prepared for {prep.n} sequences; got {x.shape[0]}")
+        return prep
+    if path not in tp.PATHS:
+        raise ConfigError(f"path: one of {', '.join(tp.PATHS)}; got {path!r}")
+    return tp.prepare(net, x, path)
+
+
+def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_grad: bool = False,
+            path: str = "auto", prep=None):
     """The prediction y_hat (n, S) and the cache for :func:`loss_grad`.
 
     Parameters
@@ -265,6 +308,10 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_gra
         Targets and weights (the attention read-out's fused kernel also forms the loss gradient with them).
     want_grad : bool
         Also the read-out's gradients (in the cache, for :func:`loss_grad`).
+    path : str
+        ``auto`` (the pattern path for the heads it applies to), ``direct`` or ``pattern``.
+    prep : Prepared or None
+        :func:`prepare` of ``x`` (else computed here, once per call; it wins over ``path``).
 
     Returns
     -------
@@ -277,14 +324,16 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_gra
     >>> f.tolist()
     [[0.5, 0.5]]
     """
-    x = np.asarray(x)
-    if x.ndim != 2 or x.shape[1] not in (net.L, net.L + 1) or (x.size and (x.min() < 0 or x.max() >= net.S)):
-        raise ConfigError(f"tokens: an (n, L = {net.L}) array of tokens 0..{net.S - 1}; got shape {x.shape}")
+    x = _check_tokens(net, x)
+    prep = _prep_of(net, x, path, prep)
     P = net.unpack(theta)
-    X = _embed(x, net, positions=net.reads_positions)  # nothing reads the position block: tokens only
     S = net.S
-    cache = {"x": x, "P": P, "layers": []}
-    outs_all = []
+    # every head a pattern head and the attention read-out: the outputs are never formed per position
+    fused = net.readout == "attention" and len(prep.heads) == len(net.heads)
+    X = None if fused else _embed(x, net, positions=net.reads_positions)  # nothing reads positions: tokens only
+    cache = {"x": x, "P": P, "layers": [], "prep": prep, "fused": fused}
+    outs_all, tables = [], []
+    gi = 0
     for k, hs in enumerate(net.layers):
         lc, outs = [], []
         for h, hd in enumerate(hs):
@@ -293,14 +342,21 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_gra
             name = f"layer{k + 1}.head{h + 1}"
             w = P[name + ".w"][:len(lags)] if "rpe" in hd.score else _NONE1
             A = P[name + ".A"] if "bilinear" in hd.score else _NONE2
-            V = S if hd.value == "token" else X.shape[2]
-            al, u, nrm = head_forward(X, lags, w, A, hd.softmax, hd.normalise, "rpe" in hd.score,
-                                      "bilinear" in hd.score, V)
-            lc.append(dict(lags=lags, al=al, u=u, nrm=nrm, A=A))
+            if gi in prep.heads:
+                tb = tp.table(prep, gi, w, hd.softmax, hd.normalise, S)
+                tables.append(tb)
+                u = None if fused else tb["U"][prep.codes[tb["r"]]]
+                lc.append(dict(lags=lags, table=tb, u=u, width=S))
+            else:
+                V = S if hd.value == "token" else X.shape[2]
+                al, u, nrm = head_forward(X, lags, w, A, hd.softmax, hd.normalise, "rpe" in hd.score,
+                                          "bilinear" in hd.score, V)
+                lc.append(dict(lags=lags, al=al, u=u, nrm=nrm, A=A, width=V))
             outs.append(u)
             outs_all.append(u)
+            gi += 1
         cache["layers"].append((X, lc))
-        X = np.concatenate([X] + outs, axis=2)
+        X = None if fused else np.concatenate([X] + outs, axis=2)
     cache["Xf"] = X
     if net.readout == "linear":
         logits = X[:, net.L - 1, :] @ P["readout.W"]
@@ -313,25 +369,31 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_gra
     c = P["selector.c"]
     if float(c @ c) <= 0:
         raise ConfigError("selector.c: every coefficient is zero (K(l) = sum c_S^2 ... / sum c_S^2 is undefined)")
-    Vm = max(u.shape[2] for u in outs_all)
-    U = np.zeros((x.shape[0], net.T, len(outs_all), Vm))
-    for h, u in enumerate(outs_all):
-        U[:, :, h, :u.shape[2]] = u
     subs = net.subsets
     members = np.full((len(subs), max(1, max(len(sb) for sb in subs))), 0, dtype=np.int64)
     for i, sb in enumerate(subs):
         members[i, :len(sb)] = sb
     sizes = np.array([len(sb) for sb in subs], dtype=np.int64)
-    cache.update(U=U, members=members, sizes=sizes, outs=outs_all)
     if y is None:
         y, p = np.zeros((x.shape[0], S)), np.zeros(x.shape[0])
+    if fused:
+        out = tp.readout(prep, tables, x, y, p, c, float(P["readout.a"]), members, sizes, LOG_CAP, want_grad)
+        cache["readout"] = out
+        cache["logy"] = out[1]
+        return np.exp(out[1]), cache
+    Vm = max(u.shape[2] for u in outs_all)
+    U = np.zeros((x.shape[0], net.T, len(outs_all), Vm))
+    for h, u in enumerate(outs_all):
+        U[:, :, h, :u.shape[2]] = u
+    cache.update(U=U, members=members, sizes=sizes, outs=outs_all)
     out = readout_attention(U, x, y, p, c, float(P["readout.a"]), members, sizes, LOG_CAP, want_grad)
     cache["readout"] = out
     cache["logy"] = out[1]
     return np.exp(out[1]), cache
 
 
-def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.ndarray):
+def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.ndarray, path: str = "auto",
+              prep=None):
     """The loss sum_n p_n sum_e y_ne min(-log y_hat_ne, LOG_CAP) and its gradient.
 
     Parameters
@@ -343,6 +405,11 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
         Targets (rows: distributions; one-hot for the next-token loss).
     p : ndarray, shape (n,)
         Weights.
+    path : str
+        ``auto`` (the pattern path of :mod:`meanfield.engine.twolayer_pattern` for the rpe token heads it
+        applies to, the direct path for the others), ``direct`` or ``pattern``; the same numbers to rounding.
+    prep : Prepared or None
+        :func:`prepare` of ``x``, computed once per data set (else here, per call).
 
     Returns
     -------
@@ -359,8 +426,9 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     theta = np.asarray(theta, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
-    yhat, ca = forward(theta, net, x, y, p, want_grad=True)
+    yhat, ca = forward(theta, net, x, y, p, want_grad=True, path=path, prep=prep)
     P = ca["P"]
+    prep = ca["prep"]
     nl = -ca["logy"]
     live = (y > 0) & (nl < LOG_CAP)
     terms = np.where(y > 0, y * np.minimum(nl, LOG_CAP), 0.0)
@@ -369,14 +437,18 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     G = {n: np.zeros(np.shape(v)) for n, v in P.items()}
     Xf = ca["Xf"]
     dX = None  # the gradient of the stream (None: zero; the embeddings X_0 are fixed, so it is never formed there)
-    n = Xf.shape[0]
     douts = None
+    barUs = None  # the fused pattern read-out: d loss / d U per pattern of every head
     if net.readout == "linear":
         f = np.exp(ca["logy"])
         dlog = f * wy.sum(axis=1, keepdims=True) - wy
         G["readout.W"] = Xf[:, net.L - 1, :].T @ dlog
         dX = np.zeros_like(Xf)
         dX[:, net.L - 1, :] = dlog @ P["readout.W"].T
+    elif ca["fused"]:
+        _, _, barUs, gc, ga = ca["readout"]
+        G["readout.a"] = np.asarray(ga)
+        G["selector.c"] = gc
     else:
         _, _, dU, gc, ga = ca["readout"]
         G["readout.a"] = np.asarray(ga)
@@ -385,24 +457,36 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     gi = len(net.heads)
     for k in range(len(net.layers) - 1, -1, -1):
         X, lc = ca["layers"][k]
-        D = X.shape[2]
         need = k > 0  # below layer 1 the stream is the fixed embedding: no gradient to form
-        dXk_stream = (dX[:, :, :D].copy() if dX is not None else np.zeros(X.shape)) if need else None
-        col = D
+        D = None if X is None else X.shape[2]
+        dXk_stream = (dX[:, :, :D].copy() if dX is not None else np.zeros(X.shape)) if need and X is not None else None
+        col = D or 0
         cols = []
-        for h, hd in enumerate(net.layers[k]):
-            w = lc[h]["u"].shape[2]
+        for h in range(len(net.layers[k])):
+            w = lc[h]["width"]
             cols.append((col, col + w))
             col += w
         for h in range(len(net.layers[k]) - 1, -1, -1):
             gi -= 1
             hd, c_ = net.layers[k][h], lc[h]
+            name = f"layer{k + 1}.head{h + 1}"
+            if "table" in c_:  # a pattern head: d loss / d U per pattern, then through the table once
+                if barUs is not None:
+                    barU = barUs[prep.row(gi)]
+                else:
+                    du = dX[:, :, cols[h][0]:cols[h][1]] if dX is not None else None
+                    if douts is not None:
+                        du = douts[gi] if du is None else du + douts[gi]
+                    if du is None:
+                        continue  # nothing reads this head's output
+                    barU = tp.gather_back(prep, gi, du)
+                G[name + ".w"][:len(c_["lags"])] += tp.table_backward(prep, c_["table"], barU)
+                continue  # its alpha reads no stream and its value the fixed token block: no stream gradient
             du = dX[:, :, cols[h][0]:cols[h][1]] if dX is not None else 0.0
             if douts is not None:
                 du = du + douts[gi]
             if np.isscalar(du):
                 continue  # nothing reads this head's output
-            name = f"layer{k + 1}.head{h + 1}"
             gw, gA, dXh = head_backward(X, c_["lags"], c_["A"], c_["al"], c_["u"], c_["nrm"],
                                         np.broadcast_to(du, c_["u"].shape), hd.softmax, hd.normalise,
                                         "bilinear" in hd.score, need)
@@ -413,17 +497,17 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
             if need:
                 dXk_stream += dXh
         dX = dXk_stream
-    del n
     grad = np.concatenate([np.ravel(G[nm]) for nm, _ in net.blocks])
     return loss, grad
 
 
-def loss_only(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.ndarray) -> float:
+def loss_only(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.ndarray, path: str = "auto",
+              prep=None) -> float:
     """The loss of :func:`loss_grad` without its gradient (the forward pass only).
 
     Parameters
     ----------
-    theta, net, x, y, p : see :func:`loss_grad`
+    theta, net, x, y, p, path, prep : see :func:`loss_grad`
 
     Returns
     -------
@@ -438,7 +522,7 @@ def loss_only(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     """
     y = np.asarray(y, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
-    _, ca = forward(np.asarray(theta, dtype=np.float64), net, x, y, p, want_grad=False)
+    _, ca = forward(np.asarray(theta, dtype=np.float64), net, x, y, p, want_grad=False, path=path, prep=prep)
     terms = np.where(y > 0, y * np.minimum(-ca["logy"], LOG_CAP), 0.0)
     return float(p @ terms.sum(axis=1))
 
@@ -468,7 +552,7 @@ def memory_bytes(net: Net, n: int) -> int:
     return int(8 * n * net.T * per)
 
 
-def gd(theta: np.ndarray, net: Net, x, y, p, eta, steps: int, train=None):
+def gd(theta: np.ndarray, net: Net, x, y, p, eta, steps: int, train=None, path: str = "auto"):
     """``steps`` full-batch GD steps theta' = theta - eta grad L (``train``: a 0/1 mask of the trained entries).
 
     Parameters
@@ -481,6 +565,8 @@ def gd(theta: np.ndarray, net: Net, x, y, p, eta, steps: int, train=None):
     steps : int
     train : ndarray or None
         1 where an entry is trained (None: all).
+    path : str
+        ``auto`` | ``direct`` | ``pattern`` (:func:`loss_grad`); the codes are prepared once.
 
     Returns
     -------
@@ -496,10 +582,11 @@ def gd(theta: np.ndarray, net: Net, x, y, p, eta, steps: int, train=None):
     """
     theta = np.array(theta, dtype=np.float64)
     mask = 1.0 if train is None else np.asarray(train, dtype=np.float64)
+    prep = prepare(net, x, path)  # once for the data set
     losses = []
     for _ in range(int(steps)):
-        l, g = loss_grad(theta, net, x, y, p)
+        l, g = loss_grad(theta, net, x, y, p, prep=prep)
         losses.append(l)
         theta -= eta * mask * g
-    losses.append(loss_grad(theta, net, x, y, p)[0])
+    losses.append(loss_only(theta, net, x, y, p, prep=prep))
     return theta, np.array(losses)

@@ -36,7 +36,7 @@ from ..core.criteria import holds
 from ..core.io import write_run
 from ..core.run import Run
 from .twolayer_desc import TwoLayerDescription
-from .twolayer_net import loss_grad, loss_only
+from .twolayer_net import loss_grad, loss_only, prepare
 
 __all__ = ["TwoLayerSystem", "run", "run_to_file", "file_content"]
 
@@ -50,6 +50,16 @@ class TwoLayerSystem:
         #: a GD call returns to the solver after this many seconds, so that a signal ends the run within 2 s
         self.chunk_s = 0.25
         self._masks = {}
+        #: the positions grouped by window pattern, once per data set (the pattern path of twolayer_net)
+        self.prep = prepare(desc.net, desc.x)
+        self._prep_test = None
+
+    @property
+    def prep_test(self):
+        """:func:`meanfield.engine.twolayer_net.prepare` of the held-out set (once), or None."""
+        if self._prep_test is None and self.desc.test is not None:
+            self._prep_test = prepare(self.desc.net, self.desc.test[0])
+        return self._prep_test
 
     def mask(self, train: tuple) -> np.ndarray:
         """The 0/1 vector of the entries of the blocks in ``train``."""
@@ -67,7 +77,7 @@ class TwoLayerSystem:
     def loss_grad(self, y):
         """(loss, gradient) at state ``y``."""
         d = self.desc
-        return loss_grad(y, d.net, d.x, d.y, d.p)
+        return loss_grad(y, d.net, d.x, d.y, d.p, prep=self.prep)
 
     def gd_advance(self, y, nsteps, eta, mode, criterion):
         """Up to ``nsteps`` GD steps in place; (done, code) as :class:`meanfield.core.integrate.System`."""
@@ -126,13 +136,15 @@ def _axes(desc) -> dict:
     return out
 
 
-def file_content(desc: TwoLayerDescription, traj: integrate.Trajectory):
+def file_content(desc: TwoLayerDescription, traj: integrate.Trajectory, system: TwoLayerSystem | None = None):
     """(datasets, attributes) of the run file of a trajectory.
 
     Parameters
     ----------
     desc : TwoLayerDescription
     traj : meanfield.core.integrate.Trajectory
+    system : TwoLayerSystem or None
+        The run's system (its prepared data sets are reused; else prepared here).
 
     Returns
     -------
@@ -151,12 +163,13 @@ def file_content(desc: TwoLayerDescription, traj: integrate.Trajectory):
     """
     arr = traj.arrays()
     Y = arr["y"] if arr["y"].size else np.empty((0, desc.net.size))
+    system = system or TwoLayerSystem(desc)
     cache = traj.__dict__.setdefault("_twolayer_losses", {})  # (step, state bytes) -> loss, kept with the trajectory
     loss = np.empty(len(Y))
     for r, (st, y) in enumerate(zip(arr["step"], Y)):  # each record's loss once (checkpoints reuse them)
         key = (int(st), y.tobytes())
         if key not in cache:
-            cache[key] = loss_only(y, desc.net, desc.x, desc.y, desc.p)
+            cache[key] = loss_only(y, desc.net, desc.x, desc.y, desc.p, prep=system.prep)
         loss[r] = cache[key]
     test = desc.test
     if test is not None:  # the held-out loss of every record (never trained on)
@@ -164,7 +177,7 @@ def file_content(desc: TwoLayerDescription, traj: integrate.Trajectory):
         for r, (st, y) in enumerate(zip(arr["step"], Y)):
             key = ("test", int(st), y.tobytes())
             if key not in cache:
-                cache[key] = loss_only(y, desc.net, *test)
+                cache[key] = loss_only(y, desc.net, *test, prep=system.prep_test)
             loss_test[r] = cache[key]
     init = _blocks(desc, desc.theta0[None, :])
     data = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], "loss": loss, "theta": Y,
@@ -214,8 +227,9 @@ def run(desc: TwoLayerDescription, monitor=None) -> Run:
     >>> run(twolayer_from_dict(raw)).system
     'twolayer'
     """
-    traj = _solve(desc, monitor)
-    data, attrs = file_content(desc, traj)
+    system = TwoLayerSystem(desc)
+    traj = _solve(desc, monitor, system)
+    data, attrs = file_content(desc, traj, system)
     attrs.update(system="twolayer", status=traj.status, message=traj.message)
     return Run(data, attrs)
 
@@ -252,7 +266,7 @@ def run_to_file(desc: TwoLayerDescription, out, progress: bool = True, checkpoin
     system = TwoLayerSystem(desc)
 
     def save(traj, status=None, message=None):
-        data, attrs = file_content(desc, traj)
+        data, attrs = file_content(desc, traj, system)
         return write_run(out, system="twolayer", config={"source": desc.source, "name": desc.name},
                          status=status or traj.status, message=message or traj.message, data=data, attrs=attrs)
 
@@ -336,8 +350,9 @@ def cli_run(args, out, desc: TwoLayerDescription) -> int:
         raise ConfigError("plot: no figures for a two-layer run yet (its run file has every block: meanfield.open_run)")
     from ..core.guard import first_use_notice
     from . import twolayer_kernels as tk
+    from . import twolayer_pattern as tp
 
-    first_use_notice(tk._fwd, tk._bwd, tk._readout, seconds=15)  # "compiling kernels, about 15 s, once"
+    first_use_notice(tk._fwd, tk._bwd, tk._readout, tp._codes, tp._readout, tp._gather_back, seconds=15)  # "compiling kernels, about 15 s, once"
     check_steps_time(desc, bool(getattr(args, "force", False)))
     traj, p = run_to_file(desc, out, progress=not args.quiet)
     print(f"{p}: {traj.status}: {traj.message}")
