@@ -108,6 +108,11 @@ CASES = [
     ("bound-unknown-name", ["mixture", "bound", "mix.h5", "nosuch <= 1"], "--help"),
     ("sweep-unknown-param", ["mixture", "sweep", "--param", "omga=1,2", "--out", "sw"], "omega"),
     ("config-unknown-key", ["mixture", "run", "--config", "badkey.toml", "--out", "x.h5"], "omega"),
+    # an empty output path: refused before any work (run_check and the run verbs)
+    ("check-out-empty", ["model", "check", "maxmargin", "--quick", "--out", ""], "out"),
+    ("model-run-out-empty", ["model", "run", "incontext", "--steps", "5", "--out", ""], "out"),
+    ("mixture-run-out-empty", ["mixture", "run", "--steps", "5", "--out", ""], "out"),
+    ("induction-run-out-empty", ["induction", "run", "--out", ""], "out"),
 ]
 
 
