@@ -111,15 +111,16 @@ def _one_line_naming(err, path):
     assert "Traceback" not in err
 
 
-def test_derive_all_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, full_disk, capsys):
+@pytest.mark.parametrize("fmt", ["json", "all"])
+def test_derive_all_on_a_full_disk_is_one_line_and_leaves_no_file(tmp_path, full_disk, capsys, fmt):
     """issue 26: derive --format all wrote its files in place; a full disk left a partial one, unnamed."""
     from meanfield.cli import main
 
     out = tmp_path / "derived"
-    rc = main(["mixture", "derive", "--format", "json", "--out", str(out)])
+    rc = main(["mixture", "derive", "--format", fmt, "--out", str(out)])
     err = capsys.readouterr().err
     assert rc == 2
-    _one_line_naming(err, out / "mixture_K2_L3.json")
+    _one_line_naming(err, out / "mixture_K2_L3." if fmt == "all" else out / "mixture_K2_L3.json")
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # no partial file, no tmp file
 
 
