@@ -352,7 +352,7 @@ def test_sweep_sigint_stops_running_points_promptly(tmp_path, variant):
         (tmp_path / "numba_cache").mkdir()
         env["NUMBA_CACHE_DIR"] = str(tmp_path / "numba_cache")
     p = subprocess.Popen(MEANFIELD + ["mixture", "sweep", "--per-point", "--param", "omega=0.1,0.2,0.3,0.4",
-                                      "--steps", "20000000",
+                                      "--steps", "20000000", "--force",
                                       "--workers", "2", "--out", str(out)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          preexec_fn=_ignore_sigint if variant == "inherited-sigint-ignored" else None)

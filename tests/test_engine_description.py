@@ -266,7 +266,7 @@ def test_cli_sigint_leaves_an_interrupted_valid_file(tmp_path):
     from meanfield.core.io import read_run
 
     out = tmp_path / "long.h5"
-    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "model", "run", str(MIXTURE), "--steps", "100000000",
+    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "model", "run", str(MIXTURE), "--steps", "100000000", "--force",
                              "--record-every", "500", "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

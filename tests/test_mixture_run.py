@@ -315,7 +315,7 @@ def test_cli_signal_interrupts_and_writes_file(tmp_path, sig):
     out = tmp_path / "long.h5"
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "mixture", "run", "--steps", "100000000",
+    proc = subprocess.Popen([sys.executable, "-m", "meanfield", "mixture", "run", "--steps", "100000000", "--force",
                              "--record-every", "1000", "--out", str(out)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

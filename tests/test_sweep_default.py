@@ -123,7 +123,7 @@ def test_signal_stops_the_chunked_default_within_2_s_and_keeps_finished_chunks(t
         def ready():
             return (out / "chunks").exists() and any((out / "chunks").glob("*.h5"))
     else:
-        args = ["--param", "omega=0.1,0.2", "--steps", "30000000", "--record-every", "1000000"]
+        args = ["--param", "omega=0.1,0.2", "--steps", "30000000", "--record-every", "1000000", "--force"]
 
         seen: list = []
 

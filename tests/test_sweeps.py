@@ -87,7 +87,7 @@ def test_sweep_cli_errors_write_nothing(tmp_path, capsys):
 def test_sweep_interrupt_leaves_index(tmp_path):
     out = tmp_path / "sw"
     cmd = [sys.executable, "-m", "meanfield", "mixture", "sweep", "--per-point", "--param", "omega=0.01:0.3:log:6",
-           "--steps", "30000000", "--out", str(out), "--workers", "1"]
+           "--steps", "30000000", "--out", str(out), "--workers", "1", "--force"]
     # the kernels compiled first (numba's cache), and the signal well after the point's first chunk: a signal
     # while the point still compiles or loads its kernels stops it before its first record (issue 26: within
     # 2 s, nothing written), and this test is about the point's file

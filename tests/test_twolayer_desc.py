@@ -375,7 +375,7 @@ def test_sigint_ends_a_long_run_within_2_s_with_a_valid_file(tmp_path):
     src = tmp_path / "long.toml"
     src.write_text(TOML.replace("steps = 30", "steps = 300000"), encoding="utf-8")
     out = tmp_path / "long.h5"
-    p = subprocess.Popen([sys.executable, "-m", "meanfield", "model", "run", str(src), "--out", str(out), "--quiet"],
+    p = subprocess.Popen([sys.executable, "-m", "meanfield", "model", "run", str(src), "--out", str(out), "--quiet", "--force"],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(12)  # imports and the first steps
     t0 = time.perf_counter()
