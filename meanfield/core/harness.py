@@ -127,8 +127,27 @@ def run_to_file(training, solve: Callable[[integrate.Monitor], integrate.Traject
         traj = solve(mon)
     if traj.status == "interrupted" and getattr(mon, "signal", None) is not None:
         return save_within(traj, wrap, save, SIGNAL_SAVE_S)  # exit within 2 s of the signal
-    res = wrap(traj)
-    return res, save(res)
+    try:
+        res = wrap(traj)
+        return res, save(res)
+    except (KeyboardInterrupt, SystemError) as e:  # a signal while the finished run's result and file were
+        # made (a large run takes seconds): nothing is in place yet (the write is atomic); write the file within
+        # 2 s of the signal instead, thinned if it must be, and exit 130 (the signal is in errors.PENDING: the
+        # command stops after this). A KeyboardInterrupt raised inside a numba kernel comes out as SystemError
+        from .errors import PENDING
+
+        if isinstance(e, SystemError) and PENDING["signal"] is None:
+            raise
+        signum = PENDING["signal"] or getattr(mon, "signal", None) or 2
+        end = traj.step[-1] if unit == "step" else traj.t[-1]
+        traj.message = (f"interrupted by signal {signum} while the run file was being made; the run itself had "
+                        f"ended ({traj.status}: {traj.message}) at {unit} {end:.6g}")
+        traj.status = "interrupted"
+        PENDING["signal"] = None  # held back while the thinned file is written (a second signal still stops it)
+        try:
+            return save_within(traj, wrap, save, SIGNAL_SAVE_S)
+        finally:
+            PENDING["signal"] = PENDING["signal"] or signum
 
 
 #: seconds the file of a run stopped by SIGINT/SIGTERM may take to write (issue 26: the command exits within

@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 
 from .. import __version__
+from .errors import raise_if_signalled
 
 from .run import FORMAT  # noqa: E402  "meanfield-run"
 FORMAT_VERSION = 2  # 2: width inf (was -1), initial_state, tokens and counts, description and its hash
@@ -48,7 +49,22 @@ def _write_group(g: h5py.Group, content: dict[str, Any]) -> None:
             g.create_dataset(name, data=np.asarray([str(x) for x in np.ravel(arr)], dtype=h5py.string_dtype()).reshape(arr.shape))
         else:
             kw = {"compression": "gzip", "compression_opts": 4} if arr.size > 4096 else {}
-            g.create_dataset(name, data=arr, **kw)
+            if arr.ndim == 0 or arr.nbytes <= BLOCK_BYTES:
+                g.create_dataset(name, data=arr, **kw)
+                continue
+            # large: written in blocks of rows, so that a signal (handled by Python between two C calls only)
+            # stops the write within a fraction of a second, not after the whole array is compressed
+            d = g.create_dataset(name, shape=arr.shape, dtype=arr.dtype, **kw)
+            c0 = d.chunks[0] if d.chunks else 1  # whole chunks per block: a chunk written twice is compressed twice
+            rows = max(1, BLOCK_BYTES // max(1, arr[0].nbytes) // c0) * c0
+            for a in range(0, arr.shape[0], rows):
+                raise_if_signalled()  # a signal's KeyboardInterrupt raised inside HDF5 is swallowed there
+                d[a:a + rows] = arr[a:a + rows]
+
+
+#: a dataset larger than this is written in blocks of rows of about this size (compressed at ~20-50 MB/s:
+#: a block takes well under a second)
+BLOCK_BYTES = 8 << 20
 
 
 def write_bytes_atomic(path: str | Path, payload) -> Path:
