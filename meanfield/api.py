@@ -164,8 +164,8 @@ def run(model, out=None, progress: bool = True, **overrides):
     --------
     >>> import meanfield as mf
     >>> r = mf.run("incontext", K=3, N=6, steps=20, progress=False)
-    >>> r.status, len(r.t)
-    ('complete', 21)
+    >>> r.status, len(r.t)                  # a record every 10 steps (record_every)
+    ('complete', 3)
     """
     from .core.progress import monitor
     from .engine import kernels

@@ -26,7 +26,7 @@ def files(tmp_path_factory):
     argvs = {
         "mixture": ["mixture", "run", "--steps", "4", "--quiet", "--out", str(d / "mix.h5")],
         "mixture8": ["mixture", "run", "--steps", "4", "--width", "8", "--quiet", "--out", str(d / "mix8.h5")],
-        "engine": ["model", "run", "incontext", "--K", "2", "--N", "3", "--steps", "6", "--quiet",
+        "engine": ["model", "run", "incontext", "--K", "2", "--N", "3", "--steps", "6", "--record-every", "1", "--quiet",
                    "--out", str(d / "ic.h5")],
         "induction": ["induction", "run", "--n-train", "20", "--n-test", "0", "--L", "8", "--stage-steps", "1,1,1",
                       "--quiet", "--out", str(d / "ind.h5")],
@@ -90,7 +90,7 @@ def test_state_linear_and_nearest(files):
 
 
 def test_in_memory_run_equals_its_file(files, tmp_path):
-    mem = meanfield.run("incontext", K=2, N=3, steps=6, progress=False)
+    mem = meanfield.run("incontext", K=2, N=3, steps=6, record_every=1, progress=False)
     f = meanfield.open_run(files["engine"])
     assert mem.path is None and mem.entries == f.entries
     np.testing.assert_array_equal(mem.states, f.states)
@@ -139,7 +139,7 @@ def test_missing_extra_is_one_line_naming_it(files, monkeypatch, module, method)
 
 
 def test_run_files_are_self_contained(files):
-    desc = meanfield.load("incontext", K=2, N=3, steps=6)
+    desc = meanfield.load("incontext", K=2, N=3, steps=6, record_every=1)
     e = meanfield.open_run(files["engine"])
     np.testing.assert_array_equal(e["samples"]["tokens"], np.asarray(desc.data.tokens, dtype=float))
     np.testing.assert_array_equal(e["samples"]["counts"], desc.data.count_array)
