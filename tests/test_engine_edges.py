@@ -70,7 +70,8 @@ CASES = [
     ("steps-1e15", ["model", "run", "incontext", "--steps", "1e15", "--out", "x.h5"], "size"),
     ("records-1e9", ["model", "run", "incontext", "--steps", "1000000000", "--record-every", "1",
                      "--out", "x.h5"], "size"),
-    ("particles-width-1e9", ["model", "particles", "incontext", "--width", "1000000000", "--out", "x.h5"], "size"),
+    ("particles-width-1e9", ["model", "particles", "maxmargin", "--kq", "separate", "--width", "1000000000",
+                             "--out", "x.h5"], "size"),
     ("particles-mixture-width-1e9", ["model", "particles", "mixture", "--width", "1000000000", "--out", "x.h5"],
      "size"),
     ("width-sweep-seeds-1e9", ["model", "width-sweep", "incontext", "--widths", "4", "--seeds", "1000000000",
@@ -170,6 +171,23 @@ def test_force_goes_past_the_size_refusal():
     assert check_engine_size(small)["records"] == pytest.approx(34)
     # the estimate grows with every size it names: records, width x d
     assert engine_estimate(small, particles_d=6)["bytes"] > engine_estimate(small)["bytes"]
+
+
+def test_the_explicit_networks_estimate_counts_the_width_only_where_weights_have_it():
+    """A merged head's W is d x d and a token value has no width (incontext): its explicit network costs
+    the same at every m (measured: 12.0 s at m 4, 12.3 s at m 256); a separate head's W_K, W_Q are m x d
+    (maxmargin): time and memory grow with m."""
+    from meanfield.engine.description import load_description
+    from meanfield.engine.edges import engine_estimate
+    from meanfield.engine.finite import _check
+
+    ic = [load_description(MODELS / "incontext.toml", {"width": m}) for m in (4, 10**9)]
+    e4, e9 = (engine_estimate(d, particles_d=6) for d in ic)
+    assert e4["seconds"] == e9["seconds"] and e4["bytes"] == e9["bytes"]
+    assert _check(ic[1], 6) == 6  # no m x d weights to refuse
+    mm = [load_description(MODELS / "maxmargin.toml", {"width": m, "kq": "separate"}) for m in (4, 4096)]
+    s4, s9 = (engine_estimate(d, particles_d=8) for d in mm)
+    assert s9["seconds"] > s4["seconds"] and s9["bytes"] > s4["bytes"]
 
 
 def test_general_description_size_is_estimated_before_its_data(monkeypatch):

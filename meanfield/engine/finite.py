@@ -64,7 +64,9 @@ def _check(desc: Description, d: int | None) -> int:
     d = default_d(desc) if d is None else as_int("d", d, lo=1)
     if d <= desc.P:
         raise ConfigError(f"d: the ambient dimension must be > P = {desc.P} (the number of features); got {d}")
-    mem = 8.0 * desc.init.width * d * 3 * len(desc.model.heads)
+    # the m x d weights: W_K and W_Q of a separate head, M_V of a matrix value (a merged W is d x d)
+    wide = sum((h.kq == "separate") * 2 + (h.value == "matrix") for h in desc.model.heads)
+    mem = 8.0 * float(desc.init.width) * d * 1.5 * wide
     if desc.training.method != "gd":
         mem *= 1 + 2 * 1000  # the flow keeps the weights of every record (about 1000 by default) until the end
     if mem > 8e9:
