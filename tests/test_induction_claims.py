@@ -294,8 +294,15 @@ TINY = {"n_train": 300, "n_test": 200, "phase_steps": (60, 40, 300), "phase_etas
 
 @pytest.fixture(scope="module")
 def tiny_check(tmp_path_factory):
+    from meanfield.models.induction import run as R
+
+    def refuse(*a, **k):
+        raise AssertionError("the suite trained with the hand kernels (run.run), not the description")
+
     out = tmp_path_factory.mktemp("check")
-    claims, report = CS.check_suite(out, quick=True, log=lambda *a: None, base=TINY_BASE, settings=TINY)
+    with pytest.MonkeyPatch.context() as mp:  # its training runs are the description's (description_run)
+        mp.setattr(R, "run", refuse)
+        claims, report = CS.check_suite(out, quick=True, log=lambda *a: None, base=TINY_BASE, settings=TINY)
     return out, claims
 
 
@@ -366,3 +373,22 @@ def test_exponent_study_on_a_real_simulation():
     c = C.check_exponent(th, vel)
     assert c.passed and c.numbers["best_exponent"] == 2.0
     assert c.numbers["r2"]["2.0"] > c.numbers["r2"]["1.0"] + 0.05 > c.numbers["r2"]["3.0"]
+
+
+def test_the_suites_runs_come_from_the_description_and_equal_the_hand_kernels():
+    """check_suite trains through the induction description (the engine's generic two-layer path):
+    description_run against meanfield.models.induction.run.run (the hand kernels) on the suite's record
+    grid, three phases with their own step sizes, to 1e-12; and the suite no longer calls run.run for
+    its main run (a run.run that raises does not stop description_run)."""
+    from meanfield.models.induction import run as R
+    from meanfield.models.induction.config import make_config
+
+    vals = dict(CS.BASE, L=20, n_train=60, n_test=30, stage_steps=(20, 15, 40), stage_etas=(2.0, 10.0, 0.5))
+    cfg = make_config(vals)
+    grid = R.phase_log_grid(cfg, 5, 12)
+    hand = R.run(cfg, R.Problem.build(cfg), saveat=grid)
+    gen = CS.description_run(vals, saveat=grid)
+    assert gen.status == hand.status == "complete" and gen.step == hand.step and gen.stage == hand.stage
+    assert np.max(np.abs(np.asarray(gen.y) - np.asarray(hand.y))) <= 1e-12 * max(1.0, np.abs(hand.y).max())
+    assert np.abs(np.asarray(hand.y)[-1] - np.asarray(hand.y)[0]).max() > 1e-3  # the phases moved every block
+

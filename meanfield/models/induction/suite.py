@@ -83,7 +83,8 @@ def check_suite(out: Path, quick: bool = False, log=print, base: dict | None = N
     setting = {k: (list(v) if isinstance(v, tuple) else v) for k, v in B.items()}
     setting.update(n_train=cfg.n_train, n_test=cfg.n_test, phase_steps=list(cfg.phase_steps),
                    phase_etas=list(cfg.phase_etas), w_plus=cfg.w_plus, c_init=cfg.c_init, a_init=cfg.a_init,
-                   method=cfg.method, sampling=cfg.sampling)
+                   method=cfg.method, sampling=cfg.sampling,
+                   trained_by="the induction description (meanfield model run induction, generic two-layer path)")
 
     # theory: chi-square MI ranking over the lags the heads can copy
     lags = T.candidate_lags(cfg.M, cfg.first_lags)
@@ -96,7 +97,8 @@ def check_suite(out: Path, quick: bool = False, log=print, base: dict | None = N
     tick("main run (three phases, GD) ...")
     pb = R.Problem.build(cfg)
     grid = R.phase_log_grid(cfg, S["record_every"], S["record_log3"])
-    traj = R.run(cfg, pb, saveat=grid)
+    traj = description_run(dict(B, n_train=S["n_train"], n_test=S["n_test"], stage_steps=S["phase_steps"],
+                                stage_etas=S["phase_etas"]), saveat=grid)
     run_path = R.save(out / "run.h5", cfg, traj, pb)
     run = read_run(run_path)
     if traj.status != "complete":
@@ -144,9 +146,10 @@ def check_suite(out: Path, quick: bool = False, log=print, base: dict | None = N
 
     c_clean = _exp_claim(S["clean_w_plus"], "chi2_exponent", "proved")
     c_dflt = _exp_claim(cfg.w_plus, "chi2_exponent_default_init", "expected")
-    ccfg = make_config(B, n_train=S["n_train"], n_test=0, w_plus=S["clean_w_plus"],
-                       stage_steps=(cfg.stage_steps[0], 0, 0), stage_etas=cfg.stage_etas)
-    crun = run_like(R.run(ccfg), ccfg)
+    cvals = dict(B, n_train=S["n_train"], n_test=0, w_plus=S["clean_w_plus"],
+                 stage_steps=(cfg.stage_steps[0], 0, 0), stage_etas=cfg.stage_etas)
+    ccfg = make_config(cvals)
+    crun = run_like(description_run(cvals), ccfg)
     end_w = lag_weights(crun, len(crun["t"]) - 1)
     theory_map = {k: {Sx: chi.values[k][:, i] for i, Sx in enumerate(chi.subsets)} for k in chi.exponents}
     c_clean.numbers.update({
@@ -293,6 +296,54 @@ def phase1_velocity(cfg, w_plus: float, batches: int, batch: int, a_init: float 
 def subset_label_lags(S) -> str:
     """Display name of a lag set: (1, 2) -> "{1,2}"."""
     return "{" + ",".join(str(int(s)) for s in S) + "}"
+
+
+def description_run(values: dict, saveat=None):
+    """Train the induction system as its two-layer description (family ``induction``, the engine's generic
+    two-layer path, ``meanfield model run induction``): the trajectory of the claims' runs, its states in
+    the induction layout (``model.pack``: c, w, a) so that the run file and the checkers read them as
+    before. ``values``: the fields of ``InductionConfig``; ``saveat``: the record grid (default: the
+    description's).
+
+    Parameters
+    ----------
+    values : dict
+        Config fields (``d``, ``L``, ``n_train``, ``stage_steps``, ...).
+    saveat : meanfield.core.integrate.SaveAt or None
+        Records.
+
+    Returns
+    -------
+    meanfield.core.integrate.Trajectory
+
+    Example
+    -------
+    >>> tr = description_run({"d": 2, "L": 6, "n_train": 5, "n_test": 0, "H": 1, "M": 1, "D": 1,
+    ...                       "stage_steps": "2,2,2"})
+    >>> tr.status, tr.step[-1], len(tr.y[-1])     # c (2 subsets), w (1 x 1), a
+    ('complete', 6, 4)
+    """
+    from ...core import harness
+    from ...engine.twolayer_run import TwoLayerSystem
+    from .description import build
+    from .model import pack
+
+    desc = build(dict(values), "induction", None)
+    system = TwoLayerSystem(desc)
+    traj = harness.solve(desc.training, system, desc.theta0, harness.stages_of(desc.stages), saveat)
+    sizes = [int(np.prod(shape)) for _, shape in desc.net.blocks]
+    names = [name for name, _ in desc.net.blocks]
+    cut = np.cumsum([0] + sizes)
+    iw = [k for k, n in enumerate(names) if n.startswith("layer1.")]
+    ic, ia = names.index("selector.c"), names.index("readout.a")
+
+    def induction_layout(y):
+        y = np.asarray(y)
+        w = np.concatenate([y[cut[k]:cut[k + 1]] for k in iw])
+        return pack(y[cut[ic]:cut[ic + 1]], w, y[cut[ia]])
+
+    traj.y = [induction_layout(y) for y in traj.y]
+    return traj
 
 
 def run_like(traj, cfg) -> dict:
