@@ -48,7 +48,9 @@ CASES = [  # (API function, its keywords, the command's flags)
      ["model", "width-sweep", "incontext", "--widths", "4,8", "--steps", "1000000000000"]),
     ("run", {"steps": 10**12}, ["model", "run", "incontext", "--steps", "1000000000000"]),
     ("run", {"N": 10**8}, ["model", "run", "incontext", "--N", "100000000"]),
-    ("particles", {"width": 10**9}, ["model", "particles", "incontext", "--width", "1000000000"]),
+    # a width only where weights have it: maxmargin's separate W_K, W_Q (incontext's merged W has none)
+    ("particles", {"width": 10**9, "kq": "separate"},
+     ["model", "particles", "maxmargin", "--kq", "separate", "--width", "1000000000"]),
     ("particles", {"width": 8, "d": 10**9}, ["model", "particles", "incontext", "--width", "8", "--d", "1000000000"]),
 ]
 
@@ -62,7 +64,7 @@ def test_api_refuses_what_the_command_refuses(tmp_path, capsys, fn, kw, argv):
     assert len(cli_line) == 1 and cli_line[0].startswith("meanfield: error: "), cli_line
     t0 = time.perf_counter()
     with _stopped_after(), pytest.raises(mf.ConfigError) as e:
-        getattr(mf, fn)("incontext", out=str(out), progress=False, **kw)
+        getattr(mf, fn)(argv[2], out=str(out), progress=False, **kw)
     assert time.perf_counter() - t0 < REFUSE_WITHIN_S
     msg = str(e.value)
     assert "\n" not in msg
