@@ -293,7 +293,8 @@ def test_missing_sections_can_fail():
 @pytest.mark.parametrize("module", ["meanfield.core.report", "meanfield.core.bound_parse", "meanfield.core.bounds", "meanfield.core.bound_files", "meanfield.engine.schema",
                                     "meanfield.api", "meanfield.core.run", "meanfield.core.io", "meanfield.core.errors",
                                     "meanfield.engine", "meanfield.engine.api", "meanfield.engine.runs",
-                                    "meanfield.engine.description", "meanfield.engine.objects"])
+                                    "meanfield.engine.description", "meanfield.engine.objects",
+                                    "meanfield.models.mixture.engine_batch", "meanfield.models.induction.suite"])
 def test_docstring_examples_run(module, tmp_path, monkeypatch):
     """The Examples of the cheap modules run as doctests (paths relative to a clone's root)."""
     import doctest

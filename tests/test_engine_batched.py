@@ -1,10 +1,11 @@
 """Batched engine runs (meanfield.engine.batched).
 
-* CPU batch == one ``meanfield.engine.run`` per trajectory, bit for bit
+* the generic CPU batch == one ``meanfield.engine.run`` per trajectory, bit for bit
   (np.array_equal: records, final state, loss, stage ends, status, message),
   for the mixture description (infinite and finite width, per-trajectory eta,
-  three-stage schedule with a stop criterion, a diverging trajectory) and for
-  the shipped maxmargin description (merged W, last query, linear value);
+  three-stage schedule with a stop criterion, a diverging trajectory; ``fast=False``:
+  its registered fast path is held to rounding in tests/test_engine_mixture_batch.py)
+  and for the shipped maxmargin description (merged W, last query, linear value);
 * the CUDA kernel, run in numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, in a
   subprocess) on a tiny batch, equals the CPU backend to 1e-12;
 * bad input is refused with a one-line ConfigError naming the field.
@@ -57,12 +58,12 @@ def test_cpu_batch_equals_single_runs_mixture():
     desc = me.load(MIXTURE, K=2, L=3, schedule="three-stage", stage_steps=(10, 15, 8),
                    stage_criteria=("consistent_margin>=0.01", None, None), eta=0.5)
     Y0 = batched.initial_states(desc, seeds=[0, 1, 2, 3], widths=[None, 5, 8, None])
-    br = me.run_batch(desc, y0s=Y0, eta=[0.5, 0.3, 0.5, 1e8], record_every=4)
+    br = me.run_batch(desc, y0s=Y0, eta=[0.5, 0.3, 0.5, 1e8], record_every=4, fast=False)
     _assert_equal_to_single(desc, br, Y0, 4)
     assert br.status == ["complete", "complete", "complete", "diverged"]
     assert br.end_reason[0, 0] == 1  # the stage-1 criterion stopped it (a run of the criterion path)
     # summary only: initial state and stage ends; the same final state
-    bs = me.run_batch(desc, y0s=Y0[:2], eta=[0.5, 0.3])
+    bs = me.run_batch(desc, y0s=Y0[:2], eta=[0.5, 0.3], fast=False)
     assert np.array_equal(bs.y, br.y[:2]) and np.array_equal(bs.loss, br.loss[:2])
     assert list(bs.n_records) == [4, 4]
 
@@ -103,7 +104,7 @@ def test_cpu_batch_equals_single_runs_rk4():
     desc = dataclasses.replace(desc, training=dataclasses.replace(desc.training, method="rk4", dt=0.3,
                                                                   max_abs=0.17))
     Y0 = batched.initial_states(desc, seeds=[0, 1, 0], widths=[None, 5, None])
-    br = me.run_batch(desc, y0s=Y0, eta=[0.3, 0.25, 2.0], record_every=2)  # the last one passes |y| = 0.17
+    br = me.run_batch(desc, y0s=Y0, eta=[0.3, 0.25, 2.0], record_every=2, fast=False)  # the last passes |y| = 0.17
     _assert_equal_to_single(desc, br, Y0, 2)
     assert br.status[0] == "complete" and br.status[2] == "diverged"  # both paths exercised
 
@@ -127,14 +128,14 @@ SIM_SCRIPT = textwrap.dedent("""
     desc = me.load(sys.argv[1], K=2, L=3, schedule="three-stage", stage_steps=(3, 3, 2),
                    stage_criteria=("consistent_margin>=0.01", None, None), eta=0.5)
     Y0 = batched.initial_states(desc, seeds=[0, 1, 2], widths=[None, 5, None])
-    br = me.run_batch(desc, y0s=Y0, eta=[0.5, 0.3, 1e8], record_every=2, backend="cuda")
+    br = me.run_batch(desc, y0s=Y0, eta=[0.5, 0.3, 1e8], record_every=2, backend="cuda", fast=False)
     assert br.backend == "cuda" and batched._cuda_kernel.cache_info().currsize == 1
     np.savez(sys.argv[2], Y0=Y0, y=br.y, loss=br.loss, rec_y=br.rec_y, rec_t=br.rec_t, rec_step=br.rec_step,
              n=br.n_records, code=br.code, end_step=br.end_step)
     rk4 = dataclasses.replace(desc, training=dataclasses.replace(desc.training, method="rk4", dt=0.3,
                                                                  max_abs=0.205, stages=tuple(
         dataclasses.replace(s, criterion=None) for s in desc.training.stages)))
-    br = me.run_batch(rk4, y0s=Y0, eta=[0.3, 0.25, 2.0], record_every=1, backend="cuda")
+    br = me.run_batch(rk4, y0s=Y0, eta=[0.3, 0.25, 2.0], record_every=1, backend="cuda", fast=False)
     np.savez(sys.argv[3], y=br.y, loss=br.loss, rec_y=br.rec_y, rec_t=br.rec_t, rec_step=br.rec_step,
              n=br.n_records, code=br.code, end_step=br.end_step, end_t=br.end_t)
 """)
@@ -152,7 +153,7 @@ def test_cuda_kernel_in_simulator_equals_cpu(tmp_path):
     sim = np.load(out)
     desc = me.load(MIXTURE, K=2, L=3, schedule="three-stage", stage_steps=(3, 3, 2),
                    stage_criteria=("consistent_margin>=0.01", None, None), eta=0.5)
-    cpu = me.run_batch(desc, y0s=sim["Y0"], eta=[0.5, 0.3, 1e8], record_every=2)
+    cpu = me.run_batch(desc, y0s=sim["Y0"], eta=[0.5, 0.3, 1e8], record_every=2, fast=False)
     for k, v in (("n", cpu.n_records), ("code", cpu.code), ("end_step", cpu.end_step), ("rec_step", cpu.rec_step)):
         assert np.array_equal(sim[k], v), k
     for k, v in (("y", cpu.y), ("loss", cpu.loss), ("rec_y", cpu.rec_y), ("rec_t", cpu.rec_t)):
@@ -162,7 +163,7 @@ def test_cuda_kernel_in_simulator_equals_cpu(tmp_path):
     rk4 = dataclasses.replace(desc, training=dataclasses.replace(desc.training, method="rk4", dt=0.3, max_abs=0.205,
                                                                  stages=tuple(dataclasses.replace(s, criterion=None)
                                                                               for s in desc.training.stages)))
-    cpu = me.run_batch(rk4, y0s=np.load(out)["Y0"], eta=[0.3, 0.25, 2.0], record_every=1)
+    cpu = me.run_batch(rk4, y0s=np.load(out)["Y0"], eta=[0.3, 0.25, 2.0], record_every=1, fast=False)
     for k, v in (("n", cpu.n_records), ("code", cpu.code), ("end_step", cpu.end_step), ("rec_step", cpu.rec_step)):
         assert np.array_equal(sim[k], v), ("rk4", k)
     for k, v in (("y", cpu.y), ("loss", cpu.loss), ("rec_y", cpu.rec_y), ("rec_t", cpu.rec_t), ("end_t", cpu.end_t)):
@@ -183,7 +184,7 @@ def test_model_sweep_batched_writes_the_unbatched_files(tmp_path):
     ib = model_sweep(MIXTURE, base, params, tmp_path / "b", progress=False, batched=True)
     iu = model_sweep(MIXTURE, base, params, tmp_path / "u", workers=1, progress=False)
     assert [e["result"]["status"] for e in ib["points"]] == ["complete", "diverged"] * 2
-    for eb, eu in zip(ib["points"], iu["points"]):
+    for eb, eu in zip(ib["points"], iu["points"]):  # the generic kernels (fast=False): bit for bit
         rb = eb["result"]
         ru = eu["result"]
         assert {k: v for k, v in rb.items() if k != "elapsed_s"} == {k: v for k, v in ru.items() if k != "elapsed_s"}

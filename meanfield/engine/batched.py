@@ -335,12 +335,18 @@ def record_capacity(desc: Description, step: float, every: int) -> int:
 
 
 def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, backend: str = "cpu",
-              record_every: int | None = None, max_bytes: float = 4 * 2**30) -> BatchRun:
+              record_every: int | None = None, max_bytes: float = 4 * 2**30, fast: bool = True) -> BatchRun:
     """Advance B trajectories of a description together (CPU threads or one CUDA thread each).
 
     The exact GD map (method gd) or fixed-step RK4 of the flow (method rk4,
     without stop criteria). Stages, their masks and criteria and ``max_abs``
-    come from the description. The CPU batch equals single runs bit for bit.
+    come from the description. The one ensemble path: a description of a
+    family whose fast path registers a batch (``meanfield.engine.registry``;
+    the shipped mixture family) runs on those kernels where they apply, the
+    rest on the engine's generic kernels. The generic CPU batch equals single
+    runs bit for bit; a fast path equals them to rounding (its test names it;
+    at an unstable symmetric saddle a huge step can amplify that rounding:
+    ``fast=False`` there, as ``meanfield model sweep`` does).
 
     Parameters
     ----------
@@ -360,6 +366,9 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         Also record every N steps (default: the summary only).
     max_bytes : float
         Refuse a batch whose record buffers would exceed this.
+    fast : bool
+        Use the family's registered batch fast path where it applies (default);
+        False: the generic kernels always.
 
     Returns
     -------
@@ -452,6 +461,14 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     if need > max_bytes:
         raise ConfigError(f"record_every: the records of {B} trajectories need {need / 2**30:.3g} GiB ({T} records "
                           f"x {ny} numbers); record less often or run fewer at once")
+
+    if fast:
+        from .registry import batch_fast_path
+
+        hook = batch_fast_path(getattr(desc, "family", None))
+        got = None if hook is None else hook(desc, Y0, etas, every, be, max_bytes)
+        if got is not None:
+            return BatchRun(desc=desc, backend=be, eta=etas, **got)
 
     def rows(a):  # the driver's per-trajectory layout: one row per trajectory
         return np.ascontiguousarray(np.broadcast_to(a, (B,) + np.shape(a)))

@@ -76,7 +76,8 @@ from ..core.config import ConfigError
 from ..core.hooks import lookup as _lookup  # the one load-get-resolve of a registered table (core's hooks use it too)
 from ..core.hooks import resolve  # noqa: F401 (part of this API; one resolver for the registry and core's hooks)
 
-__all__ = ["Family", "FastPath", "Claims", "Command", "register_family", "register_fast_path", "register_claims",
+__all__ = ["Family", "FastPath", "Claims", "Command", "register_family", "register_fast_path", "batch_fast_path",
+           "register_claims",
            "register_command", "register_run_plot", "register_data_size", "data_size", "feature_count", "family", "families", "fast_paths", "claims", "commands",
            "run_plot", "register_run_panels", "run_panels", "register_run_check", "register_bound_names", "register_ensemble_system", "load_plugins", "resolve"]
 
@@ -126,6 +127,7 @@ class FastPath:
     run: Ref
     verified_by: str
     summary: str = ""
+    batch: Ref = None
 
 
 @dataclass(frozen=True)
@@ -228,13 +230,19 @@ def register_family(name: str, *, params: Ref, build: Ref, check_options: Ref = 
 
 
 def register_fast_path(family: str, *, name: str, run: Ref, verified_by: str, summary: str = "",
-                       replace: bool = False) -> FastPath:
+                       replace: bool = False, batch: Ref = None) -> FastPath:
     """Register hand kernels for ``family``.
 
     The engine's generic path stays the reference: a fast path is used by the
     commands that name it (e.g. ``meanfield mixture run``), never instead of
     ``meanfield model run``, and ``verified_by`` names the test that holds it
-    equal to the generic path (and both to the explicit network).
+    equal to the generic path (and both to the explicit network). With
+    ``batch``, it is also the batch of the family's descriptions:
+    :func:`meanfield.engine.run_batch` (the one ensemble path) hands them to
+    ``batch(desc, Y0, etas, every, backend, max_bytes)``, which returns the
+    arrays of a :class:`meanfield.engine.batched.BatchRun` in the engine's
+    state layout, or None where it does not apply (the generic kernels run
+    then; ``run_batch(..., fast=False)`` always runs them).
 
     Parameters
     ----------
@@ -250,6 +258,8 @@ def register_fast_path(family: str, *, name: str, run: Ref, verified_by: str, su
         One line for listings.
     replace : bool
         Replace an earlier registration.
+    batch : callable or str or None
+        The family's batched runs (see above).
 
     Returns
     -------
@@ -264,10 +274,38 @@ def register_fast_path(family: str, *, name: str, run: Ref, verified_by: str, su
     """
     if not verified_by:
         raise ValueError("registry: a fast path names the test that holds it equal to the generic path")
-    fp = FastPath(str(family), str(name), run, str(verified_by), summary)
+    fp = FastPath(str(family), str(name), run, str(verified_by), summary, batch)
     with _LOCK:
         _put(_FAST, (fp.family, fp.name), fp, "fast path", replace)
     return fp
+
+
+def batch_fast_path(family: str | None):
+    """The registered batch of ``family``'s fast path (resolved), or None (no
+    family, none registered).
+
+    Parameters
+    ----------
+    family : str or None
+        A description's ``family``.
+
+    Returns
+    -------
+    callable or None
+        ``batch(desc, Y0, etas, every, backend, max_bytes)`` (see :func:`register_fast_path`).
+
+    Example
+    -------
+    >>> batch_fast_path(None) is None
+    True
+    """
+    if family is None:
+        return None
+    load_plugins()
+    for fp in fast_paths(family):
+        if fp.batch is not None:
+            return resolve(fp.batch)
+    return None
 
 
 def register_claims(name: str, check: Ref, summary: str = "", replace: bool = False) -> Claims:

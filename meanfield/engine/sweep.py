@@ -128,7 +128,7 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
             t0 = time.perf_counter()
             br = run_batch(d0, y0s=[initial_state(descs[i]) for i in part],
                            eta=[_step_of(descs[i]) for i in part], backend=backend,
-                           record_every=int(save_at(d0).every))
+                           record_every=int(save_at(d0).every), fast=False)  # == model run, bit for bit
             per = (time.perf_counter() - t0) / len(part)
             for k, i in enumerate(part):
                 t1 = time.perf_counter()
@@ -205,7 +205,9 @@ class ModelEnsemble:
     trajectory's outputs are computed by the code that writes its run file
     (``runs.Run`` observables and ``runs._stage_times``), so they equal
     the numbers of ``meanfield model run`` of the same point: bit for bit on
-    the CPU (the batch equals single runs bit for bit), to rounding on a GPU.
+    the CPU (the generic batch kernels, ``run_batch(..., fast=False)``, equal
+    single runs bit for bit; a family's batch fast path would agree to
+    rounding only), to rounding on a GPU.
 
     Picklable (the model path and the file's hash); the chunk keys include
     the hash, so an edited description reruns every chunk."""
@@ -302,7 +304,8 @@ class ModelEnsemble:
 
         d0 = descs[0]
         return run_batch(d0, y0s=[initial_state(d) for d in descs], eta=[_step_of(d) for d in descs],
-                         backend=backend, record_every=int(save_at(d0).every), max_bytes=math.inf)
+                         backend=backend, record_every=int(save_at(d0).every), max_bytes=math.inf,
+                         fast=False)  # the generic kernels: outputs equal model run's bit for bit
 
     def summaries(self, descs: list, br) -> dict:
         """Outputs per trajectory from its records, by the run file's own code."""

@@ -219,6 +219,8 @@ class BatchResult:
     end_t: np.ndarray
     end_reason: np.ndarray
     n_stages: np.ndarray
+    loss: np.ndarray | None = None     # (B,) the loss at the last state the kernels evaluated
+    y_final: np.ndarray | None = None  # (B, state) the final (or last accepted) state
 
 
 def _group_key(cfg: MixtureConfig) -> tuple:
@@ -324,7 +326,8 @@ def _pack(cfgs: list[MixtureConfig], y0s: list[np.ndarray]) -> dict:
 
 
 def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, backend: str = "cpu",
-            max_bytes: float = 8 * 2**30, lanes: bool = True, vector_exp: bool = True) -> BatchResult:
+            max_bytes: float = 8 * 2**30, lanes: bool = True, vector_exp: bool = True,
+            every: int | None = None) -> BatchResult:
     """Run one batch of configs sharing a sample set and method on ``backend``
     (``cpu`` or ``cuda``, see :func:`resolve_backend`) and return the raw
     records. ``max_bytes`` caps the record buffer (B x T x state x 8 bytes).
@@ -336,7 +339,10 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     blocks' vectorised arithmetic (``vectorised.exp_lane``, within an ulp of
     the C library's: results agree with the per-trajectory loop to rounding,
     <= 1e-13 relative in the tests); False: the C library's exp, equal to the
-    per-trajectory loop bit for bit (and slower).
+    per-trajectory loop bit for bit (and slower). ``every`` (an int >= 0):
+    records every ``every`` steps only (0: the initial state, the stage ends
+    and the final state), instead of the configs' record grids (the engine's
+    ``run_batch`` records so).
 
     Examples
     --------
@@ -360,6 +366,15 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     P = s.P
     x = _pack(cfgs, y0s)
     B, ny = x["Y0"].shape
+    if every is not None:  # the engine batch's grid: every N steps, no points
+        x["every"][:] = int(every)
+        x["pts"], x["n_pts"] = np.zeros((B, 1), np.int64), np.zeros(B, np.int64)
+        if c0.method == "gd":
+            nsteps = x["stage_len"].sum(axis=1)
+        else:
+            nsteps = np.array([sum(int(math.ceil(float(v) / c.dt * (1 + 1e-12))) + 1 for v in row[:n])
+                               for row, n, c in zip(x["stage_len"], x["n_stages"], cfgs)])
+        x["T"] = int((2 + x["n_stages"] + (nsteps // int(every) if every else 0)).max())
     T = x["T"]
     need = B * T * ny * 8
     if need > max_bytes:
@@ -390,7 +405,7 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact enough
         raise RuntimeError("batched: record buffer full (capacity bound too small): a bug")
     return BatchResult(c0.method, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step,
-                       end_t, end_reason, x["n_stages"])
+                       end_t, end_reason, x["n_stages"], loss=outs[10], y_final=outs[11])
 
 
 def trajectory(res: BatchResult, b: int, cfg: MixtureConfig) -> integrate.Trajectory:

@@ -18,6 +18,7 @@ registry.register_family(
 registry.register_fast_path(
     "mixture", name="kernels", run="meanfield.models.mixture.run:run",
     verified_by="tests/test_engine_mixture.py::test_engine_equals_fast_path",
+    batch="meanfield.models.mixture.engine_batch:batch",  # engine.run_batch of mixture descriptions
     summary="hand numba kernels of the orthonormal population (meanfield mixture run; S, A, B, w state)")
 registry.register_run_panels("mixture", "meanfield.models.mixture.plot:PANELS")  # drawn by meanfield.engine.plot
 registry.register_command("mixture", "meanfield.models.mixture.cli:add_parser", order=10)
