@@ -156,7 +156,7 @@ def _set(raw, path, value):
 
 
 REFUSALS = [
-    (("layers", 0, "heads", 0, "width"), 16, "layers[0].heads[0].width: wide layers"),
+    (("layers", 0, "heads", 0, "width"), 16, "layers[0].heads[0].width: only a bilinear score"),  # an rpe head
     (("layers", 0, "heads", 0, "reads"), "layer1.h1", "layers[0].heads[0].reads: a wide matrix"),
     (("layers", 0, "mlp"), "relu", "layers[0].mlp: a nonlinearity"),
     (("embedding",), "trainable", "embedding: trainable embeddings"),

@@ -43,9 +43,13 @@ attention: which models close", design and refusals there). A description::
     steps = 100
     until = "loss<=0.1"           # optional criterion (loss)
 
+A bilinear head with ``width = m`` (or ``"inf"``) and ``omega`` is wide:
+A = W_Q^T W_K with W_Q, W_K in R^{m x D_k}, its state the joint Gram, block
+``layer{k}.head{h}.Q`` (:mod:`meanfield.engine.twolayer_wide`; docs/engine.md,
+case (b) 1).
+
 Refused with one line naming the field (exit 2 on the command line, nothing
-written): the keys docs/engine.md shows do not close (``width`` on a head:
-wide layers, case (b), not built; ``reads`` a hidden-to-hidden product, case
+written): the keys docs/engine.md shows do not close (``reads`` a hidden-to-hidden product, case
 4; ``mlp`` / ``hidden_activation``, case 5; ``embedding`` trainable, case 6),
 ``stream = "sum"``, a head's ``query`` / ``key`` other than the stream,
 ``start = "stationary"`` (no closed-form law), ``family`` other than markov,
@@ -64,6 +68,7 @@ Example
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,6 +78,7 @@ from ..core.criteria import parse_criterion
 from ..core.errors import ConfigError
 from .parsing import as_bool
 from .twolayer_net import READOUTS, SCORES, VALUES, Head, Net, memory_bytes
+from .twolayer_wide import initial_gram
 
 __all__ = ["KEYS", "NOT_CLOSED", "TwoLayerDescription", "TwoLayerTraining", "TwoLayerStage", "is_twolayer", "twolayer_from_dict",
            "OVERRIDES", "MAX_FORWARD_BYTES"]
@@ -136,6 +142,9 @@ KEYS = {
         "key": ("`stream`", "stream", "what the bilinear score's key reads (others refused, not built)"),
         "w": ("number or array", "[init]", "initial rpe weights (one per lag of the window)"),
         "A": ("number or matrix", "[init]", "initial bilinear matrix (D_k x D_k over the stream)"),
+        "width": ("int or `inf`", "none (A narrow)", "a wide bilinear head: A = W_Q^T W_K, W_Q, W_K in R^(m x D_k), "
+                                                     "its state the joint Gram `Q` (docs/engine.md, case (b) 1)"),
+        "omega": ("float", "1", "a wide head's init: W_Q, W_K iid N(0, omega^2/m) (infinite width: Q = omega^2 I)"),
     },
     "[selector]": {
         "D": ("int >= 0", "1", "the largest subset of heads: K(l) = sum_S c_S^2 prod_(h in S) <u_h(L+1), u_h(l)> / "
@@ -170,8 +179,6 @@ KEYS = {
 
 #: the keys docs/engine.md's closure statement refuses, and why (one line each)
 NOT_CLOSED = {
-    "width": "wide layers (docs/engine.md, case (b)) are not built yet: cases 1-3 close and are later work, a "
-             "small-parameter head has no width",
     "reads": "a wide matrix acting on the hidden space of another wide object has no finite Gram state "
              "(docs/engine.md, case (b) 4)",
     "mlp": "a nonlinearity in the hidden space has no finite state; its state is a distribution over units "
@@ -287,11 +294,21 @@ def _head(where, h) -> tuple:
     softmax = as_bool(f"{where}.softmax", h.get("softmax", True))
     normalise = as_bool(f"{where}.normalise", h.get("normalise", False))
     value = as_choice(f"{where}.value", h.get("value", "stream"), VALUES)
+    width = None
+    if "width" in h:
+        width = math.inf if h["width"] in ("inf", math.inf) else as_int(f"{where}.width", h["width"], lo=1)
+        if "A" in h:
+            raise ConfigError(f"{where}.A: a wide head (width) starts from its Gram (omega), not from A")
+    elif "omega" in h:
+        raise ConfigError(f"{where}.omega: only with width (a wide bilinear head's init scale)")
     try:
-        hd = Head(score, lags, softmax=softmax, normalise=normalise, value=value)
+        hd = Head(score, lags, softmax=softmax, normalise=normalise, value=value, width=width)
     except ConfigError as e:
         raise ConfigError(f"{where}.{e}") from None
-    return hd, {k: h[k] for k in ("w", "A") if k in h}
+    vals = {k: h[k] for k in ("w", "A") if k in h}
+    if width is not None:
+        vals["Q"] = ("wide", as_float(f"{where}.omega", h.get("omega", 1.0), nonneg=True))
+    return hd, vals
 
 
 def _data(raw, loss):
@@ -437,11 +454,18 @@ def _init(net: Net, raw_init, given: dict) -> np.ndarray:
     ini = _table("init", raw_init, tuple(KEYS["[init]"]))
     std = as_float("init.std", ini.get("std", 0.1), nonneg=True)
     mean = as_float("init.mean", ini.get("mean", 0.0))
-    rng = np.random.default_rng(as_int("init.seed", ini.get("seed", 0), lo=0))
+    seed = as_int("init.seed", ini.get("seed", 0), lo=0)
+    rng = np.random.default_rng(seed)
+    widths = {f"layer{k + 1}.head{h + 1}.Q": (hd.width, k, h) for k, h, hd in net.heads if hd.width is not None}
     parts = []
     for name, shape in net.blocks:
         m = int(np.prod(shape))
         draw = mean + std * rng.standard_normal(m)  # drawn for every block, so a given one does not shift the others
+        if name in widths:  # a wide head: the Gram of its W_Q, W_K (twolayer_wide.initial_gram; its own seed stream)
+            width, k, h = widths[name]
+            omega = given[name][1][1]
+            parts.append(initial_gram(shape[0] // 2, omega, width, seed=(seed, k, h)).ravel())
+            continue
         if name in given:
             where, v = given[name]
             arr = np.asarray(v, dtype=object)
@@ -597,7 +621,7 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
     net = Net(S, L, tuple(layers), selector=D, readout=kind)
     for name, (where, _) in given.items():
         if name not in dict(net.blocks):
-            raise ConfigError(f"{where}: this head has no such block (rpe: w, bilinear: A)")
+            raise ConfigError(f"{where}: this head has no such block (rpe: w, bilinear: A, wide bilinear: Q)")
     n = x.shape[0]
     need = memory_bytes(net, n)
     if need > MAX_FORWARD_BYTES:

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -111,15 +111,25 @@ def subsets(H: int, D: int) -> list:
 
 @dataclass(frozen=True)
 class Head:
-    """One attention head: ``score`` (rpe | bilinear | rpe+bilinear), lag window, softmax, normalise, value."""
+    """One attention head: ``score`` (rpe | bilinear | rpe+bilinear), lag window, softmax, normalise, value;
+    ``width``: the bilinear matrix is wide, A = W_Q^T W_K with W_Q, W_K in R^{m x D} (m = ``width``, an
+    integer or ``math.inf``; :mod:`meanfield.engine.twolayer_wide`), its state the joint Gram; None: A itself."""
 
     score: str = "bilinear"
     lags: tuple | None = None
     softmax: bool = True
     normalise: bool = False
     value: str = "stream"
+    width: float | None = None
 
     def __post_init__(self):
+        if self.width is not None:
+            w = self.width
+            if "bilinear" not in self.score:
+                raise ConfigError(f"width: only a bilinear score has wide weights (W_Q, W_K); this head's score is "
+                                  f"{self.score!r}")
+            if isinstance(w, bool) or not (w == math.inf or (isinstance(w, (int, np.integer)) and w >= 1)):
+                raise ConfigError(f"width: an integer m >= 1 or inf; got {w!r}")
         if self.score not in SCORES:
             raise ConfigError(f"score: one of {', '.join(SCORES)}; got {self.score!r}")
         if self.value not in VALUES:
@@ -213,11 +223,24 @@ class Net:
                 out.append((f"layer{k + 1}.head{h + 1}.w", (last - first + 1,)))
             if "bilinear" in hd.score:
                 D = self.widths[k]
-                out.append((f"layer{k + 1}.head{h + 1}.A", (D, D)))
+                if hd.width is None:
+                    out.append((f"layer{k + 1}.head{h + 1}.A", (D, D)))
+                else:  # the joint Gram of U = [W_Q, W_K] (twolayer_wide)
+                    out.append((f"layer{k + 1}.head{h + 1}.Q", (2 * D, 2 * D)))
         if self.selector is not None:
             out.append(("selector.c", (len(self.subsets),)))
         out.append(("readout.W", (self.widths[-1], self.S)) if self.readout == "linear" else ("readout.a", ()))
         return out
+
+    @property
+    def wide(self) -> bool:
+        """Whether any head has wide weights (``width``)."""
+        return any(hd.width is not None for _, _, hd in self.heads)
+
+    @property
+    def merged(self) -> "Net":
+        """The same network with every wide head's A = W_Q^T W_K as its own block (the forward pass reads A)."""
+        return replace(self, layers=tuple(tuple(replace(hd, width=None) for hd in hs) for hs in self.layers))
 
     @property
     def size(self) -> int:
@@ -274,7 +297,7 @@ def prepare(net: Net, x: np.ndarray, path: str = "auto"):
     (0,)
     """
     _check_tokens(net, x)
-    return tp.prepare(net, x, path)
+    return tp.prepare(net.merged if net.wide else net, x, path)
 
 
 def _check_tokens(net: Net, x) -> np.ndarray:
@@ -324,6 +347,10 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_gra
     >>> f.tolist()
     [[0.5, 0.5]]
     """
+    if net.wide:  # the forward pass reads A = W_Q^T W_K, the Gram's cross block (meanfield.engine.twolayer_wide)
+        from .twolayer_wide import to_merged
+
+        return forward(to_merged(theta, net), net.merged, x, y, p, want_grad, path, prep)
     x = _check_tokens(net, x)
     prep = _prep_of(net, x, path, prep)
     P = net.unpack(theta)
@@ -424,6 +451,11 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     (True, True)
     """
     theta = np.asarray(theta, dtype=np.float64)
+    if net.wide:  # dL/dA of the merged network, as the Gram's G^ = [[0, G_A], [G_A^T, 0]] (twolayer_wide)
+        from .twolayer_wide import expand_grad, to_merged
+
+        loss, gm = loss_grad(to_merged(theta, net), net.merged, x, y, p, path, prep)
+        return loss, expand_grad(gm, net)
     y = np.asarray(y, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
     yhat, ca = forward(theta, net, x, y, p, want_grad=True, path=path, prep=prep)
@@ -580,13 +612,15 @@ def gd(theta: np.ndarray, net: Net, x, y, p, eta, steps: int, train=None, path: 
     >>> bool(ls[-1] < ls[0])
     True
     """
+    from .twolayer_wide import gd_step
+
     theta = np.array(theta, dtype=np.float64)
-    mask = 1.0 if train is None else np.asarray(train, dtype=np.float64)
+    mask = np.ones(net.size) if train is None else np.asarray(train, dtype=np.float64)
     prep = prepare(net, x, path)  # once for the data set
     losses = []
     for _ in range(int(steps)):
         l, g = loss_grad(theta, net, x, y, p, prep=prep)
         losses.append(l)
-        theta -= eta * mask * g
+        theta = gd_step(theta, g, net, eta, mask)  # theta - eta grad; a wide head's Gram: (I - eta G^) Q (I - eta G^)
     losses.append(loss_only(theta, net, x, y, p, prep=prep))
     return theta, np.array(losses)

@@ -46,7 +46,8 @@ class Oracle:
     spec : dict
         ``S``, ``L``, ``readout`` ("linear" | "attention"), ``selector`` (D or None),
         ``layers``: a list of layers, each a list of heads, each a dict with
-        ``score``, ``lags`` ([first, last] or None), ``softmax``, ``normalise``, ``value``.
+        ``score``, ``lags`` ([first, last] or None), ``softmax``, ``normalise``, ``value``, and optionally
+        ``width`` (a finite m: the score (W_Q x_t)^T (W_K x_j), the weights W_Q, W_K in R^{m x D} its parameters).
 
     Example
     -------
@@ -70,7 +71,11 @@ class Oracle:
             for h, hd in enumerate(layer):
                 if "rpe" in hd["score"]:
                     shapes.append((f"layer{k + 1}.head{h + 1}.w", (hd["lags"][1] - hd["lags"][0] + 1,)))
-                if "bilinear" in hd["score"]:
+                if "bilinear" in hd["score"] and hd.get("width") is not None:  # wide: the weights themselves
+                    m = int(hd["width"])
+                    shapes.append((f"layer{k + 1}.head{h + 1}.WQ", (m, width)))
+                    shapes.append((f"layer{k + 1}.head{h + 1}.WK", (m, width)))
+                elif "bilinear" in hd["score"]:
                     shapes.append((f"layer{k + 1}.head{h + 1}.A", (width, width)))
                 grow += self.S if hd["value"] == "token" else width
             width += grow
@@ -135,7 +140,9 @@ class Oracle:
                         rows.append(torch.stack(row))
                     R = torch.stack(rows)
                     Z = Z + R
-                if "bilinear" in hd["score"]:
+                if "bilinear" in hd["score"] and hd.get("width") is not None:  # (W_Q x_t) . (W_K x_j)
+                    Z = Z + (X @ params[name + ".WQ"].T) @ (X @ params[name + ".WK"].T).transpose(1, 2)
+                elif "bilinear" in hd["score"]:
                     Z = Z + X @ params[name + ".A"] @ X.transpose(1, 2)
                 if hd["softmax"]:
                     Zm = Z.masked_fill(~allowed, float("-inf"))

@@ -38,6 +38,8 @@ from ..core.run import Run
 from .twolayer_desc import TwoLayerDescription
 from .twolayer_net import loss_grad, loss_only, prepare
 
+from .twolayer_wide import flow_rhs, gd_step
+
 __all__ = ["TwoLayerSystem", "run", "run_to_file", "file_content"]
 
 
@@ -89,7 +91,7 @@ class TwoLayerSystem:
             loss, g = self.loss_grad(y)
             if criterion is not None and holds(loss, criterion[1], criterion[2]):
                 return k, 1
-            new = y - eta * m * g
+            new = gd_step(y, g, self.desc.net, eta, m)  # y - eta m g; a wide head's Gram: (I - eta G^) Q (I - eta G^)
             if not (np.isfinite(new).all() and np.isfinite(loss)):
                 return k, 2
             if np.abs(new).max(initial=0.0) > self.max_abs:
@@ -99,7 +101,7 @@ class TwoLayerSystem:
 
     def rhs(self, y, mode):
         """d theta / dt = - mask grad L."""
-        return -self.mask(mode) * self.loss_grad(y)[1]
+        return flow_rhs(y, self.loss_grad(y)[1], self.desc.net, self.mask(mode))  # -m g; -(G^ Q + Q G^)
 
     def criterion_value(self, y, name):
         """The loss (the one criterion a two-layer stage knows)."""

@@ -1,0 +1,207 @@
+"""Wide bilinear heads of the two-layer class (case (b) 1 of docs/engine.md; meanfield.engine.twolayer_wide):
+the engine steps the joint Gram Q = U^T U of U = [W_Q, W_K]; the explicit network
+(meanfield.engine.twolayer_oracle, torch float64, autograd, no shared code) steps the weights W_Q, W_K
+themselves. Held equal over 200 full-batch GD steps to 1e-10 at widths m = 1, 3, 50 (the Gram of the
+network's weights against the engine's state), at infinite width (the network started from weights whose
+Gram is exactly omega^2 I: by the closure theorem its Gram follows the infinite-width trajectory), and the
+flow's right-hand side against autograd; refusals in one line."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from meanfield.core.errors import ConfigError
+from meanfield.engine.twolayer import markov_law
+from meanfield.engine.twolayer_net import Head, Net, gd, loss_grad
+from meanfield.engine.twolayer_wide import flow_rhs, initial_gram, initial_weights
+
+torch = pytest.importorskip("torch")
+from meanfield.engine.twolayer_oracle import Oracle  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TOL = 1e-10
+
+
+def spec_of(net: Net, m: int) -> dict:
+    """The oracle's spec: every wide head at width m (the weights explicit)."""
+    return {"S": net.S, "L": net.L, "readout": net.readout, "selector": net.selector,
+            "layers": [[dict(score=h.score, lags=h.lags, softmax=h.softmax, normalise=h.normalise, value=h.value,
+                             width=None if h.width is None else m) for h in hs] for hs in net.layers]}
+
+
+def starts(net: Net, rng, U: dict):
+    """(engine theta0, oracle theta0): the same narrow blocks; a wide head's Q = U^T U, its W_Q, W_K = U's halves."""
+    th, orc = [], []
+    for name, shape in net.blocks:
+        if name.endswith(".Q"):
+            u = U[name]
+            D = shape[0] // 2
+            th.append((u.T @ u).ravel())
+            orc += [u[:, :D].ravel(), u[:, D:].ravel()]
+        else:
+            v = rng.normal(0, 0.4, int(np.prod(shape)))
+            th.append(v)
+            orc.append(v)
+    return np.concatenate(th), np.concatenate(orc)
+
+
+def gram_of(net: Net, o: Oracle, flat: np.ndarray) -> np.ndarray:
+    """The engine layout of the oracle's parameters: W_Q, W_K -> their joint Gram."""
+    ps = o.from_flat(flat)
+    out = []
+    for name, shape in net.blocks:
+        if name.endswith(".Q"):
+            base = name[:-2]
+            u = np.hstack([ps[base + ".WQ"].detach().numpy(), ps[base + ".WK"].detach().numpy()])
+            out.append((u.T @ u).ravel())
+        else:
+            out.append(ps[name].detach().numpy().ravel())
+    return np.concatenate(out)
+
+
+NETS = {
+    # a layer-1 copier (rpe, token value) feeding a wide layer-2 key/query on the stream (a wide CatFormer layer 2)
+    "copier+wide": lambda w: Net(2, 4, ((Head("rpe", (1, 1), value="token"),), (Head("bilinear", width=w),)),
+                                 readout="linear"),
+    # a wide layer-1 head with a stream value, a narrow bilinear layer 2, the attention read-out
+    "wide+narrow": lambda w: Net(2, 3, ((Head("bilinear", width=w, value="stream"),),
+                                        (Head("rpe+bilinear", (0, 1), normalise=True, value="token"),)),
+                                 selector=1, readout="attention"),
+}
+
+
+def _law(net):
+    law = markov_law(net.S, net.L, (1,), 0.5)
+    return law.tokens, np.eye(net.S)[law.tokens[:, net.L]], law.prob
+
+
+@pytest.mark.parametrize("name", list(NETS))
+@pytest.mark.parametrize("m", [1, 3, 50])
+def test_the_gram_map_equals_the_explicit_network_over_200_steps(name, m):
+    net = NETS[name](m)
+    x, y, p = _law(net)
+    rng = np.random.default_rng(m)
+    U = {b: initial_weights(s[0] // 2, 0.8, m, seed=(m, i)) for i, (b, s) in enumerate(net.blocks) if b.endswith(".Q")}
+    th0, orc0 = starts(net, rng, U)
+    o = Oracle(spec_of(net, m))
+    eta = 0.3
+    th, ls = gd(th0, net, x, y, p, eta, 200)
+    ref, rls = o.gd(orc0, x, y, p, eta, 200)
+    want = gram_of(net, o, ref)
+    assert np.abs(th - want).max() <= TOL * max(1.0, np.abs(want).max()), (name, m)
+    assert np.abs(ls - rls).max() <= TOL * max(1.0, np.abs(rls).max())
+    assert np.abs(th - th0).max() > 1e-3  # the Gram moved
+
+
+@pytest.mark.parametrize("name", list(NETS))
+def test_infinite_width_is_the_network_whose_gram_starts_at_omega_squared(name):
+    """At infinite width Q_0 = omega^2 I. A network of m = 50 whose U_0 has orthogonal columns of norm omega has
+    exactly that Gram, so its Gram follows the infinite-width trajectory (the map depends on Q only)."""
+    net = NETS[name](math.inf)
+    x, y, p = _law(net)
+    rng = np.random.default_rng(5)
+    omega, m = 0.7, 50
+    U = {}
+    for b, s in net.blocks:
+        if b.endswith(".Q"):
+            q, _ = np.linalg.qr(rng.standard_normal((m, s[0])))
+            U[b] = omega * q
+            np.testing.assert_allclose(U[b].T @ U[b], initial_gram(s[0] // 2, omega, math.inf), atol=1e-14)
+    th0, orc0 = starts(net, rng, U)
+    o = Oracle(spec_of(net, m))
+    th, _ = gd(th0, net, x, y, p, 0.3, 200)
+    ref, _ = o.gd(orc0, x, y, p, 0.3, 200)
+    want = gram_of(net, o, ref)
+    assert np.abs(th - want).max() <= TOL * max(1.0, np.abs(want).max())
+
+
+def test_the_flow_right_hand_side_is_the_gram_of_the_weights_flow():
+    """dQ/dt = -(G^ Q + Q G^) against d(U^T U)/dt = -(U^T dL/dU + dL/dU^T U) with dL/dU by autograd."""
+    net = NETS["copier+wide"](3)
+    x, y, p = _law(net)
+    rng = np.random.default_rng(2)
+    U = {b: initial_weights(s[0] // 2, 1.0, 3, seed=9) for b, s in net.blocks if b.endswith(".Q")}
+    th, orc = starts(net, rng, U)
+    o = Oracle(spec_of(net, 3))
+    ps = o.from_flat(orc)
+    gs = torch.autograd.grad(o.loss(ps, x, y, p), list(ps.values()), allow_unused=True)
+    grads = {k: (g.numpy() if g is not None else np.zeros(tuple(t.shape))) for (k, t), g in zip(ps.items(), gs)}
+    want = []
+    for b, s in net.blocks:
+        if b.endswith(".Q"):
+            u = np.hstack([ps[b[:-2] + ".WQ"].detach().numpy(), ps[b[:-2] + ".WK"].detach().numpy()])
+            gu = np.hstack([grads[b[:-2] + ".WQ"], grads[b[:-2] + ".WK"]])
+            want.append(-(u.T @ gu + gu.T @ u).ravel())
+        else:
+            want.append(-grads[b].ravel())
+    rhs = flow_rhs(th, loss_grad(th, net, x, y, p)[1], net, np.ones(net.size))
+    np.testing.assert_allclose(rhs, np.concatenate(want), rtol=0, atol=1e-12)
+
+
+def _raw(head_extra: dict, steps=30):
+    return {"model": {"class": "twolayer"}, "data": {"family": "markov", "d": 2, "L": 3},
+            "layers": [{"heads": [{"score": "rpe", "lags": [1, 1], "value": "token"}]},
+                       {"heads": [{"score": "bilinear", **head_extra}]}],
+            "readout": {"kind": "linear"}, "init": {"seed": 4}, "training": {"steps": steps, "eta": 0.5}}
+
+
+def test_a_description_with_a_wide_head_runs_and_equals_the_network():
+    """The description's init draws U_0 from its seed (twolayer_wide.initial_weights, seed (seed, layer, head));
+    its run (the core solver over TwoLayerSystem) equals the explicit network trained from that U_0."""
+    from meanfield.engine.twolayer_desc import twolayer_from_dict
+    from meanfield.engine.twolayer_run import run
+
+    desc = twolayer_from_dict(_raw({"width": 3, "omega": 0.9}))
+    assert [b for b, _ in desc.net.blocks] == ["layer1.head1.w", "layer2.head1.Q", "readout.W"]
+    D = desc.net.widths[1]
+    u0 = initial_weights(D, 0.9, 3, seed=(4, 1, 0))
+    Q0 = desc.theta0[desc.net.offset("layer2.head1.Q"):desc.net.offset("readout.W")].reshape(2 * D, 2 * D)
+    assert np.array_equal(Q0, u0.T @ u0)
+    r = run(desc)
+    assert r.attrs["status"] == "complete"
+    th = r["theta"][-1]
+    o = Oracle(spec_of(desc.net, 3))
+    i, j = desc.net.offset("layer2.head1.Q"), desc.net.offset("readout.W")
+    orc0 = np.concatenate([desc.theta0[:i], u0[:, :D].ravel(), u0[:, D:].ravel(), desc.theta0[j:]])
+    ref, _ = o.gd(orc0, desc.x, desc.y, desc.p, 0.5, 30)
+    want = gram_of(desc.net, o, ref)
+    assert np.abs(th - want).max() <= TOL * max(1.0, np.abs(want).max())
+    inf = twolayer_from_dict(_raw({"width": "inf", "omega": 0.5}))
+    Qi = inf.theta0[i:j].reshape(2 * D, 2 * D)
+    assert np.array_equal(Qi, 0.25 * np.eye(2 * D))
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"score": "rpe", "lags": [1, 1], "width": 3}, "layers[1].heads[0].width: only a bilinear score"),
+    ({"width": 0}, "layers[1].heads[0].width"),
+    ({"width": "huge"}, "layers[1].heads[0].width"),
+    ({"width": 3, "A": 0.1}, "layers[1].heads[0].A: a wide head"),
+    ({"omega": 0.5}, "layers[1].heads[0].omega: only with width"),
+    ({"width": 3, "omega": -1}, "layers[1].heads[0].omega"),
+    ({"reads": "hidden"}, "layers[1].heads[0].reads: a wide matrix acting on the hidden space"),
+])
+def test_refusals_are_one_line(extra, field):
+    from meanfield.engine.twolayer_desc import twolayer_from_dict
+
+    with pytest.raises(ConfigError) as e:
+        twolayer_from_dict(_raw(extra))
+    msg = str(e.value)
+    assert msg.startswith(field) and "\n" not in msg, msg
+
+
+def test_the_shipped_example_runs_from_the_command_line(tmp_path):
+    ex = ROOT / "docs" / "examples" / "wide_twolayer.toml"
+    out = tmp_path / "w.h5"
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", str(ex), "--steps", "20", "--out", str(out),
+                        "--quiet"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    import h5py
+
+    with h5py.File(out) as f:
+        assert f.attrs["status"] == "complete" and f["variables/layer2.head1/Q"].shape[1:] == (16, 16)
