@@ -269,7 +269,8 @@ def particles(model, d=None, out=None, progress: bool = True, batch=None, batch_
 
 def width_sweep(model, widths=(16, 64, 256), seeds: int = 3, out="runs/model_widths.h5", d=None, workers: int = 1,
                 progress: bool = True, **overrides):
-    """The infinite-width run against the explicit network at several widths and seeds.
+    """The infinite-width run against the explicit network at several widths and seeds (a two-layer
+    description with wide heads: against the exact Gram map at each width, ``meanfield.engine.twolayer_widths``).
 
     Parameters
     ----------
@@ -306,6 +307,17 @@ def width_sweep(model, widths=(16, 64, 256), seeds: int = 3, out="runs/model_wid
     widths, seeds = check_sweep_size(widths, seeds)  # the command's ceilings (meanfield.core.limits)
     desc = _sized(model, overrides, particles_d=True if d is None else as_int("d", d, lo=1), width=max(widths),
                   copies=len(widths) * seeds + 1)
+    from .engine.twolayer_desc import TwoLayerDescription
+
+    if isinstance(desc, TwoLayerDescription):  # wide heads: the exact Gram map at each m (engine.twolayer_widths)
+        from .engine.twolayer_widths import width_sweep as _tws
+
+        if d is not None:
+            from .core.errors import ConfigError
+
+            raise ConfigError("d: not for a two-layer description (its stream has no ambient dimension to choose)")
+        return _tws(desc, list(widths), seeds, Path(out), progress=progress,
+                    log=print if progress else (lambda *a, **k: None))
     return _ws(desc, list(widths), seeds, Path(out), d=d, workers=workers, progress=progress,
                log=print if progress else (lambda *a, **k: None))
 

@@ -163,9 +163,12 @@ def description_from_args(args, size: dict | None = None):
     desc = description_from_dict(raw, flags, source=str(path))
     from .twolayer_desc import TwoLayerDescription
 
-    if isinstance(desc, TwoLayerDescription) and getattr(args, "func", None) is not _cmd_run:
-        raise ConfigError("model: a two-layer description runs with `meanfield model run` only (the other verbs "
-                          "are not built for it yet: docs/engine.md, 'Two-layer attention')")
+    if isinstance(desc, TwoLayerDescription):
+        if getattr(args, "func", None) not in (_cmd_run, _cmd_width_sweep):
+            raise ConfigError("model: a two-layer description runs with `meanfield model run` and (with a wide "
+                              "head) `model width-sweep` only (the other verbs are not built for it yet: "
+                              "docs/engine.md, 'Two-layer attention')")
+        return desc
     if family is None:
         check_options(raw, flags, desc)
         if size is not None:
@@ -420,6 +423,15 @@ def _cmd_width_sweep(args) -> int:
     widths, n_seeds = check_sweep_size(as_list("widths", args.widths), args.seeds, bool(args.force))
     desc = description_from_args(args, size={"particles_d": _particles_d(args), "width": max(widths),
                                              "copies": len(widths) * n_seeds + 1})
+    from .twolayer_desc import TwoLayerDescription
+
+    if isinstance(desc, TwoLayerDescription):  # wide heads: the exact Gram map at each m (engine/twolayer_widths)
+        from .twolayer_widths import width_sweep as twolayer_width_sweep
+
+        s = twolayer_width_sweep(desc, widths, n_seeds, out, progress=not args.quiet, force=bool(args.force))
+        for f in s["files"]:
+            print(f)
+        return 0 if s["infinite_width_status"] == "complete" else 1
     from ..core.config import check_workers
 
     workers = check_workers(args.workers) or 1

@@ -301,14 +301,12 @@ def _head(where, h) -> tuple:
             raise ConfigError(f"{where}.A: a wide head (width) starts from its Gram (omega), not from A")
     elif "omega" in h:
         raise ConfigError(f"{where}.omega: only with width (a wide bilinear head's init scale)")
+    omega = as_float(f"{where}.omega", h.get("omega", 1.0), nonneg=True) if width is not None else 1.0
     try:
-        hd = Head(score, lags, softmax=softmax, normalise=normalise, value=value, width=width)
+        hd = Head(score, lags, softmax=softmax, normalise=normalise, value=value, width=width, omega=omega)
     except ConfigError as e:
         raise ConfigError(f"{where}.{e}") from None
-    vals = {k: h[k] for k in ("w", "A") if k in h}
-    if width is not None:
-        vals["Q"] = ("wide", as_float(f"{where}.omega", h.get("omega", 1.0), nonneg=True))
-    return hd, vals
+    return hd, {k: h[k] for k in ("w", "A") if k in h}
 
 
 def _data(raw, loss):
@@ -456,15 +454,14 @@ def _init(net: Net, raw_init, given: dict) -> np.ndarray:
     mean = as_float("init.mean", ini.get("mean", 0.0))
     seed = as_int("init.seed", ini.get("seed", 0), lo=0)
     rng = np.random.default_rng(seed)
-    widths = {f"layer{k + 1}.head{h + 1}.Q": (hd.width, k, h) for k, h, hd in net.heads if hd.width is not None}
+    widths = {f"layer{k + 1}.head{h + 1}.Q": (hd, k, h) for k, h, hd in net.heads if hd.width is not None}
     parts = []
     for name, shape in net.blocks:
         m = int(np.prod(shape))
         draw = mean + std * rng.standard_normal(m)  # drawn for every block, so a given one does not shift the others
         if name in widths:  # a wide head: the Gram of its W_Q, W_K (twolayer_wide.initial_gram; its own seed stream)
-            width, k, h = widths[name]
-            omega = given[name][1][1]
-            parts.append(initial_gram(shape[0] // 2, omega, width, seed=(seed, k, h)).ravel())
+            hd, k, h = widths[name]
+            parts.append(initial_gram(shape[0] // 2, hd.omega, hd.width, seed=(seed, k, h)).ravel())
             continue
         if name in given:
             where, v = given[name]

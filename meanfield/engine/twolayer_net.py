@@ -121,6 +121,7 @@ class Head:
     normalise: bool = False
     value: str = "stream"
     width: float | None = None
+    omega: float = 1.0  # a wide head's init scale: W_Q, W_K iid N(0, omega^2 / m)
 
     def __post_init__(self):
         if self.width is not None:
