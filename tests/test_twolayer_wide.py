@@ -32,14 +32,24 @@ def spec_of(net: Net, m: int) -> dict:
     """The oracle's spec: every wide head at width m (the weights explicit)."""
     return {"S": net.S, "L": net.L, "readout": net.readout, "selector": net.selector,
             "layers": [[dict(score=h.score, lags=h.lags, softmax=h.softmax, normalise=h.normalise, value=h.value,
-                             width=None if h.width is None else m) for h in hs] for hs in net.layers]}
+                             value_matrix=h.value_matrix, width=None if h.width is None else m) for h in hs]
+                       for hs in net.layers]}
+
+
+#: a Gram block -> the oracle's two weight matrices (the halves of U, in the Gram's column order)
+HALVES = {".Q": (".WQ", ".WK"), ".QV": (".WOt", ".MV")}
+
+
+def _gram(name):
+    return next(((name[: -len(k)], v) for k, v in HALVES.items() if name.endswith(k)), (None, (None, None)))
 
 
 def starts(net: Net, rng, U: dict):
-    """(engine theta0, oracle theta0): the same narrow blocks; a wide head's Q = U^T U, its W_Q, W_K = U's halves."""
+    """(engine theta0, oracle theta0): the same narrow blocks; a wide Gram = U^T U, the oracle's weights U's halves."""
     th, orc = [], []
     for name, shape in net.blocks:
-        if name.endswith(".Q"):
+        base, _ = _gram(name)
+        if base is not None:
             u = U[name]
             D = shape[0] // 2
             th.append((u.T @ u).ravel())
@@ -52,13 +62,13 @@ def starts(net: Net, rng, U: dict):
 
 
 def gram_of(net: Net, o: Oracle, flat: np.ndarray) -> np.ndarray:
-    """The engine layout of the oracle's parameters: W_Q, W_K -> their joint Gram."""
+    """The engine layout of the oracle's parameters: each pair of wide weights -> their joint Gram."""
     ps = o.from_flat(flat)
     out = []
     for name, shape in net.blocks:
-        if name.endswith(".Q"):
-            base = name[:-2]
-            u = np.hstack([ps[base + ".WQ"].detach().numpy(), ps[base + ".WK"].detach().numpy()])
+        base, (a, b) = _gram(name)
+        if base is not None:
+            u = np.hstack([ps[base + a].detach().numpy(), ps[base + b].detach().numpy()])
             out.append((u.T @ u).ravel())
         else:
             out.append(ps[name].detach().numpy().ravel())
@@ -66,6 +76,13 @@ def gram_of(net: Net, o: Oracle, flat: np.ndarray) -> np.ndarray:
 
 
 NETS = {
+    # case (b) 3: a layer-1 copier whose value is a wide matrix W_O M_V (back into the stream), read by a wide
+    # layer-2 key/query (case 1): two Grams
+    "wide value+wide": lambda w: Net(2, 4, ((Head("rpe", (1, 2), value="token", value_matrix=True, width=w),),
+                                            (Head("bilinear", width=w, value="token"),)), readout="linear"),
+    # a wide stream value matrix under the attention read-out, normalised
+    "wide stream value": lambda w: Net(2, 3, ((Head("rpe+bilinear", (0, 1), value="stream", value_matrix=True,
+                                                    normalise=True, width=w),),), selector=1, readout="attention"),
     # a layer-1 copier (rpe, token value) feeding a wide layer-2 key/query on the stream (a wide CatFormer layer 2)
     "copier+wide": lambda w: Net(2, 4, ((Head("rpe", (1, 1), value="token"),), (Head("bilinear", width=w),)),
                                  readout="linear"),
@@ -87,7 +104,7 @@ def test_the_gram_map_equals_the_explicit_network_over_200_steps(name, m):
     net = NETS[name](m)
     x, y, p = _law(net)
     rng = np.random.default_rng(m)
-    U = {b: initial_weights(s[0] // 2, 0.8, m, seed=(m, i)) for i, (b, s) in enumerate(net.blocks) if b.endswith(".Q")}
+    U = {b: initial_weights(s[0] // 2, 0.8, m, seed=(m, i)) for i, (b, s) in enumerate(net.blocks) if _gram(b)[0] is not None}
     th0, orc0 = starts(net, rng, U)
     o = Oracle(spec_of(net, m))
     eta = 0.3
@@ -109,7 +126,7 @@ def test_infinite_width_is_the_network_whose_gram_starts_at_omega_squared(name):
     omega, m = 0.7, 50
     U = {}
     for b, s in net.blocks:
-        if b.endswith(".Q"):
+        if _gram(b)[0] is not None:
             q, _ = np.linalg.qr(rng.standard_normal((m, s[0])))
             U[b] = omega * q
             np.testing.assert_allclose(U[b].T @ U[b], initial_gram(s[0] // 2, omega, math.inf), atol=1e-14)
@@ -121,12 +138,14 @@ def test_infinite_width_is_the_network_whose_gram_starts_at_omega_squared(name):
     assert np.abs(th - want).max() <= TOL * max(1.0, np.abs(want).max())
 
 
-def test_the_flow_right_hand_side_is_the_gram_of_the_weights_flow():
+@pytest.mark.parametrize("name", ["copier+wide", "wide value+wide"])
+def test_the_flow_right_hand_side_is_the_gram_of_the_weights_flow(name):
     """dQ/dt = -(G^ Q + Q G^) against d(U^T U)/dt = -(U^T dL/dU + dL/dU^T U) with dL/dU by autograd."""
-    net = NETS["copier+wide"](3)
+    net = NETS[name](3)
     x, y, p = _law(net)
     rng = np.random.default_rng(2)
-    U = {b: initial_weights(s[0] // 2, 1.0, 3, seed=9) for b, s in net.blocks if b.endswith(".Q")}
+    U = {b: initial_weights(s[0] // 2, 1.0, 3, seed=(9, i)) for i, (b, s) in enumerate(net.blocks)
+         if _gram(b)[0] is not None}
     th, orc = starts(net, rng, U)
     o = Oracle(spec_of(net, 3))
     ps = o.from_flat(orc)
@@ -134,9 +153,10 @@ def test_the_flow_right_hand_side_is_the_gram_of_the_weights_flow():
     grads = {k: (g.numpy() if g is not None else np.zeros(tuple(t.shape))) for (k, t), g in zip(ps.items(), gs)}
     want = []
     for b, s in net.blocks:
-        if b.endswith(".Q"):
-            u = np.hstack([ps[b[:-2] + ".WQ"].detach().numpy(), ps[b[:-2] + ".WK"].detach().numpy()])
-            gu = np.hstack([grads[b[:-2] + ".WQ"], grads[b[:-2] + ".WK"]])
+        base, (wa, wb) = _gram(b)
+        if base is not None:
+            u = np.hstack([ps[base + wa].detach().numpy(), ps[base + wb].detach().numpy()])
+            gu = np.hstack([grads[base + wa], grads[base + wb]])
             want.append(-(u.T @ gu + gu.T @ u).ravel())
         else:
             want.append(-grads[b].ravel())
@@ -185,6 +205,8 @@ def test_a_description_with_a_wide_head_runs_and_equals_the_network():
     ({"omega": 0.5}, "layers[1].heads[0].omega: only with width"),
     ({"width": 3, "omega": -1}, "layers[1].heads[0].omega"),
     ({"reads": "hidden"}, "layers[1].heads[0].reads: a wide matrix acting on the hidden space"),
+    ({"width": 3, "value_matrix": True, "V": 0.1}, "layers[1].heads[0].V: a wide head"),
+    ({"value_matrix": "maybe"}, "layers[1].heads[0].value_matrix"),
 ])
 def test_refusals_are_one_line(extra, field):
     from meanfield.engine.twolayer_desc import twolayer_from_dict
@@ -291,3 +313,47 @@ def test_an_interrupted_width_sweep_leaves_a_valid_file(tmp_path, monkeypatch):
         assert f.attrs["status"] == "interrupted"
         assert len(f["t"]) == 6  # the infinite-width run finished; one finite run too
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+@pytest.mark.parametrize("heads, readout", [
+    # a pattern head (rpe, token value) with its value matrix, then a narrow bilinear head
+    (((Head("rpe", (1, 2), value="token", value_matrix=True),), (Head("bilinear", value="token"),)), "linear"),
+    # the attention read-out (the fused pattern path is off for a value matrix), a stream value, normalised
+    (((Head("rpe", (0, 1), value="token", value_matrix=True, normalise=True),
+       Head("bilinear", value="stream", value_matrix=True)),), "attention"),
+])
+def test_a_narrow_value_matrix_equals_the_explicit_network(heads, readout):
+    """The output V u of a trainable value matrix (the narrow object of case (b) 3): loss, gradient and 200 GD
+    steps against the torch network to 1e-12 / 1e-10."""
+    net = Net(2, 4, heads, selector=2 if readout == "attention" else None, readout=readout)
+    x, y, p = _law(net)
+    rng = np.random.default_rng(3)
+    th0 = rng.normal(0, 0.4, net.size)
+    o = Oracle(spec_of(net, 0))
+    ps = o.from_flat(th0)
+    tl = o.loss(ps, x, y, p)
+    gs = torch.autograd.grad(tl, list(ps.values()), allow_unused=True)
+    tg = np.concatenate([(g.numpy().ravel() if g is not None else np.zeros(t.numel())) for g, t in zip(gs, ps.values())])
+    l, g = loss_grad(th0, net, x, y, p)
+    assert abs(l - float(tl.detach())) <= 1e-12 and np.abs(g - tg).max() <= 1e-12
+    th, _ = gd(th0, net, x, y, p, 0.3, 200)
+    ref, _ = o.gd(th0, x, y, p, 0.3, 200)
+    assert np.abs(th - ref).max() <= TOL * max(1.0, np.abs(ref).max())
+
+
+def test_a_description_with_a_wide_value_matrix():
+    """value_matrix = true with width: the block QV is the Gram of [W_O^T, M_V] drawn from (seed, layer, head, 1)."""
+    from meanfield.engine.twolayer_desc import twolayer_from_dict
+
+    raw = _raw({"width": 4, "omega": 0.6})
+    raw["layers"][0]["heads"][0].update(value_matrix=True, width=5, omega=0.8)
+    desc = twolayer_from_dict(raw)
+    assert [b for b, _ in desc.net.blocks] == ["layer1.head1.w", "layer1.head1.QV", "layer2.head1.Q", "readout.W"]
+    i, j = desc.net.offset("layer1.head1.QV"), desc.net.offset("layer2.head1.Q")
+    u = initial_weights(2, 0.8, 5, seed=(4, 0, 0, 1))
+    assert np.array_equal(desc.theta0[i:j], (u.T @ u).ravel())
+    narrow = _raw({})
+    narrow["layers"][0]["heads"][0].update(value_matrix=True, V=[[1.0, 0.5], [0.0, 2.0]])
+    d2 = twolayer_from_dict(narrow)
+    k = d2.net.offset("layer1.head1.V")
+    assert list(d2.theta0[k:k + 4]) == [1.0, 0.5, 0.0, 2.0]

@@ -46,7 +46,8 @@ attention: which models close", design and refusals there). A description::
 A bilinear head with ``width = m`` (or ``"inf"``) and ``omega`` is wide:
 A = W_Q^T W_K with W_Q, W_K in R^{m x D_k}, its state the joint Gram, block
 ``layer{k}.head{h}.Q`` (:mod:`meanfield.engine.twolayer_wide`; docs/engine.md,
-case (b) 1).
+case (b) 1). ``value_matrix = true`` gives a head the output V u (block ``V``;
+with ``width`` the wide V = W_O M_V, block ``QV``, case (b) 3).
 
 Refused with one line naming the field (exit 2 on the command line, nothing
 written): the keys docs/engine.md shows do not close (``reads`` a hidden-to-hidden product, case
@@ -145,6 +146,9 @@ KEYS = {
         "width": ("int or `inf`", "none (A narrow)", "a wide bilinear head: A = W_Q^T W_K, W_Q, W_K in R^(m x D_k), "
                                                      "its state the joint Gram `Q` (docs/engine.md, case (b) 1)"),
         "omega": ("float", "1", "a wide head's init: W_Q, W_K iid N(0, omega^2/m) (infinite width: Q = omega^2 I)"),
+        "value_matrix": ("bool", "false", "the output V u, a trainable V (w x w) over the value's width w; with "
+                                          "width: V = W_O M_V wide, its Gram `QV` (docs/engine.md, case (b) 3)"),
+        "V": ("number or matrix", "[init]", "initial value matrix (narrow)"),
     },
     "[selector]": {
         "D": ("int >= 0", "1", "the largest subset of heads: K(l) = sum_S c_S^2 prod_(h in S) <u_h(L+1), u_h(l)> / "
@@ -302,11 +306,15 @@ def _head(where, h) -> tuple:
     elif "omega" in h:
         raise ConfigError(f"{where}.omega: only with width (a wide bilinear head's init scale)")
     omega = as_float(f"{where}.omega", h.get("omega", 1.0), nonneg=True) if width is not None else 1.0
+    vm = as_bool(f"{where}.value_matrix", h.get("value_matrix", False))
+    if width is not None and vm and "V" in h:
+        raise ConfigError(f"{where}.V: a wide head (width) starts its value matrix from its Gram (omega), not from V")
     try:
-        hd = Head(score, lags, softmax=softmax, normalise=normalise, value=value, width=width, omega=omega)
+        hd = Head(score, lags, softmax=softmax, normalise=normalise, value=value, width=width, omega=omega,
+                  value_matrix=vm)
     except ConfigError as e:
         raise ConfigError(f"{where}.{e}") from None
-    return hd, {k: h[k] for k in ("w", "A") if k in h}
+    return hd, {k: h[k] for k in ("w", "A", "V") if k in h}
 
 
 def _data(raw, loss):
@@ -454,14 +462,16 @@ def _init(net: Net, raw_init, given: dict) -> np.ndarray:
     mean = as_float("init.mean", ini.get("mean", 0.0))
     seed = as_int("init.seed", ini.get("seed", 0), lo=0)
     rng = np.random.default_rng(seed)
-    widths = {f"layer{k + 1}.head{h + 1}.Q": (hd, k, h) for k, h, hd in net.heads if hd.width is not None}
+    widths = {f"layer{k + 1}.head{h + 1}.{b}": (hd, k, h, j) for k, h, hd in net.heads if hd.width is not None
+              for b, j in (("Q", 0), ("QV", 1))}
     parts = []
     for name, shape in net.blocks:
         m = int(np.prod(shape))
         draw = mean + std * rng.standard_normal(m)  # drawn for every block, so a given one does not shift the others
         if name in widths:  # a wide head: the Gram of its W_Q, W_K (twolayer_wide.initial_gram; its own seed stream)
-            hd, k, h = widths[name]
-            parts.append(initial_gram(shape[0] // 2, hd.omega, hd.width, seed=(seed, k, h)).ravel())
+            hd, k, h, j = widths[name]
+            sd = (seed, k, h) if j == 0 else (seed, k, h, 1)  # W_Q, W_K; W_O, M_V: their own streams
+            parts.append(initial_gram(shape[0] // 2, hd.omega, hd.width, seed=sd).ravel())
             continue
         if name in given:
             where, v = given[name]
@@ -618,7 +628,8 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
     net = Net(S, L, tuple(layers), selector=D, readout=kind)
     for name, (where, _) in given.items():
         if name not in dict(net.blocks):
-            raise ConfigError(f"{where}: this head has no such block (rpe: w, bilinear: A, wide bilinear: Q)")
+            raise ConfigError(f"{where}: this head has no such block (rpe: w, bilinear: A, wide bilinear: Q, value "
+                              "matrix: V)")
     n = x.shape[0]
     need = memory_bytes(net, n)
     if need > MAX_FORWARD_BYTES:

@@ -121,14 +121,15 @@ class Head:
     normalise: bool = False
     value: str = "stream"
     width: float | None = None
-    omega: float = 1.0  # a wide head's init scale: W_Q, W_K iid N(0, omega^2 / m)
+    omega: float = 1.0  # a wide head's init scale: W_Q, W_K (and W_O, M_V) iid N(0, omega^2 / m)
+    value_matrix: bool = False  # the output V u, V (w x w) over the value's width w (wide: V = W_O M_V)
 
     def __post_init__(self):
         if self.width is not None:
             w = self.width
-            if "bilinear" not in self.score:
-                raise ConfigError(f"width: only a bilinear score has wide weights (W_Q, W_K); this head's score is "
-                                  f"{self.score!r}")
+            if "bilinear" not in self.score and not self.value_matrix:
+                raise ConfigError(f"width: only a bilinear score (W_Q, W_K) or a value matrix (W_O, M_V) has wide "
+                                  f"weights; this head's score is {self.score!r} and it has no value matrix")
             if isinstance(w, bool) or not (w == math.inf or (isinstance(w, (int, np.integer)) and w >= 1)):
                 raise ConfigError(f"width: an integer m >= 1 or inf; got {w!r}")
         if self.score not in SCORES:
@@ -228,6 +229,12 @@ class Net:
                     out.append((f"layer{k + 1}.head{h + 1}.A", (D, D)))
                 else:  # the joint Gram of U = [W_Q, W_K] (twolayer_wide)
                     out.append((f"layer{k + 1}.head{h + 1}.Q", (2 * D, 2 * D)))
+            if hd.value_matrix:
+                w = self.out_dim(k, hd)
+                if hd.width is None:
+                    out.append((f"layer{k + 1}.head{h + 1}.V", (w, w)))
+                else:  # the joint Gram of [W_O^T, M_V] (twolayer_wide)
+                    out.append((f"layer{k + 1}.head{h + 1}.QV", (2 * w, 2 * w)))
         if self.selector is not None:
             out.append(("selector.c", (len(self.subsets),)))
         out.append(("readout.W", (self.widths[-1], self.S)) if self.readout == "linear" else ("readout.a", ()))
@@ -357,7 +364,8 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_gra
     P = net.unpack(theta)
     S = net.S
     # every head a pattern head and the attention read-out: the outputs are never formed per position
-    fused = net.readout == "attention" and len(prep.heads) == len(net.heads)
+    fused = (net.readout == "attention" and len(prep.heads) == len(net.heads)
+             and not any(hd.value_matrix for _, _, hd in net.heads))
     X = None if fused else _embed(x, net, positions=net.reads_positions)  # nothing reads positions: tokens only
     cache = {"x": x, "P": P, "layers": [], "prep": prep, "fused": fused}
     outs_all, tables = [], []
@@ -380,6 +388,8 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_gra
                 al, u, nrm = head_forward(X, lags, w, A, hd.softmax, hd.normalise, "rpe" in hd.score,
                                           "bilinear" in hd.score, V)
                 lc.append(dict(lags=lags, al=al, u=u, nrm=nrm, A=A, width=V))
+            if hd.value_matrix:  # the output V u (the cache keeps u: the normalisation's backward reads it)
+                u = u @ P[name + ".V"].T
             outs.append(u)
             outs_all.append(u)
             gi += 1
@@ -512,6 +522,8 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
                         du = douts[gi] if du is None else du + douts[gi]
                     if du is None:
                         continue  # nothing reads this head's output
+                    if hd.value_matrix:
+                        du = _value_matrix_back(G, P, name, du, c_["u"])
                     barU = tp.gather_back(prep, gi, du)
                 G[name + ".w"][:len(c_["lags"])] += tp.table_backward(prep, c_["table"], barU)
                 continue  # its alpha reads no stream and its value the fixed token block: no stream gradient
@@ -520,6 +532,8 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
                 du = du + douts[gi]
             if np.isscalar(du):
                 continue  # nothing reads this head's output
+            if hd.value_matrix:
+                du = _value_matrix_back(G, P, name, du, c_["u"])
             gw, gA, dXh = head_backward(X, c_["lags"], c_["A"], c_["al"], c_["u"], c_["nrm"],
                                         np.broadcast_to(du, c_["u"].shape), hd.softmax, hd.normalise,
                                         "bilinear" in hd.score, need)
@@ -532,6 +546,12 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
         dX = dXk_stream
     grad = np.concatenate([np.ravel(G[nm]) for nm, _ in net.blocks])
     return loss, grad
+
+
+def _value_matrix_back(G: dict, P: dict, name: str, du, u):
+    """o = V u: dL/dV = sum over sequences and positions of do u^T (into ``G``); returns dL/du = do V."""
+    G[name + ".V"] = np.einsum("nti,ntj->ij", du, u)
+    return du @ P[name + ".V"]
 
 
 def loss_only(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.ndarray, path: str = "auto",

@@ -47,7 +47,8 @@ class Oracle:
         ``S``, ``L``, ``readout`` ("linear" | "attention"), ``selector`` (D or None),
         ``layers``: a list of layers, each a list of heads, each a dict with
         ``score``, ``lags`` ([first, last] or None), ``softmax``, ``normalise``, ``value``, and optionally
-        ``width`` (a finite m: the score (W_Q x_t)^T (W_K x_j), the weights W_Q, W_K in R^{m x D} its parameters).
+        ``width`` (a finite m: the score (W_Q x_t)^T (W_K x_j), the weights W_Q, W_K in R^{m x D} its parameters)
+        and ``value_matrix`` (the output V u; with ``width`` V = W_O M_V, W_O^T and M_V in R^{m x w} its parameters).
 
     Example
     -------
@@ -77,7 +78,14 @@ class Oracle:
                     shapes.append((f"layer{k + 1}.head{h + 1}.WK", (m, width)))
                 elif "bilinear" in hd["score"]:
                     shapes.append((f"layer{k + 1}.head{h + 1}.A", (width, width)))
-                grow += self.S if hd["value"] == "token" else width
+                vw = self.S if hd["value"] == "token" else width
+                if hd.get("value_matrix") and hd.get("width") is not None:  # o = W_O M_V u, the weights themselves
+                    m = int(hd["width"])
+                    shapes.append((f"layer{k + 1}.head{h + 1}.WOt", (m, vw)))
+                    shapes.append((f"layer{k + 1}.head{h + 1}.MV", (m, vw)))
+                elif hd.get("value_matrix"):
+                    shapes.append((f"layer{k + 1}.head{h + 1}.V", (vw, vw)))
+                grow += vw
             width += grow
         self.nheads = sum(len(layer) for layer in self.layers)
         if self.D is not None:
@@ -158,6 +166,10 @@ class Oracle:
                     sq = (s * s).sum(dim=2, keepdim=True)  # s = 0 (no lag): u = 0 and no gradient (no sqrt(0))
                     safe = torch.sqrt(torch.where(sq > 0, sq, torch.ones_like(sq)))
                     s = torch.where(sq > 0, s / safe, torch.zeros_like(s))
+                if hd.get("value_matrix") and hd.get("width") is not None:
+                    s = (s @ params[name + ".MV"].T) @ params[name + ".WOt"]  # W_O M_V u: (W_O^T)^T M_V
+                elif hd.get("value_matrix"):
+                    s = s @ params[name + ".V"].T
                 new.append(s)
                 outs.append(s)
             X = torch.cat([X] + new, dim=2)

@@ -21,6 +21,13 @@ In the flat parameter vector the head's block ``layer{k}.head{h}.Q`` holds Q
 (row-major) and its gradient entry holds G^ (the symmetrised dL/dQ); every
 other block steps theta - eta grad as before.
 
+A wide value matrix is the same object (case (b) 3): the output V u with
+V = W_O M_V, W_O^T, M_V in R^{m x w} (w the value's width, the stream in its
+fixed basis), is the cross block QV[:w, w:] of the Gram of [W_O^T, M_V]
+(block ``layer{k}.head{h}.QV``), moved by the same map with G = dL/dV. Two
+wide objects of one head (W_Q, W_K and W_O, M_V) need no Gram entry across
+the pairs: the loss reads A and V only.
+
 Example
 -------
 >>> import numpy as np
@@ -42,8 +49,12 @@ import numpy as np
 __all__ = ["to_merged", "expand_grad", "gd_step", "flow_rhs", "initial_gram", "wide_blocks"]
 
 
+def _is_gram(name: str) -> bool:
+    return name.endswith(".Q") or name.endswith(".QV")
+
+
 def wide_blocks(net) -> list:
-    """(offset, D) of every wide head's Gram block in the flat vector (its shape (2D, 2D)).
+    """(offset, D) of every wide Gram block in the flat vector (its shape (2D, 2D)).
 
     Example
     -------
@@ -53,20 +64,20 @@ def wide_blocks(net) -> list:
     """
     out, i = [], 0
     for name, shape in net.blocks:
-        if name.endswith(".Q"):
+        if _is_gram(name):
             out.append((i, shape[0] // 2))
         i += int(np.prod(shape))
     return out
 
 
 def to_merged(theta: np.ndarray, net) -> np.ndarray:
-    """The flat vector of ``net.merged``: every wide head's Gram replaced by its cross block A = Q[:D, D:]."""
+    """The flat vector of ``net.merged``: every wide Gram replaced by its cross block (A = Q[:D, D:], V = QV[:w, w:])."""
     theta = np.asarray(theta, dtype=np.float64)
     parts, i = [], 0
     for name, shape in net.blocks:
         k = int(np.prod(shape))
         blk = theta[i:i + k]
-        if name.endswith(".Q"):
+        if _is_gram(name):
             D = shape[0] // 2
             blk = blk.reshape(shape)[:D, D:].ravel()
         parts.append(blk)
@@ -78,7 +89,7 @@ def expand_grad(gm: np.ndarray, net) -> np.ndarray:
     """The gradient of ``net`` from that of ``net.merged``: a wide head's dL/dA = G becomes G^ = [[0, G], [G^T, 0]]."""
     parts, i = [], 0
     for name, shape in net.blocks:
-        if name.endswith(".Q"):
+        if _is_gram(name):
             D = shape[0] // 2
             G = gm[i:i + D * D].reshape(D, D)
             Gh = np.zeros(shape)

@@ -60,13 +60,16 @@ def at_width(desc, width, seed: int = 0):
                    for hs in net.layers)
     net2 = dataclasses.replace(net, layers=layers)
     theta = np.array(desc.theta0, dtype=np.float64)
+    blocks = dict(net2.blocks)
     for k, h, hd in net2.heads:
         if hd.width is None:
             continue
-        name = f"layer{k + 1}.head{h + 1}.Q"
-        i = net2.offset(name)
-        D = net2.widths[k]
-        theta[i:i + 4 * D * D] = initial_gram(D, hd.omega, width, seed=(int(seed), k, h)).ravel()
+        for b, sd in (("Q", (int(seed), k, h)), ("QV", (int(seed), k, h, 1))):  # the description's seed streams
+            name = f"layer{k + 1}.head{h + 1}.{b}"
+            if name not in blocks:
+                continue
+            i, D = net2.offset(name), blocks[name][0] // 2
+            theta[i:i + 4 * D * D] = initial_gram(D, hd.omega, width, seed=sd).ravel()
     return dataclasses.replace(desc, net=net2, theta0=theta)
 
 
@@ -126,10 +129,10 @@ def width_sweep(desc, widths, seeds: int, out, progress: bool = True, log=print,
     out = Path(out)
     if out.suffix not in (".h5", ".hdf5"):
         raise ConfigError(f"out: must end in .h5 or .hdf5, got {str(out)!r}")
-    wide = [f"layer{k + 1}.head{h + 1}.Q" for k, h, hd in desc.net.heads if hd.width is not None]
+    wide = [b for b, _ in desc.net.blocks if b.endswith(".Q") or b.endswith(".QV")]
     if not wide:
-        raise ConfigError("width: no head of this two-layer description is wide (give a bilinear head width = m or "
-                          "\"inf\"): its dynamics do not depend on a width")
+        raise ConfigError("width: no head of this two-layer description is wide (give a bilinear head or a value "
+                          "matrix width = m or \"inf\"): its dynamics do not depend on a width")
     widths = sorted({as_int("widths", m, lo=1) for m in widths})
     if not widths:
         raise ConfigError("widths: give positive integers, e.g. --widths 4,16,64")
