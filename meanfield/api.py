@@ -257,6 +257,23 @@ def particles(model, d=None, out=None, progress: bool = True, batch=None, batch_
     from .engine import finite
 
     desc = _sized(model, overrides, particles_d=True if d is None else as_int("d", d, lo=1))
+    from .engine.twolayer_desc import TwoLayerDescription
+
+    if isinstance(desc, TwoLayerDescription):  # the explicit torch network at its width (engine.twolayer_particles)
+        from .core.errors import ConfigError
+        from .engine import twolayer_particles as tlp
+
+        if d is not None or batch is not None or batch_seed is not None:
+            raise ConfigError("d: not for a two-layer description's explicit network (no d, batch or batch_seed: "
+                              "full batch, the stream in its own basis)")
+        if out is not None:
+            from .core.io import read_run
+
+            _, p = tlp.particles_to_file(desc, out, progress=False)
+            r = read_run(p)
+            r.path = Path(p)
+            return r
+        return tlp.particles(desc)
     if out is not None:
         r, p = finite.particles_to_file(desc, out, d=d, progress=False, batch=batch, batch_seed=batch_seed)
         r.path = Path(p)

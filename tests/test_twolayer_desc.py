@@ -122,8 +122,10 @@ def test_python_api_loads_and_runs(tmp_path):
     assert r.status == "complete" and len(r.t) > 3 and r.entries[0].startswith("w[layer1.head1")
     r2 = mf.run(desc, out=tmp_path / "a.h5", progress=False)
     assert np.array_equal(np.asarray(r2["theta"]), np.asarray(r["theta"]))
-    with pytest.raises(ConfigError, match="^--width: not a parameter"):
-        mf.load(src, width=3)
+    with pytest.raises(ConfigError, match="^width: no head of this two-layer description is wide"):
+        mf.load(src, width=3)  # --width sets the wide heads' width; this model has none
+    with pytest.raises(ConfigError, match="^--omega: not a parameter"):
+        mf.load(src, omega=3)
 
 
 def test_soft_loss_and_sampled_data_and_linear_readout():
@@ -279,10 +281,10 @@ def test_a_flag_that_is_not_a_knob_is_refused_on_the_command_line(tmp_path):
     src = tmp_path / "m.toml"
     src.write_text(TOML, encoding="utf-8")
     out = tmp_path / "run.h5"
-    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", str(src), "--out", str(out), "--width", "3"],
+    r = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", str(src), "--out", str(out), "--omega", "3"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert r.returncode == 2 and r.stderr.strip().startswith("meanfield: --width: not a parameter") or \
-        ("--width: not a parameter" in r.stderr and r.returncode == 2), r.stderr
+    assert r.returncode == 2 and "--omega: not a parameter" in r.stderr and len(r.stderr.strip().splitlines()) == 1, \
+        r.stderr
     assert not out.exists()
 
 
@@ -340,7 +342,7 @@ def test_a_forward_pass_that_would_not_fit_is_refused_before_allocating():
         twolayer_from_dict(raw)
 
 
-@pytest.mark.parametrize("verb, says", [(["derive"], "runs with `meanfield model run` and (with a wide head)"),
+@pytest.mark.parametrize("verb, says", [(["derive"], "a two-layer description takes `model run` (and, with a wide"),
                                          (["width-sweep", "--widths", "2,4"], "width: no head of this two-layer")])
 def test_the_verbs_not_built_for_two_layer_descriptions_are_one_line_refusals(tmp_path, verb, says):
     src = tmp_path / "m.toml"

@@ -280,7 +280,8 @@ def test_width_sweep_runs_start_from_the_draws_the_explicit_network_uses():
     (["model", "width-sweep", str(ROOT / "meanfield" / "models" / "edelman.toml"), "--widths", "2,4"], "width: no head"),
     (["model", "width-sweep", str(EX), "--widths", "2,4", "--d", "9"], "--d: not a parameter"),
     (["model", "width-sweep", str(EX), "--widths", "0,4"], "widths"),
-    (["model", "particles", str(EX), "--width", "4"], "--width: not a parameter of a two-layer description"),
+    (["model", "width-sweep", str(EX), "--widths", "4,1e9"], "widths: m = 1000000000 needs"),  # refused, not OOM
+    (["model", "run", str(EX), "--width", "1e9"], "width: m = 1000000000 needs"),
 ])
 def test_width_sweep_refusals(tmp_path, args, field):
     r = _cli([*args, "--out", str(tmp_path / "x.h5")], tmp_path)
@@ -357,3 +358,48 @@ def test_a_description_with_a_wide_value_matrix():
     d2 = twolayer_from_dict(narrow)
     k = d2.net.offset("layer1.head1.V")
     assert list(d2.theta0[k:k + 4]) == [1.0, 0.5, 0.0, 2.0]
+
+
+# ------------------------------------------------------------------ model particles: the explicit network at m
+
+@pytest.mark.parametrize("m", [1, 3, 50])
+def test_model_particles_equals_model_run_at_the_same_width(tmp_path, m):
+    """`model particles FILE --width M` (the torch network trained on its weights, from the draw the
+    description's seed makes) against `model run FILE --width M` (the exact Gram map from that draw): every
+    record of every block to 1e-10 over 200 steps; the recorded losses too."""
+    import h5py
+
+    args = [str(EX), "--width", str(m), "--steps", "200", "--record-every", "10", "--quiet"]
+    a, b = tmp_path / "p.h5", tmp_path / "r.h5"
+    rp = _cli(["model", "particles", *args, "--out", str(a)], tmp_path)
+    rr = _cli(["model", "run", *args, "--out", str(b)], tmp_path)
+    assert rp.returncode == 0 and rr.returncode == 0, rp.stderr[-2000:] + rr.stderr[-2000:]
+    with h5py.File(a) as f, h5py.File(b) as g:
+        assert f.attrs["particles"] == 1 and f.attrs["width"] == m and "particles" not in g.attrs
+        th, ref = f["theta"][()], g["theta"][()]
+        assert th.shape == ref.shape and len(th) == 21
+        assert np.abs(th - ref).max() <= TOL * max(1.0, np.abs(ref).max())
+        assert np.abs(f["loss"][()] - g["loss"][()]).max() <= TOL
+        assert np.abs(th[-1] - th[0]).max() > 1e-3
+
+
+def test_particles_in_python():
+    import meanfield as mf
+
+    a = mf.particles(str(EX), width=3, steps=20, progress=False)
+    b = mf.run(str(EX), width=3, steps=20, progress=False)
+    assert a.attrs["particles"] == 1 and np.abs(a["theta"] - b["theta"]).max() <= TOL
+
+
+@pytest.mark.parametrize("args, field", [
+    ([str(EX), "--steps", "5"], "width: the explicit network needs a finite width"),  # the file says inf
+    ([str(ROOT / "meanfield" / "models" / "edelman.toml"), "--steps", "5"], "width: no head"),
+    ([str(EX), "--width", "3", "--d", "9"], "--d: not a parameter"),
+    ([str(EX), "--width", "3", "--method", "flow", "--t-end", "1"], "method: the explicit network"),
+    ([str(EX), "--width", "0"], "width"),
+])
+def test_particles_refusals(tmp_path, args, field):
+    r = _cli(["model", "particles", *args, "--out", str(tmp_path / "x.h5")], tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and field in lines[0], r.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -164,10 +164,9 @@ def description_from_args(args, size: dict | None = None):
     from .twolayer_desc import TwoLayerDescription
 
     if isinstance(desc, TwoLayerDescription):
-        if getattr(args, "func", None) not in (_cmd_run, _cmd_width_sweep):
-            raise ConfigError("model: a two-layer description runs with `meanfield model run` and (with a wide "
-                              "head) `model width-sweep` only (the other verbs are not built for it yet: "
-                              "docs/engine.md, 'Two-layer attention')")
+        if getattr(args, "func", None) not in (_cmd_run, _cmd_width_sweep, _cmd_particles):
+            raise ConfigError("model: a two-layer description takes `model run` (and, with a wide head, "
+                              "`width-sweep`, `particles`) only: docs/engine.md, 'Two-layer attention'")
         return desc
     if family is None:
         check_options(raw, flags, desc)
@@ -404,6 +403,19 @@ def _cmd_particles(args) -> int:
 
     out = check_output_file(args.out, "out", (".h5", ".hdf5"))
     desc = description_from_args(args, size={"particles_d": _particles_d(args)})
+    from .twolayer_desc import TwoLayerDescription
+
+    if isinstance(desc, TwoLayerDescription):  # the explicit torch network at the width (engine/twolayer_particles)
+        from .twolayer_particles import particles_to_file as twolayer_particles
+
+        for flag in ("d", "batch", "batch_seed"):
+            if getattr(args, flag, None) is not None:
+                raise ConfigError(f"{flag}: not for a two-layer description's explicit network (full batch, the "
+                                  "stream in its own basis)")
+        traj, path = twolayer_particles(desc, out, progress=not args.quiet, force=bool(getattr(args, "force", False)))
+        print(f"{path}: {traj.status}: {traj.message} (explicit network, m = "
+              f"{next(hd.width for _, _, hd in desc.net.heads if hd.width is not None)})")
+        return EXIT_CODES[traj.status]
     r, path = particles_to_file(desc, out, d=args.d, progress=not args.quiet, batch=args.batch,
                                 batch_seed=args.batch_seed)
     print(f"{path}: {r.status}: {r.message} (explicit network, m = {desc.init.width})")

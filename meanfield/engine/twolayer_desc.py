@@ -193,7 +193,7 @@ NOT_CLOSED = {
 TOP = tuple(KEYS["top level"])
 HEAD_KEYS = tuple(KEYS["[[layers.heads]]"])
 #: the run knobs a command-line flag or a keyword of meanfield.load may override
-OVERRIDES = ("steps", "eta", "seed", "method", "record_every", "t_end")
+OVERRIDES = ("steps", "eta", "seed", "method", "record_every", "t_end", "width")
 #: the largest forward pass (the gathered stream of one head: sequences x T x window x width, float64)
 MAX_FORWARD_BYTES = 2 * 1024 ** 3
 
@@ -551,7 +551,8 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
     raw : dict
         The tables, as ``tomllib`` reads them.
     overrides : dict or None
-        Run knobs (:data:`OVERRIDES`: steps, eta, seed (of the initialisation), method, record_every, t_end).
+        Run knobs (:data:`OVERRIDES`: steps, eta, seed (of the initialisation), method, record_every, t_end,
+        width (of every wide head)).
     source : str or None
         Where it came from (the name defaults to its stem).
 
@@ -610,6 +611,15 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
             for b, v in vals.items():
                 given[f"layer{k + 1}.head{h + 1}.{b}"] = (f"layers[{k}].heads[{h}].{b}", v)
         layers.append(tuple(heads))
+    if "width" in overrides:  # --width M: every wide head at width M (its Gram drawn at M)
+        wv = overrides["width"]
+        wv = math.inf if wv in ("inf", math.inf) or (isinstance(wv, float) and math.isinf(wv)) else \
+            as_int("width", wv, lo=1)
+        if not any(hd.width is not None for hs in layers for hd in hs):
+            raise ConfigError("width: no head of this two-layer description is wide (give a bilinear head or a value "
+                              "matrix width = m in the file)")
+        layers = [tuple(dataclasses.replace(hd, width=wv) if hd.width is not None else hd for hd in hs)
+                  for hs in layers]
     sel = raw.get("selector")
     D = None
     if sel is not None:

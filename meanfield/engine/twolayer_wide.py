@@ -186,6 +186,31 @@ def initial_gram(D: int, omega: float, width, seed=0) -> np.ndarray:
     return U.T @ U
 
 
+#: the largest draw of a finite width's wide weights (m x 2D float64), in bytes
+MAX_DRAW_BYTES = 2 << 30
+
+
+def check_width(D: int, m, field: str = "width") -> None:
+    """Refuse (one line naming ``field``) a finite width whose draw of the wide weights would not fit.
+
+    Example
+    -------
+    >>> check_width(4, 10**9)
+    Traceback (most recent call last):
+    ...
+    meanfield.core.errors.ConfigError: width: m = 1000000000 needs 64 GB for the draw of the wide weights (m x 2D = 8 numbers a row); at most 2 GiB (m <= 33554432 here)
+    """
+    from ..core.errors import ConfigError
+
+    if m == math.inf:
+        return
+    need = 8.0 * float(m) * 2 * D
+    if need > MAX_DRAW_BYTES:
+        raise ConfigError(f"{field}: m = {m} needs {need / 1e9:.3g} GB for the draw of the wide weights (m x 2D = "
+                          f"{2 * D} numbers a row); at most 2 GiB (m <= {MAX_DRAW_BYTES // (16 * D)} here)")
+
+
 def initial_weights(D: int, omega: float, m: int, seed=0) -> np.ndarray:
     """U_0 = [W_Q, W_K] in R^{m x 2D}, iid N(0, omega^2/m) (the explicit network's start at finite m)."""
+    check_width(D, m)
     return np.random.default_rng(seed).normal(0.0, omega / math.sqrt(m), size=(m, 2 * D))

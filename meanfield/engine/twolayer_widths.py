@@ -137,6 +137,11 @@ def width_sweep(desc, widths, seeds: int, out, progress: bool = True, log=print,
     if not widths:
         raise ConfigError("widths: give positive integers, e.g. --widths 4,16,64")
     seeds = as_int("seeds", seeds, lo=1)
+    from .twolayer_wide import check_width
+
+    for name, shape in desc.net.blocks:  # the largest width's draw must fit (--widths 1e9)
+        if name in wide:
+            check_width(shape[0] // 2, widths[-1], "widths")
     est = check_steps_time(at_width(desc, math.inf), force=True)
     runs = len(widths) * seeds + 1
     check_size({"seconds": est["seconds"] * runs}, "size", force,
