@@ -243,6 +243,9 @@ def test_nan_and_inf(run):
         evaluate("9**9**9**9 < 1", run)  # (and float arithmetic: no huge integers are ever formed)
     with pytest.raises(BoundError, match="too large"):
         evaluate("loss < 1e400", run)
+    with pytest.raises(BoundError, match="too large") as e:  # a 400-digit number is quoted shortened
+        evaluate("loss <= 1" + "0" * 400, run)
+    assert len(str(e.value)) < 200 and "(401 characters)" in str(e.value), str(e.value)
 
 
 # --------------------------------------------------------------------------- safety

@@ -238,18 +238,19 @@ def _run_all(files, cs, timeout: float):
     assert not bad, "\n".join(bad)
 
 
+@pytest.mark.slow  # a subset of the whole walk below, which the suite runs (issue 26's acceptance: every flag)
 def test_every_number_flag_fast_variant(files):
-    """1e300 on every command and a fixed sample of the 1e9 walk (the fast suite)."""
+    """1e300 on every command and a fixed sample of the 1e9 walk."""
     cs = fast_cases()
     assert len(cs) > 800, len(cs)
     _run_all(files, cs, timeout=1800)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("value", VALUES)
 def test_every_number_flag_of_every_command_and_model(files, value):
     """The whole walk at one value: at 1e9 many flags are valid (seeds, max_abs, record_every, ...), short
-    runs; every shipped model on every model verb (an hour or more on the loaded 2-core machine)."""
+    runs; every shipped model on every model verb (both values: 132 s on the 2-core machine, 2026-12-06;
+    each case answers within ANSWER_S = 60 s or fails)."""
     cs = all_cases((value,))
     assert len(cs) > 2000, len(cs)
     _run_all(files, cs, timeout=6 * 3600)

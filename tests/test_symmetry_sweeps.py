@@ -27,7 +27,10 @@ def _results(folder):
 def test_batched_sweep_records_the_symmetric_start_as_the_unbatched_one_does(tmp_path):
     r1 = _run(SWEEP + ["--out", "plain"], tmp_path)
     r2 = _run(SWEEP + ["--batched", "--out", "batched"], tmp_path)
-    assert r1.returncode == r2.returncode == 0, (r1.stderr[-2000:], r2.stderr[-2000:])
+    assert r1.returncode == r2.returncode == 1, (r1.stderr[-2000:], r2.stderr[-2000:])  # every point failed
+    for r in (r1, r2):  # said on stderr, one line, not only in sweep.json
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("meanfield: 2 of 2 points failed") and "symmetry:" in lines[0]
     plain, batched = _results(tmp_path / "plain"), _results(tmp_path / "batched")
     assert [p["status"] for p in plain] == [b["status"] for b in batched] == ["failed", "failed"]
     for p, b in zip(plain, batched):

@@ -449,7 +449,12 @@ class _Parser:
             except OverflowError:
                 v = math.inf
             if not math.isfinite(v):  # 1e400 parses as inf: a number the comparison cannot represent
-                self.fail(f"number '{self.seg(node)}' too large (beyond {sys.float_info.max:.3g})")
+                try:  # a long integer: count all its digits (beyond Python's 4300-digit str limit: the segment)
+                    text = str(node.value) if isinstance(node.value, int) else self.seg(node)
+                except ValueError:
+                    text = self.seg(node)
+                text = text if len(text) <= 24 else f"{text[:12]}...{text[-6:]} ({len(text)} characters)"
+                self.fail(f"number '{text}' too large (beyond {sys.float_info.max:.3g})")
             return ("const", v)
         if isinstance(node, ast.Name):
             if node.id in self.refs:

@@ -368,6 +368,13 @@ def _cmd_sweep(args) -> int:
     n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
     print(f"{Path(args.out) / 'sweep.json' if Path(args.out).suffix != '.json' else args.out}: "
           f"{idx['status']}: {n_ok}/{idx['n_points']} points complete")
+    failed = [e for e in idx["points"] if e["result"] and e["result"]["status"] == "failed"]
+    if idx["status"] == "complete" and failed:  # said on stderr and in the exit code, not only in sweep.json
+        from ..core.guard import one_line
+
+        print(one_line(f"meanfield: {len(failed)} of {idx['n_points']} points failed (first, {failed[0]['path']}: "
+                       f"{failed[0]['result']['message']})", 300), file=sys.stderr)
+        return 1
     return 0 if idx["status"] == "complete" else 130
 
 
