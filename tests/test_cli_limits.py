@@ -216,6 +216,20 @@ def test_a_description_with_huge_token_counts_is_refused(count):
     assert count > MAX_COUNT
 
 
+def test_huge_token_counts_from_the_command_line(tmp_path):
+    """The same refusal through `meanfield model run` on a file: exit 2, one line naming the field, nothing
+    written."""
+    (tmp_path / "m.toml").write_text(
+        'name = "m"\n[dictionary]\nfeatures = ["a", "b"]\n[data]\nrows = [\n'
+        '  {tokens = ["a", "b"], target = 1, counts = [1, 1e300]},\n  {tokens = ["b", "a"], target = -1},\n]\n'
+        '[[heads]]\nname = "h"\n[model]\nloss = "logistic"\n[parameters]\nsteps = 3\n', encoding="utf-8")
+    r = subprocess.run(MEANFIELD + ["model", "run", "m.toml", "--out", "r.h5"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "data.rows[0].counts: must be" in lines[0], r.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["m.toml"]
+
+
 def test_the_python_api_keeps_evaluate_at_the_start_runs():
     """The refusals of --h-min 0 and of zero-step stage plans are the command
     line's (meanfield.core.config.check_cli_values): from Python h_min = 0 (no
