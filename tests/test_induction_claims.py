@@ -392,3 +392,44 @@ def test_the_suites_runs_come_from_the_description_and_equal_the_hand_kernels():
     assert np.max(np.abs(np.asarray(gen.y) - np.asarray(hand.y))) <= 1e-12 * max(1.0, np.abs(hand.y).max())
     assert np.abs(np.asarray(hand.y)[-1] - np.asarray(hand.y)[0]).max() > 1e-3  # the phases moved every block
 
+
+
+def test_the_claims_measure_on_the_generic_network():
+    """meanfield.models.induction.generic (the engine's two-layer network) against the induction model's own
+    plain-numpy oracle (meanfield.models.induction.model): loss and gradient to 1e-12 on sequences with and
+    without the target in the context (the log(0) guard), per-sequence losses, and the claims' measurements
+    (model_losses, best_a) built on them; no hand kernel is called."""
+    from meanfield.models.induction import claims as C
+    from meanfield.models.induction import generic as G
+    from meanfield.models.induction import kernels as Kn
+    from meanfield.models.induction import model
+
+    arch = model.Arch(d=3, H=3, M=3, D=2)
+    rng = np.random.default_rng(4)
+    tok = rng.integers(0, 3, size=(300, 9))  # L = 8: some targets never occur in the context (clipped)
+    th = model.init_params(arch, 2.0, 0.0, 1.0, 3.0) + rng.normal(0, 0.3, arch.n_params)
+    lm, gm = model.loss_and_grad(th, tok, arch)
+    lg, gg = G.loss_and_grad(th, tok, arch)
+    assert abs(lm - lg) <= 1e-12 * max(1, abs(lm)) and np.abs(gm - gg).max() <= 1e-12
+    seen = (tok[:, :8] == tok[:, 8:9]).any(axis=1)
+    assert (~seen).any()  # the guard is exercised
+    per = G.losses_by_sequence(th, tok, arch)
+    assert abs(per.mean() - lm) <= 1e-12 * max(1, abs(lm))
+    with pytest.MonkeyPatch.context() as mp:  # the measurements call no hand kernel
+        for name in ("batch_loss_grad", "batch_loss", "loss_grad", "gd_advance"):
+            mp.setattr(Kn, name, lambda *a, **k: (_ for _ in ()).throw(AssertionError("hand kernel called")))
+        m = C.model_losses(th, tok, arch)
+        a = C.best_a(th, tok, arch)
+    assert m["loss"] == pytest.approx(lm, rel=1e-12) and m["n_seen"] == int(seen.sum())
+    assert m["loss_seen"] == pytest.approx(model.loss_and_grad(th, tok[seen], arch)[0], rel=1e-12)
+    th_a = th.copy()
+
+    def at(aa):  # the generic loss, equal to the oracle's (asserted above)
+        th_a[-1] = aa
+        return G.loss(th_a, tok, arch)
+
+    # best_a: no worse than a grid, up to its a-tolerance (xatol 1e-5) times the slope there
+    grid = min(at(aa) for aa in np.linspace(0.0, 50.0, 501))
+    lo, hi = max(0.0, a - 1e-4), a + 1e-4
+    slope = abs(at(hi) - at(lo)) / (hi - lo)
+    assert 0.0 <= a <= 50.0 and at(a) <= grid + 1e-5 * slope + 1e-12

@@ -592,31 +592,33 @@ def check_other_prior(rows: list[dict], frac_min: float = OTHER_PRIOR_MOST, tol:
 
 def model_losses(theta, tokens, arch, yhat_floor: float = 1e-300) -> dict:
     """The model's guarded loss on ``tokens`` (all sequences) and on the
-    sequences whose target occurs in the context (``loss_seen``)."""
-    from . import kernels as Kn
+    sequences whose target occurs in the context (``loss_seen``), on the
+    engine's generic network (``meanfield.models.induction.generic``)."""
+    from .generic import losses_by_sequence
     from .theory import seen_mask
 
     tokens = np.asarray(tokens)
     seen = seen_mask(tokens)
-    loss, _, nclip = Kn.batch_loss_grad(theta, Kn.Batch(tokens, arch), yhat_floor, want_grad=False)
-    ls = Kn.batch_loss(theta, Kn.Batch(tokens[seen], arch), yhat_floor) if seen.any() else math.nan
-    return {"loss": float(loss), "loss_seen": float(ls), "n_seen": int(seen.sum()), "n_clipped": int(nclip),
-            "N": int(len(tokens))}
+    per = losses_by_sequence(theta, tokens, arch, yhat_floor)
+    from ...engine.twolayer_net import LOG_CAP
+
+    return {"loss": float(per.mean()), "loss_seen": float(per[seen].mean()) if seen.any() else math.nan,
+            "n_seen": int(seen.sum()), "n_clipped": int((per >= LOG_CAP).sum()), "N": int(len(tokens))}
 
 
-def best_a(theta, tokens, arch, a_max: float = 50.0, yhat_floor: float = 1e-300, loss: str = "nll") -> float:
-    """argmin over a in [0, a_max] of the model's mean loss (``loss``: nll |
-    official-ce) on ``tokens`` with c, w of ``theta`` (bounded Brent search)."""
+def best_a(theta, tokens, arch, a_max: float = 50.0, yhat_floor: float = 1e-300) -> float:
+    """argmin over a in [0, a_max] of the model's mean nll on ``tokens`` with c, w of ``theta`` (bounded Brent
+    search; the engine's generic network)."""
     from scipy.optimize import minimize_scalar
 
-    from . import kernels as Kn
+    from .generic import loss as generic_loss
 
-    b = Kn.Batch(np.asarray(tokens), arch, loss=loss)
+    tokens = np.asarray(tokens)
     th = np.array(theta, dtype=np.float64)
 
     def f(a):
         th[-1] = a
-        return Kn.batch_loss(th, b, yhat_floor)
+        return generic_loss(th, tokens, arch, yhat_floor)
 
     return float(minimize_scalar(f, bounds=(0.0, a_max), method="bounded", options={"xatol": 1e-5}).x)
 

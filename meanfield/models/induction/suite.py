@@ -275,8 +275,8 @@ def phase1_velocity(cfg, w_plus: float, batches: int, batch: int, a_init: float 
     ``a_init``, default cfg.a_init), one value per batch of ``batch`` fresh
     sequences (seed (seed, 7, b)); head subsets are mapped to lag sets by the
     start lags."""
-    from . import kernels as Kn
     from .data import generate
+    from .generic import loss_and_grad
     from .model import init_params
 
     arch = cfg.arch()
@@ -285,7 +285,7 @@ def phase1_velocity(cfg, w_plus: float, batches: int, batch: int, a_init: float 
     V = np.empty((batches, arch.nS))
     for b in range(batches):
         tok = generate(batch, cfg.d, cfg.L, cfg.pa, cfg.alpha, _seq_seed(cfg, 7, b)).tokens
-        V[b] = -Kn.batch_loss_grad(th0, Kn.Batch(tok, arch), cfg.yhat_floor)[1][: arch.nS]
+        V[b] = -loss_and_grad(th0, tok, arch, cfg.yhat_floor)[1][: arch.nS]  # the engine's generic network
     out: dict = {}
     for i, S in enumerate(arch.subsets):
         key = tuple(sorted({cfg.start_lags[h] for h in S}))
