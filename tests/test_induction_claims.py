@@ -386,7 +386,7 @@ def test_the_suites_runs_come_from_the_description_and_equal_the_hand_kernels():
     vals = dict(CS.BASE, L=20, n_train=60, n_test=30, stage_steps=(20, 15, 40), stage_etas=(2.0, 10.0, 0.5))
     cfg = make_config(vals)
     grid = R.phase_log_grid(cfg, 5, 12)
-    hand = R.run(cfg, R.Problem.build(cfg), saveat=grid)
+    hand = R.run(cfg, R.Problem.build(cfg), saveat=grid, path="hand")
     gen = CS.description_run(vals, saveat=grid)
     assert gen.status == hand.status == "complete" and gen.step == hand.step and gen.stage == hand.stage
     assert np.max(np.abs(np.asarray(gen.y) - np.asarray(hand.y))) <= 1e-12 * max(1.0, np.abs(hand.y).max())

@@ -370,10 +370,10 @@ def _cmd_sweep(args) -> int:
           f"{idx['status']}: {n_ok}/{idx['n_points']} points complete")
     failed = [e for e in idx["points"] if e["result"] and e["result"]["status"] == "failed"]
     if idx["status"] == "complete" and failed:  # said on stderr and in the exit code, not only in sweep.json
-        from ..core.guard import one_line
+        from ..core.guard import cli_log, one_line
 
-        print(one_line(f"meanfield: {len(failed)} of {idx['n_points']} points failed (first, {failed[0]['path']}: "
-                       f"{failed[0]['result']['message']})", 300), file=sys.stderr)
+        cli_log().warning(one_line(f"{len(failed)} of {idx['n_points']} points failed (first, {failed[0]['path']}: "
+                                   f"{failed[0]['result']['message']})", 300))
         return 1
     return 0 if idx["status"] == "complete" else 130
 

@@ -262,18 +262,90 @@ def phase_log_grid(cfg: InductionConfig, every: int, n_log: int) -> integrate.Sa
     return integrate.SaveAt(points=np.unique(np.concatenate(pts)))
 
 
+PATHS = ("auto", "generic", "hand")
+
+
+def generic_run(cfg: InductionConfig, saveat: integrate.SaveAt | None = None, monitor=None,
+                strict: bool = False) -> integrate.Trajectory | None:
+    """Train ``cfg`` as its two-layer description (family ``induction``, ``description.build``: the engine's
+    generic two-layer network, what ``meanfield model run induction`` runs) on the record grid ``saveat``
+    (default: the config's, :func:`save_at`); the states come back in the induction layout
+    (``model.pack``: c, w, a), so the run file and the checkers read them as the hand kernels' (held equal to
+    them to 1e-12). None where the description does not build the config (fresh or minibatch sampling, the
+    official cross-entropy, another guard, the flow, non-loss criteria, another held-out length: the hand
+    kernels run those); ``strict``: raise that one-line ConfigError instead.
+
+    Parameters
+    ----------
+    cfg : InductionConfig
+    saveat : SaveAt or None
+    monitor : Monitor or None
+        Progress, signals, checkpoints (the core harness).
+    strict : bool
+
+    Returns
+    -------
+    Trajectory or None
+    """
+    import dataclasses
+
+    from ...core.errors import ConfigError
+    from ...engine.twolayer_run import TwoLayerSystem
+    from .description import build
+    from .model import pack
+
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # the config's warnings were issued when it was made
+            warnings.simplefilter("ignore")
+            desc = build(dataclasses.asdict(cfg), "induction", None)
+    except ConfigError:
+        if strict:
+            raise
+        return None
+    system = TwoLayerSystem(desc)
+    traj = harness.solve(desc.training, system, desc.theta0, harness.stages_of(desc.stages),
+                         saveat if saveat is not None else save_at(cfg), monitor)
+    names = [name for name, _ in desc.net.blocks]
+    cut = np.cumsum([0] + [int(np.prod(shape)) for _, shape in desc.net.blocks])
+    iw = [k for k, n in enumerate(names) if n.startswith("layer1.")]
+    ic, ia = names.index("selector.c"), names.index("readout.a")
+
+    def induction_layout(y):
+        y = np.asarray(y)
+        return pack(y[cut[ic]:cut[ic + 1]], np.concatenate([y[cut[k]:cut[k + 1]] for k in iw]), y[cut[ia]])
+
+    traj.y = [induction_layout(y) for y in traj.y]
+    traj.path = "generic"
+    return traj
+
+
 def run(cfg: InductionConfig, problem: Problem | None = None, theta0: np.ndarray | None = None,
-        monitor: integrate.Monitor | None = None, saveat: integrate.SaveAt | None = None) -> integrate.Trajectory:
+        monitor: integrate.Monitor | None = None, saveat: integrate.SaveAt | None = None,
+        path: str = "auto") -> integrate.Trajectory:
     """Train for ``cfg`` (from ``theta0`` if given) and return the trajectory
     (the state y of each record is the flat parameter vector theta).
     ``saveat`` replaces the config's record grid (e.g. log-spaced records
-    inside phase 3: :func:`phase_log_grid`)."""
+    inside phase 3: :func:`phase_log_grid`). ``path``: ``auto`` runs the
+    engine's generic two-layer network where it builds the config
+    (:func:`generic_run`; the default config and every fixed-sampling nll
+    one), the hand kernels otherwise; ``hand`` the hand kernels always (the
+    tests' reference); ``generic`` the generic network or a one-line refusal."""
+    if path not in PATHS:
+        raise ValueError(f"path: one of {', '.join(PATHS)}; got {path!r}")
+    if path != "hand" and theta0 is None:
+        traj = generic_run(cfg, saveat, monitor, strict=path == "generic")
+        if traj is not None:
+            return traj
     pb = problem or Problem.build(cfg)
     system = InductionSystem(pb.train, pb.arch, cfg.yhat_floor, cfg.max_abs,
                              fresh=cfg if cfg.sampling == "fresh" else None,
                              minibatch=cfg if cfg.sampling == "minibatch" else None)
     y = pb.theta0 if theta0 is None else np.asarray(theta0, dtype=np.float64)
-    return harness.solve(cfg, system, y, stages(cfg), saveat if saveat is not None else save_at(cfg), monitor)
+    traj = harness.solve(cfg, system, y, stages(cfg), saveat if saveat is not None else save_at(cfg), monitor)
+    traj.path = pb.train.path
+    return traj
 
 
 def observables(pb: Problem, Y: np.ndarray) -> dict[str, np.ndarray]:
@@ -288,7 +360,20 @@ def observables(pb: Problem, Y: np.ndarray) -> dict[str, np.ndarray]:
     ls = np.full(T, np.nan)
     ct = np.zeros(T, dtype=np.int64)
     ce = np.zeros(T, dtype=np.int64)
+    generic = cfg.loss == "nll" and cfg.yhat_floor == 1e-300  # the engine's generic network evaluates these
+    if generic:
+        from ...engine.twolayer_net import LOG_CAP
+        from .generic import losses_by_sequence
     for i in range(T):
+        if generic:
+            per = losses_by_sequence(Y[i], pb.train.tokens, arch)
+            lt[i], ct[i] = per.mean(), int((per >= LOG_CAP).sum())
+            if pb.test is not None:
+                pe = losses_by_sequence(Y[i], pb.test.tokens, arch)
+                le[i], ce[i] = pe.mean(), int((pe >= LOG_CAP).sum())
+            if pb.test_seen is not None:
+                ls[i] = losses_by_sequence(Y[i], pb.test_seen.tokens, arch).mean()
+            continue
         lt[i], _, ct[i] = kernels.batch_loss_grad(Y[i], pb.train, cfg.yhat_floor, want_grad=False)
         if pb.test is not None:
             le[i], _, ce[i] = kernels.batch_loss_grad(Y[i], pb.test, cfg.yhat_floor, want_grad=False)
@@ -323,7 +408,8 @@ def save(path: str | Path, cfg: InductionConfig, traj: integrate.Trajectory, pro
         "n_test": 0 if pb.test is None else pb.test.N, "batch": cfg.batch, "seed": cfg.seed,
         "n_test_seen": 0 if pb.test_seen is None else pb.test_seen.N, "loss": cfg.loss,
         "train_seed": list(train_seed(cfg)), "test_seed": list(test_seed(cfg)),
-        "train_file": cfg.train_file or "", "kernel_path": pb.train.path, "yhat_floor": cfg.yhat_floor,
+        "train_file": cfg.train_file or "", "kernel_path": getattr(traj, "path", pb.train.path),
+        "yhat_floor": cfg.yhat_floor,
         "stage_names": ["simultaneous"] if cfg.schedule == "simultaneous" else list(cfg.phases),
         "stage_ends": traj.stage_ends,
         "stopped_at_step": int(arr["step"][-1]) if arr["step"].size else 0,

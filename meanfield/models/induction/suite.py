@@ -299,22 +299,8 @@ def subset_label_lags(S) -> str:
 
 
 def description_run(values: dict, saveat=None):
-    """Train the induction system as its two-layer description (family ``induction``, the engine's generic
-    two-layer path, ``meanfield model run induction``): the trajectory of the claims' runs, its states in
-    the induction layout (``model.pack``: c, w, a) so that the run file and the checkers read them as
-    before. ``values``: the fields of ``InductionConfig``; ``saveat``: the record grid (default: the
-    description's).
-
-    Parameters
-    ----------
-    values : dict
-        Config fields (``d``, ``L``, ``n_train``, ``stage_steps``, ...).
-    saveat : meanfield.core.integrate.SaveAt or None
-        Records.
-
-    Returns
-    -------
-    meanfield.core.integrate.Trajectory
+    """Train the induction system as its two-layer description: :func:`meanfield.models.induction.run.generic_run`
+    (the engine's generic two-layer path) on the config of ``values`` (the fields of ``InductionConfig``).
 
     Example
     -------
@@ -323,27 +309,10 @@ def description_run(values: dict, saveat=None):
     >>> tr.status, tr.step[-1], len(tr.y[-1])     # c (2 subsets), w (1 x 1), a
     ('complete', 6, 4)
     """
-    from ...core import harness
-    from ...engine.twolayer_run import TwoLayerSystem
-    from .description import build
-    from .model import pack
+    from .config import make_config
+    from .run import generic_run
 
-    desc = build(dict(values), "induction", None)
-    system = TwoLayerSystem(desc)
-    traj = harness.solve(desc.training, system, desc.theta0, harness.stages_of(desc.stages), saveat)
-    sizes = [int(np.prod(shape)) for _, shape in desc.net.blocks]
-    names = [name for name, _ in desc.net.blocks]
-    cut = np.cumsum([0] + sizes)
-    iw = [k for k, n in enumerate(names) if n.startswith("layer1.")]
-    ic, ia = names.index("selector.c"), names.index("readout.a")
-
-    def induction_layout(y):
-        y = np.asarray(y)
-        w = np.concatenate([y[cut[k]:cut[k + 1]] for k in iw])
-        return pack(y[cut[ic]:cut[ic + 1]], w, y[cut[ia]])
-
-    traj.y = [induction_layout(y) for y in traj.y]
-    return traj
+    return generic_run(make_config(dict(values)), saveat, strict=True)
 
 
 def run_like(traj, cfg) -> dict:
