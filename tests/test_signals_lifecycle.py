@@ -174,3 +174,40 @@ def test_an_interrupt_swallowed_in_a_callback_prints_no_traceback_and_still_stop
     assert seen == ["KeyboardInterrupt"]  # nothing more reached the hook
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 1 and "interrupted" in err
+
+
+def test_after_a_signal_an_llvmlite_finaliser_prints_no_traceback(monkeypatch):
+    """A signal can cut short numba's compiler inside an llvmlite constructor; at the interpreter's shutdown
+    that object's __del__ fails ("Exception ignored in ... ObjectRef.__del__" and a traceback on stderr: CI
+    saw it after a SIGTERM to a chunked sweep). After a command a signal stopped, the barrier leaves a hook
+    that drops exactly those (and KeyboardInterrupts); anything else still reaches the previous hook, and a
+    command that ended normally puts the previous hook back."""
+    import sys
+    import types
+
+    from meanfield.core.errors import PENDING
+    from meanfield.core.guard import barrier
+
+    seen = []
+    collector = seen.append
+    monkeypatch.setattr(sys, "unraisablehook", collector)
+
+    def llvmlite_del(self):
+        pass
+
+    llvmlite_del.__module__ = "llvmlite.binding.ffi"
+
+    def stopped():
+        PENDING["signal"] = 15
+        raise KeyboardInterrupt("signal 15")
+
+    assert barrier(stopped) == 130
+    sys.unraisablehook(types.SimpleNamespace(exc_value=AttributeError("_as_parameter_"), object=llvmlite_del))
+    sys.unraisablehook(types.SimpleNamespace(exc_value=KeyboardInterrupt(), object=print))
+    assert seen == []
+    other = types.SimpleNamespace(exc_value=ValueError("a real one"), object=print)
+    sys.unraisablehook(other)
+    assert seen == [other]
+    monkeypatch.setattr(sys, "unraisablehook", collector)
+    assert barrier(lambda: 0) == 0
+    assert sys.unraisablehook is collector

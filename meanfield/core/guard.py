@@ -478,7 +478,10 @@ def barrier(call, verbose: bool = False, after_work=None) -> int:
     try:
         return _barrier_body(call, debug, after_work)
     finally:
-        sys.unraisablehook = old_hook
+        # after a signal the interpreter's shutdown can collect an llvmlite object whose construction the
+        # signal cut short (its __del__ then fails: "Exception ignored in ... ObjectRef.__del__" with a
+        # traceback); those are dropped, everything else goes to the previous hook
+        sys.unraisablehook = old_hook if PENDING["signal"] is None else _quiet_after_signal(old_hook)
         PENDING["signal"] = None
         for sig, old in ((signal.SIGTERM, old_term), (signal.SIGINT, old_int)):
             if old is not None:
@@ -486,6 +489,32 @@ def barrier(call, verbose: bool = False, after_work=None) -> int:
                     signal.signal(sig, old)
                 except (ValueError, TypeError):  # pragma: no cover
                     pass
+
+
+def _quiet_after_signal(previous):
+    """The ``sys.unraisablehook`` of a command a signal stopped: a KeyboardInterrupt, or an exception in the
+    finaliser of an llvmlite object (numba's compiler, cut short by the signal), is dropped; anything else
+    goes to ``previous``.
+
+    Example
+    -------
+    >>> import types
+    >>> seen = []
+    >>> hook = _quiet_after_signal(seen.append)
+    >>> def __del__(self): pass
+    >>> __del__.__module__ = "llvmlite.binding.ffi"
+    >>> hook(types.SimpleNamespace(exc_value=AttributeError("_as_parameter_"), object=__del__))
+    >>> hook(types.SimpleNamespace(exc_value=ValueError("x"), object=print)); len(seen)
+    1
+    """
+    quiet = _quiet_interrupts(previous)
+
+    def hook(unraisable):
+        if str(getattr(getattr(unraisable, "object", None), "__module__", "") or "").startswith("llvmlite"):
+            return
+        quiet(unraisable)
+
+    return hook
 
 
 def _quiet_interrupts(previous):

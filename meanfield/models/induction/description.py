@@ -65,9 +65,9 @@ def build(values: dict, name: str, source: str | None = None):
     """
     from .config import make_config
     from .model import init_params, unpack
-    from .run import stage_specs, train_data
+    from .setup import stage_specs, train_data
 
-    from .run import test_data
+    from .setup import test_data
 
     cfg = make_config(dict(values))
     for field, ok, allowed in [("L_test", cfg.L_test in (None, cfg.L), "the training L (a held-out set of another "
