@@ -452,3 +452,36 @@ def test_a_latent_causal_graph_law_its_soft_target_and_refusals():
         raw2["data"] = data
         with pytest.raises(ConfigError, match="^" + re.escape(start)):
             twolayer_from_dict(raw2)
+
+
+def test_loss_floor_and_a_held_out_set_of_another_length():
+    # [model] loss = official-ce and yhat_floor reach the network; data.test_tokens may have another length
+    # (its loss is that of the same blocks on the longer contexts: the explicit numpy loss below)
+    from meanfield.engine.twolayer_desc import twolayer_from_dict
+    from meanfield.engine.twolayer_net import loss_only
+    from meanfield.engine.twolayer_run import run
+
+    rng = np.random.default_rng(3)
+    tok = rng.integers(0, 2, size=(12, 6)).tolist()
+    test = rng.integers(0, 2, size=(5, 9)).tolist()
+    raw = {"model": {"class": "twolayer", "loss": "official-ce"},
+           "data": {"family": "tokens", "d": 2, "tokens": tok, "test_tokens": test},
+           "layers": [{"heads": [{"score": "rpe", "lags": [1, 2], "normalise": True, "value": "token"}]}],
+           "selector": {"D": 1}, "readout": {"kind": "attention", "a": 1.0}, "training": {"steps": 3, "eta": 0.2}}
+    desc = twolayer_from_dict(raw)
+    assert desc.net.ce == "softmax" and desc.test_net.L == 8 and desc.net.L == 5
+    r = run(desc)
+    xt = np.asarray(test)
+    lt = loss_only(r["theta"][-1], desc.test_net, xt, np.eye(2)[xt[:, 8]], np.full(5, 0.2))
+    assert abs(r["loss_test"][-1] - lt) <= 1e-14
+    floor = twolayer_from_dict({**raw, "model": {"class": "twolayer", "yhat_floor": 1e-4}})
+    assert floor.net.ce == "log" and abs(floor.net.log_cap - np.log(1e4)) <= 1e-12
+    for bad, field in [({"yhat_floor": 1.5}, "model.yhat_floor"), ({"yhat_floor": 0}, "model.yhat_floor"),
+                       ({"loss": "hinge"}, "model.loss")]:
+        with pytest.raises(ConfigError) as e:
+            twolayer_from_dict({**raw, "model": {"class": "twolayer", **bad}})
+        assert str(e.value).startswith(field) and "\n" not in str(e.value)
+    # a network whose blocks depend on L (a bilinear head over every causal lag) refuses another test length
+    stream = {**raw, "layers": [{"heads": [{"score": "bilinear"}]}]}
+    with pytest.raises(ConfigError, match="^data.test_tokens: sequences of the training length"):
+        twolayer_from_dict(stream)

@@ -131,3 +131,39 @@ def test_doctests():
     for mod in (twolayer_net, twolayer_oracle):
         r = doctest.testmod(mod)
         assert r.failed == 0 and r.attempted > 0
+
+
+def _induction_like(d=3, L=6):
+    return Net(d, L, ((Head("rpe", (1, 2), normalise=True, value="token"), Head("rpe", (2, 3), normalise=True,
+                                                                               value="token")),),
+               selector=2, readout="attention")
+
+
+@pytest.mark.parametrize("path", ["direct", "pattern"])
+def test_official_cross_entropy_and_another_floor_against_the_explicit_network(path):
+    # ce = softmax: torch's own cross_entropy on y_hat taken as logits (the official induction code's loss);
+    # log_cap: a y_hat floor of 1e-3 clips the worst sequences (their terms have no gradient), on both paths
+    import dataclasses
+
+    rng = np.random.default_rng(11)
+    base = _induction_like()
+    x = rng.integers(0, 3, size=(60, 7))
+    y, p = np.eye(3)[x[:, 6]], np.full(60, 1 / 60)
+    theta0 = np.concatenate([rng.normal(0, 0.8, base.size - 1), [2.0]])
+    for net, spec in [(dataclasses.replace(base, ce="softmax"), {"ce": "softmax"}),
+                      (dataclasses.replace(base, log_cap=-np.log(1e-3)), {"log_cap": -np.log(1e-3)})]:
+        o = Oracle({**spec_of(net), **spec})
+        l, g = loss_grad(theta0, net, x, y, p, path=path)
+        tl, tg = oracle_grad(o, theta0, x, y, p)
+        assert abs(l - tl) <= 1e-12 * max(1.0, abs(tl)) and np.abs(g - tg).max() <= 1e-12, spec
+        assert abs(twolayer_net.loss_only(theta0, net, x, y, p, path=path) - tl) <= 1e-12 * max(1.0, abs(tl))
+        th, _ = gd(theta0, net, x, y, p, 0.3, 200)
+        ref, _ = o.gd(theta0, x, y, p, 0.3, 200)
+        assert np.abs(th - ref).max() <= 1e-10, spec
+    # the floor bites: some sequence is clipped at the start, so the two losses differ
+    capped = dataclasses.replace(base, log_cap=-np.log(1e-3))
+    assert twolayer_net.loss_only(theta0, capped, x, y, p) < twolayer_net.loss_only(theta0, base, x, y, p)
+    with pytest.raises(ConfigError, match="^ce:"):
+        dataclasses.replace(base, ce="hinge")
+    with pytest.raises(ConfigError, match="^log_cap:"):
+        dataclasses.replace(base, log_cap=0.0)

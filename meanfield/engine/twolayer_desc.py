@@ -100,8 +100,12 @@ KEYS = {
     },
     "[model]": {
         "class": ("str", "required", "`twolayer`"),
-        "loss": ("`nll`, `soft`", "nll", "cross-entropy against the next token, or against E[pi(. | x_L) | x] "
-                                         "(the exact law only); -log y_hat is clipped at -log 1e-300"),
+        "loss": ("`nll`, `soft`, `official-ce`", "nll", "cross-entropy against the next token, or against "
+                 "E[pi(. | x_L) | x] (the exact law only), both with -log y_hat clipped at -log yhat_floor; or "
+                 "`official-ce`: the cross-entropy of softmax(y_hat) against the next token (y_hat taken as "
+                 "logits, as the official induction code's CrossEntropyLoss; never clipped)"),
+        "yhat_floor": ("float in (0, 1)", "1e-300", "the log(0) guard: -log y_hat is clipped at -log yhat_floor "
+                                                    "(a clipped term has no gradient)"),
     },
     "[data] (family = markov)": {
         "family": ("`markov`, `graph`, `tokens`", "markov", "the in-context Markov chain with a Dirichlet prior, a "
@@ -125,8 +129,8 @@ KEYS = {
         "family": ("`tokens`", "-", "a fixed data set, weights 1/N, next-token targets"),
         "d": ("int >= 2", "2", "vocabulary"),
         "tokens": ("array of arrays of int", "required", "the sequences x_1..x_(L+1), tokens 0..d-1"),
-        "test_tokens": ("array of arrays of int", "none", "a held-out set of the same length, never trained on: "
-                                                          "its loss is recorded as `loss_test`"),
+        "test_tokens": ("array of arrays of int", "none", "a held-out set (of any length L_test + 1 >= 2), never "
+                                                          "trained on: its loss is recorded as `loss_test`"),
     },
     "[[layers]]": {
         "heads": ("array of tables", "required", "the layer's heads; their outputs are appended to the stream"),
@@ -246,6 +250,12 @@ class TwoLayerDescription:
     def test(self):
         """The held-out set (x, y, p) of a fixed data set, or None."""
         return self.data.get("test")
+
+    @property
+    def test_net(self) -> Net:
+        """The network on the held-out set's contexts (the same blocks; its own L where it has another length)."""
+        Lt = self.data.get("L_test")
+        return self.net if Lt is None else dataclasses.replace(self.net, L=int(Lt))
 
     @property
     def exact(self) -> bool:
@@ -387,9 +397,10 @@ def _tokens(raw, loss):
     info = {"family": "tokens", "d": S, "L": L, "exact": False, "samples": int(x.shape[0]), "fixed": True}
     if d.get("test_tokens") is not None:
         xt = _token_rows("data.test_tokens", d["test_tokens"], S)
-        if xt.shape[1] != L + 1:
-            raise ConfigError(f"data.test_tokens: sequences of the training length L + 1 = {L + 1}; got {xt.shape[1]}")
-        info["test"] = (xt, np.eye(S)[xt[:, L]], np.full(xt.shape[0], 1.0 / xt.shape[0]))
+        Lt = xt.shape[1] - 1
+        info["test"] = (xt, np.eye(S)[xt[:, Lt]], np.full(xt.shape[0], 1.0 / xt.shape[0]))
+        if Lt != L:
+            info["L_test"] = int(Lt)
         info["n_test"] = int(xt.shape[0])
     return S, L, x, np.eye(S)[x[:, L]], np.full(x.shape[0], 1.0 / x.shape[0]), info
 
@@ -590,8 +601,11 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
         raise ConfigError("parameters: a two-layer description declares no parameters yet (its knobs: "
                           f"{', '.join(OVERRIDES)})")
     m = _table("model", raw.get("model", {}), tuple(KEYS["[model]"]))
-    loss = as_choice("model.loss", m.get("loss", "nll"), ("nll", "soft"))
-    S, L, x, y, p, info = _data(raw.get("data", {}), loss)
+    loss = as_choice("model.loss", m.get("loss", "nll"), ("nll", "soft", "official-ce"))
+    floor = as_float("model.yhat_floor", m.get("yhat_floor", 1e-300), positive=True)
+    if not floor < 1.0:
+        raise ConfigError(f"model.yhat_floor: a float in (0, 1) (the log(0) guard); got {floor!r}")
+    S, L, x, y, p, info = _data(raw.get("data", {}), "soft" if loss == "soft" else "nll")
     layers_raw = raw.get("layers")
     if not isinstance(layers_raw, list) or not layers_raw:
         raise ConfigError("layers: required, a list of [[layers]] tables, each with [[layers.heads]]")
@@ -635,7 +649,16 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
                 raise ConfigError(f"readout.{b}: the {'attention' if b == 'a' else 'linear'} read-out's parameter; "
                                   f"this read-out is {kind}")
             given[f"readout.{b}"] = (f"readout.{b}", ro[b])
-    net = Net(S, L, tuple(layers), selector=D, readout=kind)
+    net = Net(S, L, tuple(layers), selector=D, readout=kind, ce="softmax" if loss == "official-ce" else "log",
+              log_cap=-math.log(floor))
+    if "L_test" in info:  # a held-out set of another length: the same blocks on contexts of length L_test
+        try:
+            test_net = dataclasses.replace(net, L=info["L_test"])
+        except ConfigError as e:
+            raise ConfigError(f"data.test_tokens: {e}") from None
+        if test_net.blocks != net.blocks:
+            raise ConfigError(f"data.test_tokens: sequences of the training length L + 1 = {L + 1} (this network's "
+                              f"blocks depend on L); got {info['L_test'] + 1}")
     for name, (where, _) in given.items():
         if name not in dict(net.blocks):
             raise ConfigError(f"{where}: this head has no such block (rpe: w, bilinear: A, wide bilinear: Q, value "

@@ -25,7 +25,57 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["head_forward", "head_backward", "readout_attention"]
+__all__ = ["head_forward", "head_backward", "readout_attention", "loss_row", "LOSS_KINDS"]
+
+#: the read-out's losses by kernel code: 0 the cross-entropy sum_e y_e min(-log y_hat_e, log_cap) (``nll`` and
+#: ``soft``: y one-hot or a distribution); 1 ``official-ce``, the cross-entropy of softmax(y_hat) against y
+#: (y_hat taken as logits: what torch's CrossEntropyLoss does when handed probabilities; never capped)
+LOSS_KINDS = {"nll": 0, "soft": 0, "official-ce": 1}
+
+
+@njit(cache=True, error_model="numpy")
+def loss_row(logy, y, p, log_cap, loss_kind, wy):
+    """One sequence's loss term p * l(y_hat, y) and its cotangent weights.
+
+    ``wy[e]`` is set to d (p l) / d(-log y_hat_e). Kind 0: l = sum_e y_e min(-log y_hat_e, log_cap), wy_e = p y_e
+    where the term is below the cap (0 where capped). Kind 1: l = sum_e y_e (lse(y_hat) - y_hat_e), with
+    dl / d log y_hat_e = y_hat_e (|y| softmax(y_hat)_e - y_e). Returns (p l, sum_e wy_e, whether any wy_e != 0).
+    """
+    S = y.shape[0]
+    total = 0.0
+    wsum = 0.0
+    live = False
+    if loss_kind == 1:
+        ym = -math.inf
+        for e in range(S):
+            if math.exp(logy[e]) > ym:
+                ym = math.exp(logy[e])
+        se = 0.0
+        ys = 0.0
+        for e in range(S):
+            se += math.exp(math.exp(logy[e]) - ym)
+            ys += y[e]
+        lse = ym + math.log(se)
+        for e in range(S):
+            yh = math.exp(logy[e])
+            total += p * y[e] * (lse - yh)
+            wy[e] = -p * yh * (ys * math.exp(yh - lse) - y[e])
+            wsum += wy[e]
+            if wy[e] != 0.0:
+                live = True
+        return total, wsum, live
+    for e in range(S):
+        wy[e] = 0.0
+        if y[e] > 0:
+            nl = -logy[e]
+            if nl < log_cap:
+                total += p * y[e] * nl
+                wy[e] = y[e] * p
+                wsum += wy[e]
+                live = True
+            else:
+                total += p * y[e] * log_cap
+    return total, wsum, live
 
 
 @njit(cache=True, error_model="numpy")  # a non-finite value propagates (the run stops as diverged)
@@ -262,7 +312,7 @@ def head_backward(X, lags, A, al, u, nrm, du, softmax, normalise, use_bil, need_
 
 
 @njit(cache=True, error_model="numpy")  # a non-finite value propagates (the run stops as diverged)
-def _readout(U, x, y, p, c, a, members, sizes, log_cap, want_grad, logy, dU, gc, ga):
+def _readout(U, x, y, p, c, a, members, sizes, log_cap, loss_kind, want_grad, logy, dU, gc, ga):
     n, T, H, Vm = U.shape
     L = T - 1
     nS = c.shape[0]
@@ -306,20 +356,11 @@ def _readout(U, x, y, p, c, a, members, sizes, log_cap, want_grad, logy, dU, gc,
             tot += ez[l]
             me[x[i, l]] += ez[l]
         ltot = math.log(tot)
-        wsum = 0.0
         for e in range(S):
-            lg = math.log(me[e]) - ltot if me[e] > 0 else -math.inf
-            logy[i, e] = lg
-            wy[e] = 0.0
-            if y[i, e] > 0:
-                nl = -lg
-                if nl < log_cap:
-                    total += p[i] * y[i, e] * nl
-                    wy[e] = y[i, e] * p[i]
-                    wsum += wy[e]
-                else:
-                    total += p[i] * y[i, e] * log_cap
-        if not want_grad or wsum == 0.0:
+            logy[i, e] = math.log(me[e]) - ltot if me[e] > 0 else -math.inf
+        li, wsum, live = loss_row(logy[i], y[i], p[i], log_cap, loss_kind, wy)
+        total += li
+        if not want_grad or not live:
             continue
         for l in range(L):
             e = x[i, l]
@@ -348,11 +389,12 @@ def _readout(U, x, y, p, c, a, members, sizes, log_cap, want_grad, logy, dU, gc,
     return total
 
 
-def readout_attention(U, x, y, p, c, a, members, sizes, log_cap, want_grad):
+def readout_attention(U, x, y, p, c, a, members, sizes, log_cap, want_grad, loss_kind=0):
     """The selector and the attention read-out of :mod:`meanfield.engine.twolayer_net`, fused.
 
     K(l) = sum_S c_S^2 prod_{h in S} <U[L, h], U[l, h]> / sum_S c_S^2, log y_hat_e = lse_{x_l = e} a K - lse a K,
-    the loss sum_n p_n sum_e y_ne min(-log y_hat_ne, log_cap) and its gradients.
+    the loss sum_n p_n sum_e y_ne min(-log y_hat_ne, log_cap) (``loss_kind`` 1: the cross-entropy of
+    softmax(y_hat), :func:`loss_row`) and its gradients.
 
     Parameters
     ----------
@@ -368,6 +410,8 @@ def readout_attention(U, x, y, p, c, a, members, sizes, log_cap, want_grad):
     sizes : ndarray of int, shape (nS,)
     log_cap : float
     want_grad : bool
+    loss_kind : int
+        0: the guarded cross-entropy of y_hat; 1: of softmax(y_hat) (:data:`LOSS_KINDS`).
 
     Returns
     -------
@@ -394,5 +438,5 @@ def readout_attention(U, x, y, p, c, a, members, sizes, log_cap, want_grad):
     loss = _readout(U, np.ascontiguousarray(x, dtype=np.int64), np.ascontiguousarray(y, dtype=np.float64),
                     np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(c, dtype=np.float64), float(a),
                     np.ascontiguousarray(members, dtype=np.int64), np.ascontiguousarray(sizes, dtype=np.int64),
-                    float(log_cap), bool(want_grad), logy, dU, gc, ga)
+                    float(log_cap), int(loss_kind), bool(want_grad), logy, dU, gc, ga)
     return float(loss), logy, dU, gc, float(ga[0])

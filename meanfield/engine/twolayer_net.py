@@ -78,6 +78,8 @@ __all__ = ["Head", "Net", "subsets", "loss_grad", "loss_only", "memory_bytes", "
 
 #: the log(0) guard: -log y_hat is clipped at -log(1e-300)
 LOG_CAP = -math.log(1e-300)
+#: the cross-entropies of :class:`Net` (``ce``) and their read-out kernel codes
+CE_KINDS = {"log": 0, "softmax": 1}
 SCORES = ("rpe", "bilinear", "rpe+bilinear")
 VALUES = ("stream", "token")
 READOUTS = ("linear", "attention")
@@ -148,15 +150,23 @@ class Head:
 
 @dataclass(frozen=True)
 class Net:
-    """Sizes and blocks of the network: vocabulary ``S``, context length ``L``, heads per layer, selector, read-out."""
+    """Sizes and blocks of the network: vocabulary ``S``, context length ``L``, heads per layer, selector, read-out;
+    ``ce`` the cross-entropy it is trained on (``log``: sum_e y_e min(-log y_hat_e, ``log_cap``); ``softmax``: of
+    softmax(y_hat) against y, the official induction code's CrossEntropyLoss on probabilities, never capped)."""
 
     S: int
     L: int
     layers: tuple
     selector: int | None = None
     readout: str = "linear"
+    ce: str = "log"
+    log_cap: float = LOG_CAP
 
     def __post_init__(self):
+        if self.ce not in CE_KINDS:
+            raise ConfigError(f"ce: one of {', '.join(CE_KINDS)}; got {self.ce!r}")
+        if not (isinstance(self.log_cap, (int, float)) and self.log_cap > 0):
+            raise ConfigError(f"log_cap: a positive number (-log of the y_hat floor); got {self.log_cap!r}")
         for name in ("S", "L"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -415,7 +425,8 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_gra
     if y is None:
         y, p = np.zeros((x.shape[0], S)), np.zeros(x.shape[0])
     if fused:
-        out = tp.readout(prep, tables, x, y, p, c, float(P["readout.a"]), members, sizes, LOG_CAP, want_grad)
+        out = tp.readout(prep, tables, x, y, p, c, float(P["readout.a"]), members, sizes, net.log_cap, want_grad,
+                         CE_KINDS[net.ce])
         cache["readout"] = out
         cache["logy"] = out[1]
         return np.exp(out[1]), cache
@@ -424,7 +435,8 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_gra
     for h, u in enumerate(outs_all):
         U[:, :, h, :u.shape[2]] = u
     cache.update(U=U, members=members, sizes=sizes, outs=outs_all)
-    out = readout_attention(U, x, y, p, c, float(P["readout.a"]), members, sizes, LOG_CAP, want_grad)
+    out = readout_attention(U, x, y, p, c, float(P["readout.a"]), members, sizes, net.log_cap, want_grad,
+                            CE_KINDS[net.ce])
     cache["readout"] = out
     cache["logy"] = out[1]
     return np.exp(out[1]), cache
@@ -472,11 +484,7 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     yhat, ca = forward(theta, net, x, y, p, want_grad=True, path=path, prep=prep)
     P = ca["P"]
     prep = ca["prep"]
-    nl = -ca["logy"]
-    live = (y > 0) & (nl < LOG_CAP)
-    terms = np.where(y > 0, y * np.minimum(nl, LOG_CAP), 0.0)
-    loss = float(p @ terms.sum(axis=1))
-    wy = np.where(live, y, 0.0) * p[:, None]  # d loss / d(-log y_hat_e)
+    loss, wy = _loss_of(ca["logy"], y, p, net)  # wy: d loss / d(-log y_hat_e)
     G = {n: np.zeros(np.shape(v)) for n, v in P.items()}
     Xf = ca["Xf"]
     dX = None  # the gradient of the stream (None: zero; the embeddings X_0 are fixed, so it is never formed there)
@@ -576,8 +584,23 @@ def loss_only(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
     y = np.asarray(y, dtype=np.float64)
     p = np.asarray(p, dtype=np.float64)
     _, ca = forward(np.asarray(theta, dtype=np.float64), net, x, y, p, want_grad=False, path=path, prep=prep)
-    terms = np.where(y > 0, y * np.minimum(-ca["logy"], LOG_CAP), 0.0)
-    return float(p @ terms.sum(axis=1))
+    return _loss_of(ca["logy"], y, p, net)[0]
+
+
+def _loss_of(logy, y, p, net: Net):
+    """The loss and its cotangent d loss / d(-log y_hat) of the net's cross-entropy (``Net.ce``), as the read-out
+    kernels' ``loss_row`` forms it per sequence."""
+    if net.ce == "softmax":  # y_hat as logits: l = sum_e y_e (lse(y_hat) - y_hat_e)
+        yh = np.exp(logy)
+        m = yh.max(axis=1, keepdims=True)
+        lse = m + np.log(np.exp(yh - m).sum(axis=1, keepdims=True))
+        loss = float(p @ (y * (lse - yh)).sum(axis=1))
+        wy = -p[:, None] * yh * (y.sum(axis=1, keepdims=True) * np.exp(yh - lse) - y)
+        return loss, wy
+    nl = -logy
+    live = (y > 0) & (nl < net.log_cap)
+    terms = np.where(y > 0, y * np.minimum(nl, net.log_cap), 0.0)
+    return float(p @ terms.sum(axis=1)), np.where(live, y, 0.0) * p[:, None]
 
 
 def memory_bytes(net: Net, n: int) -> int:

@@ -46,7 +46,8 @@ class Oracle:
     spec : dict
         ``S``, ``L``, ``readout`` ("linear" | "attention"), ``selector`` (D or None),
         ``layers``: a list of layers, each a list of heads, each a dict with
-        ``score``, ``lags`` ([first, last] or None), ``softmax``, ``normalise``, ``value``, and optionally
+        ``score``, ``lags`` ([first, last] or None), ``softmax``, ``normalise``, ``value``; optionally ``ce``
+        ("log" or "softmax": the loss, as :class:`meanfield.engine.twolayer_net.Net`) and ``log_cap``; and optionally
         ``width`` (a finite m: the score (W_Q x_t)^T (W_K x_j), the weights W_Q, W_K in R^{m x D} its parameters)
         and ``value_matrix`` (the output V u; with ``width`` V = W_O M_V, W_O^T and M_V in R^{m x w} its parameters).
 
@@ -64,6 +65,8 @@ class Oracle:
         self.S, self.L = int(spec["S"]), int(spec["L"])
         self.readout = spec["readout"]
         self.D = spec.get("selector")
+        self.ce = spec.get("ce", "log")  # "softmax": torch's own cross_entropy on y_hat taken as logits
+        self.cap = float(spec.get("log_cap", _CAP))
         self.layers = [[dict(h) for h in layer] for layer in spec["layers"]]
         self.T = self.L + 1 if self.readout == "attention" else self.L
         shapes, width = [], self.S + self.T
@@ -195,12 +198,17 @@ class Oracle:
 
     def loss(self, params: dict, x, y, p) -> "torch.Tensor":
         """sum_n p_n sum_e y_ne min(-log y_hat_ne, -log 1e-300) (a clipped or zero-target term: no gradient)."""
-        nl = -self.predict_log(params, x)
+        logy = self.predict_log(params, x)
         y = torch.as_tensor(np.asarray(y, dtype=np.float64))
         p = torch.as_tensor(np.asarray(p, dtype=np.float64))
-        keep = (y > 0) & (nl < _CAP)
+        if self.ce == "softmax":  # CrossEntropyLoss handed the probabilities y_hat as logits, soft targets y
+            per = torch.nn.functional.cross_entropy(torch.exp(logy), y, reduction="none")
+            return (p * per).sum()
+        nl = -logy
+        cap = self.cap
+        keep = (y > 0) & (nl < cap)
         term = torch.where(keep, y * torch.where(keep, nl, torch.zeros_like(nl)), torch.zeros_like(nl))
-        term = term + torch.where((y > 0) & ~keep, y * _CAP, torch.zeros_like(nl))
+        term = term + torch.where((y > 0) & ~keep, y * cap, torch.zeros_like(nl))
         return (p * term.sum(dim=1)).sum()
 
     def gd(self, theta0, x, y, p, eta, steps: int, train=None):

@@ -51,6 +51,7 @@ import numpy as np
 from numba import njit
 
 from ..core.errors import ConfigError
+from .twolayer_kernels import loss_row
 
 __all__ = ["PATTERN_MAX", "PATHS", "Prepared", "accepts", "n_patterns", "prepare", "table", "table_backward",
            "gather_back", "readout"]
@@ -360,7 +361,7 @@ def gather_back(prep: Prepared, gi: int, du) -> np.ndarray:
 
 
 @njit(cache=True, error_model="numpy")  # a non-finite value propagates (the run stops as diverged)
-def _readout(codes, G, x, y, p, c, a, members, sizes, log_cap, want_grad, logy, barG, gc, ga):
+def _readout(codes, G, x, y, p, c, a, members, sizes, log_cap, loss_kind, want_grad, logy, barG, gc, ga):
     # the loops over positions are innermost (contiguous rows of g (H, L)), subsets of size 0, 1, 2 unrolled
     H, n, T = codes.shape
     L = T - 1
@@ -429,20 +430,11 @@ def _readout(codes, G, x, y, p, c, a, members, sizes, log_cap, want_grad, logy, 
             tot += ez[l]
             me[xi[l]] += ez[l]
         ltot = math.log(tot)
-        wsum = 0.0
         for e in range(S):
-            lg = math.log(me[e]) - ltot if me[e] > 0 else -math.inf
-            logy[i, e] = lg
-            wy[e] = 0.0
-            if y[i, e] > 0:
-                nl = -lg
-                if nl < log_cap:
-                    total += p[i] * y[i, e] * nl
-                    wy[e] = y[i, e] * p[i]
-                    wsum += wy[e]
-                else:
-                    total += p[i] * y[i, e] * log_cap
-        if not want_grad or wsum == 0.0:
+            logy[i, e] = math.log(me[e]) - ltot if me[e] > 0 else -math.inf
+        li, wsum, live = loss_row(logy[i], y[i], p[i], log_cap, loss_kind, wy)
+        total += li
+        if not want_grad or not live:
             continue
         bk = 0.0
         for l in range(L):
@@ -508,7 +500,8 @@ def _readout(codes, G, x, y, p, c, a, members, sizes, log_cap, want_grad, logy, 
     return total
 
 
-def readout(prep: Prepared, tables: list, x, y, p, c, a: float, members, sizes, log_cap: float, want_grad: bool):
+def readout(prep: Prepared, tables: list, x, y, p, c, a: float, members, sizes, log_cap: float, want_grad: bool,
+            loss_kind: int = 0):
     """The selector and the attention read-out over pattern heads only (every head a pattern head).
 
     Parameters
@@ -524,6 +517,8 @@ def readout(prep: Prepared, tables: list, x, y, p, c, a: float, members, sizes, 
         The subsets of heads (as :func:`meanfield.engine.twolayer_kernels.readout_attention`).
     log_cap : float
     want_grad : bool
+    loss_kind : int
+        :data:`meanfield.engine.twolayer_kernels.LOSS_KINDS` (0: the guarded cross-entropy of y_hat).
 
     Returns
     -------
@@ -558,7 +553,7 @@ def readout(prep: Prepared, tables: list, x, y, p, c, a: float, members, sizes, 
     loss = _readout(prep.codes, G, np.ascontiguousarray(x, dtype=np.int64), np.ascontiguousarray(y, dtype=np.float64),
                     np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(c, dtype=np.float64), float(a),
                     np.ascontiguousarray(members, dtype=np.int64), np.ascontiguousarray(sizes, dtype=np.int64),
-                    float(log_cap), bool(want_grad), logy, barG, gc, ga)
+                    float(log_cap), int(loss_kind), bool(want_grad), logy, barG, gc, ga)
     barU = []
     for h, tb in enumerate(tables):
         U = tb["U"]

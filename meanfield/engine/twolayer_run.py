@@ -60,7 +60,7 @@ class TwoLayerSystem:
     def prep_test(self):
         """:func:`meanfield.engine.twolayer_net.prepare` of the held-out set (once), or None."""
         if self._prep_test is None and self.desc.test is not None:
-            self._prep_test = prepare(self.desc.net, self.desc.test[0])
+            self._prep_test = prepare(self.desc.test_net, self.desc.test[0])
         return self._prep_test
 
     def mask(self, train: tuple) -> np.ndarray:
@@ -179,7 +179,7 @@ def file_content(desc: TwoLayerDescription, traj: integrate.Trajectory, system: 
         for r, (st, y) in enumerate(zip(arr["step"], Y)):
             key = ("test", int(st), y.tobytes())
             if key not in cache:
-                cache[key] = loss_only(y, desc.net, *test, prep=system.prep_test)
+                cache[key] = loss_only(y, desc.test_net, *test, prep=system.prep_test)
             loss_test[r] = cache[key]
     init = _blocks(desc, desc.theta0[None, :])
     data = {"t": arr["t"], "step": arr["step"], "stage": arr["stage"], "loss": loss, "theta": Y,
