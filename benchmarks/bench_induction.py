@@ -1,4 +1,8 @@
-"""Benchmark of the induction-head kernels (``meanfield.models.induction``).
+"""Benchmark of the induction-head hand kernels, retired from the package (``benchmarks/induction_hand_kernels.py``).
+
+Every induction run now trains on the engine's generic two-layer network (issue 24); this benchmark keeps
+the hand kernels' own figures, and ``benchmarks/bench_twolayer.py`` / ``run_all.py`` section 5 set the
+generic network beside them in one run.
 
 Measured in one process, on one core (the kernels are serial):
 
@@ -63,8 +67,9 @@ def main(argv=None) -> int:
 
     import numba
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import induction_hand_kernels as Kn  # the retired hand kernels (what every induction run used before)
     from meanfield.models.induction import data as D
-    from meanfield.models.induction import kernels as Kn
     from meanfield.models.induction import model as Mo
 
     print(f"meanfield induction benchmark ({'quick' if args.quick else 'full'} run)")

@@ -12,7 +12,9 @@ few repeats (wall and CPU time, ``time.process_time``), in one run, of
   ``meanfield.engine.twolayer_pattern``, the codes prepared once per data set
   and not timed; the preparation is timed on its own);
 * the generic gradient, ``path = "direct"`` (per-position head kernels);
-* ``meanfield.models.induction.kernels`` (numba, its pattern path).
+* the induction paper's hand kernels (numba, their pattern path), retired from the package once the generic
+  path was measured within 2x of them (issue 24); kept here, in ``benchmarks/induction_hand_kernels.py``,
+  as the speed peer.
 
 The three gradients are checked equal first (1e-10). Prints the ratios
 generic / kernels: the hand kernels stay a fast path only while the generic
@@ -36,8 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import induction_hand_kernels as kernels  # noqa: E402  (the retired hand kernels: a speed peer)
 from meanfield.engine.twolayer_net import Head, Net, loss_grad, prepare  # noqa: E402
-from meanfield.models.induction import kernels, model  # noqa: E402
+from meanfield.models.induction import model  # noqa: E402
 from meanfield.models.induction.data import generate  # noqa: E402
 
 

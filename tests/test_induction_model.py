@@ -1,5 +1,7 @@
-"""The numba kernels of the induction-head model against the plain-numpy
-oracle (meanfield.models.induction.model) and finite differences."""
+"""The induction-head model on the engine's generic two-layer network (meanfield.models.induction.generic,
+what every induction run trains on since the hand kernels were retired) against the plain-numpy oracle
+(meanfield.models.induction.model) and finite differences; the stop criteria on the generic layout
+(description.criteria_of) against their definitions."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import numpy as np
 import pytest
 
 from meanfield.models.induction import data as D
-from meanfield.models.induction import kernels as Kn
+from meanfield.engine.twolayer_net import loss_grad as net_loss_grad
+from meanfield.models.induction import generic as G
 from meanfield.models.induction import model as Mo
 
 ARCHS = [
@@ -44,15 +47,15 @@ def test_kernels_equal_oracle_and_finite_differences(case):
     theta = _theta(arch, case)
     lo, go = Mo.loss_and_grad(theta, ds.tokens, arch)
     assert np.isfinite(lo) and lo > 0
-    for path in ("pattern", "direct"):
-        b = Kn.Batch(ds.tokens, arch, path)
-        assert b.path == path
-        lk, gk, _ = Kn.batch_loss_grad(theta, b)
+    L_ = ds.tokens.shape[1] - 1
+    y, p = np.eye(d)[ds.tokens[:, L_]], np.full(len(ds.tokens), 1 / len(ds.tokens))
+    for path in ("auto", "direct"):  # both paths of the generic network (auto: the pattern path where it applies)
+        lk, gk = net_loss_grad(G.to_generic(theta, arch), G.net_of(arch, L_), ds.tokens, y, p, path=path)
+        gk = G.from_generic_grad(gk, arch)
         assert abs(lk - lo) <= 1e-10 * max(1.0, abs(lo))
         np.testing.assert_allclose(gk, go, rtol=0, atol=1e-10)
-        assert Kn.batch_loss(theta, b) == pytest.approx(lk, abs=1e-14)
-    b = Kn.Batch(ds.tokens, arch)
-    fd = _fd(lambda t: Kn.batch_loss(t, b), theta)
+        assert G.loss(theta, ds.tokens, arch) == pytest.approx(lk, abs=1e-14)
+    fd = _fd(lambda t: G.loss(t, ds.tokens, arch), theta)
     np.testing.assert_allclose(gk, fd, rtol=0, atol=1e-6)
     np.testing.assert_allclose(go, fd, rtol=0, atol=1e-6)
 
@@ -119,54 +122,29 @@ def test_log_zero_guard():
     cap = -math.log(1e-300)
     lo, go = Mo.loss_and_grad(theta, tokens, arch)
     assert lo == pytest.approx(cap) and np.all(go == 0)
-    for path in ("pattern", "direct"):
-        lk, gk, nclip = Kn.batch_loss_grad(theta, Kn.Batch(both, arch, path))
-        lo2, go2 = Mo.loss_and_grad(theta, both, arch)
-        assert nclip == 4
-        assert lk == pytest.approx(lo2, abs=1e-10)
-        np.testing.assert_allclose(gk, go2, atol=1e-10)
+    lk, gk = G.loss_and_grad(theta, both, arch)
+    lo2, go2 = Mo.loss_and_grad(theta, both, arch)
+    assert int((G.losses_by_sequence(theta, both, arch) >= cap).sum()) == 4
+    assert lk == pytest.approx(lo2, abs=1e-10)
+    np.testing.assert_allclose(gk, go2, atol=1e-10)
     # a larger floor clips earlier: loss = -log(max(y_hat, floor))
-    lf, gf, nf = Kn.batch_loss_grad(theta, Kn.Batch(good, arch), yhat_floor=0.9)
-    assert nf == 6 and lf == pytest.approx(-math.log(0.9)) and np.all(gf == 0)
-
-
-def _args(b):
-    return b.args()
-
-
-def test_gd_advance_is_the_gd_map_and_stops():
-    arch = Mo.Arch(3, 3, 3, 2)
-    ds = D.generate(50, d=3, L=20, seed=4)
-    b = Kn.Batch(ds.tokens, arch)
-    theta = _theta(arch, 4)
-    rates = np.array([0.5, 2.0, 0.0])
-    y = theta.copy()
-    expect = theta.copy()
-    for _ in range(3):
-        _, g, _ = Kn.batch_loss_grad(expect, b)
-        r = np.concatenate([np.full(arch.nS, 0.5), np.full(arch.H * arch.M, 2.0), [0.0]])
-        expect = expect - r * g
-    done, code, loss = Kn.gd_advance(y, 3, rates, *_args(b), Kn.log_cap_of(1e-300), 0, 1, 0.0, np.inf)
-    assert (done, code) == (3, 0)
-    np.testing.assert_allclose(y, expect, atol=1e-14)
-    assert loss == pytest.approx(Kn.batch_loss(y, b), abs=1e-14)
-    # criterion: a >= value holds at once -> 0 steps, code 1
-    y = theta.copy()
-    done, code, _ = Kn.gd_advance(y, 5, rates, *_args(b), 700.0, Kn.CRITERIA["a"], 1, 1.0, np.inf)
-    assert (done, code) == (0, 1) and np.array_equal(y, theta)
-    # blow-up: a huge step on a exceeds max_abs -> code 3, last accepted state kept
-    y = theta.copy()
-    done, code, _ = Kn.gd_advance(y, 5, np.array([0.0, 0.0, 1e12]), *_args(b), 700.0, 0, 1, 0.0, 1e3)
-    assert (done, code) == (0, 3) and np.array_equal(y, theta)
+    lf, gf = G.loss_and_grad(theta, good, arch, yhat_floor=0.9)
+    assert (G.losses_by_sequence(theta, good, arch, 0.9) >= -math.log(0.9)).sum() == 6
+    assert lf == pytest.approx(-math.log(0.9)) and np.all(gf == 0)
+    assert lf == pytest.approx(Mo.loss(theta, good, arch, 0.9))
 
 
 def test_criterion_values():
+    from meanfield.models.induction.description import criteria_of
+
     arch = Mo.Arch(3, 3, 3, 2)
     theta = _theta(arch, 5)
     g = np.arange(arch.n_params, dtype=float)
     c, w, a = Mo.unpack(theta, arch)
-    cv = lambda name: Kn.criterion_value(Kn.CRITERIA[name], 0.7, theta, g, arch.nS, arch.H, arch.M)
-    assert cv("loss") == 0.7
+    crit = criteria_of(arch)
+    th, gg = G.to_generic(theta, arch), G.to_generic(g, arch)  # the generic layout (w, c, a)
+    cv = lambda name: crit[name](th, 0.7, gg)
+    assert set(crit) == {"grad_norm", "a", "c_top", "rpe_top", "grad_c", "grad_w", "grad_a"}
     assert cv("a") == a
     assert cv("c_top") == pytest.approx(np.max(c ** 2) / np.sum(c ** 2))
     assert cv("rpe_top") == pytest.approx(np.min(Mo.rpe_softmax(w).max(axis=1)))
@@ -174,14 +152,3 @@ def test_criterion_values():
     assert cv("grad_c") == pytest.approx(np.linalg.norm(g[:7]))
     assert cv("grad_w") == pytest.approx(np.linalg.norm(g[7:16]))
     assert cv("grad_a") == pytest.approx(16.0)
-
-
-def test_pattern_codes():
-    arch = Mo.Arch(3, 2, 2, 1, (1, 3))
-    x = np.array([[2, 0, 1, 2, 1, 0]])
-    codes = Kn.pattern_codes(x, np.array(arch.first), 2, 3)
-    # head 0, lags 1, 2: position l=1 none (0); l=2 one lag: offset 1 + x1 = 1 + 2; l=3: offset 4 + x2 + 3 x1
-    assert codes[0, 0, 0] == 0 and codes[0, 0, 1] == 1 + 2 and codes[0, 0, 2] == 4 + 0 + 3 * 2
-    # head 1, lags 3, 4: nothing before l = 4
-    assert list(codes[0, 1, :3]) == [0, 0, 0] and codes[0, 1, 3] == 1 + 2
-    assert Kn.n_patterns(3, 2) == 13

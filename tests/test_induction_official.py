@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import official_reference as ref
-from meanfield.models.induction import kernels as Kn
+from meanfield.engine.twolayer_net import loss_grad as net_loss_grad
+from meanfield.models.induction import generic as G
 from meanfield.models.induction import model as Mo
 from meanfield.models.induction import run as R
 from meanfield.models.induction.config import make_config
@@ -38,12 +39,12 @@ def test_official_training_step_matches_independent_numpy(schedule, lrs, steps):
     for k, (W, C, a, lo) in enumerate(ref_traj):
         th = ref.to_package_theta(W, C, a, cfg.H, cfg.D, cfg.D)
         np.testing.assert_allclose(Y[k], th, rtol=1e-10, atol=1e-12)
-        assert Kn.batch_loss(Y[k], pb.train) == pytest.approx(lo, rel=1e-10, abs=1e-13)
+        assert G.loss(Y[k], pb.train.tokens, cfg.arch(), loss="official-ce") == pytest.approx(lo, rel=1e-10, abs=1e-13)
         moved = max(moved, float(np.max(np.abs(th - Y[0]))))
     assert moved > 1e-2  # the steps actually move the state
 
 
-def test_official_ce_gradient_kernels_and_oracle_agree_with_reference():
+def test_official_ce_gradient_engine_and_oracle_agree_with_reference():
     rng = np.random.default_rng(3)
     cfg = _cfg("c,w,a", (1.0, 1.0, 1.0), (0, 0, 0), L=10, n=6)
     arch = cfg.arch()
@@ -55,10 +56,10 @@ def test_official_ce_gradient_kernels_and_oracle_agree_with_reference():
     X = np.eye(cfg.d)[tok[:, :cfg.L]]
     dW, dC, da = ref.grads((W, C, a), X, tok[:, cfg.L], cfg.H, cfg.D)
     g_ref = ref.to_package_theta(dW, dC, da, cfg.H, cfg.D, cfg.D)
-    for path in ("pattern", "direct"):
-        lk, gk, nclip = Kn.batch_loss_grad(th, Kn.Batch(tok, arch, path, loss="official-ce"))
-        assert nclip == 0
-        np.testing.assert_allclose(gk, g_ref, rtol=1e-9, atol=1e-13)
+    y, p = np.eye(cfg.d)[tok[:, cfg.L]], np.full(len(tok), 1 / len(tok))
+    for path in ("pattern", "direct"):  # both paths of the engine's generic network
+        lk, gk = net_loss_grad(G.to_generic(th, arch), G.net_of(arch, cfg.L, "official-ce"), tok, y, p, path=path)
+        np.testing.assert_allclose(G.from_generic_grad(gk, arch), g_ref, rtol=1e-9, atol=1e-13)
     lo, go = Mo.loss_and_grad(th, tok, arch, loss="official-ce")
     np.testing.assert_allclose(go, g_ref, rtol=1e-9, atol=1e-13)
     assert lo == pytest.approx(float(ref.loss((W, C, a), X, tok[:, cfg.L], cfg.H, cfg.D).real), rel=1e-12)
@@ -83,11 +84,11 @@ def test_official_ce_loss_value_bounds_and_no_clipping():
     arch = cfg.arch()
     tok = np.array([[0, 1, 0, 1, 0, 1, 2]] * 2)
     th = Mo.init_params(arch, 3.0, 0.1, 0.01, 4.0)
-    l, g, nclip = Kn.batch_loss_grad(th, Kn.Batch(tok, arch, loss="official-ce"))
-    assert nclip == 0 and np.all(np.isfinite(g))
+    l, g = G.loss_and_grad(th, tok, arch, loss="official-ce")
+    assert np.all(np.isfinite(g)) and np.abs(g).max() > 0
     assert np.log(3) - 1 <= l <= np.log(3) + 1
-    ln, _, nn = Kn.batch_loss_grad(th, Kn.Batch(tok, arch, loss="nll"))
-    assert nn == 2 and ln == pytest.approx(-np.log(1e-300))
+    ln, gn = G.loss_and_grad(th, tok, arch, loss="nll")
+    assert ln == pytest.approx(-np.log(1e-300)) and np.all(gn == 0)  # both sequences clipped
 
 
 def test_loss_field_rejects_unknown_values():

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from meanfield.models.induction import kernels as Kn
+from meanfield.models.induction import generic as G
 from meanfield.models.induction import theory as T
 from meanfield.models.induction.data import generate, sample_chain
 from meanfield.models.induction.model import Arch, pack, predict
@@ -200,8 +200,8 @@ def test_gih_is_the_model_limit_on_a_constructed_case():
         th = _one_hot_model(arch, {0: 1, 1: 2}, (0, 1), a)
         got = np.array([predict(th, x, arch) for x in tok])
         np.testing.assert_allclose(got, T.gih_predict(tok, d, (1, 2), a), atol=1e-12)
-        # and the kernels' loss is the GIH's loss
-        assert Kn.batch_loss(th, Kn.Batch(tok, arch)) == pytest.approx(T.losses(T.gih_predict(tok, d, (1, 2), a),
+        # and the model's loss (the engine's generic network) is the GIH's loss
+        assert G.loss(th, tok, arch) == pytest.approx(T.losses(T.gih_predict(tok, d, (1, 2), a),
                                                                                  tok)["loss"], rel=1e-12)
     th = _one_hot_model(arch, {0: 1, 1: 2}, (0, 1), 1e4)  # exp(-1e4) == 0: the limit itself
     got = np.array([predict(th, x, arch) for x in tok])

@@ -71,6 +71,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -181,7 +182,7 @@ KEYS = {
         "name": ("str", "stageN", "its name"), "train": ("`all` or array of block names", "all",
                                                         "the blocks it trains (`layer1.head1.w`, `selector.c`, ...)"),
         "steps": ("int", "required (gd)", "its length"), "t_end": ("float", "required (flow)", "its time"),
-        "until": ("`loss<=X`, `loss>=X`", "none", "ends it early"), "eta": ("float", "training.eta", "its step size"),
+        "until": ("`loss<=X`, `loss>=X`", "none", "ends it early (a plug-in may add its own criteria)"), "eta": ("float", "training.eta", "its step size"),
     },
 }
 
@@ -245,6 +246,12 @@ class TwoLayerDescription:
     data: dict
     source: str | None = None
     raw: dict = field(default_factory=dict)
+    #: a plug-in's stochastic sampling (Python only, :func:`twolayer_from_dict`): ``batches(step)`` -> the token
+    #: sequences (n, L + 1) GD step ``step`` (0-based, counted over the whole run) trains on, next-token targets,
+    #: weights 1/n; None: every step on the data (x, y, p)
+    batches: Callable[[int], np.ndarray] | None = None
+    #: a plug-in's stop criteria (Python only): name -> ``f(theta, loss, grad)``, the quantity ``until`` compares
+    criteria: dict = field(default_factory=dict)
 
     @property
     def test(self):
@@ -499,7 +506,7 @@ def _init(net: Net, raw_init, given: dict) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-def _training(raw_t, net: Net, overrides: dict):
+def _training(raw_t, net: Net, overrides: dict, criteria=()):
     t = _table("training", raw_t, tuple(KEYS["[training]"]))
     t = {**t, **{k: v for k, v in overrides.items() if k != "seed"}}
     method = as_choice("training.method", t.get("method", "gd"), ("gd", "flow", "rk4"))
@@ -525,7 +532,7 @@ def _training(raw_t, net: Net, overrides: dict):
         if key not in s:
             raise ConfigError(f"{w}.{key}: required (the stage's length in {'steps' if method == 'gd' else 'time'})")
         length = as_int(f"{w}.steps", s[key], lo=0) if method == "gd" else as_float(f"{w}.t_end", s[key], nonneg=True)
-        crit = parse_criterion(f"{w}.until", s.get("until"), ("loss",))
+        crit = parse_criterion(f"{w}.until", s.get("until"), ("loss",) + tuple(criteria))
         st_eta = as_float(f"{w}.eta", s["eta"], positive=True) if "eta" in s else None
         if st_eta is not None and method != "gd":
             raise ConfigError(f"{w}.eta: a stage's own step size is for method gd only")
@@ -554,7 +561,9 @@ def _training(raw_t, net: Net, overrides: dict):
     return tr, tuple(stages)
 
 
-def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | None = None) -> TwoLayerDescription:
+def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | None = None, *,
+                       criteria: dict | None = None, batches: Callable[[int], np.ndarray] | None = None
+                       ) -> TwoLayerDescription:
     """Validate a two-layer description given as a dict (the TOML file's tables).
 
     Parameters
@@ -566,6 +575,13 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
         width (of every wide head)).
     source : str or None
         Where it came from (the name defaults to its stem).
+    criteria : dict or None
+        A plug-in's own stop criteria, name -> ``f(theta, loss, grad)`` -> float: a stage's ``until`` may name
+        them (``loss`` is always there).
+    batches : callable or None
+        A plug-in's stochastic sampling: ``batches(step)`` -> int array (n, L + 1) of the sequences GD step
+        ``step`` (0-based over the run) trains on (next-token targets, weights 1/n; the criteria are evaluated on
+        that batch). The data (x, y, p) stay what the recorded loss is measured on. GD only.
 
     Returns
     -------
@@ -672,7 +688,17 @@ def twolayer_from_dict(raw: dict, overrides: dict | None = None, source: str | N
     if "seed" in overrides:
         ini["seed"] = overrides["seed"]
     theta0 = _init(net, ini, given)
-    training, stages = _training(raw.get("training", {}), net, overrides)
+    criteria = dict(criteria or {})
+    for k, f in criteria.items():
+        if k == "loss" or not callable(f) or not str(k).replace("_", "").isalnum():
+            raise ConfigError(f"criteria: name -> f(theta, loss, grad), names other than loss; got {k!r}")
+    training, stages = _training(raw.get("training", {}), net, overrides, criteria)
+    if batches is not None:
+        if not callable(batches):
+            raise ConfigError(f"batches: a function step -> token sequences (n, L + 1); got {type(batches).__name__}")
+        if training.method != "gd":
+            raise ConfigError(f"batches: sampled batches need method gd; got {training.method}")
     name = str(raw.get("name", Path(source).stem if source else "twolayer"))
-    return TwoLayerDescription(name, net, x, y, p, theta0, training, stages, loss, info, source, raw)
+    return TwoLayerDescription(name, net, x, y, p, theta0, training, stages, loss, info, source, raw, batches,
+                               criteria)
 

@@ -55,6 +55,8 @@ class TwoLayerSystem:
         #: the positions grouped by window pattern, once per data set (the pattern path of twolayer_net)
         self.prep = prepare(desc.net, desc.x)
         self._prep_test = None
+        #: GD steps taken so far over the run (the step index of a plug-in's ``batches``)
+        self.steps_done = 0
 
     @property
     def prep_test(self):
@@ -77,26 +79,46 @@ class TwoLayerSystem:
         return self._masks[key]
 
     def loss_grad(self, y):
-        """(loss, gradient) at state ``y``."""
+        """(loss, gradient) at state ``y`` on the data (x, y, p)."""
         d = self.desc
         return loss_grad(y, d.net, d.x, d.y, d.p, prep=self.prep)
 
+    def step_loss_grad(self, y, step: int):
+        """(loss, gradient) on the batch GD step ``step`` trains on: the plug-in's ``batches(step)``, or the data."""
+        d = self.desc
+        if d.batches is None:
+            return self.loss_grad(y)
+        x = np.asarray(d.batches(int(step)), dtype=np.int64)
+        if x.ndim != 2 or x.shape[1] != d.net.L + 1:
+            raise ValueError(f"batches({step}): token sequences of shape (n, L + 1 = {d.net.L + 1}); got {x.shape}")
+        n = x.shape[0]
+        return loss_grad(y, d.net, x, np.eye(d.net.S)[x[:, d.net.L]], np.full(n, 1.0 / n), prep=prepare(d.net, x))
+
+    def _value(self, name, y, loss, g):
+        return loss if name == "loss" else float(self.desc.criteria[name](y, loss, g))
+
     def gd_advance(self, y, nsteps, eta, mode, criterion):
-        """Up to ``nsteps`` GD steps in place; (done, code) as :class:`meanfield.core.integrate.System`."""
+        """Up to ``nsteps`` GD steps in place; (done, code) as :class:`meanfield.core.integrate.System`.
+
+        Before each step: a non-finite loss stops the run (code 2), then the stage's criterion is evaluated at
+        the current state on the step's batch (code 1)."""
         m = self.mask(mode)
         t0 = time.perf_counter()
         for k in range(int(nsteps)):
             if k and time.perf_counter() - t0 > self.chunk_s:  # back to the monitor (signals, progress, checkpoints)
                 return k, 0
-            loss, g = self.loss_grad(y)
-            if criterion is not None and holds(loss, criterion[1], criterion[2]):
+            loss, g = self.step_loss_grad(y, self.steps_done)
+            if not np.isfinite(loss):
+                return k, 2
+            if criterion is not None and holds(self._value(criterion[0], y, loss, g), criterion[1], criterion[2]):
                 return k, 1
             new = gd_step(y, g, self.desc.net, eta, m)  # y - eta m g; a wide head's Gram: (I - eta G^) Q (I - eta G^)
-            if not (np.isfinite(new).all() and np.isfinite(loss)):
+            if not np.isfinite(new).all():
                 return k, 2
             if np.abs(new).max(initial=0.0) > self.max_abs:
                 return k, 3
             y[:] = new
+            self.steps_done += 1
         return int(nsteps), 0
 
     def rhs(self, y, mode):
@@ -104,8 +126,9 @@ class TwoLayerSystem:
         return flow_rhs(y, self.loss_grad(y)[1], self.desc.net, self.mask(mode))  # -m g; -(G^ Q + Q G^)
 
     def criterion_value(self, y, name):
-        """The loss (the one criterion a two-layer stage knows)."""
-        return self.loss_grad(y)[0]
+        """The quantity of the criterion ``name`` at ``y``: the loss, or a plug-in's own criterion."""
+        loss, g = self.loss_grad(y)
+        return self._value(name, y, loss, g)
 
 
 def _stages(desc):

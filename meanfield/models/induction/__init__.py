@@ -5,7 +5,8 @@
 * :mod:`.model`: the plain-numpy oracle of TF(M, H, d, D) (copier, selector,
   classifier; conventions, subset order, log(0) guard; the paper's loss and
   the official code's ``official-ce``);
-* :mod:`.kernels`: numba batch loss and gradients, the GD map;
+* :mod:`.description`, :mod:`.generic`: the model as the engine's generic two-layer network (what every
+  run trains on; the hand kernels that ran it are retired to ``benchmarks/induction_hand_kernels.py``);
 * :mod:`.config`, :mod:`.run`, :mod:`.cli`: validated configs, training runs
   (any grouping and order of the phases c, w, a, or joint; GD or gradient
   flow; fixed data, fresh batches or mini-batch SGD) written as HDF5 run
@@ -18,7 +19,7 @@
 * :mod:`.claims`, :mod:`.suite`, :mod:`.plot`: the paper's claims as checkers, the
   ``check`` suite; figures of run files.
 
-What belongs here: this paper's own model, data, kernels, theory, claims,
+What belongs here: this paper's own model, data, theory, claims,
 figures and its command (registered in ``plugin``). What does not: generic
 machinery (``meanfield.core``: the harness, run files, integrators, guards)
 and anything of another paper: this package imports core (and engine) only.

@@ -600,10 +600,8 @@ def model_losses(theta, tokens, arch, yhat_floor: float = 1e-300) -> dict:
     tokens = np.asarray(tokens)
     seen = seen_mask(tokens)
     per = losses_by_sequence(theta, tokens, arch, yhat_floor)
-    from ...engine.twolayer_net import LOG_CAP
-
     return {"loss": float(per.mean()), "loss_seen": float(per[seen].mean()) if seen.any() else math.nan,
-            "n_seen": int(seen.sum()), "n_clipped": int((per >= LOG_CAP).sum()), "N": int(len(tokens))}
+            "n_seen": int(seen.sum()), "n_clipped": int((per >= -math.log(yhat_floor)).sum()), "N": int(len(tokens))}
 
 
 def best_a(theta, tokens, arch, a_max: float = 50.0, yhat_floor: float = 1e-300) -> float:

@@ -138,11 +138,13 @@ def cmd_run(args) -> int:
     out = _check_out(args.out)
     check_induction_size(cfg, args.force)
     from ...core.guard import first_use_notice
-    from . import kernels as _ik
+    from ...engine import twolayer_kernels as tk
+    from ...engine import twolayer_pattern as tp
 
     from .sizes import COMPILE_S
 
-    first_use_notice(_ik.gd_advance, _ik.loss_grad, seconds=COMPILE_S)
+    # the engine's two-layer kernels the run trains on
+    first_use_notice(tk._fwd, tk._bwd, tk._readout, tp._codes, tp._readout, tp._gather_back, seconds=COMPILE_S)
     traj, path = run_to_file(cfg, out, progress=not args.quiet)
     print(f"{path}: {traj.status}: {traj.message}")
     from ...core.outcome import outcome_lines  # selected parent set, heads' top lags, a, criteria that never fired

@@ -1,6 +1,7 @@
 """Plain-numpy oracle of the transformer TF(M, H, d, D) of the induction-head
 system (seed 002; ``docs/conventions.md``). Slow, readable, obviously
-right: the numba kernels (``meanfield.models.induction.kernels``) are tested against it.
+right: the engine's generic two-layer network, which every induction run trains on
+(``meanfield.models.induction.generic``), is tested against it.
 
 Architecture (:class:`Arch`)
 ----------------------------

@@ -1,9 +1,13 @@
 """One induction-head run, from a validated config to an HDF5 run file.
 
-:class:`InductionSystem` adapts the numba kernels to the shared steppers of
+Every run trains on the engine's generic two-layer network: :func:`run` builds
+the config's two-layer description (``description.build``, what ``meanfield
+model run induction`` runs) and integrates it with the shared steppers of
 ``meanfield.core.integrate``; :func:`stages` turns a schedule into stages;
-:func:`run` integrates and :func:`save` writes the public run format
-(:func:`meanfield.core.io.write_run`, ``system = "induction"``).
+:func:`save` writes the public run format (:func:`meanfield.core.io.write_run`,
+``system = "induction"``), the states in the induction layout (c, w, a). The
+hand-written numba kernels that ran it before are retired to
+``benchmarks/induction_hand_kernels.py`` (a speed peer of ``make bench``).
 
 Stage modes are ``(train_c, train_w, train_a)`` masks (1 / 0): GD takes
 ``theta[group] -= eta * mask_group * grad[group]`` with the shared
@@ -47,10 +51,7 @@ import numpy as np
 from ...core import harness, integrate
 from ...core.criteria import criterion_args
 from ...core.io import write_run
-from . import kernels
 from .config import InductionConfig
-from .criteria import CRITERIA
-from .data import generate
 from .model import Arch, init_params, rpe_softmax, subset_label, unpack
 
 EXIT_CODES = harness.EXIT_CODES  # one table for every system (meanfield.core.harness)
@@ -59,22 +60,36 @@ from .setup import (PHASE_NAMES, epoch_seed, fresh_seed, group_mode, minibatch_i
 
 
 @dataclass
+class Sequences:
+    """A set of token sequences (N, L + 1): the target is the last column."""
+
+    tokens: np.ndarray
+
+    @property
+    def N(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def subset(self, idx) -> "Sequences":
+        return Sequences(self.tokens[idx])
+
+
+@dataclass
 class Problem:
-    """Everything a run needs besides the config: architecture, prepared batches, initial state."""
+    """Everything a run needs besides the config: architecture, data sets, initial state."""
 
     cfg: InductionConfig
     arch: Arch
-    train: kernels.Batch
-    test: kernels.Batch | None
+    train: Sequences
+    test: Sequences | None
     theta0: np.ndarray
-    test_seen: kernels.Batch | None = None  # the held-out sequences whose target occurs in the context
+    test_seen: Sequences | None = None  # the held-out sequences whose target occurs in the context
 
     @staticmethod
     def build(cfg: InductionConfig) -> "Problem":
         arch = cfg.arch()
-        train = kernels.Batch(train_data(cfg).tokens, arch, loss=cfg.loss)
+        train = Sequences(np.asarray(train_data(cfg).tokens, dtype=np.int64))
         te = test_data(cfg)
-        test = None if te is None else kernels.Batch(te.tokens, arch, loss=cfg.loss)
+        test = None if te is None else Sequences(np.asarray(te.tokens, dtype=np.int64))
         theta0 = init_params(arch, cfg.w_plus, cfg.w_minus, cfg.c_init, cfg.a_init, cfg.start_lags)
         seen = None
         if test is not None:
@@ -83,81 +98,6 @@ class Problem:
             m = seen_mask(test.tokens)
             seen = test.subset(np.flatnonzero(m)) if m.any() else None
         return Problem(cfg, arch, train, test, theta0, seen)
-
-
-@dataclass
-class InductionSystem:
-    """The induction-head model as a system for ``meanfield.core.integrate``.
-
-    ``mode`` of a stage: (rate_c, rate_w, rate_a). With ``fresh`` (a config in
-    sampling = fresh) every GD step draws its own batch (seed
-    :func:`fresh_seed` of the global step count ``steps_done``), so a run is
-    reproducible whatever the chunking; with ``minibatch`` (a config in
-    sampling = minibatch) every GD step uses the slice
-    :func:`minibatch_indices` of ``train``; otherwise GD, the flow and the
-    criteria use the fixed training batch ``train``. Criteria of stochastic
-    runs are evaluated on the step's batch."""
-
-    train: kernels.Batch
-    arch: Arch
-    yhat_floor: float = 1e-300
-    max_abs: float = math.inf
-    fresh: InductionConfig | None = None
-    steps_done: int = 0
-    minibatch: InductionConfig | None = None
-
-    @property
-    def log_cap(self) -> float:
-        return kernels.log_cap_of(self.yhat_floor)
-
-    def _fresh_batch(self, step: int) -> kernels.Batch:
-        c = self.fresh
-        ds = generate(c.batch, c.d, c.L, c.pa, c.alpha, fresh_seed(c, step))
-        return kernels.Batch(ds.tokens, self.arch, loss=self.train.loss)
-
-    def _step_batch(self, step: int) -> kernels.Batch:
-        if self.fresh is not None:
-            return self._fresh_batch(step)
-        return self.train.subset(minibatch_indices(self.minibatch, self.train.N, step))
-
-    def gd_advance(self, y, nsteps, eta, mode, criterion):
-        rates = float(eta) * np.asarray(mode, dtype=np.float64)
-        kind, op, thr = criterion_args(criterion, CRITERIA)
-        if self.fresh is None and self.minibatch is None:
-            done, code, _ = kernels.gd_advance(y, int(nsteps), rates, *self.train.args(), self.log_cap,
-                                               kind, op, thr, float(self.max_abs))
-            self.steps_done += int(done)
-            return int(done), int(code)
-        done = 0
-        while done < nsteps:
-            b = self._step_batch(self.steps_done)
-            k, code, _ = kernels.gd_advance(y, 1, rates, *b.args(), self.log_cap, kind, op, thr, float(self.max_abs))
-            if code != 0:
-                return done, int(code)
-            done += 1
-            self.steps_done += 1
-        return done, 0
-
-    def grad(self, y) -> tuple[float, np.ndarray]:
-        g = np.zeros(y.shape[0])
-        loss, _ = kernels.loss_grad(np.ascontiguousarray(y, dtype=np.float64), *self.train.args(),
-                                    self.log_cap, True, g)
-        return float(loss), g
-
-    def rhs(self, y, mode):
-        _, g = self.grad(y)
-        a = self.arch
-        rates = np.empty_like(g)
-        rates[: a.nS] = mode[0]
-        rates[a.nS: a.nS + a.H * a.M] = mode[1]
-        rates[a.nS + a.H * a.M:] = mode[2]
-        return -rates * g
-
-    def criterion_value(self, y, name):
-        loss, g = self.grad(y)
-        a = self.arch
-        return float(kernels.criterion_value(CRITERIA[name], loss, np.ascontiguousarray(y, dtype=np.float64),
-                                             g, a.nS, a.H, a.M))
 
 
 def stages(cfg: InductionConfig) -> list[integrate.Stage]:
@@ -200,18 +140,15 @@ def phase_log_grid(cfg: InductionConfig, every: int, n_log: int) -> integrate.Sa
     return integrate.SaveAt(points=np.unique(np.concatenate(pts)))
 
 
-PATHS = ("auto", "generic", "hand")
-
-
 def generic_run(cfg: InductionConfig, saveat: integrate.SaveAt | None = None, monitor=None,
-                strict: bool = False) -> integrate.Trajectory | None:
+                theta0: np.ndarray | None = None) -> integrate.Trajectory:
     """Train ``cfg`` as its two-layer description (family ``induction``, ``description.build``: the engine's
-    generic two-layer network, what ``meanfield model run induction`` runs) on the record grid ``saveat``
-    (default: the config's, :func:`save_at`); the states come back in the induction layout
-    (``model.pack``: c, w, a), so the run file and the checkers read them as the hand kernels' (held equal to
-    them to 1e-12). None where the description does not build the config (fresh or minibatch sampling, the
-    official cross-entropy, another guard, the flow, non-loss criteria, another held-out length: the hand
-    kernels run those); ``strict``: raise that one-line ConfigError instead.
+    generic two-layer network, what ``meanfield model run induction`` runs) from ``theta0`` (induction layout;
+    default the config's init) on the record grid ``saveat`` (default: the config's, :func:`save_at`); the
+    states come back in the induction layout (``model.pack``: c, w, a), so the run file and the checkers read
+    them as before. Every setting builds: fixed, fresh and minibatch sampling (the description's ``batches``),
+    nll with any floor and the official cross-entropy, gd, flow and rk4, every induction criterion (its
+    ``criteria``), a held-out set of another length.
 
     Parameters
     ----------
@@ -219,31 +156,27 @@ def generic_run(cfg: InductionConfig, saveat: integrate.SaveAt | None = None, mo
     saveat : SaveAt or None
     monitor : Monitor or None
         Progress, signals, checkpoints (the core harness).
-    strict : bool
+    theta0 : ndarray or None
 
     Returns
     -------
-    Trajectory or None
+    Trajectory
     """
     import dataclasses
 
-    from ...core.errors import ConfigError
     from ...engine.twolayer_run import TwoLayerSystem
     from .description import build
+    from .generic import to_generic
     from .model import pack
 
     import warnings
 
-    try:
-        with warnings.catch_warnings():  # the config's warnings were issued when it was made
-            warnings.simplefilter("ignore")
-            desc = build(dataclasses.asdict(cfg), "induction", None)
-    except ConfigError:
-        if strict:
-            raise
-        return None
+    with warnings.catch_warnings():  # the config's warnings were issued when it was made
+        warnings.simplefilter("ignore")
+        desc = build(dataclasses.asdict(cfg), "induction", None)
     system = TwoLayerSystem(desc)
-    traj = harness.solve(desc.training, system, desc.theta0, harness.stages_of(desc.stages),
+    y0 = desc.theta0 if theta0 is None else to_generic(theta0, cfg.arch())
+    traj = harness.solve(desc.training, system, y0, harness.stages_of(desc.stages),
                          saveat if saveat is not None else save_at(cfg), monitor)
     names = [name for name, _ in desc.net.blocks]
     cut = np.cumsum([0] + [int(np.prod(shape)) for _, shape in desc.net.blocks])
@@ -260,30 +193,13 @@ def generic_run(cfg: InductionConfig, saveat: integrate.SaveAt | None = None, mo
 
 
 def run(cfg: InductionConfig, problem: Problem | None = None, theta0: np.ndarray | None = None,
-        monitor: integrate.Monitor | None = None, saveat: integrate.SaveAt | None = None,
-        path: str = "auto") -> integrate.Trajectory:
+        monitor: integrate.Monitor | None = None, saveat: integrate.SaveAt | None = None) -> integrate.Trajectory:
     """Train for ``cfg`` (from ``theta0`` if given) and return the trajectory
-    (the state y of each record is the flat parameter vector theta).
+    (the state y of each record is the flat parameter vector theta, induction layout).
     ``saveat`` replaces the config's record grid (e.g. log-spaced records
-    inside phase 3: :func:`phase_log_grid`). ``path``: ``auto`` runs the
-    engine's generic two-layer network where it builds the config
-    (:func:`generic_run`; the default config and every fixed-sampling nll
-    one), the hand kernels otherwise; ``hand`` the hand kernels always (the
-    tests' reference); ``generic`` the generic network or a one-line refusal."""
-    if path not in PATHS:
-        raise ValueError(f"path: one of {', '.join(PATHS)}; got {path!r}")
-    if path != "hand" and theta0 is None:
-        traj = generic_run(cfg, saveat, monitor, strict=path == "generic")
-        if traj is not None:
-            return traj
-    pb = problem or Problem.build(cfg)
-    system = InductionSystem(pb.train, pb.arch, cfg.yhat_floor, cfg.max_abs,
-                             fresh=cfg if cfg.sampling == "fresh" else None,
-                             minibatch=cfg if cfg.sampling == "minibatch" else None)
-    y = pb.theta0 if theta0 is None else np.asarray(theta0, dtype=np.float64)
-    traj = harness.solve(cfg, system, y, stages(cfg), saveat if saveat is not None else save_at(cfg), monitor)
-    traj.path = pb.train.path
-    return traj
+    inside phase 3: :func:`phase_log_grid`). It runs on the engine's generic two-layer
+    network (:func:`generic_run`); ``problem`` is accepted for the callers that built one."""
+    return generic_run(cfg, saveat, monitor, theta0=theta0)
 
 
 def observables(pb: Problem, Y: np.ndarray) -> dict[str, np.ndarray]:
@@ -298,25 +214,22 @@ def observables(pb: Problem, Y: np.ndarray) -> dict[str, np.ndarray]:
     ls = np.full(T, np.nan)
     ct = np.zeros(T, dtype=np.int64)
     ce = np.zeros(T, dtype=np.int64)
-    generic = cfg.loss == "nll" and cfg.yhat_floor == 1e-300  # the engine's generic network evaluates these
-    if generic:
-        from ...engine.twolayer_net import LOG_CAP
-        from .generic import losses_by_sequence
-    for i in range(T):
-        if generic:
-            per = losses_by_sequence(Y[i], pb.train.tokens, arch)
-            lt[i], ct[i] = per.mean(), int((per >= LOG_CAP).sum())
-            if pb.test is not None:
-                pe = losses_by_sequence(Y[i], pb.test.tokens, arch)
-                le[i], ce[i] = pe.mean(), int((pe >= LOG_CAP).sum())
-            if pb.test_seen is not None:
-                ls[i] = losses_by_sequence(Y[i], pb.test_seen.tokens, arch).mean()
-            continue
-        lt[i], _, ct[i] = kernels.batch_loss_grad(Y[i], pb.train, cfg.yhat_floor, want_grad=False)
+    from .generic import losses_by_sequence
+
+    cap = -math.log(cfg.yhat_floor)
+
+    def per(th, seqs):
+        return losses_by_sequence(th, seqs.tokens, arch, cfg.yhat_floor, cfg.loss)
+
+    for i in range(T):  # the engine's generic network evaluates every record's losses
+        lt_i = per(Y[i], pb.train)
+        lt[i] = lt_i.mean()
+        ct[i] = int((lt_i >= cap).sum()) if cfg.loss == "nll" else 0
         if pb.test is not None:
-            le[i], _, ce[i] = kernels.batch_loss_grad(Y[i], pb.test, cfg.yhat_floor, want_grad=False)
+            pe = per(Y[i], pb.test)
+            le[i], ce[i] = pe.mean(), (int((pe >= cap).sum()) if cfg.loss == "nll" else 0)
         if pb.test_seen is not None:
-            ls[i] = kernels.batch_loss(Y[i], pb.test_seen, cfg.yhat_floor)
+            ls[i] = per(Y[i], pb.test_seen).mean()
     return {
         "c": c, "c_weight": c2 / c2.sum(axis=-1, keepdims=True), "w": w, "rpe": rpe_softmax(w), "a": a,
         "loss_train": lt, "loss_test_all": le, "loss_test_seen": ls, "loss_test": le,
@@ -346,7 +259,7 @@ def save(path: str | Path, cfg: InductionConfig, traj: integrate.Trajectory, pro
         "n_test": 0 if pb.test is None else pb.test.N, "batch": cfg.batch, "seed": cfg.seed,
         "n_test_seen": 0 if pb.test_seen is None else pb.test_seen.N, "loss": cfg.loss,
         "train_seed": list(train_seed(cfg)), "test_seed": list(test_seed(cfg)),
-        "train_file": cfg.train_file or "", "kernel_path": getattr(traj, "path", pb.train.path),
+        "train_file": cfg.train_file or "", "kernel_path": getattr(traj, "path", "generic"),
         "yhat_floor": cfg.yhat_floor,
         "stage_names": ["simultaneous"] if cfg.schedule == "simultaneous" else list(cfg.phases),
         "stage_ends": traj.stage_ends,

@@ -1,7 +1,7 @@
 """The induction system's data sets and schedule from a config (``meanfield.models.induction.setup``): the
 seeds of the training, held-out, fresh and minibatch sequences, the data sets, and the stages of the
-schedule in the shared vocabulary. Both training paths read them: the hand kernels' (``run``) and the
-induction description's (``description``, the engine's generic two-layer network).
+schedule in the shared vocabulary, read by the induction description (``description``: the engine's generic
+two-layer network, what every induction run trains on).
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ from ...core.limits import check_size
 COMPILE_S = 25
 
 
-# Induction system: one full-batch gradient costs about 1.9e-8 s per (sequence x position) at the
-# default H = M = 3 (README, `bench_induction.py`: 19 ms for 10,000 sequences of L = 100).
-_T_IND = 1.9e-8
+# Induction system: one full-batch gradient on the engine's generic network costs about 3e-8 s per
+# (sequence x position) at the default H = M = 3 (`benchmarks/bench_twolayer.py`, 2026-12-06: 30 ms for 10,000
+# sequences of L = 100 on a loaded 2-core machine, 1.13x the retired hand kernels' 26.5 ms in the same run).
+_T_IND = 3.0e-8
 
 
 def induction_estimate(cfg) -> dict:
@@ -61,9 +62,9 @@ def induction_data_estimate(N: int, d: int, L: int, n_parents: int, kernels: boo
     return est
 
 
-#: ``meanfield model run induction`` trains on the engine's generic two-layer path, 10.3-12.3x slower per
-#: gradient than this paper's kernels (measured: the stop note of 2026-12-04, issue 24); memory as the kernels'
-GENERIC_SLOWDOWN = 12.0
+#: ``meanfield model run induction`` and ``meanfield induction run`` both train on the engine's generic
+#: two-layer path now (the hand kernels are retired): the same cost model
+GENERIC_SLOWDOWN = 1.0
 
 
 def family_size_first(values: dict, force: bool, particles_d=None, copies: float = 1.0, width=None) -> dict:

@@ -312,7 +312,7 @@ def description_run(values: dict, saveat=None):
     from .config import make_config
     from .run import generic_run
 
-    return generic_run(make_config(dict(values)), saveat, strict=True)
+    return generic_run(make_config(dict(values)), saveat)
 
 
 def run_like(traj, cfg) -> dict:

@@ -33,7 +33,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ...core.activations import accept_step
+from meanfield.core.activations import accept_step
 
 #: pattern path when n_pat <= PATTERN_MAX (the Gram tables are H * n_pat^2 doubles)
 PATTERN_MAX = 512
@@ -49,7 +49,7 @@ PATTERN_MAX = 512
 #: (bounded between log d - 1 and log d + 1, never clipped).
 LOSSES = {"nll": 0, "official-ce": 1}
 
-from .criteria import CRITERIA  # noqa: F401  (re-exported: kernels.CRITERIA)
+from meanfield.core.criteria import INDUCTION_CRITERIA as CRITERIA  # noqa: F401,E402
 
 
 def n_patterns(d: int, M: int) -> int:
