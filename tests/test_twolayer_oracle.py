@@ -23,8 +23,8 @@ from meanfield.engine.twolayer_oracle import Oracle  # noqa: E402
 
 def spec_of(net: Net) -> dict:
     return {"S": net.S, "L": net.L, "readout": net.readout, "selector": net.selector,
-            "layers": [[dict(score=h.score, lags=h.lags, softmax=h.softmax, normalise=h.normalise, value=h.value)
-                        for h in hs] for hs in net.layers]}
+            "layers": [[dict(score=h.score, lags=h.lags, softmax=h.softmax, normalise=h.normalise, value=h.value,
+                             query=list(h.query), key=list(h.key)) for h in hs] for hs in net.layers]}
 
 
 def random_net(rng) -> Net:
@@ -167,3 +167,38 @@ def test_official_cross_entropy_and_another_floor_against_the_explicit_network(p
         dataclasses.replace(base, ce="hinge")
     with pytest.raises(ConfigError, match="^log_cap:"):
         dataclasses.replace(base, log_cap=0.0)
+
+
+@pytest.mark.parametrize("query,key", [(("token",), ("layer1.head1",)), (("token", "position"), ("token",)),
+                                       ("stream", ("layer1.head2", "position"))])
+def test_a_restricted_query_and_key_against_the_explicit_network(query, key):
+    # score X_t[q]^T A[q, k] X_j[k]: the explicit network indexes those columns of the stream and of A (no mask);
+    # the engine masks A. Loss, gradient, 200 GD steps; the entries outside q x k never move
+    net = Net(3, 5, ((Head("rpe", (1, 2), value="token", normalise=True), Head("rpe", (1, 1), value="token")),
+                     (Head("bilinear", query=query, key=key, value="token", normalise=True),)),
+              selector=2, readout="attention")
+    x, y, p = data(net, "nll")
+    rng = np.random.default_rng(len(key))
+    theta0 = rng.normal(0, 0.4, net.size)
+    o = Oracle(spec_of(net))
+    l, g = loss_grad(theta0, net, x, y, p)
+    tl, tg = oracle_grad(o, theta0, x, y, p)
+    assert abs(l - tl) <= 1e-12 * max(1.0, abs(tl)) and np.abs(g - tg).max() <= 1e-12
+    th, _ = gd(theta0, net, x, y, p, 0.3, 200)
+    ref, _ = o.gd(theta0, x, y, p, 0.3, 200)
+    assert np.abs(th - ref).max() <= 1e-10
+    i = net.offset("layer2.head1.A")
+    D = net.widths[1]
+    mk = net.score_mask(1, net.layers[1][0]).ravel().astype(bool)
+    A0, A1 = theta0[i:i + D * D], th[i:i + D * D]
+    assert np.array_equal(A0[~mk], A1[~mk]) and np.abs(A1[mk] - A0[mk]).max() > 1e-3
+
+
+def test_query_and_key_refusals():
+    for make, field in [(lambda: Net(2, 3, ((Head(key=("layer1.head1",)),),)), "layers[0].heads[0].key:"),
+                        (lambda: Net(2, 3, ((Head("rpe", (1, 1), query=("token",)),),)), "query:"),
+                        (lambda: Net(2, 3, ((Head(),), (Head(key=("layer2.head1",)),))), "layers[1].heads[0].key:"),
+                        (lambda: Head(key=("token", "token")), "key:")]:
+        with pytest.raises(ConfigError) as e:
+            make()
+        assert str(e.value).startswith(field) and "\n" not in str(e.value), str(e.value)

@@ -32,7 +32,8 @@ def spec_of(net: Net, m: int) -> dict:
     """The oracle's spec: every wide head at width m (the weights explicit)."""
     return {"S": net.S, "L": net.L, "readout": net.readout, "selector": net.selector,
             "layers": [[dict(score=h.score, lags=h.lags, softmax=h.softmax, normalise=h.normalise, value=h.value,
-                             value_matrix=h.value_matrix, width=None if h.width is None else m) for h in hs]
+                             value_matrix=h.value_matrix, width=None if h.width is None else m,
+                             query=list(h.query), key=list(h.key)) for h in hs]
                        for hs in net.layers]}
 
 
@@ -86,6 +87,16 @@ NETS = {
     # a layer-1 copier (rpe, token value) feeding a wide layer-2 key/query on the stream (a wide CatFormer layer 2)
     "copier+wide": lambda w: Net(2, 4, ((Head("rpe", (1, 1), value="token"),), (Head("bilinear", width=w),)),
                                  readout="linear"),
+    # case (b) 2: a wide layer-1 value kept in the hidden space, h_l = M_V s_l (s_l the copier's average), read
+    # by a wide layer-2 query: score (W_Q x_t)^T h_l, i.e. the key reads only the copier's output, W_K = M_V
+    "hidden value": lambda w: Net(2, 4, ((Head("rpe", (1, 2), value="token", normalise=True),),
+                                         (Head("bilinear", width=w, query=("token", "position"),
+                                               key=("layer1.head1",)),)), readout="linear"),
+    # the same under the attention read-out (the selector over both heads), the query reading tokens only
+    "hidden value+attention": lambda w: Net(2, 3, ((Head("rpe", (1, 1), value="token"),),
+                                                   (Head("bilinear", width=w, query="token", key="layer1.head1",
+                                                         value="token", normalise=True),)),
+                                            selector=2, readout="attention"),
     # a wide layer-1 head with a stream value, a narrow bilinear layer 2, the attention read-out
     "wide+narrow": lambda w: Net(2, 3, ((Head("bilinear", width=w, value="stream"),),
                                         (Head("rpe+bilinear", (0, 1), normalise=True, value="token"),)),
@@ -207,6 +218,9 @@ def test_a_description_with_a_wide_head_runs_and_equals_the_network():
     ({"reads": "hidden"}, "layers[1].heads[0].reads: a wide matrix acting on the hidden space"),
     ({"width": 3, "value_matrix": True, "V": 0.1}, "layers[1].heads[0].V: a wide head"),
     ({"value_matrix": "maybe"}, "layers[1].heads[0].value_matrix"),
+    ({"width": 3, "key": "layer2.head1"}, "layers[1].heads[0].key: 'layer2.head1' is not a block"),
+    ({"key": []}, "layers[1].heads[0].key: 'stream' or a list"),
+    ({"query": 3}, "layers[1].heads[0].query: 'stream' or a list"),
 ])
 def test_refusals_are_one_line(extra, field):
     from meanfield.engine.twolayer_desc import twolayer_from_dict
@@ -215,6 +229,27 @@ def test_refusals_are_one_line(extra, field):
         twolayer_from_dict(_raw(extra))
     msg = str(e.value)
     assert msg.startswith(field) and "\n" not in msg, msg
+
+
+def test_a_hidden_value_description_runs_and_equals_the_network():
+    """Case (b) 2 from a description: key = "layer1.head1" with width = 3 (W_K over the copier's output is
+    its wide value M_V, kept in the hidden space and read by W_Q); the run equals the explicit network."""
+    from meanfield.engine.twolayer_desc import twolayer_from_dict
+    from meanfield.engine.twolayer_run import run
+
+    desc = twolayer_from_dict(_raw({"width": 3, "omega": 0.9, "query": ["token", "position"],
+                                    "key": "layer1.head1"}))
+    assert desc.net.layers[1][0].key == ("layer1.head1",)
+    D = desc.net.widths[1]
+    u0 = initial_weights(D, 0.9, 3, seed=(4, 1, 0))
+    r = run(desc)
+    o = Oracle(spec_of(desc.net, 3))
+    i, j = desc.net.offset("layer2.head1.Q"), desc.net.offset("readout.W")
+    orc0 = np.concatenate([desc.theta0[:i], u0[:, :D].ravel(), u0[:, D:].ravel(), desc.theta0[j:]])
+    ref, _ = o.gd(orc0, desc.x, desc.y, desc.p, 0.5, 30)
+    want = gram_of(desc.net, o, ref)
+    assert np.abs(r["theta"][-1] - want).max() <= TOL * max(1.0, np.abs(want).max())
+    assert np.abs(r["theta"][-1] - r["theta"][0]).max() > 1e-3
 
 
 def test_the_shipped_example_runs_from_the_command_line(tmp_path):
@@ -403,3 +438,16 @@ def test_particles_refusals(tmp_path, args, field):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and field in lines[0], r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_hidden_value_example_particles_equal_run_at_finite_width():
+    # case (b) 2 shipped (docs/examples/hidden_value_twolayer.toml): the torch network trained on W_Q and the
+    # hidden value M_V themselves equals the exact Gram map from the same draw; infinite width runs too
+    import meanfield as mf
+
+    ex = str(ROOT / "docs" / "examples" / "hidden_value_twolayer.toml")
+    a = mf.particles(ex, width=4, steps=60, progress=False)
+    b = mf.run(ex, width=4, steps=60, progress=False)
+    assert np.abs(a["theta"] - b["theta"]).max() <= TOL * max(1.0, np.abs(b["theta"]).max())
+    inf = mf.run(ex, steps=60, progress=False)
+    assert inf.attrs["status"] == "complete" and inf["loss"][-1] < inf["loss"][0]

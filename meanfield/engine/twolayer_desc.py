@@ -144,8 +144,10 @@ KEYS = {
         "softmax": ("bool", "true", "softmax over the lags that exist; false: linear attention"),
         "normalise": ("bool", "false", "u = s / ||s|| (0 where s = 0)"),
         "value": ("`token`, `stream`", "stream", "what is averaged: the one-hot token, or the whole stream"),
-        "query": ("`stream`", "stream", "what the bilinear score's query reads (others refused, not built)"),
-        "key": ("`stream`", "stream", "what the bilinear score's key reads (others refused, not built)"),
+        "query": ("`stream` or array of blocks", "stream", "the stream blocks the bilinear score's query reads: "
+                  "`token`, `position`, `layerJ.headI` (an earlier head's output); score X_t[q]^T A[q, k] X_j[k]"),
+        "key": ("`stream` or array of blocks", "stream", "the blocks its key reads (a wide head: W_K over them; "
+                "`key = \"layer1.head1\"` with `width` is a wide layer-1 value read by a wide query, case (b) 2)"),
         "w": ("number or array", "[init]", "initial rpe weights (one per lag of the window)"),
         "A": ("number or matrix", "[init]", "initial bilinear matrix (D_k x D_k over the stream)"),
         "width": ("int or `inf`", "none (A narrow)", "a wide bilinear head: A = W_Q^T W_K, W_Q, W_K in R^(m x D_k), "
@@ -303,10 +305,14 @@ def _table(where, v, allowed):
 def _head(where, h) -> tuple:
     _table(where, h, HEAD_KEYS)
     score = as_choice(f"{where}.score", h.get("score", "bilinear"), SCORES)
+    qk = {}
     for side in ("query", "key"):
-        if h.get(side, "stream") != "stream":
-            raise ConfigError(f"{where}.{side}: only 'stream' (the concatenated stream so far) is built; got "
-                              f"{h[side]!r}")
+        v = h.get(side, "stream")
+        v = [v] if isinstance(v, str) else v
+        if not isinstance(v, list) or not v or any(not isinstance(b, str) for b in v):
+            raise ConfigError(f"{where}.{side}: 'stream' or a list of stream blocks ('token', 'position', "
+                              f"'layerJ.headI'); got {h[side]!r}")
+        qk[side] = tuple(v)
     lags = h.get("lags")
     if lags is not None:
         if not isinstance(lags, list) or len(lags) != 2:
@@ -328,7 +334,7 @@ def _head(where, h) -> tuple:
         raise ConfigError(f"{where}.V: a wide head (width) starts its value matrix from its Gram (omega), not from V")
     try:
         hd = Head(score, lags, softmax=softmax, normalise=normalise, value=value, width=width, omega=omega,
-                  value_matrix=vm)
+                  value_matrix=vm, **qk)
     except ConfigError as e:
         raise ConfigError(f"{where}.{e}") from None
     return hd, {k: h[k] for k in ("w", "A", "V") if k in h}

@@ -125,8 +125,25 @@ class Head:
     width: float | None = None
     omega: float = 1.0  # a wide head's init scale: W_Q, W_K (and W_O, M_V) iid N(0, omega^2 / m)
     value_matrix: bool = False  # the output V u, V (w x w) over the value's width w (wide: V = W_O M_V)
+    #: the stream blocks the bilinear score's query / key read ("token", "position", "layer{j}.head{i}": an
+    #: earlier head's output); () the whole stream. Restricted: score = X_t[q]^T A[q, k] X_j[k] (the entries of
+    #: A outside the q x k block are not read and never move; wide: W_Q's columns q and W_K's columns k)
+    query: tuple = ()
+    key: tuple = ()
 
     def __post_init__(self):
+        for side in ("query", "key"):
+            v = getattr(self, side)
+            v = (v,) if isinstance(v, str) else tuple(v)
+            if v == ("stream",):
+                v = ()
+            if v and "bilinear" not in self.score:
+                raise ConfigError(f"{side}: only a bilinear score has a query and a key to restrict; this head's "
+                                  f"score is {self.score!r}")
+            if any(not isinstance(b, str) for b in v) or len(set(v)) != len(v):
+                raise ConfigError(f"{side}: 'stream' or distinct stream blocks ('token', 'position', "
+                                  f"'layerJ.headI'); got {getattr(self, side)!r}")
+            object.__setattr__(self, side, v)
         if self.width is not None:
             w = self.width
             if "bilinear" not in self.score and not self.value_matrix:
@@ -187,6 +204,12 @@ class Net:
                 if hd.lags is not None and hd.lags[0] > self.T - 1:
                     raise ConfigError(f"layers[{k}].heads[{h}].lags: first lag {hd.lags[0]} reaches no position "
                                       f"(T = {self.T} positions)")
+                lay = self.stream_layout(k)
+                for side in ("query", "key"):
+                    bad = [b for b in getattr(hd, side) if b not in lay]
+                    if bad:
+                        raise ConfigError(f"layers[{k}].heads[{h}].{side}: {bad[0]!r} is not a block of the stream "
+                                          f"this head reads; one of {', '.join(lay)}")
 
     @property
     def T(self) -> int:
@@ -206,6 +229,35 @@ class Net:
     def out_dim(self, k: int, hd: Head) -> int:
         """The width of a head's output in layer k."""
         return self.S if hd.value == "token" else self.widths[k]
+
+    def stream_layout(self, k: int) -> dict:
+        """The blocks of the stream before layer ``k`` (0-based): name -> (first column, end): ``token`` (S),
+        ``position`` (T), then ``layer{j}.head{i}`` (each earlier head's output, in order)."""
+        out = {"token": (0, self.S), "position": (self.S, self.S + self.T)}
+        col = self.S + self.T
+        for j, hs in enumerate(self.layers[:k]):
+            for i, hd in enumerate(hs):
+                w = self.out_dim(j, hd)
+                out[f"layer{j + 1}.head{i + 1}"] = (col, col + w)
+                col += w
+        return out
+
+    def score_mask(self, k: int, hd: Head):
+        """The 0/1 (D_k, D_k) matrix of the entries of A a restricted bilinear score reads (rows: the query's
+        blocks, columns: the key's), or None where it reads the whole stream on both sides."""
+        if not hd.query and not hd.key:
+            return None
+        D, lay = self.widths[k], self.stream_layout(k)
+
+        def sel(names):
+            v = np.zeros(D)
+            if not names:
+                v[:] = 1.0
+            for b in names:
+                v[lay[b][0]:lay[b][1]] = 1.0
+            return v
+
+        return np.outer(sel(hd.query), sel(hd.key))
 
     @property
     def widths(self) -> tuple:
@@ -388,6 +440,9 @@ def forward(theta: np.ndarray, net: Net, x: np.ndarray, y=None, p=None, want_gra
             name = f"layer{k + 1}.head{h + 1}"
             w = P[name + ".w"][:len(lags)] if "rpe" in hd.score else _NONE1
             A = P[name + ".A"] if "bilinear" in hd.score else _NONE2
+            mk = net.score_mask(k, hd) if "bilinear" in hd.score else None
+            if mk is not None:  # a restricted query / key: only the block A[q, k] is read
+                A = A * mk
             if gi in prep.heads:
                 tb = tp.table(prep, gi, w, hd.softmax, hd.normalise, S)
                 tables.append(tb)
@@ -548,7 +603,8 @@ def loss_grad(theta: np.ndarray, net: Net, x: np.ndarray, y: np.ndarray, p: np.n
             if "rpe" in hd.score:
                 G[name + ".w"][:len(c_["lags"])] += gw
             if "bilinear" in hd.score:
-                G[name + ".A"] = gA
+                mk = net.score_mask(k, hd)
+                G[name + ".A"] = gA if mk is None else gA * mk
             if need:
                 dXk_stream += dXh
         dX = dXk_stream

@@ -46,7 +46,9 @@ class Oracle:
     spec : dict
         ``S``, ``L``, ``readout`` ("linear" | "attention"), ``selector`` (D or None),
         ``layers``: a list of layers, each a list of heads, each a dict with
-        ``score``, ``lags`` ([first, last] or None), ``softmax``, ``normalise``, ``value``; optionally ``ce``
+        ``score``, ``lags`` ([first, last] or None), ``softmax``, ``normalise``, ``value``, optionally ``query``
+        and ``key`` (lists of stream blocks: "token", "position", "layerJ.headI"; the score reads only their
+        columns of the stream and of A / W_Q / W_K); optionally ``ce``
         ("log" or "softmax": the loss, as :class:`meanfield.engine.twolayer_net.Net`) and ``log_cap``; and optionally
         ``width`` (a finite m: the score (W_Q x_t)^T (W_K x_j), the weights W_Q, W_K in R^{m x D} its parameters)
         and ``value_matrix`` (the output V u; with ``width`` V = W_O M_V, W_O^T and M_V in R^{m x w} its parameters).
@@ -131,11 +133,17 @@ class Oracle:
             tok = torch.cat([tok, torch.zeros(n, 1, self.S, dtype=torch.float64)], dim=1)
         pos = torch.eye(self.T, dtype=torch.float64).expand(n, self.T, self.T)
         X = torch.cat([tok, pos], dim=2)
+        where = {"token": list(range(self.S)), "position": list(range(self.S, self.S + self.T))}  # stream columns
         outs = []
         for k, layer in enumerate(self.layers):
             new = []
+            col = X.shape[2]
             for h, hd in enumerate(layer):
                 name = f"layer{k + 1}.head{h + 1}"
+                # a restricted query / key: the score reads only those stream columns (of X and of A, W_Q, W_K)
+                qi = [c for b in hd.get("query") or () for c in where[b]] or list(range(X.shape[2]))
+                ki = [c for b in hd.get("key") or () for c in where[b]] or list(range(X.shape[2]))
+                qi, ki = torch.tensor(qi), torch.tensor(ki)
                 first, last = hd["lags"] if hd["lags"] is not None else (0, self.T - 1)
                 allowed = self._mask(first, last)
                 Z = torch.zeros(n, self.T, self.T, dtype=torch.float64)
@@ -152,9 +160,10 @@ class Oracle:
                     R = torch.stack(rows)
                     Z = Z + R
                 if "bilinear" in hd["score"] and hd.get("width") is not None:  # (W_Q x_t) . (W_K x_j)
-                    Z = Z + (X @ params[name + ".WQ"].T) @ (X @ params[name + ".WK"].T).transpose(1, 2)
+                    Z = Z + ((X[:, :, qi] @ params[name + ".WQ"][:, qi].T)
+                             @ (X[:, :, ki] @ params[name + ".WK"][:, ki].T).transpose(1, 2))
                 elif "bilinear" in hd["score"]:
-                    Z = Z + X @ params[name + ".A"] @ X.transpose(1, 2)
+                    Z = Z + X[:, :, qi] @ params[name + ".A"][qi][:, ki] @ X[:, :, ki].transpose(1, 2)
                 if hd["softmax"]:
                     Zm = Z.masked_fill(~allowed, float("-inf"))
                     has = allowed.any(dim=1)
@@ -175,6 +184,8 @@ class Oracle:
                     s = s @ params[name + ".V"].T
                 new.append(s)
                 outs.append(s)
+                where[name] = list(range(col, col + s.shape[2]))
+                col += s.shape[2]
             X = torch.cat([X] + new, dim=2)
         if self.readout == "linear":
             return torch.log_softmax(X[:, self.L - 1, :] @ params["readout.W"], dim=1)

@@ -59,9 +59,11 @@ class ParticleSystem:
             raise ConfigError(f"method: the explicit network (particles) runs gd only; got {desc.training.method!r}")
         self.desc, self.net = desc, net
         seed = int((desc.raw.get("init") or {}).get("seed", 0))
-        spec = {"S": net.S, "L": net.L, "readout": net.readout, "selector": net.selector,
+        spec = {"S": net.S, "L": net.L, "readout": net.readout, "selector": net.selector, "ce": net.ce,
+                "log_cap": net.log_cap,
                 "layers": [[dict(score=h.score, lags=h.lags, softmax=h.softmax, normalise=h.normalise, value=h.value,
-                                 value_matrix=h.value_matrix, width=h.width) for h in hs] for hs in net.layers]}
+                                 value_matrix=h.value_matrix, width=h.width, query=list(h.query), key=list(h.key))
+                            for h in hs] for hs in net.layers]}
         self.o = Oracle(spec)
         heads = {f"layer{k + 1}.head{h + 1}": (k, h, hd) for k, h, hd in net.heads}
         flat, i = [], 0
