@@ -446,8 +446,8 @@ def test_the_hidden_value_example_particles_equal_run_at_finite_width():
     import meanfield as mf
 
     ex = str(ROOT / "docs" / "examples" / "hidden_value_twolayer.toml")
-    a = mf.particles(ex, width=4, steps=60, progress=False)
-    b = mf.run(ex, width=4, steps=60, progress=False)
+    a = mf.particles(ex, width=4, steps=200, progress=False)
+    b = mf.run(ex, width=4, steps=200, progress=False)
     assert np.abs(a["theta"] - b["theta"]).max() <= TOL * max(1.0, np.abs(b["theta"]).max())
     inf = mf.run(ex, steps=60, progress=False)
     assert inf.attrs["status"] == "complete" and inf["loss"][-1] < inf["loss"][0]
