@@ -360,9 +360,11 @@ def gather_back(prep: Prepared, gi: int, du) -> np.ndarray:
     return out
 
 
-@njit(cache=True, error_model="numpy")  # a non-finite value propagates (the run stops as diverged)
-def _readout(codes, G, x, y, p, c, a, members, sizes, log_cap, loss_kind, want_grad, logy, barG, gc, ga):
-    # the loops over positions are innermost (contiguous rows of g (H, L)), subsets of size 0, 1, 2 unrolled
+@njit(cache=True, error_model="numpy", nogil=True)  # a non-finite value propagates (the run stops as diverged)
+def _readout(codes, G, x, y, p, c, a, members, sizes, log_cap, loss_kind, want_grad, logy, barG, acc, lo, hi):
+    # sequences lo..hi-1 (a chunk: its own barG and acc, the GIL released so that chunks run on threads);
+    # returns (their loss, their d loss / d a). The loops over positions are innermost (contiguous rows of
+    # g (H, L)), subsets of size 0, 1, 2 unrolled
     H, n, T = codes.shape
     L = T - 1
     nS = c.shape[0]
@@ -381,10 +383,9 @@ def _readout(codes, G, x, y, p, c, a, members, sizes, log_cap, loss_kind, want_g
     tmp = np.zeros(L)
     me = np.zeros(S)
     wy = np.zeros(S)
-    acc = np.zeros(nS)
     total = 0.0
     gat = 0.0
-    for i in range(n):
+    for i in range(lo, hi):
         xi = x[i]
         for h in range(H):
             Gq = G[h, codes[h, i, L]]
@@ -494,10 +495,56 @@ def _readout(codes, G, x, y, p, c, a, members, sizes, log_cap, loss_kind, want_g
             gh = gam[h]
             for l in range(L):
                 bq[ch[l]] += gh[l]
-    for s in range(nS):
-        gc[s] = 2.0 * c[s] / C * acc[s]
-    ga[0] = gat
-    return total
+    return total, gat
+
+
+#: the read-out's sequences are cut into at most this many chunks, run on threads (the kernel releases the GIL);
+#: the cut depends on the sizes only, never on the thread count, so the sums are the same on every machine
+MAX_CHUNKS = 8
+#: a chunk has at least this many sequences
+MIN_CHUNK = 1024
+#: the chunks' own d loss / d G tables together stay under this many doubles
+MAX_CHUNK_TABLES = 8_000_000
+
+
+def chunks(n: int, table_size: int) -> list:
+    """The (lo, hi) chunks of ``n`` sequences the read-out sums separately (then in order): a function of the
+    sizes only.
+
+    Example
+    -------
+    >>> chunks(10, 100), len(chunks(10_000, 100))
+    ([(0, 10)], 8)
+    """
+    k = max(1, min(MAX_CHUNKS, n // MIN_CHUNK, MAX_CHUNK_TABLES // max(1, table_size)))
+    cuts = [n * j // k for j in range(k + 1)]
+    return [(cuts[j], cuts[j + 1]) for j in range(k)]
+
+
+def _run_chunks(args, parts, barG, acc):
+    """Each chunk with its own barG / acc (the first chunk the caller's), on numba's thread count; summed in order."""
+    import numba
+
+    out = [None] * len(parts)
+    bufs = [(barG, acc)] + [(np.zeros_like(barG), np.zeros_like(acc)) for _ in parts[1:]]
+    threads = min(len(parts), numba.get_num_threads())
+    if threads <= 1:
+        for j, (lo, hi) in enumerate(parts):
+            out[j] = _readout(*args, bufs[j][0], bufs[j][1], lo, hi)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads) as ex:
+            futs = [ex.submit(_readout, *args, bufs[j][0], bufs[j][1], lo, hi) for j, (lo, hi) in enumerate(parts)]
+            out = [f.result() for f in futs]
+    total, gat = 0.0, 0.0
+    for j in range(len(parts)):
+        total += out[j][0]
+        gat += out[j][1]
+        if j:
+            barG += bufs[j][0]
+            acc += bufs[j][1]
+    return total, gat
 
 
 def readout(prep: Prepared, tables: list, x, y, p, c, a: float, members, sizes, log_cap: float, want_grad: bool,
@@ -548,12 +595,16 @@ def readout(prep: Prepared, tables: list, x, y, p, c, a: float, members, sizes, 
     n, S = y.shape
     logy = np.zeros((n, S))
     barG = np.zeros((Hn, mp, mp))
-    gc = np.zeros(len(c))
-    ga = np.zeros(1)
-    loss = _readout(prep.codes, G, np.ascontiguousarray(x, dtype=np.int64), np.ascontiguousarray(y, dtype=np.float64),
-                    np.ascontiguousarray(p, dtype=np.float64), np.ascontiguousarray(c, dtype=np.float64), float(a),
-                    np.ascontiguousarray(members, dtype=np.int64), np.ascontiguousarray(sizes, dtype=np.int64),
-                    float(log_cap), int(loss_kind), bool(want_grad), logy, barG, gc, ga)
+    c = np.ascontiguousarray(c, dtype=np.float64)
+    acc = np.zeros(len(c))
+    args = (prep.codes, G, np.ascontiguousarray(x, dtype=np.int64), np.ascontiguousarray(y, dtype=np.float64),
+            np.ascontiguousarray(p, dtype=np.float64), c, float(a),
+            np.ascontiguousarray(members, dtype=np.int64), np.ascontiguousarray(sizes, dtype=np.int64),
+            float(log_cap), int(loss_kind), bool(want_grad), logy)
+    loss, gat = _run_chunks(args, chunks(n, barG.size if want_grad else 0), barG, acc)
+    C = float(c @ c)
+    gc = 2.0 * c / C * acc
+    ga = np.array([gat])
     barU = []
     for h, tb in enumerate(tables):
         U = tb["U"]
