@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import h5py
+
+import meanfield as mf
 import numpy as np
 import pytest
 
@@ -69,3 +71,60 @@ def test_width_sweep_sigterm_leaves_an_interrupted_file(tmp_path, phase, steps, 
         assert set(pairs) <= {(4, 0), (4, 1), (8, 0), (8, 1)} and len(set(pairs)) == len(pairs)
         # incontext has no wide weights: the explicit network equals the infinite-width run to rounding
         assert all(len(v) == len(done_w) and np.all(v < 1e-10) for v in err.values())
+
+
+def test_a_signal_that_surfaces_as_systemerror_still_leaves_the_interrupted_file(tmp_path, monkeypatch):
+    """CI saw exit 130 and no file: the signal landed as a numba kernel of a particle run returned, so it came out
+    as SystemError (the barrier's KeyboardInterrupt inside the kernel's return), which the sweep did not catch. With
+    a signal pending (errors.PENDING, as the barrier's handler sets it), that SystemError is the interrupt."""
+    from meanfield.core import errors
+    from meanfield.engine import finite
+
+    desc = mf.load("incontext", steps=200, record_every=50)
+    real, calls, signalled = finite.particles, [], [True]
+
+    def particles(d, *a, **k):
+        calls.append(d.init.width)
+        if len(calls) == 2:  # the second particle run: the first is finished and must be in the file
+            if signalled[0]:
+                errors.PENDING["signal"] = signal.SIGTERM
+            raise SystemError("<built-in function> returned a result with an exception set")
+        return real(d, *a, **k)
+
+    monkeypatch.setattr(finite, "particles", particles)
+    out = tmp_path / "w.h5"
+    try:
+        with pytest.raises(SystemError):
+            finite.width_sweep(desc, [4, 8], seeds=1, out=out, progress=False, log=lambda line: None)
+    finally:
+        errors.PENDING["signal"] = None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.h5"]
+    with h5py.File(out, "r") as f:
+        assert f.attrs["status"] == "interrupted" and "after 1 of 2 finite-width runs" in f.attrs["message"]
+        assert list(f["done_width"][()]) == [4]
+    # without a pending signal a SystemError is a bug: it propagates and nothing is written
+    calls.clear()
+    signalled[0] = False
+    out.unlink()
+    with pytest.raises(SystemError):
+        finite.width_sweep(desc, [4, 8], seeds=1, out=out, progress=False, log=lambda line: None)
+    assert not out.exists()
+
+
+def test_a_signal_while_the_figure_is_drawn_keeps_the_complete_file(tmp_path, monkeypatch):
+    """The complete .h5 is written first; a signal while the JSON or the figure is written leaves that complete file
+    (not an interrupted one in its place) and no half-written JSON or PNG."""
+    from meanfield.core import widths
+    from meanfield.engine import finite
+
+    def figure(*a, **k):
+        raise KeyboardInterrupt("signal 15")
+
+    monkeypatch.setattr(widths, "figure", figure)
+    out = tmp_path / "w.h5"
+    with pytest.raises(widths.CompleteInterrupt):
+        finite.width_sweep(mf.load("incontext", steps=200, record_every=50), [4], seeds=1, out=out, progress=False,
+                           log=lambda line: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.h5", "w.json"]
+    with h5py.File(out, "r") as f:
+        assert f.attrs["status"] == "complete" and "sup_error" in f

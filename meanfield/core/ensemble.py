@@ -85,7 +85,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from .config import ConfigError
-from .errors import raise_if_signalled
+from .errors import is_signal, raise_if_signalled
 from .ensemble_pools import Dask as _Dask
 from .ensemble_pools import InProcess as _InProcess
 from .ensemble_pools import Local as _Local
@@ -757,6 +757,8 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
                         lost.append(t)
                         continue
                     except Exception as e:  # a failed chunk: reported, the rest goes on, a rerun retries it
+                        if is_signal(e):  # the signal, come as a numba kernel returned (SystemError)
+                            raise KeyboardInterrupt(str(e)) from e
                         errors.append(f"chunk {t['lo']}-{t['lo'] + len(t['points'])}: {type(e).__name__}: {e}")
                         bar.failed += len(t["points"])
                         bar.update(len(t["points"]))

@@ -53,3 +53,28 @@ def raise_if_signalled() -> None:
     """
     if PENDING["signal"] is not None:
         raise KeyboardInterrupt(f"signal {PENDING['signal']}")
+
+
+def is_signal(exc: BaseException) -> bool:
+    """Whether ``exc`` is how a SIGINT / SIGTERM reached this code: a
+    KeyboardInterrupt, or a SystemError while a signal is pending
+    (:data:`PENDING`). The second is the form the barrier's KeyboardInterrupt
+    takes when the signal lands while a numba kernel returns ("returned a
+    result with an exception set"). Code that writes a valid file on a signal
+    catches both and asks this before it treats a SystemError as a bug.
+
+    Parameters
+    ----------
+    exc : BaseException
+        The exception caught.
+
+    Returns
+    -------
+    bool
+
+    Example
+    -------
+    >>> is_signal(KeyboardInterrupt()), is_signal(SystemError("a bug, no signal pending"))
+    (True, False)
+    """
+    return isinstance(exc, KeyboardInterrupt) or (isinstance(exc, SystemError) and PENDING["signal"] is not None)

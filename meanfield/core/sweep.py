@@ -46,6 +46,7 @@ import numpy as np
 
 from . import hooks
 from .config import ConfigError, as_float, as_int
+from .errors import is_signal
 from .guard import excerpt, one_line
 
 MAX_VALUES = 10**6
@@ -573,7 +574,9 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
         else:
             map_points(system.point_runner(), [(cfgs[i], str(paths[i])) for i in todo], executor=executor,
                        workers=workers, progress=bar, on_result=done, on_crash=_crashed_point)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemError) as e:  # SystemError: the signal came as a numba kernel returned
+        if not is_signal(e):
+            raise
         status = "interrupted"
     finally:
         if old is not None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import is_signal
 from .io import write_h5_atomic
 
 
@@ -223,13 +224,27 @@ def write_outputs(out: Path, summary: dict, attrs: dict, data: dict, **figure_kw
     as JSON next to it (atomic) and the figure (:func:`figure` with
     ``figure_kw``) as PNG; returns ``summary`` with ``files`` listing the three."""
     write_h5_atomic(out, attrs, data)
-    js = out.with_suffix(".json")
-    tmp = js.with_name(js.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(summary, indent=1))
-    os.replace(tmp, js)
-    fig = figure(summary, out.with_suffix(".png"), **figure_kw)
-    summary["files"] = [str(out), str(js), str(fig)]
+    js, png = out.with_suffix(".json"), out.with_suffix(".png")
+    tmps = [p.with_name(p.name + f".tmp-{os.getpid()}") for p in (js, png)]
+    try:
+        tmps[0].write_text(json.dumps(summary, indent=1))
+        os.replace(tmps[0], js)
+        figure(summary, tmps[1], **figure_kw)
+        os.replace(tmps[1], png)
+    except (KeyboardInterrupt, SystemError) as e:  # the complete file stands; no half-written JSON or figure
+        for p in tmps:
+            p.unlink(missing_ok=True)
+        if not is_signal(e):
+            raise
+        raise CompleteInterrupt(f"interrupted after {out} was written complete") from e
+    summary["files"] = [str(out), str(js), str(png)]
     return summary
+
+
+class CompleteInterrupt(KeyboardInterrupt):
+    """A signal after a width sweep's complete ``.h5`` was written (while its
+    JSON or figure was): the sweep stops and keeps that file, rather than
+    replacing it with an interrupted one."""
 
 
 def write_interrupted(out: Path, attrs: dict, widths, seeds: int, t, finished: list, n_jobs: int,
@@ -327,6 +342,6 @@ def figure(summary: dict, path: Path, quantities=None, lead: str = "S", xlabel: 
                  color="C3" if n_split else "k", **({} if title_fontsize is None else {"fontsize": title_fontsize}))
     ax.legend(fontsize=legend_fontsize)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
     return path

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.config import ConfigError, as_int
+from ..core.errors import is_signal, raise_if_signalled
 from . import oracle as orc
 from .description import Description
 from .particle_system import FlowParticleSystem, ParticleSystem
@@ -409,9 +410,8 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     >>> [f.rsplit(".", 1)[1] for f in s["files"]]
     ['h5', 'json', 'png']
     """
-    from ..core.widths import (exponent_verdict, fit_exponent, kink_events, kink_split_message, kink_splits,
-                               sup_errors, write_interrupted, write_outputs)
     from ..core.sweep import Progress, map_points
+    from ..core.widths import CompleteInterrupt, kink_events, write_interrupted
     from .runs import run as engine_run
 
     out = Path(out)
@@ -435,7 +435,9 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     log(f"[width-sweep] {desc.name}: infinite width ...")
     try:
         r_inf = engine_run(inf_desc)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemError) as e:  # SystemError: the signal landed as a numba kernel returned
+        if not is_signal(e):
+            raise
         interrupted(None, [], 0, [])
         raise
     q_inf = _groups(r_inf)
@@ -462,10 +464,19 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     finished: list = []
     try:
         res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar,
-                         on_result=lambda i, r: finished.append(r))
-    except KeyboardInterrupt:
+                         on_result=lambda i, r: (finished.append(r), raise_if_signalled()))
+        return _summarise(desc, out, ident, widths, seeds, d, tol_rel, t0, r_inf, q_inf, events, res)
+    except (KeyboardInterrupt, SystemError) as e:  # in a particle run or in the summary (the complete file is
+        if not is_signal(e) or isinstance(e, CompleteInterrupt):  # not written yet): a valid file with every
+            raise  # run finished so far
         interrupted(r_inf.t, finished, len(jobs), [nm for nm in q_inf if all(nm in r["err_t"] for r in finished)])
         raise
+
+
+def _summarise(desc, out, ident, widths, seeds, d, tol_rel, t0, r_inf, q_inf, events, res) -> dict:
+    """The finished width sweep's verdict, file, JSON and figure (:func:`width_sweep`)."""
+    from ..core.widths import (exponent_verdict, fit_exponent, kink_split_message, kink_splits, sup_errors,
+                               write_outputs)
 
     kinks = kink_splits(events, res, desc.model.relu_prime_at_zero,
                         lambda i: desc.data.names[i] if desc.data.names else f"x{i}")

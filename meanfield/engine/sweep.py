@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.config import ConfigError
+from ..core.errors import is_signal
 from ..core.sweep import _jsonable, _write_index, grid, map_points, open_sweep, sweep_paths, track_sweep
 
 
@@ -185,7 +186,9 @@ def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, wo
         else:
             map_points(_run_point, [(model, overs[i], str(paths[i])) for i in todo], workers=workers,
                        progress=bar, on_result=done)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemError) as e:  # SystemError: the signal came as a numba kernel returned
+        if not is_signal(e):
+            raise
         status = "interrupted"
     index["status"] = status
     _write_index(index_path, index)

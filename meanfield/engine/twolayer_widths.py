@@ -123,7 +123,9 @@ def width_sweep(desc, widths, seeds: int, out, progress: bool = True, log=print,
     """
     from ..core.limits import check_size
     from ..core.sweep import Progress
-    from ..core.widths import exponent_verdict, fit_exponent, sup_errors, write_interrupted, write_outputs
+    from ..core.errors import is_signal, raise_if_signalled
+    from ..core.widths import (CompleteInterrupt, exponent_verdict, fit_exponent, sup_errors, write_interrupted,
+                               write_outputs)
     from .twolayer_run import check_steps_time, run
 
     out = Path(out)
@@ -161,40 +163,44 @@ def width_sweep(desc, widths, seeds: int, out, progress: bool = True, log=print,
                 r = run(dm)
                 finished.append({"width": m, "seed": s, "status": r.attrs["status"], "err_t": _errors(dm, r, r_inf)})
                 bar.update(1)
-    except KeyboardInterrupt:  # like a run: a valid file with everything finished so far
+                raise_if_signalled()  # a run that caught the signal itself returned: stop here
+        sup = sup_errors(finished, widths, quantities)
+        # a block that the width never reaches (e.g. a one-lag softmax, whose weight gets no gradient) has error 0
+        fits = {q: fit_exponent(widths, sup[q]) for q in quantities if np.nanmin(sup[q]) > 0}
+        lead = wide[0]
+        if lead not in fits:  # the wide head's Gram itself never differs: nothing to fit
+            fits[lead] = {"exponent": None, "exponent_ci": None, "r2": None}
+        statuses = [r["status"] for r in finished]
+        summary = {"model": desc.name, "widths": widths, "seeds": seeds, "quantities": quantities, "lead": lead,
+                   "errors": {q: np.nanmean(sup[q], axis=1).tolist() for q in quantities},
+                   "errors_min": {q: np.nanmin(sup[q], axis=1).tolist() for q in quantities},
+                   "errors_max": {q: np.nanmax(sup[q], axis=1).tolist() for q in quantities},
+                   "kinks": [], "infinite_width_status": r_inf.attrs["status"],
+                   "finite_width_statuses": {s: statuses.count(s) for s in set(statuses)},
+                   "finite_width": "the exact Gram map from one draw of W_Q, W_K per (m, seed)"}
+        summary.update(exponent_verdict(fits, lead))
+        summary["message"] = summary["message"].replace("no kink is crossed; ", "")
+        same = [q for q in quantities if q not in fits]
+        for q in same:
+            summary["exponents"][q] = None
+        if same:
+            summary["message"] += f"; equal at every width (no dependence on m): {', '.join(same)}"
+        summary["elapsed_s"] = time.perf_counter() - t0
+        data = {"widths": np.array(widths), "seeds": np.arange(seeds), "t": np.asarray(r_inf["t"]),
+                "sup_error": {q.replace(".", "_"): sup[q] for q in quantities}}
+        attrs = {**ident, "status": "complete" if all(s == "complete" for s in statuses + [r_inf.attrs["status"]])
+                 else "incomplete", "message": summary["message"],
+                 "exponent": summary["exponent"] if summary["exponent"] is not None else math.nan,
+                 "summary": json.dumps(summary)}
+        res = write_outputs(out, summary, attrs, data, quantities=[q for q in quantities if q not in same],
+                            lead=lead, xlabel="width m of the wide heads",
+                            title=f"{desc.name}: finite vs infinite width ({seeds} seeds)", title_fontsize=10,
+                            legend_fontsize=7, integer_ticks=True)
+        log(f"[width-sweep] {summary['message']}")
+        return res
+    except (KeyboardInterrupt, SystemError) as e:  # like a run: a valid file with everything finished so far
+        if not is_signal(e) or isinstance(e, CompleteInterrupt):  # (SystemError: the signal came as a numba
+            raise  # kernel returned; CompleteInterrupt: the complete file was written)
         t = None if "r_inf" not in locals() else np.asarray(r_inf["t"])
         write_interrupted(out, ident, widths, seeds, t, finished, len(widths) * seeds, quantities)
         raise
-    sup = sup_errors(finished, widths, quantities)
-    # a block that the width never reaches (e.g. a one-lag softmax, whose weight gets no gradient) has error 0
-    fits = {q: fit_exponent(widths, sup[q]) for q in quantities if np.nanmin(sup[q]) > 0}
-    lead = wide[0]
-    if lead not in fits:  # the wide head's Gram itself never differs: nothing to fit
-        fits[lead] = {"exponent": None, "exponent_ci": None, "r2": None}
-    statuses = [r["status"] for r in finished]
-    summary = {"model": desc.name, "widths": widths, "seeds": seeds, "quantities": quantities, "lead": lead,
-               "errors": {q: np.nanmean(sup[q], axis=1).tolist() for q in quantities},
-               "errors_min": {q: np.nanmin(sup[q], axis=1).tolist() for q in quantities},
-               "errors_max": {q: np.nanmax(sup[q], axis=1).tolist() for q in quantities},
-               "kinks": [], "infinite_width_status": r_inf.attrs["status"],
-               "finite_width_statuses": {s: statuses.count(s) for s in set(statuses)},
-               "finite_width": "the exact Gram map from one draw of W_Q, W_K per (m, seed)"}
-    summary.update(exponent_verdict(fits, lead))
-    summary["message"] = summary["message"].replace("no kink is crossed; ", "")
-    same = [q for q in quantities if q not in fits]
-    for q in same:
-        summary["exponents"][q] = None
-    if same:
-        summary["message"] += f"; equal at every width (no dependence on m): {', '.join(same)}"
-    summary["elapsed_s"] = time.perf_counter() - t0
-    data = {"widths": np.array(widths), "seeds": np.arange(seeds), "t": np.asarray(r_inf["t"]),
-            "sup_error": {q.replace(".", "_"): sup[q] for q in quantities}}
-    attrs = {**ident, "status": "complete" if all(s == "complete" for s in statuses + [r_inf.attrs["status"]])
-             else "incomplete", "message": summary["message"],
-             "exponent": summary["exponent"] if summary["exponent"] is not None else math.nan,
-             "summary": json.dumps(summary)}
-    res = write_outputs(out, summary, attrs, data, quantities=[q for q in quantities if q not in same], lead=lead,
-                        xlabel="width m of the wide heads", title=f"{desc.name}: finite vs infinite width "
-                        f"({seeds} seeds)", title_fontsize=10, legend_fontsize=7, integer_ticks=True)
-    log(f"[width-sweep] {summary['message']}")
-    return res

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ...core.config import ConfigError
+from ...core.errors import is_signal
 from ...core.sweep import Progress, map_points
 from ...core.widths import (exponent_text, exponent_verdict, figure, fit_exponent, kink_events,  # noqa: F401
                              kink_split_message, kink_splits, sup_errors, write_outputs)
@@ -129,7 +130,9 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
     log(f"[width-sweep] infinite width, {cfg_inf.method}, {cfg_inf.schedule} ...")
     try:
         traj_inf, arr_inf, obs_inf = _observe(cfg_inf)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemError) as e:  # SystemError: the signal came as a numba kernel returned
+        if not is_signal(e):
+            raise
         _write_interrupted(out, cfg_inf, widths, seeds, None, [], 0)
         raise
     if traj_inf.status == "interrupted":  # the infinite-width run caught the signal
@@ -163,7 +166,9 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
 
         try:
             res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar, on_result=got)
-        except KeyboardInterrupt:  # like a run: a valid file with every finite-width run done so far
+        except (KeyboardInterrupt, SystemError) as e:  # like a run: a valid file with every finite-width run
+            if not is_signal(e):  # done so far
+                raise
             _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], finished, len(jobs))
             raise
 
