@@ -14,7 +14,9 @@ asked for, so importing meanfield never needs CUDA).
 The primitives shared by every kernel: :func:`relu_prime` (ReLU' with a
 chosen value at the kink), :func:`softplus_neg` (the logistic loss
 ``log(1 + exp(-z))``) and :func:`sigmoid_neg` (its negated derivative), each
-stable for both signs. And the one divergence guard of every GD kernel,
+stable for both signs, and their forms :func:`softplus_neg_e` /
+:func:`sigmoid_neg_e` given ``exp(-|z|)``, so that a kernel needing both
+computes the exp once. And the one divergence guard of every GD kernel,
 :func:`accept_step`: a step's new state is taken only when every entry is
 finite and at most ``max_abs`` in absolute value (status codes 2 and 3 of the
 kernels otherwise, the last accepted state kept).
@@ -89,20 +91,31 @@ def relu_prime(u, r0):
 
 
 @portable
-def softplus_neg(z):
-    # log(1 + exp(-z)), stable for both signs
+def softplus_neg_e(z, e):
+    # log(1 + exp(-z)) given e = exp(-|z|) (the exp each branch takes), stable for both signs
     if z > 0.0:
-        return math.log1p(math.exp(-z))
-    return -z + math.log1p(math.exp(z))
+        return math.log1p(e)
+    return -z + math.log1p(e)
+
+
+@portable
+def sigmoid_neg_e(z, e):
+    # 1 / (1 + exp(z)) = -l'(z) given e = exp(-|z|), stable
+    if z > 0.0:
+        return e / (1.0 + e)
+    return 1.0 / (1.0 + e)
+
+
+@portable
+def softplus_neg(z):
+    # log(1 + exp(-z)); a kernel that needs the derivative too shares the exp (softplus_neg_e, sigmoid_neg_e)
+    return softplus_neg_e(z, math.exp(-abs(z)))
 
 
 @portable
 def sigmoid_neg(z):
-    # 1 / (1 + exp(z)) = -l'(z), stable
-    if z > 0.0:
-        e = math.exp(-z)
-        return e / (1.0 + e)
-    return 1.0 / (1.0 + math.exp(z))
+    # 1 / (1 + exp(z)) = -l'(z)
+    return sigmoid_neg_e(z, math.exp(-abs(z)))
 
 
 

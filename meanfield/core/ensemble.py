@@ -69,6 +69,7 @@ final margin of every sample, NaN-padded to the largest sample set).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -757,7 +758,7 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
                         lost.append(t)
                         continue
                     except Exception as e:  # a failed chunk: reported, the rest goes on, a rerun retries it
-                        if is_signal(e):  # the signal, come as a numba kernel returned (SystemError)
+                        if is_signal(e):  # the signal, come as SystemError: a numba kernel returned
                             raise KeyboardInterrupt(str(e)) from e
                         errors.append(f"chunk {t['lo']}-{t['lo'] + len(t['points'])}: {type(e).__name__}: {e}")
                         bar.failed += len(t["points"])
@@ -782,10 +783,8 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
         except KeyboardInterrupt:
             status, aborted = "interrupted", True
             if hasattr(ex, "client"):
-                try:
+                with contextlib.suppress(Exception):
                     ex.client.cancel(futs)
-                except Exception:
-                    pass
         finally:
             if old_h is not None:
                 signal.signal(signal.SIGTERM, old_h)

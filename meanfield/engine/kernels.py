@@ -49,7 +49,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ..core.activations import portable, relu_prime, sigmoid_neg, softplus_neg
+from ..core.activations import portable, relu_prime, sigmoid_neg_e, softplus_neg_e
 from ..core.activations import accept_step
 
 CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_margin": 4, "grad_w": 5}
@@ -260,8 +260,9 @@ def eng_loss_sample(kind, f, target, s, wgt, df):
     C = f.shape[0]
     if kind == 0:
         m = target[s, 0] * f[0]
-        df[0] = -wgt * target[s, 0] * sigmoid_neg(m)
-        return wgt * softplus_neg(m), m
+        e = math.exp(-abs(m))  # the one exp of the loss and its derivative
+        df[0] = -wgt * target[s, 0] * sigmoid_neg_e(m, e)
+        return wgt * softplus_neg_e(m, e), m
     if kind == 1:
         acc = 0.0
         worst = 0.0

@@ -30,8 +30,11 @@ relative in the tests). Two changes of evaluation that do not change a bit:
 the softmax numerators exp(z - max) and their sums are computed once per
 state in the forward pass and reused by the backward pass (which recomputed
 the same numbers), and a sample/head whose loss coefficient is 0 adds
-0 * (finite) = 0 to the gradient instead of being skipped. ``log1p`` (the
-loss) and the sigmoid's exp stay calls of the C library.
+0 * (finite) = 0 to the gradient instead of being skipped; and the logistic
+loss log(1 + exp(-z)) and its derivative 1 / (1 + exp(z)) of a margin z
+share one exp(-|z|) (by ``EXP``, in a loop over lanes), which is the exp
+each of ``activations.softplus_neg`` / ``sigmoid_neg`` takes on its own
+branch (``softplus_neg_e`` / ``sigmoid_neg_e`` given it). ``log1p`` (the loss) stays a call of the C library.
 
 The step/record logic is ``meanfield.core.batched.gd_trajectory``'s, per lane:
 stages of given lengths with their modes and stop criteria, records every
@@ -64,7 +67,7 @@ from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 from ...core import batched as core_batched
-from ...core.activations import relu_prime, sigmoid_neg, softplus_neg
+from ...core.activations import relu_prime, sigmoid_neg_e, softplus_neg_e
 
 #: lanes per block (a compile-time constant of each build, :func:`batch_kernel`; 64: the widest of WIDTHS)
 LANES = 64
@@ -229,7 +232,7 @@ def tables(idx: np.ndarray, sgn: np.ndarray, P: int) -> dict:
 
 
 @njit(cache=True, nogil=True)
-def soa_forward(Y, lab, weight, U, MG, E, DEN, ACC, F, loss):
+def soa_forward(Y, lab, weight, U, MG, XM, E, DEN, ACC, F, loss):
     """Forward pass of the block: U (n, 2, W), margins MG (n, W), loss (W,);
     keeps the softmax numerators E (n, 2, L, L, W) and sums DEN (n, 2, L, W).
     Scratch ACC, F (W,). Per lane the operations of ``kernels.forward_into``
@@ -274,13 +277,15 @@ def soa_forward(Y, lab, weight, U, MG, E, DEN, ACC, F, loss):
         ls = lab[s]
         for w in range(LANES):
             MG[s, w] = ls * F[w]
+        for w in range(LANES):  # exp(-|margin|): the one exp of the logistic loss and of its derivative
+            XM[s, w] = EXP(-abs(MG[s, w]))
         ws = weight[s]
         for w in range(LANES):
-            loss[w] += ws * softplus_neg(MG[s, w])
+            loss[w] += ws * softplus_neg_e(MG[s, w], XM[s, w])
 
 
 @njit(cache=True, nogil=True)
-def soa_backward(Y, W, P, idx, sgn, lab, weight, r0, U, MG, E, DEN, G, DW, pr, vbar, gs, coef):
+def soa_backward(Y, W, P, idx, sgn, lab, weight, r0, U, MG, XM, E, DEN, G, DW, pr, vbar, gs, coef):
     """G = dLoss/dS (2, P, P, W) and DW = dLoss/dw~ (2, P, W) from the forward pass's U, MG, E, DEN."""
     n, L = idx.shape
     n2 = P * P
@@ -293,7 +298,7 @@ def soa_backward(Y, W, P, idx, sgn, lab, weight, r0, U, MG, E, DEN, G, DW, pr, v
                     G[h, a, b, w] = 0.0
     for s in range(n):
         for w in range(LANES):
-            gs[w] = sigmoid_neg(MG[s, w])
+            gs[w] = sigmoid_neg_e(MG[s, w], XM[s, w])
         for h in range(2):
             wo = 6 * n2 + h * P
             for w in range(LANES):
@@ -439,6 +444,7 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
     NEW = np.empty((ny, Wm))
     U = np.empty((n, 2, Wm))
     MG = np.empty((n, Wm))
+    XM = np.empty((n, Wm))
     E = np.empty((n, 2, NL, NL, Wm))
     DEN = np.empty((n, 2, NL, Wm))
     G = np.empty((2, P, P, Wm))
@@ -492,8 +498,8 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
         for w in range(W):
             n_live += live[w]
         while n_live > 0:
-            soa_forward(Y, lab, weight, U, MG, E, DEN, v1, v2, loss)
-            soa_backward(Y, Wm, P, idx, sgn, lab, weight, r0v, U, MG, E, DEN, G, DW, pr, v1, v2, v3)
+            soa_forward(Y, lab, weight, U, MG, XM, E, DEN, v1, v2, loss)
+            soa_backward(Y, Wm, P, idx, sgn, lab, weight, r0v, U, MG, XM, E, DEN, G, DW, pr, v1, v2, v3)
             # each live lane: the decisions of gd_advance_into / gd_trajectory at this evaluated state
             for w in range(W):
                 move[w] = False
