@@ -351,6 +351,44 @@ def test_an_interrupted_width_sweep_leaves_a_valid_file(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("*.tmp-*"))
 
 
+def test_a_signal_that_surfaces_as_systemerror_is_the_interrupt(tmp_path, monkeypatch):
+    """A signal landing as a numba kernel returns comes out as SystemError while errors.PENDING holds it: the
+    sweep writes its interrupted file as for KeyboardInterrupt; with nothing pending it is a bug and propagates."""
+    import h5py
+
+    from meanfield.core import errors
+    from meanfield.engine import twolayer_run
+    from meanfield.engine.twolayer_desc import twolayer_from_dict
+    from meanfield.engine.twolayer_widths import width_sweep
+
+    real, calls, pending = twolayer_run.run, [], [True]
+
+    def fail_on_the_third(desc, monitor=None):
+        calls.append(1)
+        if len(calls) == 3:
+            if pending[0]:
+                errors.PENDING["signal"] = 15
+            raise SystemError("<built-in function> returned a result with an exception set")
+        return real(desc, monitor)
+
+    monkeypatch.setattr(twolayer_run, "run", fail_on_the_third)
+    out = tmp_path / "w.h5"
+    desc = twolayer_from_dict(_raw({"width": 3}, steps=5))
+    try:
+        with pytest.raises(SystemError):
+            width_sweep(desc, [2, 4], 2, out, progress=False, log=lambda *a: None)
+    finally:
+        errors.PENDING["signal"] = None
+    with h5py.File(out) as f:
+        assert f.attrs["status"] == "interrupted" and len(f["done_width"][()]) == 1
+    out.unlink()
+    calls.clear()
+    pending[0] = False
+    with pytest.raises(SystemError):
+        width_sweep(desc, [2, 4], 2, out, progress=False, log=lambda *a: None)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("heads, readout", [
     # a pattern head (rpe, token value) with its value matrix, then a narrow bilinear head
     (((Head("rpe", (1, 2), value="token", value_matrix=True),), (Head("bilinear", value="token"),)), "linear"),
