@@ -375,7 +375,7 @@ def test_a_signal_that_surfaces_as_systemerror_is_the_interrupt(tmp_path, monkey
     out = tmp_path / "w.h5"
     desc = twolayer_from_dict(_raw({"width": 3}, steps=5))
     try:
-        with pytest.raises(SystemError):
+        with pytest.raises(KeyboardInterrupt):
             width_sweep(desc, [2, 4], 2, out, progress=False, log=lambda *a: None)
     finally:
         errors.PENDING["signal"] = None

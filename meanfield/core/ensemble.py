@@ -731,10 +731,10 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
         if ex is None:
             ex = _InProcess(run_chunk) if (in_process or not todo) else _Local(nw, run_chunk)
         status, errors = "complete", []
-        fresh: dict = {}  # the chunks run now: the reduce takes their outputs from memory (never read back)
-        n_fresh = 0
+        fresh, n_fresh, term = {}, 0, []  # fresh: the chunks run now (the reduce takes them from memory)
 
-        def on_term(signum, frame):
+        def on_term(signum, frame):  # (errors.PENDING not set: ``term`` says a SystemError is this signal)
+            term.append(signum)
             raise KeyboardInterrupt
 
         try:
@@ -758,7 +758,7 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
                         lost.append(t)
                         continue
                     except Exception as e:  # a failed chunk: reported, the rest goes on, a rerun retries it
-                        if is_signal(e):  # the signal, come as SystemError: a numba kernel returned
+                        if is_signal(e) or term:  # the signal, come as SystemError: a numba kernel returned
                             raise KeyboardInterrupt(str(e)) from e
                         errors.append(f"chunk {t['lo']}-{t['lo'] + len(t['points'])}: {type(e).__name__}: {e}")
                         bar.failed += len(t["points"])

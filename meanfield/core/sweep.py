@@ -395,6 +395,8 @@ def run_point(write: Callable[[Path], Any], path) -> dict:
         write(Path(path))
         s = run_summary(Path(path))
     except Exception as e:  # noqa: BLE001 - one crashing point must not abort the others
+        if is_signal(e):  # the signal, come as SystemError (a numba kernel returned): the sweep stops
+            raise KeyboardInterrupt(str(e)) from e
         s = {"status": "failed", "message": one_line(f"{type(e).__name__}: {e}", 300)}
     s["elapsed_s"] = time.perf_counter() - t0
     return s
@@ -560,8 +562,11 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
         if s["status"] == "interrupted":  # a point run in this process caught the signal
             raise KeyboardInterrupt
 
+    term: list = []  # a SIGTERM seen by this handler (a SystemError after it is that signal too)
+
     def on_term(signum, frame):
-        raise KeyboardInterrupt
+        term.append(signum)
+        raise KeyboardInterrupt(f"signal {signum}")
 
     status = "complete"
     try:
@@ -575,7 +580,7 @@ def run_sweep(spec: SweepSpec, executor: Executor | None = None, workers: int | 
             map_points(system.point_runner(), [(cfgs[i], str(paths[i])) for i in todo], executor=executor,
                        workers=workers, progress=bar, on_result=done, on_crash=_crashed_point)
     except (KeyboardInterrupt, SystemError) as e:  # SystemError: the signal came as a numba kernel returned
-        if not is_signal(e):
+        if not (is_signal(e) or term):
             raise
         status = "interrupted"
     finally:

@@ -223,28 +223,42 @@ def write_outputs(out: Path, summary: dict, attrs: dict, data: dict, **figure_kw
     ``meanfield.engine.finite``): the HDF5 file ``out`` (atomic), the summary
     as JSON next to it (atomic) and the figure (:func:`figure` with
     ``figure_kw``) as PNG; returns ``summary`` with ``files`` listing the three."""
-    write_h5_atomic(out, attrs, data)
     js, png = out.with_suffix(".json"), out.with_suffix(".png")
     tmps = [p.with_name(p.name + f".tmp-{os.getpid()}") for p in (js, png)]
+    before = _identity(out)
+    complete = False
     try:
+        write_h5_atomic(out, attrs, data)  # a signal during its write is raised once the file is renamed in place
+        complete = True
         tmps[0].write_text(json.dumps(summary, indent=1))
         os.replace(tmps[0], js)
         figure(summary, tmps[1], **figure_kw)
         os.replace(tmps[1], png)
-    except (KeyboardInterrupt, SystemError) as e:  # the complete file stands; no half-written JSON or figure
+    except BaseException as e:  # no half-written JSON or figure, whatever stopped them
         for p in tmps:
             p.unlink(missing_ok=True)
-        if not is_signal(e):
-            raise
-        raise CompleteInterrupt(f"interrupted after {out} was written complete") from e
+        complete = complete or _identity(out) not in (None, before)  # (a new file at out: the complete one)
+        if complete and isinstance(e, (KeyboardInterrupt, SystemError)) and is_signal(e):
+            raise CompleteInterrupt(f"interrupted after {out} was written complete") from e
+        raise
     summary["files"] = [str(out), str(js), str(png)]
     return summary
 
 
+def _identity(path: Path):
+    """(inode, mtime) of the file at ``path``, None if there is none: an atomic write puts a new one there."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 class CompleteInterrupt(KeyboardInterrupt):
-    """A signal after a width sweep's complete ``.h5`` was written (while its
-    JSON or figure was): the sweep stops and keeps that file, rather than
-    replacing it with an interrupted one."""
+    """A signal once a width sweep's complete ``.h5`` stands (during its write,
+    held until the file is whole, or while the JSON or figure is written): the
+    sweep stops and keeps that file, rather than replacing it with an
+    interrupted one."""
 
 
 def write_interrupted(out: Path, attrs: dict, widths, seeds: int, t, finished: list, n_jobs: int,

@@ -411,7 +411,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     ['h5', 'json', 'png']
     """
     from ..core.sweep import Progress, map_points
-    from ..core.widths import CompleteInterrupt, kink_events, write_interrupted
+    from ..core.widths import CompleteInterrupt, write_interrupted
     from .runs import run as engine_run
 
     out = Path(out)
@@ -433,15 +433,34 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
         write_interrupted(out, ident, widths, seeds, t, finished, n_jobs, quantities)
 
     log(f"[width-sweep] {desc.name}: infinite width ...")
+    r_inf, q_inf, jobs, finished = None, {}, [], []
     try:
         r_inf = engine_run(inf_desc)
+        q_inf = _groups(r_inf)
+        events = _kinks_at_infinity(desc, r_inf, tol_rel)
+        inf = {"t": r_inf.t, "q": q_inf}
+        jobs = [(replace(desc, init=replace(desc.init, width=m, seed=s)), inf, events, d) for m in widths
+                for s in range(seeds)]
+        log(f"[width-sweep] {len(jobs)} particle runs (widths {widths}, {seeds} seeds), {len(events)} kink "
+            "events at infinite width ...")
+        bar = Progress(len(jobs), label="width-sweep", quiet=not progress)
+        res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar,
+                         on_result=lambda i, r: (finished.append(r), raise_if_signalled()))
+        return _summarise(desc, out, ident, widths, seeds, d, tol_rel, t0, r_inf, q_inf, events, res)
     except (KeyboardInterrupt, SystemError) as e:  # SystemError: the signal landed as a numba kernel returned
-        if not is_signal(e):
+        if not is_signal(e) or isinstance(e, CompleteInterrupt):  # (CompleteInterrupt: the complete file stands)
             raise
-        interrupted(None, [], 0, [])
-        raise
-    q_inf = _groups(r_inf)
-    # kink events over (sample, head x value row): the engine's u is (T, n, H, rows)
+        if r_inf is None:
+            interrupted(None, [], 0, [])
+        else:  # a valid file with every run finished so far
+            interrupted(r_inf.t, finished, len(jobs), [nm for nm in q_inf if all(nm in r["err_t"] for r in finished)])
+        raise KeyboardInterrupt(str(e)) from e
+
+
+def _kinks_at_infinity(desc, r_inf, tol_rel) -> list:
+    """The kink events of the infinite-width run over (sample, head x value row) (the engine's u: (T, n, H, rows))."""
+    from ..core.widths import kink_events
+
     u = np.asarray(r_inf.obs["u"])
     H, R = u.shape[2], u.shape[3]
     heads = [h.name for h in desc.model.heads]
@@ -455,22 +474,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
         for e in kink_events(r_inf.t, uu, tol_rel, heads=names):
             e["col"] = cols[names.index(e["head"])]
             events.append(e)
-    inf = {"t": r_inf.t, "q": q_inf}
-    jobs = [(replace(desc, init=replace(desc.init, width=m, seed=s)), inf, events, d) for m in widths
-            for s in range(seeds)]
-    log(f"[width-sweep] {len(jobs)} particle runs (widths {widths}, {seeds} seeds), {len(events)} kink events "
-        "at infinite width ...")
-    bar = Progress(len(jobs), label="width-sweep", quiet=not progress)
-    finished: list = []
-    try:
-        res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar,
-                         on_result=lambda i, r: (finished.append(r), raise_if_signalled()))
-        return _summarise(desc, out, ident, widths, seeds, d, tol_rel, t0, r_inf, q_inf, events, res)
-    except (KeyboardInterrupt, SystemError) as e:  # in a particle run or in the summary (the complete file is
-        if not is_signal(e) or isinstance(e, CompleteInterrupt):  # not written yet): a valid file with every
-            raise  # run finished so far
-        interrupted(r_inf.t, finished, len(jobs), [nm for nm in q_inf if all(nm in r["err_t"] for r in finished)])
-        raise
+    return events
 
 
 def _summarise(desc, out, ident, widths, seeds, d, tol_rel, t0, r_inf, q_inf, events, res) -> dict:

@@ -203,4 +203,4 @@ def width_sweep(desc, widths, seeds: int, out, progress: bool = True, log=print,
             raise  # kernel returned; CompleteInterrupt: the complete file was written)
         t = None if "r_inf" not in locals() else np.asarray(r_inf["t"])
         write_interrupted(out, ident, widths, seeds, t, finished, len(widths) * seeds, quantities)
-        raise
+        raise KeyboardInterrupt(str(e)) from e

@@ -43,7 +43,7 @@ stage end and the final (or last accepted) state, a record at the same
 ``meanfield.models.mixture.run.run`` bit for bit on the per-trajectory loop
 (and on the trajectory-vectorised blocks with the C library's exp); the
 default blocks (``meanfield.models.mixture.vectorised``, method gd, 16 or more
-trajectories a thread) compute the softmax's exp within an ulp of it, so they
+trajectories a thread) compute the softmax's and the loss's exp within an ulp of it, so they
 agree to rounding (<= 1e-13 relative in the tests). Divergence (a non-finite state or
 loss, or an entry above ``max_abs``) stops that trajectory only, with its
 status, stop step and stage.
@@ -335,7 +335,7 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     (``meanfield.models.mixture.vectorised``) in blocks whose width follows B
     (``vectorised.WIDTHS``; below its last threshold, one trajectory at a
     time); False runs the per-trajectory loop (the reference of the tests and
-    benchmarks). ``vector_exp`` (with ``lanes``): the softmax's exp in the
+    benchmarks). ``vector_exp`` (with ``lanes``): the softmax's and the loss's exp in the
     blocks' vectorised arithmetic (``vectorised.exp_lane``, within an ulp of
     the C library's: results agree with the per-trajectory loop to rounding,
     <= 1e-13 relative in the tests); False: the C library's exp, equal to the

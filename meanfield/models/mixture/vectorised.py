@@ -13,7 +13,7 @@ Compile-time constants. :func:`batch_kernel` rebuilds the functions of this
 module over a copy of its globals in which the block width ``LANES``, the
 sample set's shape (``NS``, ``NL``, ``NP``) and tables (``ROW``, ``CS``,
 ``VR``, ``SV``: which score and neuron entries each token of each sample reads,
-with which signs) and the softmax's exp (``EXP``) are constants: the loops
+with which signs) and the exp of the softmax and of the logistic loss (``EXP``) are constants: the loops
 over the L keys of a query are then unrolled inside the loop over lanes,
 which stays the innermost loop (loop bodies are kept small enough for LLVM
 to unroll them: larger ones stop the vectoriser).
@@ -189,7 +189,7 @@ def lanes_exp(X, out):
 # globals are compile-time constants there (the values here are the K = 2, L = 3 set's shape, so that the
 # module's own functions type-check; they are never run with them).
 NS, NL, NP = 8, 3, 4  # samples, tokens, features (P = 2K)
-EXP = exp_lane  # the softmax's exp: exp_lane (vectorised) or exp_libm (the C library's)
+EXP = exp_lane  # the exp (softmax, logistic loss): exp_lane (vectorised) or exp_libm (the C library's)
 #: per (sample s, head h, query l): the score rows of the L keys (S_h[idx_i, idx_l]), the signs
 #: sgn_i sgn_l; per (s, h): the rows of w~_h[idx_i]; per s: the signs sgn_i
 ROW = ((((0, 0, 0),) * 3,) * 2,) * 8
@@ -631,7 +631,7 @@ def batch_kernel(lanes: int, idx: np.ndarray, sgn: np.ndarray, P: int, vector_ex
 
     The block width, the sample set's tables (:func:`tables`: the rows and
     signs of every score and neuron entry the forward and backward passes
-    read) and the softmax's exp are compile-time constants: the functions of
+    read) and the exp (softmax, loss) are compile-time constants: the functions of
     this module are rebuilt over a copy of its globals holding them, each
     cached on disk under its own qualified name (width, exp, shape and a
     checksum of the tables). Every loop over lanes is then a straight loop
@@ -646,7 +646,7 @@ def batch_kernel(lanes: int, idx: np.ndarray, sgn: np.ndarray, P: int, vector_ex
     P : int
         Features (2K).
     vector_exp : bool
-        The softmax's exp by :func:`exp_lane` (vectorised; within an ulp of
+        The exp of the softmax and the loss by :func:`exp_lane` (vectorised; within an ulp of
         the C library's) or by ``math.exp`` (then the block equals the
         per-trajectory batch bit for bit, but its softmax loops are scalar).
 

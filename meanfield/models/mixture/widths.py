@@ -31,8 +31,8 @@ import numpy as np
 from ...core.config import ConfigError
 from ...core.errors import is_signal
 from ...core.sweep import Progress, map_points
-from ...core.widths import (exponent_text, exponent_verdict, figure, fit_exponent, kink_events,  # noqa: F401
-                             kink_split_message, kink_splits, sup_errors, write_outputs)
+from ...core.widths import (CompleteInterrupt, exponent_text, exponent_verdict, figure, fit_exponent,  # noqa: F401
+                             kink_events, kink_split_message, kink_splits, sup_errors, write_outputs)
 from .config import MixtureConfig, make_config
 from .observables import observables
 from .run import run as run_traj
@@ -134,7 +134,7 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
         if not is_signal(e):
             raise
         _write_interrupted(out, cfg_inf, widths, seeds, None, [], 0)
-        raise
+        raise KeyboardInterrupt(str(e)) from e
     if traj_inf.status == "interrupted":  # the infinite-width run caught the signal
         _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], [], 0)
         raise KeyboardInterrupt
@@ -153,8 +153,14 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
         cfgs = [make_config(j[0]) for j in jobs]
         for c in cfgs:
             check_batchable(c, "cuda")
-        trajs = run_batch(cfgs, "cuda")
-        res = [_finite_job(j + (tr,)) for j, tr in zip(jobs, trajs)]
+        try:
+            trajs = run_batch(cfgs, "cuda")
+            res = [_finite_job(j + (tr,)) for j, tr in zip(jobs, trajs)]
+        except (KeyboardInterrupt, SystemError) as e:
+            if not is_signal(e):
+                raise
+            _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], [], len(jobs))
+            raise KeyboardInterrupt(str(e)) from e
         bar.update(len(jobs), force=True)
     else:
         finished: list = []
@@ -170,46 +176,52 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
             if not is_signal(e):  # done so far
                 raise
             _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], finished, len(jobs))
+            raise KeyboardInterrupt(str(e)) from e
+
+    try:  # every run is done: a signal while the verdict and the files are made leaves them all
+        kinks = kink_splits(events, res, cfg_inf.relu_prime_at_zero, lambda i: samples_of(cfg_inf).describe(i))
+        split_events = [k for k in kinks if k["split"]]
+
+        sup = sup_errors(res, widths, QUANTITIES)
+        fits = {q: fit_exponent(widths, sup[q]) for q in QUANTITIES}
+        statuses = [r["status"] for r in res]
+        summary = {
+            "widths": widths, "seeds": seeds,
+            "errors": {q: sup[q].mean(axis=1).tolist() for q in QUANTITIES},
+            "errors_std": {q: sup[q].std(axis=1).tolist() for q in QUANTITIES},
+            "errors_min": {q: sup[q].min(axis=1).tolist() for q in QUANTITIES},
+            "errors_max": {q: sup[q].max(axis=1).tolist() for q in QUANTITIES},
+            "exponent": None, "exponent_ci": None, "exponents": {},
+            "kinks": kinks, "kink_tolerance_rel": tol_rel,
+            "infinite_width_status": traj_inf.status,
+            "particles_max_rel_diff": {str(m): max(r["particles_rel_diff"] for r in res if r["width"] == m)
+                                       for m in widths if m <= particles_up_to},
+            "finite_width_statuses": {s: statuses.count(s) for s in set(statuses)},
+        }
+        if split_events:
+            summary["message"] = kink_split_message(split_events, f"fix: {TIE_BREAK_HINT}")
+            summary["exponents"] = {q: None for q in QUANTITIES}
+        else:
+            summary.update(exponent_verdict(fits, "S"))
+        summary["elapsed_s"] = time.perf_counter() - t0
+
+        data = {
+            "widths": np.array(widths), "seeds": np.arange(seeds), "t": arr_inf["t"],
+            "sup_error": {q: sup[q] for q in QUANTITIES},
+            "error_t": {q: np.array([[r["err_t"][q] for r in res if r["width"] == m] for m in widths])
+                        if len({r["n_records"] for r in res}) == 1 else np.zeros(0) for q in QUANTITIES},
+            "infinite": {q: obs_inf[q] for q in QUANTITIES + ("u", "margin")},
+        }
+        attrs = {"format": "meanfield-width-sweep", "format_version": 1, "system": "mixture",
+                 "config": json.dumps(cfg_inf.to_dict(), sort_keys=True),
+                 "status": "complete" if all(s == "complete" for s in statuses + [traj_inf.status]) else "incomplete",
+                 "message": summary["message"], "kinks": json.dumps(kinks),
+                 "kink_split": int(bool(split_events)),
+                 "exponent": summary["exponent"] if summary["exponent"] is not None else math.nan,
+                 "summary": json.dumps(summary)}
+        return write_outputs(out, summary, attrs, data, quantities=QUANTITIES)
+    except (KeyboardInterrupt, SystemError) as e:
+        if not is_signal(e) or isinstance(e, CompleteInterrupt):
             raise
-
-    kinks = kink_splits(events, res, cfg_inf.relu_prime_at_zero, lambda i: samples_of(cfg_inf).describe(i))
-    split_events = [k for k in kinks if k["split"]]
-
-    sup = sup_errors(res, widths, QUANTITIES)
-    fits = {q: fit_exponent(widths, sup[q]) for q in QUANTITIES}
-    statuses = [r["status"] for r in res]
-    summary = {
-        "widths": widths, "seeds": seeds,
-        "errors": {q: sup[q].mean(axis=1).tolist() for q in QUANTITIES},
-        "errors_std": {q: sup[q].std(axis=1).tolist() for q in QUANTITIES},
-        "errors_min": {q: sup[q].min(axis=1).tolist() for q in QUANTITIES},
-        "errors_max": {q: sup[q].max(axis=1).tolist() for q in QUANTITIES},
-        "exponent": None, "exponent_ci": None, "exponents": {},
-        "kinks": kinks, "kink_tolerance_rel": tol_rel,
-        "infinite_width_status": traj_inf.status,
-        "particles_max_rel_diff": {str(m): max(r["particles_rel_diff"] for r in res if r["width"] == m)
-                                   for m in widths if m <= particles_up_to},
-        "finite_width_statuses": {s: statuses.count(s) for s in set(statuses)},
-    }
-    if split_events:
-        summary["message"] = kink_split_message(split_events, f"fix: {TIE_BREAK_HINT}")
-        summary["exponents"] = {q: None for q in QUANTITIES}
-    else:
-        summary.update(exponent_verdict(fits, "S"))
-    summary["elapsed_s"] = time.perf_counter() - t0
-
-    data = {
-        "widths": np.array(widths), "seeds": np.arange(seeds), "t": arr_inf["t"],
-        "sup_error": {q: sup[q] for q in QUANTITIES},
-        "error_t": {q: np.array([[r["err_t"][q] for r in res if r["width"] == m] for m in widths])
-                    if len({r["n_records"] for r in res}) == 1 else np.zeros(0) for q in QUANTITIES},
-        "infinite": {q: obs_inf[q] for q in QUANTITIES + ("u", "margin")},
-    }
-    attrs = {"format": "meanfield-width-sweep", "format_version": 1, "system": "mixture",
-             "config": json.dumps(cfg_inf.to_dict(), sort_keys=True),
-             "status": "complete" if all(s == "complete" for s in statuses + [traj_inf.status]) else "incomplete",
-             "message": summary["message"], "kinks": json.dumps(kinks),
-             "kink_split": int(bool(split_events)),
-             "exponent": summary["exponent"] if summary["exponent"] is not None else math.nan,
-             "summary": json.dumps(summary)}
-    return write_outputs(out, summary, attrs, data, quantities=QUANTITIES)
+        _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], res, len(jobs))
+        raise KeyboardInterrupt(str(e)) from e
