@@ -95,7 +95,10 @@ def test_per_group_map_is_the_explicit_step():
         eta = 0.05
         hi = np.full((1, 19), -1, np.int64)  # the layout's head table (reduce.H_*)
         hi[0, 7], hi[0, 8] = N, 0
-        hf = np.ones((1, 7))
+        from meanfield.engine.tables import F_RIDGE
+
+        hf = np.ones((1, F_RIDGE + 1))  # every column the kernel reads (it reads hf[k, F_RIDGE]: no bounds check)
+        hf[0, F_RIDGE] = 0.0  # no ridge
         grp = np.array([[0, 0, 0, 0, 0, 0, 1, 1, 1, 2]], np.int64)
         out = np.empty(N * N)
         kernels.eng_update(Q.ravel().copy(), out, hi, hf, (Gr @ H / eta)[None], grp, Gamma, G[None], np.zeros(N * N),
