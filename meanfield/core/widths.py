@@ -14,6 +14,7 @@ an interrupted sweep) and :func:`figure`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -259,6 +260,38 @@ class CompleteInterrupt(KeyboardInterrupt):
     held until the file is whole, or while the JSON or figure is written): the
     sweep stops and keeps that file, rather than replacing it with an
     interrupted one."""
+
+
+@contextlib.contextmanager
+def written_on_signal(write):
+    """Run the block; when a signal stops it (a KeyboardInterrupt, or a
+    SystemError while one is pending: ``core.errors.is_signal``), call
+    ``write()`` (the sweep's interrupted file, everything finished so far)
+    and raise KeyboardInterrupt, whichever form the signal came in. A
+    :class:`CompleteInterrupt` (the complete file already stands) and every
+    other error pass through untouched.
+
+    Parameters
+    ----------
+    write : callable
+        Writes the interrupted file; called with no arguments.
+
+    Returns
+    -------
+    context manager
+
+    Example
+    -------
+    >>> with written_on_signal(lambda: print("interrupted file written")):
+    ...     pass  # the sweep's work
+    """
+    try:
+        yield
+    except (KeyboardInterrupt, SystemError) as e:  # SystemError: the signal landed as a numba kernel returned
+        if not is_signal(e) or isinstance(e, CompleteInterrupt):
+            raise
+        write()
+        raise KeyboardInterrupt(str(e)) from e
 
 
 def write_interrupted(out: Path, attrs: dict, widths, seeds: int, t, finished: list, n_jobs: int,

@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.config import ConfigError, as_int
-from ..core.errors import is_signal, raise_if_signalled
+from ..core.errors import raise_if_signalled
 from . import oracle as orc
 from .description import Description
 from .particle_system import FlowParticleSystem, ParticleSystem
@@ -411,7 +411,7 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
     ['h5', 'json', 'png']
     """
     from ..core.sweep import Progress, map_points
-    from ..core.widths import CompleteInterrupt, write_interrupted
+    from ..core.widths import write_interrupted, written_on_signal
     from .runs import run as engine_run
 
     out = Path(out)
@@ -429,12 +429,17 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
              "config": json.dumps(desc.parameters.to_dict() if hasattr(desc.parameters, "to_dict") else {},
                                   sort_keys=True, default=str)}
 
-    def interrupted(t, finished, n_jobs, quantities):  # like a run: a valid file with everything done so far
-        write_interrupted(out, ident, widths, seeds, t, finished, n_jobs, quantities)
+    r_inf, q_inf, jobs, finished = None, {}, [], []
+
+    def interrupted():  # like a run: a valid file with everything done so far
+        if r_inf is None:
+            write_interrupted(out, ident, widths, seeds, None, [], 0, [])
+        else:
+            write_interrupted(out, ident, widths, seeds, r_inf.t, finished, len(jobs),
+                              [nm for nm in q_inf if all(nm in r["err_t"] for r in finished)])
 
     log(f"[width-sweep] {desc.name}: infinite width ...")
-    r_inf, q_inf, jobs, finished = None, {}, [], []
-    try:
+    with written_on_signal(interrupted):
         r_inf = engine_run(inf_desc)
         q_inf = _groups(r_inf)
         events = _kinks_at_infinity(desc, r_inf, tol_rel)
@@ -447,14 +452,6 @@ def width_sweep(desc: Description, widths, seeds: int, out, d: int | None = None
         res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar,
                          on_result=lambda i, r: (finished.append(r), raise_if_signalled()))
         return _summarise(desc, out, ident, widths, seeds, d, tol_rel, t0, r_inf, q_inf, events, res)
-    except (KeyboardInterrupt, SystemError) as e:  # SystemError: the signal landed as a numba kernel returned
-        if not is_signal(e) or isinstance(e, CompleteInterrupt):  # (CompleteInterrupt: the complete file stands)
-            raise
-        if r_inf is None:
-            interrupted(None, [], 0, [])
-        else:  # a valid file with every run finished so far
-            interrupted(r_inf.t, finished, len(jobs), [nm for nm in q_inf if all(nm in r["err_t"] for r in finished)])
-        raise KeyboardInterrupt(str(e)) from e
 
 
 def _kinks_at_infinity(desc, r_inf, tol_rel) -> list:

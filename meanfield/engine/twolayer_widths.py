@@ -123,9 +123,9 @@ def width_sweep(desc, widths, seeds: int, out, progress: bool = True, log=print,
     """
     from ..core.limits import check_size
     from ..core.sweep import Progress
-    from ..core.errors import is_signal, raise_if_signalled
-    from ..core.widths import (CompleteInterrupt, exponent_verdict, fit_exponent, sup_errors, write_interrupted,
-                               write_outputs)
+    from ..core.errors import raise_if_signalled
+    from ..core.widths import (exponent_verdict, fit_exponent, sup_errors, write_interrupted, write_outputs,
+                               written_on_signal)
     from .twolayer_run import check_steps_time, run
 
     out = Path(out)
@@ -154,7 +154,13 @@ def width_sweep(desc, widths, seeds: int, out, progress: bool = True, log=print,
     log(f"[width-sweep] {desc.name}: infinite width ...")
     quantities = [b for b, _ in desc.net.blocks] + ["loss"]
     finished: list = []
-    try:
+    r_inf = None
+
+    def interrupted():  # like a run: a valid file with everything finished so far
+        t = None if r_inf is None else np.asarray(r_inf["t"])
+        write_interrupted(out, ident, widths, seeds, t, finished, len(widths) * seeds, quantities)
+
+    with written_on_signal(interrupted):
         r_inf = run(at_width(desc, math.inf))
         bar = Progress(len(widths) * seeds, label="width-sweep", quiet=not progress)
         for m in widths:
@@ -198,9 +204,3 @@ def width_sweep(desc, widths, seeds: int, out, progress: bool = True, log=print,
                             legend_fontsize=7, integer_ticks=True)
         log(f"[width-sweep] {summary['message']}")
         return res
-    except (KeyboardInterrupt, SystemError) as e:  # like a run: a valid file with everything finished so far
-        if not is_signal(e) or isinstance(e, CompleteInterrupt):  # (SystemError: the signal came as a numba
-            raise  # kernel returned; CompleteInterrupt: the complete file was written)
-        t = None if "r_inf" not in locals() else np.asarray(r_inf["t"])
-        write_interrupted(out, ident, widths, seeds, t, finished, len(widths) * seeds, quantities)
-        raise KeyboardInterrupt(str(e)) from e

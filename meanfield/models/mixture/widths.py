@@ -29,10 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from ...core.config import ConfigError
-from ...core.errors import is_signal
 from ...core.sweep import Progress, map_points
-from ...core.widths import (CompleteInterrupt, exponent_text, exponent_verdict, figure, fit_exponent,  # noqa: F401
-                             kink_events, kink_split_message, kink_splits, sup_errors, write_outputs)
+from ...core.widths import (exponent_text, exponent_verdict, figure, fit_exponent, kink_events,  # noqa: F401
+                             kink_split_message, kink_splits, sup_errors, write_outputs, written_on_signal)
 from .config import MixtureConfig, make_config
 from .observables import observables
 from .run import run as run_traj
@@ -128,13 +127,8 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
     widths = sorted(set(int(m) for m in widths))
     t0 = time.perf_counter()
     log(f"[width-sweep] infinite width, {cfg_inf.method}, {cfg_inf.schedule} ...")
-    try:
+    with written_on_signal(lambda: _write_interrupted(out, cfg_inf, widths, seeds, None, [], 0)):
         traj_inf, arr_inf, obs_inf = _observe(cfg_inf)
-    except (KeyboardInterrupt, SystemError) as e:  # SystemError: the signal came as a numba kernel returned
-        if not is_signal(e):
-            raise
-        _write_interrupted(out, cfg_inf, widths, seeds, None, [], 0)
-        raise KeyboardInterrupt(str(e)) from e
     if traj_inf.status == "interrupted":  # the infinite-width run caught the signal
         _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], [], 0)
         raise KeyboardInterrupt
@@ -153,14 +147,9 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
         cfgs = [make_config(j[0]) for j in jobs]
         for c in cfgs:
             check_batchable(c, "cuda")
-        try:
+        with written_on_signal(lambda: _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], [], len(jobs))):
             trajs = run_batch(cfgs, "cuda")
             res = [_finite_job(j + (tr,)) for j, tr in zip(jobs, trajs)]
-        except (KeyboardInterrupt, SystemError) as e:
-            if not is_signal(e):
-                raise
-            _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], [], len(jobs))
-            raise KeyboardInterrupt(str(e)) from e
         bar.update(len(jobs), force=True)
     else:
         finished: list = []
@@ -170,15 +159,13 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
             if r.get("status") == "interrupted":  # a run in this process caught the signal
                 raise KeyboardInterrupt
 
-        try:
+        # like a run: a valid file with every finite-width run done so far
+        with written_on_signal(lambda: _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], finished,
+                                                          len(jobs))):
             res = map_points(_finite_job, jobs, executor=executor, workers=workers, progress=bar, on_result=got)
-        except (KeyboardInterrupt, SystemError) as e:  # like a run: a valid file with every finite-width run
-            if not is_signal(e):  # done so far
-                raise
-            _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], finished, len(jobs))
-            raise KeyboardInterrupt(str(e)) from e
 
-    try:  # every run is done: a signal while the verdict and the files are made leaves them all
+    # every run is done: a signal while the verdict and the files are made leaves them all
+    with written_on_signal(lambda: _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], res, len(jobs))):
         kinks = kink_splits(events, res, cfg_inf.relu_prime_at_zero, lambda i: samples_of(cfg_inf).describe(i))
         split_events = [k for k in kinks if k["split"]]
 
@@ -220,8 +207,3 @@ def width_sweep(base: dict, widths: list[int], seeds: int, out: Path, tol_rel: f
                  "exponent": summary["exponent"] if summary["exponent"] is not None else math.nan,
                  "summary": json.dumps(summary)}
         return write_outputs(out, summary, attrs, data, quantities=QUANTITIES)
-    except (KeyboardInterrupt, SystemError) as e:
-        if not is_signal(e) or isinstance(e, CompleteInterrupt):
-            raise
-        _write_interrupted(out, cfg_inf, widths, seeds, arr_inf["t"], res, len(jobs))
-        raise KeyboardInterrupt(str(e)) from e
