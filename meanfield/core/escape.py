@@ -68,6 +68,7 @@ class Saddle:
     names: list[str] | None = None
     kinks: Callable | None = None
     complex_safe: bool = True  # False: the maps are real-only (e.g. numba kernels); Jacobians by finite differences
+    lanes: bool = False  # True: the maps also take an (n, k) complex array (k states as columns) -> (n, k)
 
     def __post_init__(self):
         self.y = np.asarray(self.y, dtype=np.float64)
@@ -86,8 +87,9 @@ def saddle_of_system(system, y, mode, trained, eta: float | None = None, names=N
     descriptions: the maps are the system's own (real-only numba kernels), so
     the Jacobians come from finite differences (``complex_safe=False``; the
     report says ``jacobian_method: fd``). For exact Jacobians give
-    :class:`Saddle` complex-safe maps instead, as ``meanfield.models.mixture.escape``
-    does."""
+    :class:`Saddle` complex-safe maps instead, e.g. the system's ``@portable``
+    kernels on ``meanfield.core.activations.complex_step_portable``, as
+    ``meanfield.models.mixture.escape`` does."""
 
     def gd(z):
         w = np.array(z, dtype=np.float64)
@@ -101,11 +103,18 @@ def saddle_of_system(system, y, mode, trained, eta: float | None = None, names=N
                   gd_map=gd if eta else None, eta=eta, names=names, kinks=kinks, complex_safe=False)
 
 
-def jacobian(fun: Callable, y: np.ndarray, mask: np.ndarray, h: float = COMPLEX_STEP_H) -> np.ndarray:
+def jacobian(fun: Callable, y: np.ndarray, mask: np.ndarray, h: float = COMPLEX_STEP_H,
+             lanes: bool = False) -> np.ndarray:
     """d fun(y)[mask] / d y[mask] by complex step (exact to rounding when
-    ``fun`` is real-analytic at ``y`` and complex-safe)."""
+    ``fun`` is real-analytic at ``y`` and complex-safe). ``lanes``: ``fun``
+    takes every direction at once, an (n, k) complex array of k states as
+    columns, and returns (n, k): one evaluation instead of k."""
     y = np.asarray(y, dtype=np.float64)
     cols = np.flatnonzero(mask)
+    if lanes:
+        Y = np.repeat(y.astype(np.complex128)[:, None], cols.size, axis=1)
+        Y[cols, np.arange(cols.size)] += 1j * h
+        return np.imag(np.asarray(fun(Y))[cols]) / h
     J = np.empty((cols.size, cols.size))
     yc = y.astype(np.complex128)
     for k, j in enumerate(cols):
@@ -292,7 +301,11 @@ def linearise(saddle: Saddle, delta: np.ndarray | None = None, power: float = 2.
     kinks = list(saddle.kinks(saddle.y)) if saddle.kinks is not None else []
     if not saddle.complex_safe:
         method = "fd"
-    jac = jacobian if method == "complex-step" else jacobian_fd
+    if method == "complex-step":
+        def jac(f, y, m):
+            return jacobian(f, y, m, lanes=saddle.lanes)
+    else:
+        jac = jacobian_fd
     rhs_norm = None
     if saddle.rhs is not None:
         rhs_norm = float(np.linalg.norm(np.asarray(saddle.rhs(saddle.y))[mask]))

@@ -9,12 +9,12 @@ per unit omega^2 (power p = 2), or, at finite width, the sampled (S, A, B)
 divided by omega^2.
 
 The linearisation is exact: complex-step differentiation (see
-``meanfield.core.escape``) of a complex-safe numpy copy of the reduced dynamics
-written here (forward pass, backward pass G = dLoss/dS and dLoss/dw~, the flow
-right-hand side and the exact GD map with its eta^2 terms, as in
-``docs/conventions.md``). The copy is tested equal to the numba kernels at
-real states, and its complex-step Jacobian equal to finite differences of the
-numba flow right-hand side and GD map.
+``meanfield.core.escape``) of the reduced dynamics' own kernels (the flow
+right-hand side and the exact GD map with its eta^2 terms,
+``meanfield.models.mixture.kernels``), run from their portable source on the
+complex-step target ``meanfield.core.activations.complex_step_portable``: no
+second copy of the mathematics. Its complex-step Jacobians are tested equal to
+finite differences of the numba flow right-hand side and GD map.
 
 At the saddle the linear map only needs G (the terms with dG multiply S, A or
 B, all 0): it is the Gram-matrix form of the bilinear flow
@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from ...core import escape, integrate
+from ...core.activations import Lanes, complex_step_portable
 from ...core.config import parse_criterion
 from ...core.run import stage_end_index
 from . import kernels
@@ -46,95 +47,82 @@ DEFAULT_STAGE2_CRITERION = "inconsistent_margin>=0.1"
 
 
 # ----------------------------------------------------- complex-safe dynamics
+# The kernels' own portable source (``kernels.flow_rhs_into``, ``kernels.gd_advance_into``) run on the
+# complex-step target of meanfield.core.activations: a real state -> the numba kernels; a complex one -> that
+# target; an (n, k) complex array (k states as columns) -> the target's Lanes, k states in one pass.
 
 
-def _relu(u, r0):
-    re = np.real(u)
-    return np.where(re > 0, u, np.where(re < 0, 0.0 * u, r0 * u))
-
-
-def _relu_prime(u, r0):
-    re = np.real(u)
-    return np.where(re > 0, 1.0, np.where(re < 0, 0.0, r0))
-
-
-def loss_grads(y, samples: SampleSet, r0: float = 1.0):
-    """(loss, G (2, P, P), dw (2, P), u (n, 2), margin (n,)) at ``y``, real or
-    complex (the same mathematics as ``kernels.loss_and_grads``, vectorised
-    numpy, complex-safe: ReLU branches on the real part)."""
+def _complex(y):
+    """(complex copy of ``y``, its trailing lane shape, a zeros maker) or None for a real state."""
     y = np.asarray(y)
-    S, A, B, w = kernels.unpack(y)
-    idx, sgn, lab, wt = samples.idx, samples.sgn, samples.y, samples.weight
-    n, L = idx.shape
+    if not np.iscomplexobj(y):
+        return None
+    tail = y.shape[1:]
+    if len(tail) > 1:
+        raise ValueError("y: a state (n,) or a stack of states as columns (n, k)")
+    if tail:
+        return np.array(y, dtype=np.complex128).view(Lanes), lambda *sh: np.zeros(sh + tail, complex).view(Lanes)
+    return np.array(y, dtype=np.complex128), lambda *sh: np.zeros(sh, complex)
+
+
+def _scratch(samples: SampleSet, zeros) -> tuple:
+    n, L = samples.idx.shape
     P = samples.P
-    ii, ll = idx[:, :, None], idx[:, None, :]
-    ss = sgn[:, :, None] * sgn[:, None, :]
-    dt = np.result_type(y.dtype, np.float64)
-    us, ps, vs, vbars = [], [], [], []
-    for h in range(2):
-        logits = ss * S[h][ii, ll]  # (n, i key, l query)
-        mx = np.max(np.real(logits), axis=1, keepdims=True)
-        e = np.exp(logits - mx)
-        p = e / e.sum(axis=1, keepdims=True)
-        v = sgn * w[h][idx]  # (n, i)
-        vbar = np.einsum("nil,ni->nl", p, v)
-        us.append(vbar.mean(axis=1))
-        ps.append(p)
-        vs.append(v)
-        vbars.append(vbar)
-    u = np.stack(us, axis=1)
-    f = _relu(u[:, 0], r0) - _relu(u[:, 1], r0)
-    m = lab * f
-    with np.errstate(over="ignore", invalid="ignore"):
-        pos = np.real(m) > 0
-        em = np.exp(np.where(pos, -m, m))
-        loss_terms = np.where(pos, np.log1p(em), -m + np.log1p(em))
-        g = np.where(pos, em / (1 + em), 1 / (1 + em))
-    loss = np.sum(wt * loss_terms)
-    G = np.zeros((2, P, P), dtype=dt)
-    dw = np.zeros((2, P), dtype=dt)
-    for h in range(2):
-        coef = -wt * g * lab * (1.0 - 2.0 * h) * _relu_prime(u[:, h], r0) / L  # (n,)
-        p, v, vbar = ps[h], vs[h], vbars[h]
-        vals = coef[:, None, None] * p * (v[:, :, None] - vbar[:, None, :]) * ss
-        np.add.at(G[h], (np.broadcast_to(ii, vals.shape), np.broadcast_to(ll, vals.shape)), vals)
-        dv = coef[:, None] * p.sum(axis=2) * sgn
-        np.add.at(dw[h], idx, dv)
-    return loss, G, dw, u, m
-
-
-def _blocks(y):
-    S, A, B, w = kernels.unpack(np.asarray(y))
-    return S, A, B, w
+    return zeros(n, 2), zeros(n), zeros(2, P, P), zeros(2, P)
 
 
 def flow_rhs(y, samples: SampleSet, r0: float = 1.0, train_w: bool = True, train_att: bool = True):
-    """dy/dt (complex-safe) of the stage training (w~ if ``train_w``, S, A, B
-    if ``train_att``)."""
-    S, A, B, w = _blocks(y)
-    _, G, dw, _, _ = loss_grads(y, samples, r0)
-    T = lambda X: np.swapaxes(X, -1, -2)  # transpose, not conjugate
-    z = 0.0 * S
-    dS = -(A @ G + G @ B) if train_att else z
-    dA = -(G @ T(S) + S @ T(G)) if train_att else z
-    dB = -(T(G) @ S + T(S) @ G) if train_att else z
-    dW = -dw if train_w else 0.0 * w
-    return np.concatenate([dS.ravel(), dA.ravel(), dB.ravel(), dW.ravel()])
+    """dy/dt of the stage training (w~ if ``train_w``, S, A, B if
+    ``train_att``) at ``y``: the numba kernel for a real state, the same
+    source on the complex-step target for a complex one (or a stack of them
+    as columns, (n, k))."""
+    s = samples
+    cz = _complex(y)
+    if cz is None:
+        out = np.empty(kernels.state_size(s.P))
+        kernels.flow_rhs(np.ascontiguousarray(y, dtype=np.float64), out, s.P, s.idx, s.sgn, s.y, s.weight, r0,
+                         train_w, train_att)
+        return out
+    yc, zeros = cz
+    L, P = s.idx.shape[1], s.P
+    out = zeros(yc.shape[0])
+    complex_step_portable().flow_rhs_into(yc, out, P, s.idx, s.sgn, s.y, s.weight, r0, train_w, train_att,
+                                          *_scratch(s, zeros), zeros(L), zeros(L), zeros(3, P, P))
+    return np.asarray(out)
 
 
 def gd_map(y, samples: SampleSet, eta: float, r0: float = 1.0, train_w: bool = True, train_att: bool = True):
-    """The exact GD map y -> y' (complex-safe), eta^2 terms included."""
-    S, A, B, w = _blocks(y)
-    _, G, dw, _, _ = loss_grads(y, samples, r0)
-    T = lambda X: np.swapaxes(X, -1, -2)
-    if train_att:
-        S2 = S - eta * (G @ B + A @ G) + eta**2 * G @ T(S) @ G
-        A2 = A - eta * (G @ T(S) + S @ T(G)) + eta**2 * G @ B @ T(G)
-        B2 = B - eta * (T(G) @ S + T(S) @ G) + eta**2 * T(G) @ A @ G
-    else:
-        S2, A2, B2 = S, A, B
-    w2 = w - eta * dw if train_w else w
-    return np.concatenate([np.ravel(S2), np.ravel(A2), np.ravel(B2), np.ravel(w2)])
+    """The exact GD map y -> y' (eta^2 terms included): one step of the
+    kernels' ``gd_advance`` (no criterion, no divergence bound); for a complex
+    ``y`` (or (n, k) stack) its forward, backward and update on the
+    complex-step target."""
+    s = samples
+    cz = _complex(y)
+    if cz is None:
+        z = np.array(y, dtype=np.float64)
+        _, code, _ = kernels.gd_advance(z, 1, eta, s.P, s.idx, s.sgn, s.y, s.weight, s.consistent, r0, train_w,
+                                        train_att, 0, 1, 0.0, math.inf)
+        if code != 0:  # a non-finite step: the map is not defined there
+            z[:] = np.nan
+        return z
+    yc, zeros = cz
+    cs = complex_step_portable()
+    L, P = s.idx.shape[1], s.P
+    u, margin, G, dw = _scratch(s, zeros)
+    logit, p, T, new = zeros(L), zeros(L), zeros(3, P, P), zeros(yc.shape[0])
+    cs.forward_into(yc, P, s.idx, s.sgn, s.y, s.weight, u, margin, logit)
+    cs.backward_into(yc, P, s.idx, s.sgn, s.y, s.weight, r0, u, margin, G, dw, logit, p)
+    cs.gd_update_into(yc, new, P, G, dw, eta, train_w, train_att, T)
+    return np.asarray(new)
+
+
+def loss_grads(y, samples: SampleSet, r0: float = 1.0):
+    """(loss, G (2, P, P), dw (2, P), u (n, 2), margin (n,)) at a real state
+    (the numba kernel ``kernels.loss_and_grads``)."""
+    s = samples
+    loss, G, dw, margin, u = kernels.loss_and_grads(np.ascontiguousarray(y, dtype=np.float64), s.P, s.idx, s.sgn,
+                                                    s.y, s.weight, r0)
+    return loss, G, dw, u, margin
 
 
 # ----------------------------------------------------- names, masks, kinks
@@ -184,7 +172,7 @@ def saddle(y, samples: SampleSet, train_w: bool, train_att: bool, eta: float | N
         y=np.asarray(y, float), trained=mask_of(samples.P, train_w, train_att),
         rhs=lambda z: flow_rhs(z, samples, r0, train_w, train_att),
         gd_map=(lambda z: gd_map(z, samples, eta, r0, train_w, train_att)) if eta else None,
-        eta=eta, names=state_names(samples.K), kinks=kinks_of(samples, r0, kink_tol))
+        eta=eta, lanes=True, names=state_names(samples.K), kinks=kinks_of(samples, r0, kink_tol))
 
 
 # ----------------------------------------------------- the plateaus

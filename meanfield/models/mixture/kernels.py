@@ -36,7 +36,9 @@ version) and keeps its Python source in a registry; ``meanfield.core.activations
 compiles the same source for another target, e.g.
 ``compile_portable(numba.cuda.jit(device=True))`` for the GPU (see
 ``meanfield.models.mixture.batched``, which builds it only when the CUDA backend is
-asked for, so importing meanfield never needs CUDA). The public CPU kernels
+asked for, so importing meanfield never needs CUDA), and
+``meanfield.core.activations.complex_step_portable`` runs it over complex numbers
+for the exact Jacobians of ``meanfield.models.mixture.escape``. The public CPU kernels
 (:func:`forward`, :func:`backward`, :func:`loss_and_grads`, :func:`flow_rhs`,
 :func:`gd_advance`, ...) allocate their scratch and call the portable
 functions; their results are bit-identical to the earlier hand-written
@@ -274,12 +276,26 @@ def criterion_of(kind, loss, margin, consistent, dw):
 
 
 @portable
+def gd_update_into(y, new, P, G, dw, eta, train_w, train_att, T):
+    """new = the exact GD map of ``y`` given G = dLoss/dS, dw = dLoss/dw~ at
+    ``y`` (backward_into's); scratch T (3, P, P)."""
+    woff = 6 * P * P
+    if train_att:
+        attention_update_into(y, new, P, G, eta, True, T)
+    else:
+        for i in range(woff):
+            new[i] = y[i]
+    for h in range(2):
+        for a in range(P):
+            v = y[woff + h * P + a] - eta * dw[h, a] if train_w else y[woff + h * P + a]
+            new[woff + h * P + a] = v
+
+
+@portable
 def gd_advance_into(y, nsteps, eta, P, idx, sgn, lab, weight, consistent, r0, train_w, train_att,
                     crit_kind, crit_op, crit_thresh, max_abs, u, margin, G, dw, new, logit, p, T):
     """:func:`gd_advance` with scratch u (n, 2), margin (n,), G (2, P, P),
     dw (2, P), new (state size,), logit, p (L,), T (3, P, P)."""
-    n2 = P * P
-    woff = 6 * n2
     k = 0
     while True:
         loss = forward_into(y, P, idx, sgn, lab, weight, u, margin, logit)
@@ -292,15 +308,7 @@ def gd_advance_into(y, nsteps, eta, P, idx, sgn, lab, weight, consistent, r0, tr
                 return k, 1, loss
         if k == nsteps:
             return k, 0, loss
-        if train_att:
-            attention_update_into(y, new, P, G, eta, True, T)
-        else:
-            for i in range(woff):
-                new[i] = y[i]
-        for h in range(2):
-            for a in range(P):
-                v = y[woff + h * P + a] - eta * dw[h, a] if train_w else y[woff + h * P + a]
-                new[woff + h * P + a] = v
+        gd_update_into(y, new, P, G, dw, eta, train_w, train_att, T)
         code = accept_step(y, new, max_abs)
         if code != 0:
             return k, code, loss
