@@ -217,3 +217,40 @@ def test_a_large_grid_is_judged_by_the_base_and_each_axis_value():
     assert 0 < len(built) <= 1 + 2 + 3000
     why = shared_shape(EnsembleProblem({"steps": 5}, axes={"K": [2, 3], "seed": list(range(3000))}, system=sys_))
     assert "K=3" in why
+
+
+def test_a_tiny_grid_is_planned_from_the_estimate_a_long_one_is_probed(tmp_path, monkeypatch):
+    """seconds_per_trajectory: a grid estimated (at ESTIMATE_SAFETY x the system's estimate) under
+    ESTIMATE_SKIP_S runs no probe; a longer one, a system without an estimate and an unknown (NaN) estimate
+    are probed. The plan file says which."""
+    import json
+
+    from meanfield.core import ensemble, ensemble_plan
+    from meanfield.core.ensemble import EnsembleProblem, seconds_per_trajectory
+    from meanfield.models.mixture.ensemble import MIXTURE
+
+    probed = []
+    real = ensemble_plan.probe_seconds
+    monkeypatch.setattr(ensemble_plan, "probe_seconds", lambda p, k=8: probed.append(1) or real(p, k))
+    tiny = EnsembleProblem({"steps": 200, "record_every": 200}, axes={"omega": [0.01, 0.1, 0.3]})
+    per, how = seconds_per_trajectory(tiny)
+    assert how == "estimate" and not probed
+    est = max(MIXTURE.estimate_seconds(MIXTURE.config(tiny.base, tiny.point(i))) for i in range(3))
+    assert per == pytest.approx(ensemble_plan.ESTIMATE_SAFETY * est) and per > 0
+    r = ensemble.solve(tiny, tmp_path / "s", progress=False)
+    assert r.status == "complete" and not probed
+    assert json.loads((tmp_path / "s" / "ensemble.json").read_text())["seconds_per_trajectory_from"] == "estimate"
+    # a long grid (estimated over the limit): probed
+    long = EnsembleProblem({"steps": 3_000_000, "record_every": 3_000_000}, axes={"omega": [0.1, 0.2]})
+    assert seconds_per_trajectory(long)[1] == "probe" and probed
+    # no estimate (a system without estimate_seconds) or an unknown one: probed
+    for est_fn in (None, lambda cfg: math.nan):
+        class Sys:  # the mixture's system, with no estimate or an unknown one
+            estimate_seconds = None if est_fn is None else staticmethod(est_fn)
+
+            def __getattr__(self, name):
+                return getattr(MIXTURE, name)
+
+        p = EnsembleProblem({"steps": 20}, axes={"omega": [0.1]}, system=Sys())
+        probed.clear()
+        assert seconds_per_trajectory(p)[1] == "probe" and probed

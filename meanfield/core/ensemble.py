@@ -91,15 +91,14 @@ from .ensemble_pools import Dask as _Dask
 from .ensemble_pools import InProcess as _InProcess
 from .ensemble_pools import Local as _Local
 from .ensemble_pools import check_scheduler  # noqa: F401 - public here too
+from .ensemble_plan import chunk_size_for, probe_seconds, seconds_per_trajectory  # noqa: F401 - public here too
 from .ensemble_store import (CHUNK_FORMAT, FORMAT_VERSION, OUTPUTS, STATUS, SWEEP_FORMAT,  # noqa: F401
                              _chunk_done, _fid, _write_chunk, _write_json, load, paths, reduce)
 from .sweep import SYSTEMS, register_system, system_of  # noqa: F401 - the registry of systems, re-exported
 
 DEFAULT_OUTPUTS = ("status", "t_end", "steps_end", "loss_end", "min_margin_end", "min_margin_consistent_end",
                    "min_margin_inconsistent_end", "T1", "T2", "T_loss")
-CHUNK_TARGET_S = 5.0  # default chunk length (s), inside the 1-30 s the chunks should take
 LAUNCH_BYTES = 64 * 2**20  # record buffer of one kernel launch inside a chunk
-PROBE_STEPS = 100  # steps of each probe trajectory, when the system can shorten its points (``probe_point``)
 LAUNCH_S = 0.5  # in this process: one kernel launch takes about this long at most (a signal is seen between them)
 ONE_S = 1.0  # in this process only while one trajectory is estimated under this (else a worker process runs it)
 POOL_S = 4.0  # workers=None: a grid estimated under this runs in this process (a process pool takes seconds to start)
@@ -511,88 +510,6 @@ def _task(problem: EnsembleProblem, lo: int, hi: int, backend: str, threads) -> 
             "backend": backend, "threads": threads, "output_func": of, "keep": keep, "system": problem.system}
 
 
-def probe_seconds(problem: EnsembleProblem, k: int = 8) -> float:
-    """Seconds per trajectory of ``problem``, estimated in this process on one
-    thread: ``k`` points spread over the grid, after a warm-up that loads the
-    compiled kernels. A system with ``probe_point(base, over, steps) ->
-    (over, factor)`` runs each probe point shortened to about
-    :data:`PROBE_STEPS` steps (``factor``: how much longer the real point is),
-    so the probe takes milliseconds and a signal stops it within a second
-    whatever the points' length; without it the points run whole. The faster
-    of two runs counts (the first also loads or compiles the kernels).
-
-    Parameters
-    ----------
-    problem : EnsembleProblem
-    k : int
-        Probe points.
-
-    Returns
-    -------
-    float
-
-    Example
-    -------
-    >>> probe_seconds(EnsembleProblem({"steps": 50}, axes={"omega": [0.1, 0.2]})) > 0
-    True
-    """
-    N = problem.size
-    idx = sorted({int(round(x)) for x in np.linspace(0, N - 1, min(k, N))})
-    shorten = getattr(problem.system, "probe_point", None)
-    pts, factors = [], []
-    for i in idx:
-        ov = problem.point(i)
-        r = shorten(problem.base, ov, PROBE_STEPS) if shorten is not None else None
-        pts.append(ov if r is None else r[0])
-        factors.append(1.0 if r is None else float(r[1]))
-    sub = EnsembleProblem(problem.base, prob_func=_Fixed(pts), n=len(pts), outputs=problem.outputs,
-                          system=problem.system)
-    best = math.inf
-    for _ in range(2):  # the first also loads / compiles the kernels (a batch's kernel may depend on its size)
-        t0 = time.perf_counter()
-        run_chunk(dict(_task(sub, 0, len(pts), "cpu", 1)))
-        best = min(best, time.perf_counter() - t0)
-    return max(best / len(pts) * float(np.mean(factors)), 1e-7)
-
-
-def chunk_size_for(per: float, N: int, workers: int, target_s: float = CHUNK_TARGET_S) -> int:
-    """Points per chunk: a chunk takes about ``target_s`` at ``per`` seconds a
-    trajectory, every worker gets about four chunks, and a chunk takes about
-    1 s at least (fewer, larger chunks when the grid is small).
-
-    Parameters
-    ----------
-    per : float
-        Seconds per trajectory (:func:`probe_seconds`).
-    N : int
-        Points.
-    workers : int
-
-    Returns
-    -------
-    int
-
-    Example
-    -------
-    >>> chunk_size_for(1e-3, 100, 1), chunk_size_for(1e-3, 10**6, 2)
-    (100, 5000)
-    """
-    cs = int(round(target_s / per))
-    cs = min(cs, math.ceil(N / (4 * workers)))  # several chunks per worker
-    cs = max(cs, min(int(round(1.0 / per)), math.ceil(N / workers)))  # but about 1 s at least
-    return max(1, min(cs, N))
-
-
-class _Fixed:
-    """prob_func of a fixed list of point dicts (picklable)."""
-
-    def __init__(self, pts):
-        self.pts = list(pts)
-
-    def __call__(self, i):
-        return self.pts[i]
-
-
 # ------------------------------------------------------------------ driving
 
 
@@ -690,7 +607,7 @@ def solve(problem: EnsembleProblem, out: str | Path, *, backend: str = "cpu", sc
             sp = old.get("seconds_per_trajectory")
             per = float(sp) if isinstance(sp, (int, float)) else math.nan
         elif be != "cuda" and (chunk_size is None or scheduler is None):
-            per = probe_seconds(problem)
+            per, plan["seconds_per_trajectory_from"] = seconds_per_trajectory(problem)
         slow = per > ONE_S  # one trajectory longer than a launch may take here: worker processes
         if scheduler is not None:
             ex = _Dask(scheduler, run_chunk)

@@ -222,6 +222,15 @@ class MixtureEnsemble:
             return None
         return short, c.steps / steps
 
+    def estimate_seconds(self, cfg) -> float:
+        """One trajectory's compute time from its config alone (``sizes.mixture_estimate``;
+        NaN where the solver's steps are not known in advance), for the chunk plan
+        (``meanfield.core.ensemble_plan.seconds_per_trajectory``)."""
+        from .sizes import mixture_estimate
+
+        e = mixture_estimate(cfg)
+        return float(e["seconds"]) if e["steps"] > 0 else math.nan
+
     def identity(self) -> dict | None:
         return None  # the chunk keys of the mixture stay those of before the generic core
 
