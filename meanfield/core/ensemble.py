@@ -114,7 +114,11 @@ class EnsembleSystem(Protocol):
     the mixture's is ``meanfield.models.mixture.ensemble.MIXTURE``, any described
     model's ``meanfield.engine.sweep.ModelEnsemble(MODEL)``. It must pickle
     (tasks carry it to local and dask workers). ``cfg`` is the system's own
-    config object (a ``MixtureConfig``, an engine ``Description``)."""
+    config object (a ``MixtureConfig``, an engine ``Description``). Optional:
+    ``probe_point(base, over, steps)`` (a point shortened for the timed
+    probe) and ``estimate_seconds(cfg)`` (one trajectory's time from its
+    config: a tiny grid is then planned without a probe,
+    ``meanfield.core.ensemble_plan``)."""
 
     name: str  # written to sweep.h5 (attribute ``system``)
 
