@@ -61,7 +61,7 @@ def test_complex_step_target_equals_numba_kernels(K):
 @pytest.mark.parametrize("K,train_w,train_att", [(2, True, True), (2, False, True), (3, True, True)])
 def test_complex_step_jacobian_equals_finite_differences_of_the_kernels(K, train_w, train_att):
     """At random (smooth) saddles: the exact Jacobian of the flow rhs and of
-    the GD map (complex step through the numpy copy) against finite
+    the GD map (complex step through the kernels' own source) against finite
     differences (central, Richardson, h = 1e-3: error ~h^4 + 1e-16/h) of the
     numba kernels, to 1e-8; every direction in one pass (Lanes) equal to one
     pass per direction."""
@@ -92,7 +92,7 @@ def test_finite_differences_alone_are_not_exact():
     y = _random_state(np.random.default_rng(5), s.P)
     sad = mesc.saddle(y, s, True, True)
     J = escape.jacobian(sad.rhs, y, sad.trained, lanes=True)
-    J2 = escape.jacobian(sad.rhs, y, sad.trained, h=1e-200, lanes=True)  # step size does not matter for complex step
+    J2 = escape.jacobian(sad.rhs, y, sad.trained, h=1e-30, lanes=True)  # step size does not matter for complex step
     assert np.abs(J - J2).max() <= 1e-14 * np.abs(J).max()
     Jfd = escape.jacobian_fd(sad.rhs, y, sad.trained, h=1e-9)
     assert np.abs(J - Jfd).max() > 1e-9
@@ -422,3 +422,71 @@ def test_generic_slope_check_passes_the_predicted_slope_and_fails_another():
     assert escape.format_slope_check(bad, "t:", "omega").rstrip().endswith("FAIL")
     big = escape.slope_check(rep, "flow", [0.5, 1.0], [1.0, 0.0])
     assert not big["testable"] and not big["pass"] and "NOT TESTED" in escape.format_slope_check(big, "t:")
+
+
+@pytest.mark.parametrize("over", [{"K": 3}, {"K": 2, "neuron_init": "const:0.3,0.3,0.5,0.5"}])
+def test_jacobian_at_an_exact_margin_tie_equals_finite_differences(over):
+    """Smooth states with a margin of exactly 0 (u+ = u- > 0 on a sample: both heads' neurons equal on the
+    features it reads), where |margin| has a kink but the loss does not: the complex-step Jacobians with the
+    neurons trained against finite differences of the numba kernels (a wrong branch at the tie gave errors of
+    4e-2 relative here)."""
+    cfg = make_config({"L": 3, **over})
+    s = samples_of(cfg)
+    y = mesc.stage1_end(cfg)[0] if over.get("K") == 3 else np.asarray(mesc.initial_state(cfg), float)
+    _, _, _, u, m = mesc.loss_grads(y, s)
+    assert np.any(m == 0.0) and np.abs(u).min() > 1e-3  # the tie is there, no ReLU kink
+    for tw, ta in ((True, False), (True, True)):
+        sad = mesc.saddle(y, s, tw, ta, eta=0.3)
+        J = escape.jacobian(sad.rhs, y, sad.trained, lanes=True)
+        Jfd = escape.jacobian_fd(_numba_rhs(s, tw, ta), y, sad.trained, h=1e-3)
+        assert np.abs(J - Jfd).max() <= 1e-8 * max(1.0, np.abs(J).max())
+        M = escape.jacobian(sad.gd_map, y, sad.trained, lanes=True)
+        Mfd = escape.jacobian_fd(_numba_gd(s, 0.3, tw, ta), y, sad.trained, h=1e-3)
+        assert np.abs(M - Mfd).max() <= 1e-8 * max(1.0, np.abs(M).max())
+
+
+def test_jvp_is_linear_at_a_kink_and_agrees_with_the_lanes_jacobian():
+    """At a state with ReLU pre-activations of exactly 0 (r0 = 0.5) the one-state complex step (a Lanes of one
+    lane) takes the real kernel's branch whatever the step's sign: jvp(-x) = -jvp(x), and it is the Lanes
+    Jacobian's product."""
+    cfg = make_config({"K": 2, "L": 4, "relu_prime_at_zero": 0.5})
+    s = samples_of(cfg)
+    P = s.P
+    w = np.array([[1.0, 0.7, 1.0, 0.7], [0.4, 0.9, 0.4, 0.9]])
+    z = np.zeros((2, P, P))
+    y = kernels.pack(z, z, z, w)
+    sad = mesc.saddle(y, s, False, True, eta=0.5, r0=0.5)
+    assert sad.kinks(y)
+    x = np.random.default_rng(1).normal(size=int(sad.trained.sum()))
+    j = escape.jvp(sad.gd_map, y, sad.trained, x)
+    assert np.abs(j + escape.jvp(sad.gd_map, y, sad.trained, -x)).max() <= 1e-15 * np.abs(j).max()
+    M = escape.jacobian(sad.gd_map, y, sad.trained, lanes=True)
+    assert np.abs(j - M @ x).max() <= 1e-13 * np.abs(j).max()
+
+
+def test_attention_tangent_is_the_complex_step_jvp_of_the_gd_map():
+    """The simultaneous report's closed-form tangent map at the moving saddles (S = A = B = 0, G held fixed)
+    against the complex step through the whole attention-only GD map (forward, backward, update)."""
+    cfg = make_config({"K": 2, "L": 3, "neuron_init": "gaussian:0.3"})
+    s = samples_of(cfg)
+    P = s.P
+    rng = np.random.default_rng(3)
+    mask = mesc.mask_of(P, False, True)
+    for _ in range(3):
+        w = rng.normal(size=(2, P))
+        z = np.zeros((2, P, P))
+        y = kernels.pack(z, z, z, w)
+        x = rng.normal(size=int(mask.sum()))
+        ref = escape.jvp(lambda q: mesc.gd_map(q, s, 0.4, 1.0, False, True), y, mask, x)
+        got = mesc.attention_tangent(y, s, 0.4, 1.0)(x)
+        assert np.abs(got - ref).max() <= 1e-13 * np.abs(ref).max()
+        assert np.abs(got - x).max() > 1e-3  # not the identity
+    with pytest.raises(ValueError, match="S = A = B = 0"):
+        mesc.attention_tangent(rng.normal(size=kernels.state_size(P)), s, 0.4)
+
+
+def test_a_jacobian_of_no_trained_variables_is_empty():
+    s = _samples(2)
+    y = _random_state(np.random.default_rng(0), s.P)
+    J = escape.jacobian(lambda q: mesc.flow_rhs(q, s), y, np.zeros(y.size, bool), lanes=True)
+    assert J.shape == (0, 0)

@@ -175,8 +175,10 @@ class _ComplexStepMath:
 
 
 def _analytic_abs(z):
-    # |x| continued analytically from the real axis: the sign of the real part (a kink at 0, as |x| has)
-    return -z if _real_key(z) < 0 else z
+    # |x| continued analytically from the real axis by the sign of the real part; at a real part of exactly 0
+    # the branch of x <= 0 (-z), the side the primitives' `if z > 0.0` takes there: softplus_neg_e(z, exp(-|z|))
+    # and sigmoid_neg_e are then the smooth functions they are at 0 (with z at 0, |x| itself has a kink)
+    return -z if _real_key(z) <= 0 else z
 
 
 _COMPLEX_STEP: dict[int, types.SimpleNamespace] = {}
@@ -186,23 +188,27 @@ def complex_step_portable() -> types.SimpleNamespace:
     """Every registered portable function as plain Python (no compilation)
     over a copy of its module's globals in which ``math`` is complex-analytic
     (:class:`_ComplexStepMath`) and ``abs`` is |x| continued from the real
-    axis. Called with complex128 arrays (state, outputs and scratch alike),
-    a kernel computes F(y + i h v) by its own source; comparisons of complex
-    numpy scalars order by the real part first, so every branch is the one
-    the real kernel takes (away from ties, i.e. kinks). ``Im F / h`` is then
-    the exact directional derivative: the Jacobians of
-    ``meanfield.core.escape``. Called with :class:`Lanes` (every array with a
-    trailing axis of k lanes), one pass gives k directions, e.g. a whole
-    Jacobian. The Python interpreter runs it: for small states and sample
-    sets (a pass of the mixture kernel at K = 3 takes milliseconds).
+    axis. Called with :class:`Lanes` (state, outputs and scratch alike: every
+    array with a trailing axis of k lanes; one direction is k = 1), a kernel
+    computes F(y + i h v_j) for the k directions v_j by its own source in one
+    pass; a comparison compares real parts, so every branch is the one the
+    real kernel takes, ties included. ``Im F / h`` is then the exact
+    directional derivative wherever the kernel's function is smooth (at a
+    kink, e.g. a ReLU pre-activation of exactly 0, it is the one-sided
+    derivative of the branch taken): the Jacobians of
+    ``meanfield.core.escape``. (Plain complex numpy arrays work too, but numpy
+    orders complex scalars lexicographically: at a tie of the real parts the
+    imaginary part picks the branch. Use Lanes.) The Python interpreter runs
+    it: for small states and sample sets (a pass of the mixture kernel at
+    K = 3 takes milliseconds).
 
     Example
     -------
     >>> import numpy as np
     >>> cs = complex_step_portable()
-    >>> z = np.complex128(0.3 + 1e-30j)
-    >>> d = cs.softplus_neg(z).imag / 1e-30   # d/dz log(1 + e^-z) = -sigmoid_neg(z)
-    >>> bool(abs(d + sigmoid_neg(0.3)) < 1e-15)
+    >>> z = np.array([0.3 + 1e-30j]).view(Lanes)   # one direction
+    >>> d = cs.softplus_neg(z).imag / 1e-30        # d/dz log(1 + e^-z) = -sigmoid_neg(z)
+    >>> bool(abs(d[0] + sigmoid_neg(0.3)) < 1e-15)
     True
     """
     ns = _COMPLEX_STEP.get(len(_PORTABLE))

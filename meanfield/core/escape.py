@@ -8,11 +8,15 @@ which system it is; the mixture adapter is ``meanfield.models.mixture.escape``.
 
 Exact linearisation by complex-step differentiation. For a real-analytic map
 F, F(y + i h e_j) = F(y) + i h J e_j - h^2/2 ... so Im F(y + i h e_j) / h =
-J e_j + O(h^2) with NO subtraction: h = 1e-30 makes the truncation error
-1e-60 and the result is J exactly to rounding (unlike finite differences,
-whose error is at best ~1e-8 in double precision). It needs only that the
-map is written with complex-safe operations (numpy; transposes, not
-conjugates) and that it is analytic at ``y``: a ReLU pre-activation at its
+J e_j + O(h^2) with NO subtraction: h = 1e-200 (:data:`COMPLEX_STEP_H`)
+makes the result J exactly to rounding (unlike finite differences, whose
+error is at best ~1e-8 in double precision), and every product of two
+imaginary parts (order h^2 = 1e-400) underflows to 0, so the real part of
+every intermediate is exactly the real map's number: each direction takes
+the real map's branches, ties included. It needs only that the
+map takes complex input (e.g. numpy with transposes, not conjugates, or a
+system's kernels on ``meanfield.core.activations.complex_step_portable``) and
+that it is analytic at ``y``: a ReLU pre-activation at its
 kink is not, which is why a saddle carries a ``kinks`` callable and a report
 with kinks is marked not valid. Finite differences (:func:`jacobian_fd`) are
 kept as an independent check only.
@@ -48,7 +52,7 @@ from typing import Callable
 
 import numpy as np
 
-COMPLEX_STEP_H = 1e-30
+COMPLEX_STEP_H = 1e-200
 
 
 @dataclass
@@ -111,6 +115,8 @@ def jacobian(fun: Callable, y: np.ndarray, mask: np.ndarray, h: float = COMPLEX_
     columns, and returns (n, k): one evaluation instead of k."""
     y = np.asarray(y, dtype=np.float64)
     cols = np.flatnonzero(mask)
+    if cols.size == 0:
+        return np.empty((0, 0))
     if lanes:
         Y = np.repeat(y.astype(np.complex128)[:, None], cols.size, axis=1)
         Y[cols, np.arange(cols.size)] += 1j * h
@@ -137,7 +143,9 @@ def tangent_log_growth(steps, x0: np.ndarray, mask: np.ndarray, norm: Callable |
 
     ``steps`` yields (fun, y) pairs: the map of step k and the state it is
     linearised at (e.g. the GD map at the saddle that moves with slow
-    variables); x_{k+1} = J_k x_k by :func:`jvp`. Returns (log|x_k|, log of
+    variables); x_{k+1} = J_k x_k by :func:`jvp`. A step may instead be a
+    callable ``x -> J_k x`` on the trained block (a system that knows its
+    tangent map in closed form). Returns (log|x_k|, log of
     ``norm(x_k)``) for k = 0..n, with the vector renormalised every step so
     that nothing overflows; ``norm`` (default: Euclidean) measures the part
     that an end criterion looks at."""
@@ -147,8 +155,8 @@ def tangent_log_growth(steps, x0: np.ndarray, mask: np.ndarray, norm: Callable |
     logs, logp = [math.log(n0)], [math.log(max(float(norm(x)), 1e-300))]
     x = x / n0
     acc = math.log(n0)
-    for fun, y in steps:
-        x = jvp(fun, y, mask, x)
+    for st in steps:
+        x = np.asarray(st(x), float) if callable(st) else jvp(st[0], st[1], mask, x)
         nx = float(np.linalg.norm(x))
         if not (nx > 0 and math.isfinite(nx)):
             logs.append(-math.inf)
