@@ -136,11 +136,14 @@ def test_lanes_exp_special_values():
             assert abs(g - r) <= np.spacing(r), (v, g, r)
 
 
-def test_vector_exp_batch_to_rounding():
+@pytest.mark.parametrize("lanes", [64, 16])
+def test_vector_exp_batch_to_rounding(lanes):
+    """The default blocks (both widths of vectorised.WIDTHS, the vectorised exp) against the per-trajectory
+    batch, to rounding."""
     cfgs = _group(19)
     y0s = _states(cfgs)
     ref = batched.advance(cfgs, y0s, lanes=False)
-    new = _advance_with(cfgs, y0s, 64, vector_exp=True)
+    new = _advance_with(cfgs, y0s, lanes, vector_exp=True)
     for f in ("step", "stage", "n_records", "code", "stop_stage", "end_step", "end_reason"):
         assert np.array_equal(getattr(ref, f), getattr(new, f)), f
     for b in np.flatnonzero(ref.code == 0):  # each trajectory's records, relative to its largest entry

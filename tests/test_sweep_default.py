@@ -230,8 +230,8 @@ def test_a_tiny_grid_is_planned_from_the_estimate_a_long_one_is_probed(tmp_path,
     from meanfield.models.mixture.ensemble import MIXTURE
 
     probed = []
-    real = ensemble_plan.probe_seconds
-    monkeypatch.setattr(ensemble_plan, "probe_seconds", lambda p, k=8: probed.append(1) or real(p, k))
+    real = ensemble.probe_seconds
+    monkeypatch.setattr(ensemble, "probe_seconds", lambda p, k=8: probed.append(1) or real(p, k))
     tiny = EnsembleProblem({"steps": 200, "record_every": 200}, axes={"omega": [0.01, 0.1, 0.3]})
     per, how = seconds_per_trajectory(tiny)
     assert how == "estimate" and not probed
@@ -243,6 +243,9 @@ def test_a_tiny_grid_is_planned_from_the_estimate_a_long_one_is_probed(tmp_path,
     # a long grid (estimated over the limit): probed
     long = EnsembleProblem({"steps": 3_000_000, "record_every": 3_000_000}, axes={"omega": [0.1, 0.2]})
     assert seconds_per_trajectory(long)[1] == "probe" and probed
+    # an invalid point (no estimate: probed, as before)
+    configs = (MIXTURE.config({"steps": 5}, {"K": k}) for k in (2, 1))  # the second raises its ConfigError
+    assert ensemble_plan.from_estimate(MIXTURE.estimate_seconds, configs) is None
     # no estimate (a system without estimate_seconds) or an unknown one: probed
     for est_fn in (None, lambda cfg: math.nan):
         class Sys:  # the mixture's system, with no estimate or an unknown one

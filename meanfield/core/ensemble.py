@@ -91,7 +91,7 @@ from .ensemble_pools import Dask as _Dask
 from .ensemble_pools import InProcess as _InProcess
 from .ensemble_pools import Local as _Local
 from .ensemble_pools import check_scheduler  # noqa: F401 - public here too
-from .ensemble_plan import chunk_size_for, probe_seconds, seconds_per_trajectory  # noqa: F401 - public here too
+from .ensemble_plan import PROBE_STEPS, chunk_size_for, from_estimate
 from .ensemble_store import (CHUNK_FORMAT, FORMAT_VERSION, OUTPUTS, STATUS, SWEEP_FORMAT,  # noqa: F401
                              _chunk_done, _fid, _write_chunk, _write_json, load, paths, reduce)
 from .sweep import SYSTEMS, register_system, system_of  # noqa: F401 - the registry of systems, re-exported
@@ -512,6 +512,80 @@ def _task(problem: EnsembleProblem, lo: int, hi: int, backend: str, threads) -> 
     key = chunk_key(_jsonable(problem.base), pts, problem.outputs, backend, extra)
     return {"key": key, "lo": lo, "base": _jsonable(problem.base), "points": pts, "outputs": list(problem.outputs),
             "backend": backend, "threads": threads, "output_func": of, "keep": keep, "system": problem.system}
+
+
+def seconds_per_trajectory(problem: EnsembleProblem) -> tuple[float, str]:
+    """(seconds per trajectory, ``"estimate"`` or ``"probe"``): the system's
+    estimate where ``ensemble_plan.from_estimate`` takes it (a grid of at most
+    :data:`MEMO_MAX` points, estimated under 0.25 s), else :func:`probe_seconds`.
+
+    Example
+    -------
+    >>> seconds_per_trajectory(EnsembleProblem({"steps": 20}, axes={"omega": [0.1, 0.2]}))[1]
+    'estimate'
+    """
+    est = getattr(problem.system, "estimate_seconds", None)
+    if est is not None and problem.size <= MEMO_MAX:
+        bk = _base_key(problem.system, problem.base)
+        per = from_estimate(est, (_point(problem.system, problem.base, problem.point(i), bk)[0]
+                                  for i in range(problem.size)))
+        if per is not None:
+            return per, "estimate"
+    return probe_seconds(problem), "probe"
+
+
+def probe_seconds(problem: EnsembleProblem, k: int = 8) -> float:
+    """Seconds per trajectory of ``problem``, estimated in this process on one
+    thread: ``k`` points spread over the grid, after a warm-up that loads the
+    compiled kernels. A system with ``probe_point(base, over, steps) ->
+    (over, factor)`` runs each probe point shortened to about
+    :data:`PROBE_STEPS` steps (``factor``: how much longer the real point is),
+    so the probe takes milliseconds and a signal stops it within a second
+    whatever the points' length; without it the points run whole. The faster
+    of two runs counts (the first also loads or compiles the kernels).
+
+    Parameters
+    ----------
+    problem : EnsembleProblem
+    k : int
+        Probe points.
+
+    Returns
+    -------
+    float
+
+    Example
+    -------
+    >>> probe_seconds(EnsembleProblem({"steps": 50}, axes={"omega": [0.1, 0.2]})) > 0
+    True
+    """
+    N = problem.size
+    idx = sorted({int(round(x)) for x in np.linspace(0, N - 1, min(k, N))})
+    shorten = getattr(problem.system, "probe_point", None)
+    pts, factors = [], []
+    for i in idx:
+        ov = problem.point(i)
+        r = shorten(problem.base, ov, PROBE_STEPS) if shorten is not None else None
+        pts.append(ov if r is None else r[0])
+        factors.append(1.0 if r is None else float(r[1]))
+    sub = EnsembleProblem(problem.base, prob_func=_Fixed(pts), n=len(pts), outputs=problem.outputs,
+                          system=problem.system)
+    best = math.inf
+    for _ in range(2):  # the first also loads / compiles the kernels (a batch's kernel may depend on its size)
+        t0 = time.perf_counter()
+        run_chunk(dict(_task(sub, 0, len(pts), "cpu", 1)))
+        best = min(best, time.perf_counter() - t0)
+    return max(best / len(pts) * float(np.mean(factors)), 1e-7)
+
+
+class _Fixed:
+    """prob_func of a fixed list of point dicts (picklable)."""
+
+    def __init__(self, pts):
+        self.pts = list(pts)
+
+    def __call__(self, i):
+        return self.pts[i]
 
 
 # ------------------------------------------------------------------ driving

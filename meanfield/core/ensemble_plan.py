@@ -1,116 +1,62 @@
 """How long a trajectory of an ensemble takes: the chunk plan's one number (``meanfield.core.ensemble.solve``).
 
-:func:`seconds_per_trajectory` decides it: the system's own estimate when it
-has one (``estimate_seconds(cfg)``, e.g. the mixture's size estimate) and the
-whole grid is estimated under :data:`ESTIMATE_SKIP_S` even at
-:data:`ESTIMATE_SAFETY` times that estimate (then a probe would cost more than
-the plan it informs: the grid runs in one chunk in this process, its launches
-sized by the inflated estimate); otherwise :func:`probe_seconds` times a few
-points. :func:`chunk_size_for` turns it into points per chunk.
+:func:`from_estimate`: the system's own estimate (``estimate_seconds(cfg)``,
+e.g. the mixture's size estimate) when the whole grid is estimated under
+:data:`ESTIMATE_SKIP_S` even at :data:`ESTIMATE_SAFETY` times that estimate
+(then a probe would cost more than the plan it informs: the grid runs in one
+chunk in this process, its launches sized by the inflated estimate);
+otherwise ``meanfield.core.ensemble.probe_seconds`` times a few points
+(``ensemble.seconds_per_trajectory`` chooses). :func:`chunk_size_for` turns
+the figure into points per chunk. Nothing here imports the ensemble.
+
+Why a signal is still seen within 2 s: a grid taken from the estimate sums
+to under 0.25 s at 4x the estimate, so even an estimate 10x below the real
+time (the mixture's is 2-10x below, a lone short run being the worst) keeps
+the whole grid, and so every launch of it, under about 0.7 s.
 """
 
 from __future__ import annotations
 
 import math
-import time
-
-import numpy as np
 
 from .config import ConfigError
 
 PROBE_STEPS = 100  # steps of each probe trajectory, when the system can shorten its points (``probe_point``)
 ESTIMATE_SKIP_S = 0.25  # a grid estimated under this (at ESTIMATE_SAFETY x the system's estimate) is not probed
-ESTIMATE_SAFETY = 4.0  # the system's estimate times this: an upper bound (the mixture's is within 2x of measured)
+ESTIMATE_SAFETY = 4.0  # the system's estimate times this (the mixture's is 2-10x below a lone short run's time)
 CHUNK_TARGET_S = 5.0  # default chunk length (s), inside the 1-30 s the chunks should take
 
 
-def seconds_per_trajectory(problem) -> tuple[float, str]:
-    """(seconds per trajectory, how it was found: ``"estimate"`` or ``"probe"``).
+def from_estimate(estimate, configs) -> float | None:
+    """The seconds per trajectory to plan with from the system's estimate, or
+    None (probe instead).
 
-    The estimate is taken when the system has ``estimate_seconds(cfg)`` and
-    every point's config is known (a grid of at most
-    ``meanfield.core.ensemble.MEMO_MAX`` points), and the sum over the points of
-    :data:`ESTIMATE_SAFETY` x the estimate is under :data:`ESTIMATE_SKIP_S`;
-    the per-trajectory figure is then the largest inflated estimate. Else
-    :func:`probe_seconds`.
+    ``estimate(cfg)`` is the system's ``estimate_seconds``; ``configs`` yields
+    every point's config (a ConfigError from it, an invalid combination:
+    None). Each estimate is taken :data:`ESTIMATE_SAFETY` times; when their
+    sum over the grid is under :data:`ESTIMATE_SKIP_S` the largest one is
+    returned, else (or for an unknown, NaN, estimate) None.
 
     Example
     -------
-    >>> from meanfield.core.ensemble import EnsembleProblem
-    >>> per, how = seconds_per_trajectory(EnsembleProblem({"steps": 20}, axes={"omega": [0.1, 0.2]}))
-    >>> how, per < 1e-2
-    ('estimate', True)
+    >>> from_estimate(lambda c: 1e-4, [None] * 3)
+    0.0004
+    >>> from_estimate(lambda c: 1.0, [None] * 3) is None
+    True
     """
-    from .ensemble import MEMO_MAX, _base_key, _point
-
-    est = getattr(problem.system, "estimate_seconds", None)
-    N = problem.size
-    if est is not None and N <= MEMO_MAX:
-        bk = _base_key(problem.system, problem.base)
-        total, top = 0.0, 0.0
-        for i in range(N):
-            try:
-                e = ESTIMATE_SAFETY * float(est(_point(problem.system, problem.base, problem.point(i), bk)[0]))
-            except ConfigError:  # an invalid combination (status -3 later): no estimate, probe as before
-                total = math.inf
-                break
+    total, top = 0.0, 0.0
+    try:
+        for cfg in configs:
+            e = ESTIMATE_SAFETY * float(estimate(cfg))
             if not e >= 0.0:  # NaN: unknown (e.g. an adaptive solver)
-                total = math.inf
-                break
+                return None
             total += e
             top = max(top, e)
             if total >= ESTIMATE_SKIP_S:
-                break
-        if total < ESTIMATE_SKIP_S:
-            return max(top, 1e-7), "estimate"
-    return probe_seconds(problem), "probe"
-
-
-def probe_seconds(problem, k: int = 8) -> float:
-    """Seconds per trajectory of ``problem``, estimated in this process on one
-    thread: ``k`` points spread over the grid, after a warm-up that loads the
-    compiled kernels. A system with ``probe_point(base, over, steps) ->
-    (over, factor)`` runs each probe point shortened to about
-    :data:`PROBE_STEPS` steps (``factor``: how much longer the real point is),
-    so the probe takes milliseconds and a signal stops it within a second
-    whatever the points' length; without it the points run whole. The faster
-    of two runs counts (the first also loads or compiles the kernels).
-
-    Parameters
-    ----------
-    problem : EnsembleProblem
-    k : int
-        Probe points.
-
-    Returns
-    -------
-    float
-
-    Example
-    -------
-    >>> from meanfield.core.ensemble import EnsembleProblem
-    >>> probe_seconds(EnsembleProblem({"steps": 50}, axes={"omega": [0.1, 0.2]})) > 0
-    True
-    """
-    N = problem.size
-    idx = sorted({int(round(x)) for x in np.linspace(0, N - 1, min(k, N))})
-    shorten = getattr(problem.system, "probe_point", None)
-    pts, factors = [], []
-    for i in idx:
-        ov = problem.point(i)
-        r = shorten(problem.base, ov, PROBE_STEPS) if shorten is not None else None
-        pts.append(ov if r is None else r[0])
-        factors.append(1.0 if r is None else float(r[1]))
-    from .ensemble import EnsembleProblem, _task, run_chunk
-
-    sub = EnsembleProblem(problem.base, prob_func=_Fixed(pts), n=len(pts), outputs=problem.outputs,
-                          system=problem.system)
-    best = math.inf
-    for _ in range(2):  # the first also loads / compiles the kernels (a batch's kernel may depend on its size)
-        t0 = time.perf_counter()
-        run_chunk(dict(_task(sub, 0, len(pts), "cpu", 1)))
-        best = min(best, time.perf_counter() - t0)
-    return max(best / len(pts) * float(np.mean(factors)), 1e-7)
+                return None
+    except ConfigError:  # an invalid combination (status -3 later): no estimate
+        return None
+    return max(top, 1e-7)
 
 
 def chunk_size_for(per: float, N: int, workers: int, target_s: float = CHUNK_TARGET_S) -> int:
@@ -121,7 +67,7 @@ def chunk_size_for(per: float, N: int, workers: int, target_s: float = CHUNK_TAR
     Parameters
     ----------
     per : float
-        Seconds per trajectory (:func:`probe_seconds`).
+        Seconds per trajectory (``ensemble.seconds_per_trajectory``).
     N : int
         Points.
     workers : int
@@ -139,13 +85,3 @@ def chunk_size_for(per: float, N: int, workers: int, target_s: float = CHUNK_TAR
     cs = min(cs, math.ceil(N / (4 * workers)))  # several chunks per worker
     cs = max(cs, min(int(round(1.0 / per)), math.ceil(N / workers)))  # but about 1 s at least
     return max(1, min(cs, N))
-
-
-class _Fixed:
-    """prob_func of a fixed list of point dicts (picklable)."""
-
-    def __init__(self, pts):
-        self.pts = list(pts)
-
-    def __call__(self, i):
-        return self.pts[i]

@@ -42,7 +42,7 @@ stage end and the final (or last accepted) state, a record at the same
 (step, t) as the previous one replacing it. CPU batched results equal
 ``meanfield.models.mixture.run.run`` bit for bit on the per-trajectory loop
 (and on the trajectory-vectorised blocks with the C library's exp); the
-default blocks (``meanfield.models.mixture.vectorised``, method gd, 8 or more
+default blocks (``meanfield.models.mixture.vectorised``, method gd, 16 or more
 trajectories a thread) compute the softmax's and the loss's exp within an ulp of it, so they
 agree to rounding (<= 1e-13 relative in the tests). Divergence (a non-finite state or
 loss, or an entry above ``max_abs``) stops that trajectory only, with its
@@ -423,7 +423,7 @@ def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndar
     ``cuda`` or ``auto``); returns one ``integrate.Trajectory`` per config, in
     order, equal to what ``meanfield.models.mixture.run.run(cfg)`` (from ``y0s[i]``
     if given) returns: on the CPU bit for bit, or to rounding where method gd
-    runs in vectorised blocks (8 or more configs a thread: see :func:`advance`);
+    runs in vectorised blocks (16 or more configs a thread: see :func:`advance`);
     to rounding on a GPU.
 
     Configs are grouped by sample set and method (K, L, p, label_prob,

@@ -603,9 +603,10 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
 #: the block widths compiled: (smallest batch that uses it, lanes), widest first; below the last threshold
 #: the per-trajectory loop runs. Measured (CPU time per trajectory-step, one thread, docs/performance.md):
 #: 2026-12-06, 10^4 steps: B = 8: per trajectory 4.13 us, one block of 16 lanes 3.52; B = 10: 4.09 / 2.84;
-#: B = 12: 4.10 / 2.36 (8 lanes: B = 8 2.09, B = 10 3.31, not compiled: a width more to compile cold);
-#: a block of 64 lanes, B = 64: 1.05
-WIDTHS = ((48, 64), (8, 16))
+#: B = 12: 4.10 / 2.36; a block of 64 lanes, B = 64: 1.05. Below 16 a thread the per-trajectory loop stays:
+#: it equals run.run bit for bit (the lanes' exp is within an ulp: a chaotic run amplifies that), and a
+#: small batch or sweep is what one compares with single runs
+WIDTHS = ((48, 64), (16, 16))
 
 _KERNELS = (soa_forward, soa_backward, soa_update, soa_record_into, gd_batch_soa)
 
