@@ -80,3 +80,70 @@ def test_core_alone_loads_the_plugins_by_name():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "mixture"
+
+
+def _paper_names_compared(src: str) -> list[tuple[int, str]]:
+    """(line, name) of every comparison in ``src`` of a value with a string constant that is a paper's
+    package name (``x == "mixture"``, ``x in ("engine", "induction")``; a key test ``"icl" in d`` looks up
+    a key, it does not compare with a name)."""
+    import ast
+
+    papers = {p.name for p in (ROOT / "meanfield" / "models").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Compare):
+            eq = all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
+            for c in ([node.left] if eq else []) + list(node.comparators):
+                consts = c.elts if isinstance(c, (ast.Tuple, ast.List, ast.Set)) else [c]
+                for k in consts:
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value in papers:
+                        out.append((node.lineno, k.value))
+    return out
+
+
+def test_core_and_engine_branch_on_no_paper_name():
+    """No comparison in core/ or engine/ names a paper (``system == "mixture"``): a paper's run files are read
+    through the reader its plug-in registers (``hooks.run_reader``), its outcome lines too."""
+    bad = []
+    for layer in ("core", "engine"):
+        for f in sorted((ROOT / "meanfield" / layer).rglob("*.py")):
+            bad += [f"{f.relative_to(ROOT)}:{ln}: {nm}" for ln, nm in _paper_names_compared(f.read_text())]
+    assert not bad, "\n".join(bad)
+    # the scan finds what it looks for
+    assert _paper_names_compared('if run.system == "mixture":\n    pass\n') == [(1, "mixture")]
+    assert _paper_names_compared('x = s in ("engine", "induction")\n') == [(1, "induction")]
+    assert _paper_names_compared('x = "icl" in extra\n') == []
+
+
+def test_a_registered_reader_is_what_open_run_and_the_outcome_use(tmp_path):
+    """A system registered from outside (no shipped paper): open_run takes its state variables and blocks
+    from its reader, the outcome lines from its ``outcome_lines``; without a reader the file has none."""
+    import meanfield
+    from meanfield.core.outcome import outcome_lines
+
+    class Reader:
+        stacked_records = ("Z",)
+
+        @staticmethod
+        def state_arrays(run, src, whole):
+            return [("Z", np.asarray(src["Z"]), [["h"], ["a", "b"]])]
+
+        @staticmethod
+        def blocks(run):
+            return {"h:Z": np.asarray(run["Z"])[:, 0]}
+
+        @staticmethod
+        def outcome_lines(run):
+            return [f"  toy: {len(run['t'])} records"]
+
+    p = tmp_path / "toy.h5"
+    write_run(p, system="toy_reader_test", config={}, status="complete", message="",
+              data={"t": np.array([0.0, 1.0]), "loss": np.array([1.0, 0.5]),
+                    "Z": np.arange(4.0).reshape(2, 1, 2), "initial_state": {"Z": np.zeros((1, 2))}})
+    assert meanfield.open_run(p).entries == []  # nothing registered: no state variables
+    hooks.register_run_check("toy_reader_test", None, reader=Reader())
+    run = meanfield.open_run(p)
+    assert run.entries == ["Z[h,a]", "Z[h,b]"] and run.states.shape == (2, 2)
+    assert run.var("h", "Z").tolist() == [[0.0, 1.0], [2.0, 3.0]]
+    assert outcome_lines(p)[1:] == ["  toy: 2 records"]
+    assert hooks.run_check("toy_reader_test") is None  # a reader alone: bounds still refuse the file

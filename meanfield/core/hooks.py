@@ -10,6 +10,9 @@ only a paper knows:
   variables, its signed atoms such as ``S+[a,b]``, its feature names; used
   by ``meanfield.core.bound_parse`` and ``meanfield.core.bounds``, which
   name no paper);
+* how to read a system's run files (:func:`run_reader`: its state variables,
+  named blocks and outcome lines, used by ``meanfield.core.run`` and
+  ``meanfield.core.outcome``, which branch on no paper's name);
 * the ensemble adapter of a system named by a string
   (:func:`ensemble_system`; ``meanfield.core.sweep.system_of``), and which
   of them ``system=None`` means (:func:`default_ensemble_system`).
@@ -46,7 +49,8 @@ from typing import Any, Callable
 
 from .errors import ConfigError
 
-__all__ = ["resolve", "set_loader", "load", "lookup", "register_run_check", "run_check", "register_ensemble_system",
+__all__ = ["resolve", "set_loader", "load", "lookup", "register_run_check", "run_check", "run_reader",
+           "register_ensemble_system",
            "ensemble_system", "ensemble_systems", "default_ensemble_system", "register_bound_names", "bound_names", "registered_run_checks",
            "LOADER"]
 
@@ -56,6 +60,7 @@ _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _LOCK = threading.RLock()
 _LOADER: list = []  # the installed loader (at most one)
 _RUN_CHECKS: dict[str, Any] = {}
+_RUN_READERS: dict[str, Any] = {}
 _BOUND_NAMES: dict[str, Any] = {}
 #: ensemble systems known by name: name -> adapter or ``"module:attr"`` (``meanfield.core.sweep.SYSTEMS`` is this dict)
 ENSEMBLE_SYSTEMS: dict[str, Any] = {}
@@ -156,16 +161,27 @@ def lookup(table: dict, key) -> Any:
     return None if ref is None else resolve(ref)
 
 
-def register_run_check(system: str, check: Any) -> None:
-    """Register the schema check of run files whose attribute ``system`` is ``system``.
+def register_run_check(system: str, check: Any, reader: Any = None) -> None:
+    """Register the schema check of run files whose attribute ``system`` is
+    ``system``, and how to read them.
 
     Parameters
     ----------
     system : str
         The run file's ``system`` attribute.
-    check : callable or str
+    check : callable, str or None
         ``check(run, path) -> None``, raising ``ConfigError`` naming the first
         wrong field; ``run`` is what ``meanfield.core.io.read_run`` returned.
+        None: no check (bounds refuse such files), the reader alone.
+    reader : object or str, optional
+        How ``meanfield.core.run.Run`` and ``meanfield.core.outcome`` read the
+        files (:func:`run_reader`): an object with ``state_arrays(run, src,
+        whole) -> [(name, array, axes), ...]`` (the state variables: ``src``
+        the run or its ``initial_state`` group, ``whole`` True for the
+        records (T, ...)); optional ``blocks(run) -> {"head:name": (T, ...)}``
+        (the named blocks behind ``run.S``, ``run.var``), ``outcome_lines(run)
+        -> [str]`` (what happened, printed after a run) and
+        ``stacked_records`` (record names that repeat the state blocks).
 
     Returns
     -------
@@ -176,7 +192,32 @@ def register_run_check(system: str, check: Any) -> None:
     >>> register_run_check("doc_example", "math:isfinite")
     """
     with _LOCK:
-        _RUN_CHECKS[str(system)] = check
+        if check is not None:
+            _RUN_CHECKS[str(system)] = check
+        if reader is not None:
+            _RUN_READERS[str(system)] = reader
+
+
+def run_reader(system: str | None) -> Any:
+    """The registered reader of run files of ``system`` (resolved; see
+    :func:`register_run_check`), or None (none registered, or no system).
+
+    Parameters
+    ----------
+    system : str or None
+
+    Returns
+    -------
+    object or None
+
+    Example
+    -------
+    >>> run_reader("no such system") is None
+    True
+    """
+    if not system:
+        return None
+    return lookup(_RUN_READERS, str(system))
 
 
 def run_check(system: str) -> Callable | None:

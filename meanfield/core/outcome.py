@@ -1,12 +1,14 @@
 """What happened in a run, in a few lines: printed by every ``run`` verb at its end.
 
-:func:`outcome_lines` reads a run file (mixture, induction, or a described
-model's engine run: ``meanfield model run`` / ``particles``) and says: the status;
-how each stage ended (its criterion fired, or it ran to its cap, and then
-whether a criterion was set that never fired, with the value it reached);
-the final loss and margins (mixture) or the selected parent set, each head's
-top lag and a (induction); the detected stage times (where the model has
-consistent and inconsistent samples to detect them from).
+:func:`outcome_lines` reads a run file (a described model's engine run:
+``meanfield model run`` / ``particles``, or a paper's, through the reader its
+plug-in registered in ``meanfield.core.hooks``) and says: the status; how each
+stage ended (its criterion fired, or it ran to its cap, and then whether a
+criterion was set that never fired, with the value it reached); the final
+loss and margins (:func:`final_lines`) or what the paper's reader reports;
+the detected stage times (where the model has consistent and inconsistent
+samples to detect them from). :func:`stage_lines`, :func:`final_lines` and
+:func:`criterion_value` are the pieces a reader builds its lines from.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ def _consistent(run):
     return np.asarray(samples["consistent"]).astype(bool)
 
 
-def _crit_value(name: str, run, i: int = -1) -> float | None:
-    """The last recorded value of a criterion (mixture or engine run file), where the file has it."""
+def criterion_value(name: str, run, i: int = -1) -> float | None:
+    """The last recorded value of a margin or loss criterion (a run file with ``loss``, ``margin`` and
+    the samples' ``consistent`` flags), where the file has it."""
     if name == "loss":
         return float(run["loss"][i])
     m = np.asarray(run["margin"][i])
@@ -43,19 +46,9 @@ def _crit_value(name: str, run, i: int = -1) -> float | None:
     return None
 
 
-def _induction_value(name: str, run, i: int = -1) -> float | None:
-    if name == "loss":
-        return float(run["loss_train"][i])
-    if name == "a":
-        return float(run["a"][i])
-    if name == "c_top":
-        return float(np.max(run["c_weight"][i]))
-    if name == "rpe_top":
-        return float(np.max(run["rpe"][i]))
-    return None
-
-
-def _stage_lines(run, crits: list, names: list, value) -> list[str]:
+def stage_lines(run, crits: list, names: list, value) -> list[str]:
+    """How each stage ended: its criterion fired, or it ran to its cap (and the
+    criterion that never fired, with the value ``value(name, run, i)`` it reached)."""
     lines = []
     ends = run.attrs.get("stage_ends") or []
     unit = "step"
@@ -84,7 +77,7 @@ def _stage_lines(run, crits: list, names: list, value) -> list[str]:
 
 def _loss_kind(run) -> str | None:
     """The loss of an engine run file's description (``logistic``, ``squared``,
-    ``cross_entropy``), or None where the file does not say (mixture runs: logistic)."""
+    ``cross_entropy``), or None where the file does not say."""
     import json
 
     d = run.attrs.get("description")
@@ -95,8 +88,8 @@ def _loss_kind(run) -> str | None:
         return None
 
 
-def _final_lines(run, times_always: bool = True) -> list[str]:
-    """Final loss and margins, and the detected stage times (mixture and engine runs)."""
+def final_lines(run, times_always: bool = True) -> list[str]:
+    """Final loss and margins, and the detected stage times (a run file with ``loss`` and ``margin``)."""
     lines = []
     if len(run["t"]):
         m = np.asarray(run["margin"][-1])
@@ -124,16 +117,6 @@ def _final_lines(run, times_always: bool = True) -> list[str]:
     return lines
 
 
-def mixture_lines(run) -> list[str]:
-    cfg = run.config or {}
-    if cfg.get("schedule") == "three-stage":
-        crits = list(cfg.get("stage_criteria") or [None] * 3)
-        names = ["neurons", "attention", "neurons" if cfg.get("stage3", "neurons") == "neurons" else "both"]
-    else:
-        crits, names = [cfg.get("criterion")], ["simultaneous"]
-    return _stage_lines(run, crits, names, _crit_value) + _final_lines(run)
-
-
 def engine_lines(run, stages=None) -> list[str]:
     """A general description's run (``meanfield model run`` / ``particles``).
     ``stages``: (name, criterion text or None) per stage, from the
@@ -146,7 +129,7 @@ def engine_lines(run, stages=None) -> list[str]:
                   for k in range(n)]
     names = [str(nm) for nm, _ in stages]
     crits = [c for _, c in stages]
-    return _stage_lines(run, crits, names, _crit_value) + _final_lines(run, times_always=False)
+    return stage_lines(run, crits, names, criterion_value) + final_lines(run, times_always=False)
 
 
 def criterion_text(crit) -> str | None:
@@ -157,44 +140,6 @@ def criterion_text(crit) -> str | None:
         return crit
     name, op, thr = crit
     return f"{name}{op}{float(thr):g}"
-
-
-def induction_lines(run) -> list[str]:
-    cfg = run.config or {}
-    sched = {"three-phase": "three-stage", "joint": "simultaneous"}.get(cfg.get("schedule"), cfg.get("schedule"))
-    stage_crits = cfg.get("stage_criteria", cfg.get("phase_criteria"))  # files before the one vocabulary: phase_*
-    if sched in (None, "three-stage"):
-        crits = list(stage_crits or [None] * 3)
-        names = ["c (selector)", "w (RPE)", "a (classifier)"]
-    elif sched == "simultaneous":
-        crits, names = [cfg.get("criterion")], ["simultaneous"]
-    else:  # a schedule string such as w,c,a or cw,a: one phase per group
-        groups = str(cfg["schedule"]).split(",")
-        crits = list(stage_crits or [None] * len(groups))
-        names = [f"trains {g}" for g in groups]
-    lines = _stage_lines(run, crits, names, _induction_value)
-    if not len(run["t"]):
-        return lines
-    cw = np.asarray(run["c_weight"][-1])
-    subsets = [str(s) for s in run["subsets"]]
-    members = np.asarray(run["subset_members"])
-    rpe = np.asarray(run["rpe"][-1])
-    lags = np.asarray(run["lags"])
-    top = [int(lags[h, int(np.argmax(rpe[h]))]) for h in range(rpe.shape[0])]
-    j = int(np.argmax(cw))
-    heads = [int(h) for h in members[j] if h >= 0]
-    parents = sorted({top[h] for h in heads})
-    lines.append(f"  selected subset {subsets[j]} (c-mass {cw[j]:.3f}): parent set {{{', '.join(map(str, parents))}}}"
-                 f" (true pa = {{{', '.join(str(p) for p in cfg.get('pa', []))}}})")
-    lines.append("  heads' top lags: " + ", ".join(
-        f"head {h + 1} lag {top[h]} ({float(np.max(rpe[h])):.3f})" for h in range(len(top))))
-    lt = float(run["loss_train"][-1])
-    lines.append(f"  final (t = {float(run['t'][-1]):.6g}): a = {float(run['a'][-1]):.4g}, train loss {lt:.4g}"
-                 + (f", held-out loss {float(run['loss_test_seen'][-1]):.4g} (sequences whose target occurs in "
-                    f"the context)" if "loss_test_seen" in run and math.isfinite(float(run["loss_test_seen"][-1]))
-                    else f", held-out loss {float(run['loss_test'][-1]):.4g}" if "loss_test" in run
-                    and math.isfinite(float(run["loss_test"][-1])) else ""))
-    return lines
 
 
 def width_sweep_lines(summary: dict) -> list[str]:
@@ -227,22 +172,27 @@ def width_sweep_lines(summary: dict) -> list[str]:
 
 
 def outcome_lines(path, stages=None) -> list[str]:
-    """A few lines saying what happened in the run file at ``path`` (mixture,
-    induction or engine run): every ``run`` verb ends with them. ``stages``:
-    an engine run's (name, criterion) per stage (see :func:`engine_lines`)."""
+    """A few lines saying what happened in the run file at ``path``: every
+    ``run`` verb ends with them. A paper's run file gets its plug-in's lines
+    (the reader's ``outcome_lines``, ``meanfield.core.hooks.run_reader``), a
+    described model's run :func:`engine_lines`; ``stages``: an engine run's
+    (name, criterion) per stage."""
     from .io import read_run
 
     run = read_run(Path(path))
     status = run.attrs.get("status", "?")
     head = f"outcome: {status}"
     system = run.attrs.get("system")
+    from .hooks import run_reader  # a paper's run files: the reader its plug-in registered
+
+    reader = run_reader(system) if isinstance(system, str) and system != "engine" else None
     try:
-        if system == "induction":
-            body = induction_lines(run)
+        if getattr(reader, "outcome_lines", None) is not None:
+            body = reader.outcome_lines(run)
         elif system == "engine":
             body = engine_lines(run, stages)
-        else:
-            body = mixture_lines(run)
+        else:  # a file of no registered system: its stages and final numbers, where it has them
+            body = stage_lines(run, [], [], criterion_value) + final_lines(run)
     except (KeyError, IndexError, ValueError, TypeError) as e:  # an unusual file: say so, never crash
         body = [f"  (no summary: {type(e).__name__}: {e})"]
     return [head] + body

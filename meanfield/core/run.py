@@ -228,7 +228,8 @@ class Run(dict):
             return list(self.attrs.get("stage_ends") or [])
         if name in ("heads", "features"):
             return tuple(_strs(self[name])) if name in self else ()
-        if name in ("S", "A", "B", "W", "w", "a") and self.system in ("mixture", "engine"):
+        if name in ("S", "A", "B", "W", "w", "a") and (self.system == "engine"
+                                                       or getattr(self._reader(), "blocks", None) is not None):
             return self._stacked(name)
         raise AttributeError(name)
 
@@ -249,13 +250,9 @@ class Run(dict):
         out = []
         sysname = self.system
         feats = list(self.features)
-        if sysname == "mixture":
-            heads = list(self.heads) or ["+", "-"]
-            for nm in ("S", "A", "B", "w"):
-                if nm in src:
-                    a = np.asarray(src[nm])
-                    ax = [heads] + [feats] * (a.ndim - 1 - (source is None))
-                    out.append((nm, a, ax))
+        reader = self._reader()
+        if reader is not None:  # a paper's run file: the reader its plug-in registered
+            out = list(reader.state_arrays(self, src, source is None))
         elif sysname in ("engine", "twolayer"):  # twolayer: the blocks of meanfield.engine.twolayer_run
             axes = self.attrs.get("variable_axes") or {}
             for h, g in (src.get("variables") or {}).items():
@@ -266,18 +263,6 @@ class Run(dict):
                     if ax is None or [len(x) for x in ax] != list(shp):
                         ax = [_labels(n, feats) for n in shp]
                     out.append((nm, a, [[h]] + [list(x) for x in ax]))
-        elif sysname == "induction":
-            if "c" in src:
-                out.append(("c", np.asarray(src["c"]), [_strs(self.get("subsets", []))]))
-            if "w" in src:
-                w = np.asarray(src["w"])
-                shp = w.shape[1:] if source is None else w.shape
-                lags = np.asarray(self.get("lags", np.zeros(shp)))
-                heads = [f"h{i + 1}" for i in range(shp[0])]
-                out.append(("w", w, [heads, [f"lag{int(x)}" for x in lags[0]] if lags.ndim == 2 and
-                                     lags.shape[1] == shp[1] else [str(j) for j in range(shp[1])]]))
-            if "a" in src:
-                out.append(("a", np.asarray(src["a"]), []))
         return out
 
     @staticmethod
@@ -367,19 +352,25 @@ class Run(dict):
         lam = (t - tt[i]) / (tt[j] - tt[i])
         return (1 - lam) * X[i] + lam * X[j]
 
-    # ------------------------------------------------------------------ named variables (mixture, engine)
+    # ------------------------------------------------------------------ named variables
+    def _reader(self):
+        """The reader a plug-in registered for this run's system (``meanfield.core.hooks.run_reader``), or None
+        (a described model's run, ``engine`` / ``twolayer``, is read here)."""
+        sysname = self.system
+        if not isinstance(sysname, str) or sysname in ("engine", "twolayer"):
+            return None
+        from .hooks import run_reader
+
+        return run_reader(str(sysname))
+
     def _blocks(self) -> dict:
         obs = self.__dict__.get("obs")
         if obs is not None:
             return obs["blocks"]
         out = {}
-        if self.system == "mixture":
-            heads = list(self.heads) or ["+", "-"]
-            for nm in ("S", "A", "B", "w"):
-                if nm in self:
-                    a = np.asarray(self[nm])
-                    for i, h in enumerate(heads):
-                        out[f"{h}:{nm}"] = a[:, i]
+        reader = self._reader()
+        if getattr(reader, "blocks", None) is not None:
+            out = dict(reader.blocks(self))
         else:
             for h, g in (self.get("variables") or {}).items():
                 for nm, a in g.items():
@@ -448,7 +439,7 @@ class Run(dict):
         coords = {"time": np.asarray(self.t, dtype=float), "entry": np.array(self.entries, dtype=str)}
         dv = {"state": (("time", "entry"), self.states)}
         for k, v in self.records.items():
-            if k == "t" or k.startswith("variables/") or k in ("S", "A", "B") and self.system == "mixture":
+            if k == "t" or k.startswith("variables/") or k in getattr(self._reader(), "stacked_records", ()):
                 continue
             nm = k.replace("/", "_").replace(".", "_")
             dims = ("time",) + tuple(f"{nm}_{i}" for i in range(1, np.ndim(v)))

@@ -10,8 +10,9 @@ of the same model: the same dictionary (features and Gram), the same heads
 (every field but the initial values) and loss (the attribute ``structure``, a
 digest of those, that every engine run file carries) and every recorded block
 with the shape this description's state has; anything else is refused with one
-line naming ``init_from`` and what differs. Not for the mixture family (its
-files record the scaled mixture variables), a dictionary with a report map,
+line naming ``init_from`` and what differs. Not for a description a family
+builds (e.g. the mixture's: its files record the family's own variables), a
+dictionary with a report map,
 or the explicit network (``particles``: a Gram matrix does not determine the
 weights).
 """
@@ -60,8 +61,8 @@ def check(desc, path, lay) -> Path:
 
     p = Path(str(path))
     if desc.family is not None:
-        raise ConfigError("init_from: not for the mixture family (its run files record the mixture's scaled "
-                          "variables); use a general description")
+        raise ConfigError(f"init_from: not for a description built by a family ({desc.family!r}: its run files "
+                          "record the family's own variables); use a general description")
     if desc.dictionary.report is not None:
         raise ConfigError("init_from: not with a report map (the file records reported, not state, coordinates)")
     if not p.is_file():

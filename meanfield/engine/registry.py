@@ -444,17 +444,19 @@ def run_panels(system: str):
     return _lookup(_PANELS, system)
 
 
-def register_run_check(system: str, check: Ref) -> None:
+def register_run_check(system: str, check: Ref, reader: Ref = None) -> None:
     """Register the schema check of run files whose attribute ``system`` is
-    ``system`` (``meanfield.core.bounds`` runs it before evaluating a bound).
-    Stored in ``meanfield.core.hooks``.
+    ``system`` (``meanfield.core.bounds`` runs it before evaluating a bound),
+    and how ``meanfield.open_run`` and the outcome lines read them. Stored in ``meanfield.core.hooks``.
 
     Parameters
     ----------
     system : str
         The run file's ``system`` attribute.
-    check : callable or str
-        ``check(run, path) -> None``, raising ``ConfigError`` naming the first wrong field.
+    check : callable, str or None
+        ``check(run, path) -> None``, raising ``ConfigError`` naming the first wrong field (None: none).
+    reader : object or str, optional
+        State variables, blocks and outcome lines of such files (``meanfield.core.hooks.register_run_check``).
 
     Returns
     -------
@@ -464,7 +466,7 @@ def register_run_check(system: str, check: Ref) -> None:
     -------
     >>> register_run_check("doc_example", "math:isfinite")
     """
-    hooks.register_run_check(system, check)
+    hooks.register_run_check(system, check, reader)
 
 
 def register_bound_names(system: str, names: Ref) -> None:

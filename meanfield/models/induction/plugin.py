@@ -1,4 +1,4 @@
-"""The induction-head paper's registration (``meanfield.engine.registry``): its command."""
+"""The induction-head paper's registration (``meanfield.engine.registry``): its command, family and run-file reader."""
 
 from __future__ import annotations
 
@@ -10,3 +10,5 @@ registry.register_family("induction", params="meanfield.models.induction.config:
                          check_options="meanfield.models.induction.config:family_check_options",
                          size_first="meanfield.models.induction.sizes:family_size_first",
                          summary="the induction system as a two-layer description (meanfield model run induction)")
+# how open_run and the outcome lines read its run files (no schema check: bounds do not take them)
+registry.register_run_check("induction", None, reader="meanfield.models.induction.runfile:READER")

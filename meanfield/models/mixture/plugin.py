@@ -1,4 +1,4 @@
-"""The mixture paper's registration (``meanfield.engine.registry``): its family, fast path, run plot and its panels, command, run check, ensemble system.
+"""The mixture paper's registration (``meanfield.engine.registry``): its family, fast path, run plot and its panels, command, run check and reader, ensemble system.
 
 Importing this module is cheap: every reference is a ``"module:attr"``
 string, resolved when used.
@@ -24,6 +24,7 @@ registry.register_run_panels("mixture", "meanfield.models.mixture.plot:PANELS") 
 registry.register_command("mixture", "meanfield.models.mixture.cli:add_parser", order=10)
 # core's hooks (meanfield.core.hooks): the schema check of mixture run files (meanfield bound) and the
 # chunked-ensemble adapter, the default system of sweeps and EnsembleProblem (system=None) for one release
-registry.register_run_check("mixture", "meanfield.models.mixture.schema:validate_mixture_run")
+registry.register_run_check("mixture", "meanfield.models.mixture.schema:validate_mixture_run",
+                            reader="meanfield.models.mixture.runfile:READER")  # open_run, outcome lines
 registry.register_bound_names("mixture", "meanfield.models.mixture.schema:BOUND_NAMES")  # S+[a,b], omega, ...
 registry.register_ensemble_system("mixture", "meanfield.models.mixture.ensemble:MIXTURE", default=True)
