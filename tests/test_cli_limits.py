@@ -281,7 +281,8 @@ def test_chi2_estimate_counts_the_window_chain():
     elimination copy (meanfield.models.induction.theory.window_transition, stationary): the estimate holds
     at least those two, and a size whose two matrices alone exceed the memory is refused."""
     from meanfield.core.config import ConfigError
-    from meanfield.core.limits import chi2_estimate, memory_limit
+    from meanfield.core.limits import memory_limit
+    from meanfield.models.induction.sizes import chi2_estimate
 
     d, W, n = 5, 3, 2000
     est = chi2_estimate(d, (1, 2), (1, 2, 3), 2, n)

@@ -32,7 +32,7 @@ from pathlib import Path
 from .errors import ConfigError
 from .limits import (  # noqa: F401 (re-exported: the ceilings live in meanfield.core.limits)
     EXCERPT_CHARS, MAX_HEADS, MAX_HORIZON, MAX_LIST, MAX_OMEGAS, MAX_SECONDS, MAX_SEEDS, _fmt_bytes, _fmt_seconds,
-    check_list, check_run_numbers, check_size, chi2_estimate, excerpt, full_study_estimate,
+    check_list, check_run_numbers, check_size, excerpt,
     max_workers, memory_limit, unknown_name)
 
 CONFIG_MAX_BYTES = 1 << 20  # a config is a few hundred bytes; 1 MiB is far beyond any real one

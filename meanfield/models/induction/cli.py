@@ -62,7 +62,7 @@ HELP = {
 
 
 
-#: chi2's --d: the work of the exact laws grows as d^(3W) (meanfield.core.limits.chi2_estimate)
+#: chi2's --d: the work of the exact laws grows as d^(3W) (meanfield.models.induction.sizes.chi2_estimate)
 CHI2_D_HELP = ("vocabulary size (>= 2; default 3). The exact laws come from the window chain's d^W x d^W "
                "transition matrices (W: the largest lag), so time grows as d^(3W) and memory as d^(2W): at W = 3, "
                "d = 6 takes about a minute with 2000 kernels; a size estimated beyond 10 minutes or the "
@@ -214,7 +214,7 @@ def cmd_chi2(args) -> int:
     seed = tuple(as_int("seed", v, lo=0) for v in as_list("seed", args.seed))
     if not seed:
         raise ConfigError("seed: needs at least one non-negative integer")
-    from ...core.guard import chi2_estimate
+    from .sizes import chi2_estimate
 
     chi2_estimate(cfg.d, cfg.pa, lags, cfg.D, n, force=args.force)  # before any kernel is drawn
     res = chi2_table(cfg.d, cfg.pa, cfg.alpha, lags, cfg.D, n, seed, exps)
@@ -272,7 +272,7 @@ def cmd_full(args) -> int:
     settings = {}
     if args.steps is not None:
         settings["steps"] = as_int("steps", args.steps, lo=1)
-    from ...core.guard import full_study_estimate
+    from .sizes import full_study_estimate
     from .full import FULL_SETTINGS
 
     S = dict(FULL_SETTINGS["quick" if args.quick else "full"], **settings)

@@ -100,3 +100,84 @@ def family_size_first(values: dict, force: bool, particles_d=None, copies: float
     check_size(est, "size", force, f" (model induction: {cfg.n_train} + {cfg.n_test} sequences of L = {cfg.L}, "
                                    f"{est['steps']:.3g} steps)")
     return est
+
+
+def chi2_estimate(d: int, pa, lags, D: int, n: int, force: bool = False) -> dict:
+    """Refuse an ``induction chi2`` table that would not fit or finish: the
+    exact stationary joint law of a window W = max(pa, lags) is found from the
+    window chain's transition matrix, d^W x d^W per kernel (1000 kernels at a
+    time: the matrix, its elimination copy and their temporaries, about 4
+    copies), by an elimination of about (d^W)^3 / 3 updates per kernel (about
+    1e-8 s each, measured: d = 5 and 6 with W = 3, 2000 kernels, 17 s and 70 s
+    on the loaded 2-core machine); the law itself holds d^(W+1) floats per
+    kernel, the kernels n d^(|pa|+1), and every subset of the lags with
+    |S| <= D is scored on every kernel (about 1e-8 s per law entry and
+    subset). Logs throughout: d = 1e6 must not overflow.
+
+    Parameters
+    ----------
+    d : int
+        Alphabet size.
+    pa, lags : sequences of int
+        Parent lags and candidate lags.
+    D : int
+        Largest subset size.
+    n : int
+        Monte Carlo kernels.
+    force : bool
+        Go past the estimate on purpose.
+
+    Returns
+    -------
+    dict
+        ``bytes`` and ``seconds``.
+
+    Example
+    -------
+    >>> chi2_estimate(3, (1, 2), (1, 2, 3), 2, 2000)["bytes"] < 1e9
+    True
+    """
+    W = max(max(pa), max(lags))
+    ld = math.log(max(d, 1))
+    n_sub = sum(math.comb(len(lags), j) for j in range(0, min(D, len(lags)) + 1)) if len(lags) < 10_000 else math.inf
+
+    def ex(x):
+        return math.exp(min(x, 700.0))
+
+    law = ex((W + 1) * ld)
+    chain2, chain3 = ex(2 * W * ld), ex(3 * W * ld)  # (states of the window chain)^2, ^3
+    est = {"bytes": 8.0 * (2.0 * min(n, 1000) * law + n * ex((len(pa) + 1) * ld) + 4.0 * min(n, 1000) * chain2),
+           "seconds": 1e-8 * n * law * n_sub + 1e-8 * n * chain3 / 3.0}
+    check_size(est, "size", force, f" (chi2: alphabet d = {d}, window {W}, {len(lags)} lags, {n} kernels)")
+    return est
+
+
+# ``induction full``: the simplified model and the official code's full transformer, trained side by side;
+# the quick study (300 sequences of L = 20, 300 steps) takes about a minute here: ~3.3e-5 s per
+# (sequence x position x step).
+_T_FULL = 3.3e-5
+
+
+def full_study_estimate(steps: int, n: int, L: int, force: bool = False) -> dict:
+    """Refuse an ``induction full`` study estimated beyond ``meanfield.core.limits.MAX_SECONDS`` (30 s).
+
+    Parameters
+    ----------
+    steps, n, L : int
+        GD steps, training sequences and their length.
+    force : bool
+        Go past the estimate on purpose.
+
+    Returns
+    -------
+    dict
+        ``bytes`` and ``seconds``.
+
+    Example
+    -------
+    >>> full_study_estimate(300, 300, 20, force=True)["seconds"] < 600
+    True
+    """
+    est = {"bytes": 64.0 * n * (L + 1), "seconds": _T_FULL * float(steps) * n * (L + 1)}
+    check_size(est, "steps", force, f" (induction full: {steps:.3g} steps on {n} sequences of L = {L})")
+    return est
