@@ -142,8 +142,26 @@ def test_a_registered_reader_is_what_open_run_and_the_outcome_use(tmp_path):
                     "Z": np.arange(4.0).reshape(2, 1, 2), "initial_state": {"Z": np.zeros((1, 2))}})
     assert meanfield.open_run(p).entries == []  # nothing registered: no state variables
     hooks.register_run_check("toy_reader_test", None, reader=Reader())
-    run = meanfield.open_run(p)
-    assert run.entries == ["Z[h,a]", "Z[h,b]"] and run.states.shape == (2, 2)
-    assert run.var("h", "Z").tolist() == [[0.0, 1.0], [2.0, 3.0]]
-    assert outcome_lines(p)[1:] == ["  toy: 2 records"]
-    assert hooks.run_check("toy_reader_test") is None  # a reader alone: bounds still refuse the file
+    try:
+        run = meanfield.open_run(p)
+        assert run.entries == ["Z[h,a]", "Z[h,b]"] and run.states.shape == (2, 2)
+        assert run.var("h", "Z").tolist() == [[0.0, 1.0], [2.0, 3.0]]
+        assert outcome_lines(p)[1:] == ["  toy: 2 records"]
+        assert hooks.run_check("toy_reader_test") is None  # a reader alone: bounds still refuse the file
+    finally:
+        hooks._RUN_READERS.pop("toy_reader_test", None)
+
+
+def test_a_file_of_no_registered_system_gets_its_stages_from_its_config(tmp_path):
+    """outcome_lines of a run file whose system no plug-in registered: the config's criterion names the
+    stage (it fired / it never fired), the final numbers follow."""
+    from meanfield.core.outcome import outcome_lines
+
+    p = tmp_path / "x.h5"
+    write_run(p, system="no_such_system", config={"criterion": "loss<=0.3"}, status="complete", message="",
+              data={"t": np.array([0.0, 1.0]), "step": np.array([0, 1]), "loss": np.array([1.0, 0.25]),
+                    "margin": np.array([[0.1], [0.2]]), "samples": {"weight": np.array([1.0])}},
+              attrs={"stage_ends": [{"stage": 1, "step": 1, "t": 1.0, "reason": "criterion"}]})
+    lines = outcome_lines(p)
+    assert lines[1] == "  stage 1 (simultaneous): criterion loss<=0.3 fired at step 1, t = 1", lines
+    assert lines[2].startswith("  final (t = 1): loss 0.25, min margin 0.2"), lines

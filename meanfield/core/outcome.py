@@ -58,7 +58,8 @@ def stage_lines(run, crits: list, names: list, value) -> list[str]:
         name = names[k - 1] if 0 < k <= len(names) else str(k)
         where = f"step {int(e.get('step', 0))}, t = {float(e.get('t', math.nan)):.6g}"
         if e.get("reason") == "criterion":
-            lines.append(f"  stage {k} ({name}): criterion {crit} fired at {where}")
+            lines.append(f"  stage {k} ({name}): " + (f"criterion {crit}" if crit else "its criterion")
+                         + f" fired at {where}")
         elif crit:
             v = None
             steps = np.asarray(run["step"]) if "step" in run else np.zeros(0)
@@ -115,6 +116,18 @@ def final_lines(run, times_always: bool = True) -> list[str]:
     if times and (times_always or reached or _consistent(run) is not None):
         lines.append("  stage times: " + ", ".join(times))
     return lines
+
+
+def _config_stages(run) -> tuple[list, list]:
+    """(criteria, names) of a run file's stages from its config alone: ``criterion`` for one stage
+    (``simultaneous``), ``stage_criteria`` for several (``stage k``)."""
+    cfg = run.config or {}
+    n = max([int(e.get("stage", 1)) for e in (run.attrs.get("stage_ends") or [])] or [1])
+    if n == 1:
+        return [cfg.get("criterion")], ["simultaneous"]
+    sc = cfg.get("stage_criteria")
+    crits = (list(sc) if isinstance(sc, (list, tuple)) else [])[:n]
+    return crits + [None] * (n - len(crits)), [f"stage {k + 1}" for k in range(n)]
 
 
 def engine_lines(run, stages=None) -> list[str]:
@@ -191,8 +204,8 @@ def outcome_lines(path, stages=None) -> list[str]:
             body = reader.outcome_lines(run)
         elif system == "engine":
             body = engine_lines(run, stages)
-        else:  # a file of no registered system: its stages and final numbers, where it has them
-            body = stage_lines(run, [], [], criterion_value) + final_lines(run)
+        else:  # a file of no registered system: its stages (the config's criteria) and final numbers
+            body = stage_lines(run, *_config_stages(run), criterion_value) + final_lines(run)
     except (KeyError, IndexError, ValueError, TypeError) as e:  # an unusual file: say so, never crash
         body = [f"  (no summary: {type(e).__name__}: {e})"]
     return [head] + body
