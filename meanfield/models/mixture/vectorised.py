@@ -21,12 +21,17 @@ to unroll them: larger ones stop the vectoriser).
 The arithmetic is the scalar kernels'. Each lane performs the operations of
 ``kernels.gd_advance_into`` in the same order (no ``fastmath``: nothing is
 reordered or contracted into FMAs). With ``EXP = exp_libm`` (the C library's
-exp: those loops stay scalar) a lane's results equal the per-trajectory
-batch's bit for bit (``tests/test_mixture_vectorised.py``). The default
-(``batched.advance(vector_exp=True)``) computes exp by :func:`exp_lane`,
-straight-line arithmetic that vectorises, within one ulp of the C library's:
-results then agree with the per-trajectory batch to rounding (<= 1e-13
-relative in the tests). Two changes of evaluation that do not change a bit:
+exp: those loops stay scalar; ``EXACT`` then keeps the scalar kernels'
+divisions) a lane's results equal the per-trajectory batch's bit for bit
+(``tests/test_mixture_vectorised.py``). The default
+(``batched.advance(vector_exp=True)``) differs in two places, both within
+rounding: exp by :func:`exp_lane`, straight-line arithmetic that vectorises
+(its polynomial in explicit fused multiply-adds), within one ulp of the C
+library's; and each softmax's sum is divided once, its reciprocal then
+multiplying the numerators (forward and backward pass) instead of one
+division each (divisions were a third of the backward pass). Results agree
+with the per-trajectory batch to rounding (<= 1e-13 relative in the tests).
+Two changes of evaluation that do not change a bit:
 the softmax numerators exp(z - max) and their sums are computed once per
 state in the forward pass and reused by the backward pass (which recomputed
 the same numbers), and a sample/head whose loss coefficient is 0 adds
@@ -35,6 +40,13 @@ loss log(1 + exp(-z)) and its derivative 1 / (1 + exp(z)) of a margin z
 share one exp(-|z|) (by ``EXP``, in a loop over lanes), which is the exp
 each of ``activations.softplus_neg`` / ``sigmoid_neg`` takes on its own
 branch (``softplus_neg_e`` / ``sigmoid_neg_e`` given it). ``log1p`` (the loss) stays a call of the C library.
+
+Loop shapes. Every sum over the P features or the L keys is a loop inside the
+loop over lanes (unrolled: NP and NL are constants), so that its terms stay in
+registers; the forward, backward and update passes are compiled with numba's
+``noalias`` flag (:class:`_NoAlias`: their array arguments never overlap), so
+that no loop over lanes carries a run-time overlap check (those checks cost as
+much as a 16-lane loop's arithmetic).
 
 The step/record logic is ``meanfield.core.batched.gd_trajectory``'s, per lane:
 stages of given lengths with their modes and stop criteria, records every
@@ -64,6 +76,7 @@ import numpy as np
 from llvmlite import ir as llvm_ir
 from numba import njit
 from numba.core import types as nbtypes
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.extending import intrinsic
 
 from ...core import batched as core_batched
@@ -101,11 +114,23 @@ def _from_bits(typingctx, k):
     return nbtypes.float64(nbtypes.int64), codegen
 
 
+@intrinsic
+def _fma(typingctx, a, b, c):
+    """a * b + c with one rounding (LLVM's fma intrinsic: a vector FMA inside a loop over lanes)."""
+    def codegen(context, builder, signature, args):
+        d = llvm_ir.DoubleType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [d], llvm_ir.FunctionType(d, [d, d, d]))
+        return builder.call(fn, args)
+
+    return nbtypes.float64(nbtypes.float64, nbtypes.float64, nbtypes.float64), codegen
+
+
 @njit(cache=True, nogil=True, inline="always")
 def exp_lane(x):
     """exp(x) in straight-line arithmetic that LLVM vectorises inside a loop
     over lanes (no library call): x = k ln 2 + r (k = round(x / ln 2),
-    Cody-Waite), a degree-13 Taylor polynomial of exp(r), times 2^k as two
+    Cody-Waite), a degree-13 Taylor polynomial of exp(r) (Horner's rule in
+    fused multiply-adds, :func:`_fma`: one rounding a coefficient), times 2^k as two
     exact powers of two (so that results below 2^-1022 are subnormal, as the C
     library's). Within one ulp of ``math.exp`` (not bit for bit); exp(0) = 1
     exactly; NaN stays NaN, x < -745.2 gives 0, x > 709.79 inf.
@@ -134,19 +159,19 @@ def exp_lane(x):
     f2 = _from_bits((k - k1 + 1023) << 52)
     r = (xc - kf * _LN2_HI) - kf * _LN2_LO
     p = _C[13]
-    p = p * r + _C[12]
-    p = p * r + _C[11]
-    p = p * r + _C[10]
-    p = p * r + _C[9]
-    p = p * r + _C[8]
-    p = p * r + _C[7]
-    p = p * r + _C[6]
-    p = p * r + _C[5]
-    p = p * r + _C[4]
-    p = p * r + _C[3]
-    p = p * r + _C[2]
-    p = p * r + _C[1]
-    p = p * r + _C[0]
+    p = _fma(p, r, _C[12])
+    p = _fma(p, r, _C[11])
+    p = _fma(p, r, _C[10])
+    p = _fma(p, r, _C[9])
+    p = _fma(p, r, _C[8])
+    p = _fma(p, r, _C[7])
+    p = _fma(p, r, _C[6])
+    p = _fma(p, r, _C[5])
+    p = _fma(p, r, _C[4])
+    p = _fma(p, r, _C[3])
+    p = _fma(p, r, _C[2])
+    p = _fma(p, r, _C[1])
+    p = _fma(p, r, _C[0])
     v = p * f1 * f2
     v = 0.0 if x < -745.2 else v
     v = math.inf if x > 709.79 else v
@@ -189,6 +214,7 @@ def lanes_exp(X, out):
 # globals are compile-time constants there (the values here are the K = 2, L = 3 set's shape, so that the
 # module's own functions type-check; they are never run with them).
 NS, NL, NP = 8, 3, 4  # samples, tokens, features (P = 2K)
+EXACT = False  # True: the scalar kernels' divisions (bit for bit with EXP = exp_libm); False: reciprocals
 EXP = exp_lane  # the exp (softmax, logistic loss): exp_lane (vectorised) or exp_libm (the C library's)
 #: per (sample s, head h, query l): the score rows of the L keys (S_h[idx_i, idx_l]), the signs
 #: sgn_i sgn_l; per (s, h): the rows of w~_h[idx_i]; per s: the signs sgn_i
@@ -196,6 +222,7 @@ ROW = ((((0, 0, 0),) * 3,) * 2,) * 8
 CS = (((1.0, 1.0, 1.0),) * 3,) * 8
 VR = (((0, 0, 0),) * 2,) * 8
 SV = ((1.0, 1.0, 1.0),) * 8
+IDX = ((0, 0, 0),) * 8
 
 
 def tables(idx: np.ndarray, sgn: np.ndarray, P: int) -> dict:
@@ -228,7 +255,7 @@ def tables(idx: np.ndarray, sgn: np.ndarray, P: int) -> dict:
                       for h in range(2)) for s in range(n))
     cs = tuple(tuple(tuple(ss[s][i] * ss[s][l] for i in range(L)) for l in range(L)) for s in range(n))
     vr = tuple(tuple(tuple(6 * n2 + h * P + ii[s][i] for i in range(L)) for h in range(2)) for s in range(n))
-    return dict(NS=n, NL=L, NP=P, ROW=row, CS=cs, VR=vr, SV=tuple(tuple(r) for r in ss))
+    return dict(NS=n, NL=L, NP=P, ROW=row, CS=cs, VR=vr, SV=tuple(tuple(r) for r in ss), IDX=tuple(tuple(r) for r in ii))
 
 
 @njit(cache=True, nogil=True)
@@ -267,8 +294,13 @@ def soa_forward(Y, lab, weight, U, MG, XM, E, DEN, ACC, F, loss):
                         e = E[s, h, l, i, w]
                         den += e
                         num += e * sv[i] * Y[vr[i], w]
-                    DEN[s, h, l, w] = den
-                    ACC[w] += num / den
+                    if EXACT:
+                        DEN[s, h, l, w] = den
+                        ACC[w] += num / den
+                    else:  # one division per softmax: its reciprocal, which the backward pass reuses
+                        rd = 1.0 / den
+                        DEN[s, h, l, w] = rd
+                        ACC[w] += num * rd
             sh = 1.0 - 2.0 * h
             for w in range(LANES):
                 u = ACC[w] / NL
@@ -286,39 +318,40 @@ def soa_forward(Y, lab, weight, U, MG, XM, E, DEN, ACC, F, loss):
 
 @njit(cache=True, nogil=True)
 def soa_backward(Y, W, P, idx, sgn, lab, weight, r0, U, MG, XM, E, DEN, G, DW, pr, vbar, gs, coef):
-    """G = dLoss/dS (2, P, P, W) and DW = dLoss/dw~ (2, P, W) from the forward pass's U, MG, E, DEN."""
-    n, L = idx.shape
-    n2 = P * P
+    """G = dLoss/dS (2, P, P, W) and DW = dLoss/dw~ (2, P, W) from the forward pass's U, MG, E, DEN.
+    Per lane the operations of ``kernels.backward_into`` in its order; the token features, rows and signs
+    are this build's constants (IDX, VR, SV)."""
     for h in range(2):
-        for a in range(P):
+        for a in range(NP):
             for w in range(LANES):
                 DW[h, a, w] = 0.0
-            for b in range(P):
+            for b in range(NP):
                 for w in range(LANES):
                     G[h, a, b, w] = 0.0
-    for s in range(n):
+    for s in range(NS):
+        sv = SV[s]
+        ix = IDX[s]
         for w in range(LANES):
             gs[w] = sigmoid_neg_e(MG[s, w], XM[s, w])
         for h in range(2):
-            wo = 6 * n2 + h * P
+            vr = VR[s][h]
             for w in range(LANES):
-                coef[w] = -weight[s] * gs[w] * lab[s] * (1.0 - 2.0 * h) * relu_prime(U[s, h, w], r0[w]) / L
-            for l in range(L):
-                sl = sgn[s, l]
-                bq = idx[s, l]
+                coef[w] = -weight[s] * gs[w] * lab[s] * (1.0 - 2.0 * h) * relu_prime(U[s, h, w], r0[w]) / NL
+            for l in range(NL):
+                sl = sv[l]
+                bq = ix[l]
                 for w in range(LANES):
-                    vbar[w] = 0.0
-                for i in range(L):
-                    si = sgn[s, i]
-                    r = wo + idx[s, i]
-                    for w in range(LANES):
-                        pr[i, w] = E[s, h, l, i, w] / DEN[s, h, l, w]
-                    for w in range(LANES):
-                        vbar[w] += pr[i, w] * si * Y[r, w]
-                for i in range(L):
-                    si = sgn[s, i]
-                    a = idx[s, i]
-                    r = wo + a
+                    den = DEN[s, h, l, w]
+                    vb = 0.0
+                    for i in range(NL):
+                        p = E[s, h, l, i, w] / den if EXACT else E[s, h, l, i, w] * den
+                        pr[i, w] = p
+                        vb += p * sv[i] * Y[vr[i], w]
+                    vbar[w] = vb
+                for i in range(NL):
+                    si = sv[i]
+                    a = ix[i]
+                    r = vr[i]
                     for w in range(LANES):
                         G[h, a, bq, w] += coef[w] * pr[i, w] * (si * Y[r, w] - vbar[w]) * si * sl
                     for w in range(LANES):
@@ -329,61 +362,69 @@ def soa_backward(Y, W, P, idx, sgn, lab, weight, r0, U, MG, XM, E, DEN, G, DW, p
 def soa_update(Y, NEW, W, P, G, DW, eta, t_att, t_w, T, D):
     """NEW = the exact GD map of each lane (``kernels.attention_update_into``
     with exact=True and the neuron step), or the unchanged blocks where a lane's
-    stage does not train them (t_att, t_w: (W,) booleans); scratch T (3, P, P, W), D (6, W)."""
-    n2 = P * P
+    stage does not train them (t_att, t_w: (W,) booleans); scratch T (3, P, P, W), D (6, W).
+    Each sum over the P features is one loop inside the loop over lanes (unrolled: NP is a constant), its
+    terms in the scalar kernel's order."""
+    n2 = NP * NP
     for h in range(2):
         So = h * n2
         Ao = 2 * n2 + h * n2
         Bo = 4 * n2 + h * n2
-        for c in range(P):
-            for b in range(P):
+        for c in range(NP):
+            for b in range(NP):
                 for w in range(LANES):
-                    T[0, c, b, w] = 0.0
-                    T[1, c, b, w] = 0.0
-                    T[2, c, b, w] = 0.0
-                for e in range(P):
-                    for w in range(LANES):
-                        T[0, c, b, w] += Y[So + e * P + c, w] * G[h, e, b, w]
-                    for w in range(LANES):
-                        T[1, c, b, w] += Y[Bo + c * P + e, w] * G[h, b, e, w]
-                    for w in range(LANES):
-                        T[2, c, b, w] += Y[Ao + c * P + e, w] * G[h, e, b, w]
-        for a in range(P):
-            for b in range(P):
+                    t = 0.0
+                    for e in range(NP):
+                        t += Y[So + e * NP + c, w] * G[h, e, b, w]
+                    T[0, c, b, w] = t
                 for w in range(LANES):
-                    D[0, w] = 0.0
-                    D[1, w] = 0.0
-                    D[2, w] = 0.0
-                    D[3, w] = 0.0
-                    D[4, w] = 0.0
-                    D[5, w] = 0.0
-                for c in range(P):  # first order: S: A G + G B ; A: G S^T + S G^T ; B: G^T S + S^T G
-                    for w in range(LANES):
-                        D[0, w] += Y[Ao + a * P + c, w] * G[h, c, b, w] + G[h, a, c, w] * Y[Bo + c * P + b, w]
-                    for w in range(LANES):
-                        D[1, w] += G[h, a, c, w] * Y[So + b * P + c, w] + Y[So + a * P + c, w] * G[h, b, c, w]
-                    for w in range(LANES):
-                        D[2, w] += G[h, c, a, w] * Y[So + c * P + b, w] + Y[So + c * P + a, w] * G[h, c, b, w]
-                for c in range(P):  # second order: S: G S^T G ; A: G B G^T ; B: G^T A G
-                    for w in range(LANES):
-                        D[3, w] += G[h, a, c, w] * T[0, c, b, w]
-                    for w in range(LANES):
-                        D[4, w] += G[h, a, c, w] * T[1, c, b, w]
-                    for w in range(LANES):
-                        D[5, w] += G[h, c, a, w] * T[2, c, b, w]
-                i0 = So + a * P + b
-                i1 = Ao + a * P + b
-                i2 = Bo + a * P + b
+                    t = 0.0
+                    for e in range(NP):
+                        t += Y[Bo + c * NP + e, w] * G[h, b, e, w]
+                    T[1, c, b, w] = t
                 for w in range(LANES):
-                    NEW[i0, w] = Y[i0, w] - eta[w] * D[0, w] + eta[w] * eta[w] * D[3, w] if t_att[w] else Y[i0, w]
+                    t = 0.0
+                    for e in range(NP):
+                        t += Y[Ao + c * NP + e, w] * G[h, e, b, w]
+                    T[2, c, b, w] = t
+        for a in range(NP):
+            for b in range(NP):
+                i0 = So + a * NP + b
+                i1 = Ao + a * NP + b
+                i2 = Bo + a * NP + b
+                # first order: S: A G + G B ; A: G S^T + S G^T ; B: G^T S + S^T G; second order: S: G S^T G ;
+                # A: G B G^T ; B: G^T A G
                 for w in range(LANES):
-                    NEW[i1, w] = Y[i1, w] - eta[w] * D[1, w] + eta[w] * eta[w] * D[4, w] if t_att[w] else Y[i1, w]
+                    d1 = 0.0
+                    for c in range(NP):
+                        d1 += Y[Ao + a * NP + c, w] * G[h, c, b, w] + G[h, a, c, w] * Y[Bo + c * NP + b, w]
+                    d2 = 0.0
+                    for c in range(NP):
+                        d2 += G[h, a, c, w] * T[0, c, b, w]
+                    e = eta[w]
+                    NEW[i0, w] = Y[i0, w] - e * d1 + e * e * d2 if t_att[w] else Y[i0, w]
                 for w in range(LANES):
-                    NEW[i2, w] = Y[i2, w] - eta[w] * D[2, w] + eta[w] * eta[w] * D[5, w] if t_att[w] else Y[i2, w]
+                    d1 = 0.0
+                    for c in range(NP):
+                        d1 += G[h, a, c, w] * Y[So + b * NP + c, w] + Y[So + a * NP + c, w] * G[h, b, c, w]
+                    d2 = 0.0
+                    for c in range(NP):
+                        d2 += G[h, a, c, w] * T[1, c, b, w]
+                    e = eta[w]
+                    NEW[i1, w] = Y[i1, w] - e * d1 + e * e * d2 if t_att[w] else Y[i1, w]
+                for w in range(LANES):
+                    d1 = 0.0
+                    for c in range(NP):
+                        d1 += G[h, c, a, w] * Y[So + c * NP + b, w] + Y[So + c * NP + a, w] * G[h, c, b, w]
+                    d2 = 0.0
+                    for c in range(NP):
+                        d2 += G[h, c, a, w] * T[2, c, b, w]
+                    e = eta[w]
+                    NEW[i2, w] = Y[i2, w] - e * d1 + e * e * d2 if t_att[w] else Y[i2, w]
     wof = 6 * n2
     for h in range(2):
-        for a in range(P):
-            r = wof + h * P + a
+        for a in range(NP):
+            r = wof + h * NP + a
             for w in range(LANES):
                 NEW[r, w] = Y[r, w] - eta[w] * DW[h, a, w] if t_w[w] else Y[r, w]
 
@@ -609,6 +650,18 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
 WIDTHS = ((48, 64), (16, 16))
 
 _KERNELS = (soa_forward, soa_backward, soa_update, soa_record_into, gd_batch_soa)
+#: the passes whose array arguments never overlap (every call passes distinct arrays gd_batch_soa allocates)
+_NO_ALIAS = (soa_forward, soa_backward, soa_update)
+
+
+class _NoAlias(CompilerBase):
+    """numba's nopython pipeline with its ``noalias`` flag set: every pointer argument is marked LLVM
+    ``noalias``, so that the loops over lanes vectorise without run-time overlap checks (each such check costs
+    about as much as a 16-lane loop's arithmetic). Only for :data:`_NO_ALIAS`."""
+
+    def define_pipelines(self):
+        self.state.flags.noalias = True
+        return [DefaultPassBuilder.define_nopython_pipeline(self.state)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -619,14 +672,17 @@ def _batch_kernel(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: i
     ns.update(tab)
     ns["LANES"] = lanes
     ns["EXP"] = exp_lane if vector_exp else exp_libm
+    ns["EXACT"] = not vector_exp
     tag = f"_w{lanes}{'v' if vector_exp else 'x'}_n{n}L{L}P{P}_{zlib.crc32(key):08x}"
     for f in _KERNELS:
         py = f.py_func
         name = py.__name__
         fn = types.FunctionType(py.__code__, ns, name + tag, py.__defaults__, None)
         fn.__qualname__ = name + tag
-        ns[name] = njit(cache=True, nogil=True)(fn)
+        extra = {"pipeline_class": _NoAlias} if f in _NO_ALIAS else {}
+        ns[name] = njit(cache=True, nogil=True, **extra)(fn)
     return ns["gd_batch_soa"]
+
 
 
 def batch_kernel(lanes: int, idx: np.ndarray, sgn: np.ndarray, P: int, vector_exp: bool = True):
