@@ -1,7 +1,8 @@
 """Batched trajectories (``meanfield.models.mixture.batched``).
 
 * the CPU backend (threads over trajectories) equals the single
-  trajectory runner ``meanfield.models.mixture.run.run`` bit for bit, for a batch of
+  trajectory runner ``meanfield.models.mixture.run.run`` bit for bit one
+  trajectory at a time (``lanes=False``), to rounding in its default lanes, for a batch of
   mixed omega / eta / width / seed / neuron init / ReLU'(0), both schedules,
   criteria, log-spaced records, RK4, and a trajectory that diverges while the
   others carry on;
@@ -62,15 +63,28 @@ def _assert_same(ref, tr, exact=True, tol=0.0):
     assert ref.stage_ends == tr.stage_ends
 
 
+def _assert_rounding(ref, tr):
+    """The lanes' standard (tests/test_mixture_vectorised.py): the same records, steps, statuses and stage ends,
+    states within 1e-13 of the trajectory's largest entry (an exp within one ulp of libm's and one reciprocal a
+    softmax, over a few hundred contracting steps)."""
+    _assert_same(ref, tr, exact=False, tol=1e-13 * float(np.max(np.abs(ref.arrays()["y"]))))
+
+
 def test_cpu_batch_equals_single_runs_bit_for_bit():
+    """One trajectory at a time (lanes=False): run.run's bits; the default lanes: to rounding, and not the same
+    bits for method gd (the tolerance is what is tested there)."""
     cfgs = [make_config(d) for d in MIXED]
-    out = batched.run_batch(cfgs, "cpu")
-    assert len(out) == len(cfgs)
+    out = batched.run_batch(cfgs, "cpu", lanes=False)
+    fast = batched.run_batch(cfgs, "cpu")
+    assert len(out) == len(fast) == len(cfgs)
     statuses = []
-    for cfg, tr in zip(cfgs, out):
+    for cfg, tr, tf in zip(cfgs, out, fast):
         ref = run(cfg)
         _assert_same(ref, tr)
+        _assert_rounding(ref, tf)
         statuses.append(tr.status)
+    assert not np.array_equal(out[0].arrays()["y"], fast[0].arrays()["y"])
+    assert np.array_equal(out[9].arrays()["y"], fast[9].arrays()["y"])  # rk4: no lanes
     assert statuses.count("diverged") == 2 and statuses[6] == statuses[11] == "diverged"
     assert "max_abs" in out[6].message and "step" in out[6].message
     assert any(e["reason"] == "criterion" for e in out[4].stage_ends)
@@ -95,11 +109,13 @@ def test_cpu_batch_same_with_one_thread_and_given_initial_states():
     numba.set_num_threads(1)
     try:
         one = batched.run_batch(cfgs, "cpu", y0s=y0s)
+        one_loop = batched.run_batch(cfgs, "cpu", y0s=y0s, lanes=False)
     finally:
         numba.set_num_threads(n)
-    for cfg, y0, a, b in zip(cfgs, y0s, many, one):
+    for cfg, y0, a, b, c in zip(cfgs, y0s, many, one, one_loop):
         _assert_same(a, b)
-        _assert_same(run(cfg, y0=y0), a)
+        _assert_same(run(cfg, y0=y0), c)
+        _assert_rounding(run(cfg, y0=y0), a)
 
 
 def test_raw_batch_arrays():

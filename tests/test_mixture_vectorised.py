@@ -151,3 +151,30 @@ def test_vector_exp_batch_to_rounding(lanes):
         x, z = ref.y[b, :n], new.y[b, :n]
         assert np.max(np.abs(x - z)) <= 1e-13 * np.max(np.abs(x)), b
     assert not np.array_equal(ref.y, new.y)  # another exp: not the same bits (the tolerance is what is tested)
+
+
+def test_a_lanes_bits_do_not_depend_on_the_block_width_the_batch_or_the_threads():
+    """The default blocks (vectorised exp) give every trajectory the same bits at every width of
+    vectorised.WIDTHS, in a batch of 4 or among 19, on one thread or two (a chunked sweep's numbers do not
+    depend on its chunk size or the machine's cores)."""
+    import numba
+
+    cfgs = _group(19)
+    y0s = _states(cfgs)
+    runs = [_advance_with(cfgs, y0s, w) for _, w in vectorised.WIDTHS]
+    n = numba.get_num_threads()
+    for t in {1, min(2, numba.config.NUMBA_NUM_THREADS)}:
+        numba.set_num_threads(t)
+        try:
+            runs.append(batched.advance(cfgs, y0s))
+            small = batched.advance(cfgs[3:7], y0s[3:7])
+        finally:
+            numba.set_num_threads(n)
+        for f in FIELDS:
+            a, b = getattr(runs[0], f)[3:7], getattr(small, f)
+            assert np.array_equal(a[:, : b.shape[1]] if a.ndim > 1 else a, b, equal_nan=True), (t, f)
+    for r in runs[1:]:
+        for f in FIELDS:
+            assert np.array_equal(getattr(runs[0], f), getattr(r, f), equal_nan=True), f
+    assert vectorised.LANES_FROM == 1  # every batch in lanes: the bits of a config, whatever its batch
+    assert vectorised.width_for(1, threads=8) == vectorised.WIDTHS[-1][1]

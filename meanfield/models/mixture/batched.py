@@ -42,9 +42,11 @@ stage end and the final (or last accepted) state, a record at the same
 (step, t) as the previous one replacing it. CPU batched results equal
 ``meanfield.models.mixture.run.run`` bit for bit on the per-trajectory loop
 (and on the trajectory-vectorised blocks with the C library's exp); the
-default blocks (``meanfield.models.mixture.vectorised``, method gd, 16 or more
-trajectories a thread) compute the softmax's and the loss's exp within an ulp of it, so they
-agree to rounding (<= 1e-13 relative in the tests). Divergence (a non-finite state or
+default blocks (``meanfield.models.mixture.vectorised``, method gd, every
+batch) compute the softmax's and the loss's exp within an ulp of it and
+multiply by each softmax's reciprocal sum, so they agree to rounding (<= 1e-13
+relative in the tests); their bits do not depend on the batch, its chunks,
+the block width or the number of threads. Divergence (a non-finite state or
 loss, or an entry above ``max_abs``) stops that trajectory only, with its
 status, stop step and stage.
 
@@ -332,10 +334,10 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     (``cpu`` or ``cuda``, see :func:`resolve_backend`) and return the raw
     records. ``max_bytes`` caps the record buffer (B x T x state x 8 bytes).
     ``lanes``: on the CPU, method gd runs trajectory-vectorised
-    (``meanfield.models.mixture.vectorised``) in blocks whose width follows B
-    (``vectorised.WIDTHS``; below its last threshold, one trajectory at a
-    time); False runs the per-trajectory loop (the reference of the tests and
-    benchmarks). ``vector_exp`` (with ``lanes``): the softmax's and the loss's exp in the
+    (``meanfield.models.mixture.vectorised``) in blocks whose width follows
+    each thread's share of B (``vectorised.width_for``; every width gives a
+    trajectory the same bits); False runs the per-trajectory loop (the
+    scalar kernels of ``run.run``, the reference of the tests and benchmarks). ``vector_exp`` (with ``lanes``): the softmax's and the loss's exp in the
     blocks' vectorised arithmetic (``vectorised.exp_lane``, within an ulp of
     the C library's: results agree with the per-trajectory loop to rounding,
     <= 1e-13 relative in the tests); False: the C library's exp, equal to the
@@ -396,8 +398,8 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
 
             from . import vectorised
 
-            # blocks of lanes by each thread's share (vectorised.WIDTHS); below its last threshold one at a time
-            w = vectorised.width_for(B // max(1, min(B, get_num_threads())))
+            # lanes from vectorised.LANES_FROM trajectories, in blocks as wide as each thread's share allows
+            w = vectorised.width_for(B, get_num_threads())
             if w is not None:
                 fn = vectorised.batch_kernel(w, s.idx, s.sgn, P, vector_exp)
         dat = tuple(data)
@@ -418,13 +420,16 @@ def trajectory(res: BatchResult, b: int, cfg: MixtureConfig) -> integrate.Trajec
 
 def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndarray] | None = None,
               max_bytes: float = 8 * 2**30, chunk_size: int | None = None,
-              on_result: Callable[[int, integrate.Trajectory], None] | None = None) -> list[integrate.Trajectory]:
+              on_result: Callable[[int, integrate.Trajectory], None] | None = None,
+              lanes: bool = True) -> list[integrate.Trajectory]:
     """Run every config as one trajectory, batched on ``backend`` (``cpu``,
     ``cuda`` or ``auto``); returns one ``integrate.Trajectory`` per config, in
     order, equal to what ``meanfield.models.mixture.run.run(cfg)`` (from ``y0s[i]``
-    if given) returns: on the CPU bit for bit, or to rounding where method gd
-    runs in vectorised blocks (16 or more configs a thread: see :func:`advance`);
-    to rounding on a GPU.
+    if given) returns: to rounding where method gd runs in vectorised lanes
+    (the CPU's default: see :func:`advance`; a trajectory's bits then depend on
+    its config alone, not on the batch, the chunks or the threads), bit for bit
+    with ``lanes=False`` (one trajectory at a time) and for method rk4; to
+    rounding on a GPU.
 
     Configs are grouped by sample set and method (K, L, p, label_prob,
     label_noise, method), one launch per group, or per
@@ -450,7 +455,8 @@ def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndar
         step = chunk_size or len(members)
         for lo in range(0, len(members), step):
             part = members[lo:lo + step]
-            res = advance([cfgs[i] for i in part], None if y0s is None else [y0s[i] for i in part], be, max_bytes)
+            res = advance([cfgs[i] for i in part], None if y0s is None else [y0s[i] for i in part], be, max_bytes,
+                          lanes=lanes)
             for k, i in enumerate(part):
                 out[i] = trajectory(res, k, cfgs[i])
                 if on_result is not None:
@@ -462,8 +468,7 @@ def warm_lanes() -> None:
     """Compile (or load from numba's cache) the batch kernel of every block width of ``vectorised.WIDTHS``.
 
     ``meanfield warm`` calls it with its "mixture batched" family (its
-    tiny sweep runs the per-trajectory loop: too few trajectories for a
-    block).
+    tiny sweep compiles only the width its two points take).
 
     Returns
     -------

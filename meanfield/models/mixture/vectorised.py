@@ -641,13 +641,17 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
 
 # ------------------------------------------------------------------ block widths
 
-#: the block widths compiled: (smallest batch that uses it, lanes), widest first; below the last threshold
-#: the per-trajectory loop runs. Measured (CPU time per trajectory-step, one thread, docs/performance.md):
-#: 2026-12-06, 10^4 steps: B = 8: per trajectory 4.13 us, one block of 16 lanes 3.52; B = 10: 4.09 / 2.84;
-#: B = 12: 4.10 / 2.36; a block of 64 lanes, B = 64: 1.05. Below 16 a thread the per-trajectory loop stays:
-#: it equals run.run bit for bit (the lanes' exp is within an ulp: a chaotic run amplifies that), and a
-#: small batch or sweep is what one compares with single runs
-WIDTHS = ((48, 64), (16, 16))
+#: batches of at least this many trajectories run in lanes (method gd, the CPU; ``lanes=False`` runs the
+#: per-trajectory loop, run.run's bits, whatever the size). 1: every batch, so that a trajectory's bits depend
+#: on its config alone, not on the batch, its chunking or the number of threads
+LANES_FROM = 1
+#: the block widths compiled: (smallest share of a thread that uses it, lanes), widest first. Every width gives
+#: a lane the same bits (the same operations in the same order: tests/test_mixture_vectorised.py), so the
+#: width is a matter of speed only. Measured (one thread, 2 * 10^4 or 10^4 steps, 2026-12-07,
+#: docs/performance.md), us per trajectory-step, per-trajectory loop / lanes: B = 1: 4.09 / 3.09 (1 lane);
+#: B = 2: 4.06 / 2.80 (1 lane; 8 lanes 5.39); B = 4: 4.11 / 2.36 (8 lanes; 1 lane 2.78); B = 8: 4.00 / 1.23
+#: (8 lanes; 16 lanes 1.79); B = 10: 4.08 / 1.37 (16 lanes; two blocks of 8 about 2.0); B = 64: 0.75 (64)
+WIDTHS = ((48, 64), (9, 16), (4, 8), (1, 1))
 
 _KERNELS = (soa_forward, soa_backward, soa_update, soa_record_into, gd_batch_soa)
 #: the passes whose array arguments never overlap (every call passes distinct arrays gd_batch_soa allocates)
@@ -728,27 +732,33 @@ def batch_kernel(lanes: int, idx: np.ndarray, sgn: np.ndarray, P: int, vector_ex
     return _batch_kernel(int(lanes), bool(vector_exp), key, int(P), int(n), int(L))
 
 
-def width_for(B: int) -> int | None:
-    """The block width for B trajectories (one thread's share).
+def width_for(B: int, threads: int = 1) -> int | None:
+    """The block width for a batch of B trajectories on ``threads`` threads.
 
     Parameters
     ----------
     B : int
-        Trajectories the kernel will advance.
+        Trajectories of the batch.
+    threads : int
+        Threads sharing it (``core.batched.run_cpu``: contiguous slices).
 
     Returns
     -------
     int or None
-        The widest block of :data:`WIDTHS` whose threshold B reaches; None
-        below every threshold (the per-trajectory loop).
+        None below :data:`LANES_FROM` (the per-trajectory loop); else the
+        widest block of :data:`WIDTHS` whose threshold a thread's share
+        reaches (the last one for any smaller share).
 
     Examples
     --------
     >>> from meanfield.models.mixture import vectorised
-    >>> vectorised.width_for(1) is None
-    True
+    >>> vectorised.width_for(3), vectorised.width_for(10), vectorised.width_for(10, threads=2)
+    (1, 16, 8)
     """
+    if B < LANES_FROM:
+        return None
+    share = B // max(1, min(B, threads))
     for lo, w in WIDTHS:
-        if B >= lo:
+        if share >= lo:
             return w
-    return None
+    return WIDTHS[-1][1]
