@@ -117,7 +117,21 @@ def _system_word(argv) -> str | None:
     return None
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def _takes_verb(fn) -> bool:
+    """Whether a system's ``add_parser`` takes ``verb`` (a plain function's own arguments; no inspect import)."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and "verb" in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+
+
+def _verb_word(argv) -> str | None:
+    """The word after the system's (its verb), or None (none, an option such as --help)."""
+    rest = list(argv)
+    while rest and rest[0] in ("-v", "--verbose", "-q", "--quiet"):
+        rest.pop(0)
+    return rest[1] if len(rest) > 1 and not rest[1].startswith("-") else None
+
+
+def build_parser(only: str | None = None, verb: str | None = None) -> argparse.ArgumentParser:
     """The whole command line's parser; ``only``: build the verbs of that system
     alone (the others are named, without their verbs: a command builds only
     the parser it uses, which a new process's start-up does not wait for).
@@ -126,6 +140,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     ----------
     only : str, optional
         A system's name (``mixture``, ``model``, ...); None builds all.
+    verb : str, optional
+        With ``only``: the verb named after it, passed to the system's
+        ``add_parser`` when it takes ``verb`` (``meanfield.core.cliparse``).
 
     Returns
     -------
@@ -156,7 +173,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     def add(cmd):
         if only is None or cmd.name == only:
-            registry.resolve(cmd.add_parser)(systems)
+            fn = registry.resolve(cmd.add_parser)
+            if only is not None and verb is not None and _takes_verb(fn):
+                fn(systems, verb=verb)
+            else:
+                fn(systems)
         else:  # named (argparse's choices), its verbs not built
             systems.add_parser(cmd.name)
 
@@ -190,7 +211,7 @@ def main(argv=None) -> int:
     from .core.guard import barrier  # one line for every failure, exit 2 / 130 / 70, never a traceback
 
     def command():
-        parser = build_parser(only=_system_word(words))
+        parser = build_parser(only=_system_word(words), verb=_verb_word(words))
         args = parser.parse_args(argv)
         if getattr(args, "verb", None) == "plot" and args.out is None:
             args.out = str(Path(args.run).with_suffix("")) + "_figures"

@@ -481,10 +481,13 @@ def _cmd_escape(args) -> int:
                       theta=theta)
 
 
-def add_parser(systems) -> None:
-    """Add ``meanfield mixture`` and its verbs to the top-level subparsers ``systems``."""
+def add_parser(systems, verb: str | None = None) -> None:
+    """Add ``meanfield mixture`` and its verbs to the top-level subparsers ``systems``; ``verb``: build that
+    verb's parser alone, the others by name (``meanfield.core.cliparse.only_verb``)."""
+    from ...core.cliparse import only_verb
+
     mix = systems.add_parser("mixture", help="K-mixture of linear classification, two-headed transformer (seed 000)")
-    verbs = mix.add_subparsers(dest="verb", required=True, parser_class=type(mix))
+    verbs = only_verb(mix.add_subparsers(dest="verb", required=True, parser_class=type(mix)), verb)
 
     r = verbs.add_parser("run", help="integrate the reduced dynamics and write an HDF5 run file")
     _add_run_flags(r)

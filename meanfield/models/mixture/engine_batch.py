@@ -92,6 +92,8 @@ def to_engine(lay, Yf: np.ndarray, scales) -> np.ndarray:
     lead = Yf.shape[:-1]
     F = Yf.reshape((-1, Yf.shape[-1]))
     P = int(round((-2 + math.sqrt(4 + 24 * F.shape[1])) / 12))
+    if F.shape[1] != 6 * P * P + 2 * P:
+        raise ValueError(f"to_engine: a mixture state has 6 P^2 + 2 P entries, got {F.shape[1]}")
     dst, src, div = _engine_map(lay, P, scales)
     out = np.zeros((F.shape[0], lay.size))
     _scatter(np.ascontiguousarray(F, np.float64), src, div, dst, out)

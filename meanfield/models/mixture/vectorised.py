@@ -39,7 +39,9 @@ the same numbers), and a sample/head whose loss coefficient is 0 adds
 loss log(1 + exp(-z)) and its derivative 1 / (1 + exp(z)) of a margin z
 share one exp(-|z|) (by ``EXP``, in a loop over lanes), which is the exp
 each of ``activations.softplus_neg`` / ``sigmoid_neg`` takes on its own
-branch (``softplus_neg_e`` / ``sigmoid_neg_e`` given it). ``log1p`` (the loss) stays a call of the C library.
+branch (``softplus_neg_e`` / ``sigmoid_neg_e`` given it). ``log1p`` (the loss) stays a call of the C library
+(where numba uses Intel's SVML, ``numba.config.USING_SVML``, LLVM may vectorise it in blocks of 8 or more
+lanes: the loss's last bit, never the state, could then differ between widths; not the case here).
 
 Loop shapes. Every sum over the P features or the L keys is a loop inside the
 loop over lanes (unrolled: NP and NL are constants), so that its terms stay in
