@@ -255,7 +255,9 @@ def _point(system, base: dict, over: dict, base_key: str | None = None) -> list:
     A ConfigError is raised, never memoised."""
     if base_key is None:
         base_key = _base_key(system, base)
-    key = (base_key, json.dumps(over, sort_keys=True, default=str))
+    plain = all(type(v) in (str, int, float, bool) for v in over.values())  # a grid's values: no JSON text
+    key = (base_key, tuple(sorted((k, type(v).__name__, repr(v)) for k, v in over.items())) if plain  # 2 != 2.0
+           else json.dumps(over, sort_keys=True, default=str))  # (repr: -0.0 != 0.0, nan == nan, as JSON)
     hit = _MEMO.get(key)
     if hit is None:
         c = system.config(base, over)
@@ -267,6 +269,7 @@ def _point(system, base: dict, over: dict, base_key: str | None = None) -> list:
 
 
 _NO_KEY = object()
+
 
 
 def _group_of(system, hit: list):
