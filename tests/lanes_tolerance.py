@@ -41,4 +41,5 @@ def assert_close(a, b, err_msg=""):
     np.testing.assert_array_equal(a[~fin & ~np.isnan(a)], b[~fin & ~np.isnan(a)], err_msg=err_msg)
     x, y = a[fin], b[fin]
     bad = np.abs(x - y) > RTOL * np.maximum(np.maximum(np.abs(x), np.abs(y)), 1.0)
-    assert not bad.any(), f"{err_msg}: {int(bad.sum())} of {bad.size} beyond {RTOL} (e.g. {x[bad][:3]} vs {y[bad][:3]})"
+    assert not bad.any(), (f"{err_msg}: {int(bad.sum())} of {bad.size} beyond {RTOL} "
+                           f"(e.g. {x[bad][:3]} vs {y[bad][:3]})")

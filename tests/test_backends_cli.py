@@ -1,5 +1,6 @@
 """--backend on run / sweep / width-sweep: refusals, the batched CPU sweep equals
-the process sweep (to rounding: its lanes against run.run's scalar kernels), and the CUDA path (in the CUDA simulator) equals the CPU."""
+the process sweep (to rounding: its lanes against run.run's scalar kernels), and
+the CUDA path (in the CUDA simulator) equals the CPU."""
 
 import json
 import os

@@ -6,8 +6,8 @@ the counts, and one kept record). The refactor changed no arithmetic, so on
 the machine that wrote it the new files were bit-identical (checked when it was
 made). Since issue 27 the chunks run in vectorised lanes (an exp within one ulp
 of libm's, a reciprocal a softmax): integers and statuses must be equal, floats
-equal to rounding (tests/lanes_tolerance.py: 1e-12 of the larger of an array's
-largest entry and 1)."""
+equal to rounding (tests/lanes_tolerance.py: 1e-12 of the larger of each value
+and 1)."""
 
 from pathlib import Path
 

@@ -271,7 +271,6 @@ def _point(system, base: dict, over: dict, base_key: str | None = None) -> list:
 _NO_KEY = object()
 
 
-
 def _group_of(system, hit: list):
     if hit[2] is _NO_KEY:
         hit[2] = system.group_key(hit[0])

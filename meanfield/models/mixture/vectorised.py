@@ -219,7 +219,7 @@ NS, NL, NP = 8, 3, 4  # samples, tokens, features (P = 2K)
 EXACT = False  # True: the scalar kernels' divisions (bit for bit with EXP = exp_libm); False: reciprocals
 EXP = exp_lane  # the exp (softmax, logistic loss): exp_lane (vectorised) or exp_libm (the C library's)
 #: per (sample s, head h, query l): the score rows of the L keys (S_h[idx_i, idx_l]), the signs
-#: sgn_i sgn_l; per (s, h): the rows of w~_h[idx_i]; per s: the signs sgn_i
+#: sgn_i sgn_l; per (s, h): the rows of w~_h[idx_i]; per s: the signs sgn_i and the features idx_i
 ROW = ((((0, 0, 0),) * 3,) * 2,) * 8
 CS = (((1.0, 1.0, 1.0),) * 3,) * 8
 VR = (((0, 0, 0),) * 2,) * 8
@@ -228,7 +228,7 @@ IDX = ((0, 0, 0),) * 8
 
 
 def tables(idx: np.ndarray, sgn: np.ndarray, P: int) -> dict:
-    """The constant tables ROW, CS, VR, SV of a sample set (see the module globals).
+    """The constant tables ROW, CS, VR, SV, IDX of a sample set (see the module globals).
 
     Parameters
     ----------
@@ -257,7 +257,8 @@ def tables(idx: np.ndarray, sgn: np.ndarray, P: int) -> dict:
                       for h in range(2)) for s in range(n))
     cs = tuple(tuple(tuple(ss[s][i] * ss[s][l] for i in range(L)) for l in range(L)) for s in range(n))
     vr = tuple(tuple(tuple(6 * n2 + h * P + ii[s][i] for i in range(L)) for h in range(2)) for s in range(n))
-    return dict(NS=n, NL=L, NP=P, ROW=row, CS=cs, VR=vr, SV=tuple(tuple(r) for r in ss), IDX=tuple(tuple(r) for r in ii))
+    return dict(NS=n, NL=L, NP=P, ROW=row, CS=cs, VR=vr, SV=tuple(tuple(r) for r in ss),
+                IDX=tuple(tuple(r) for r in ii))
 
 
 @njit(cache=True, nogil=True)
@@ -688,7 +689,6 @@ def _batch_kernel(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: i
         extra = {"pipeline_class": _NoAlias} if f in _NO_ALIAS else {}
         ns[name] = njit(cache=True, nogil=True, **extra)(fn)
     return ns["gd_batch_soa"]
-
 
 
 def batch_kernel(lanes: int, idx: np.ndarray, sgn: np.ndarray, P: int, vector_exp: bool = True):
