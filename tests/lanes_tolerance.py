@@ -15,7 +15,7 @@ RTOL = 1e-12
 
 
 def _missing(a) -> bool:
-    return a is None or (isinstance(a, (float, np.floating)) and math.isnan(a))
+    return a is None or (np.ndim(a) == 0 and isinstance(a, (float, np.floating, np.ndarray)) and math.isnan(a))
 
 
 def close(a, b) -> bool:
@@ -37,6 +37,7 @@ def assert_close(a, b, err_msg=""):
         np.testing.assert_array_equal(a, b, err_msg=err_msg)
         return
     np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=err_msg)
+    np.testing.assert_array_equal(np.isfinite(a), np.isfinite(b), err_msg=err_msg)
     fin = np.isfinite(a)
     np.testing.assert_array_equal(a[~fin & ~np.isnan(a)], b[~fin & ~np.isnan(a)], err_msg=err_msg)
     x, y = a[fin], b[fin]

@@ -49,3 +49,27 @@ def test_help_of_the_system_and_of_a_verb(capsys):
     with pytest.raises(SystemExit) as e:
         main(["mixture", "sweep", "--help"])
     assert e.value.code == 0 and "--param" in capsys.readouterr().out
+
+
+def test_main_builds_the_named_verb_alone(monkeypatch):
+    import meanfield.cli as cli
+
+    seen = []
+    real = cli.build_parser
+    monkeypatch.setattr(cli, "build_parser", lambda only=None, verb=None: seen.append((only, verb)) or real(only, verb))
+    assert main(["mixture", "bound", "no_such_run.h5", "loss <= 1"]) == 2  # one line: the file is missing
+    assert seen == [("mixture", "bound")]
+
+
+def test_sink_and_aliases():
+    import argparse
+
+    from meanfield.core.cliparse import only_verb
+
+    p = argparse.ArgumentParser(prog="x")
+    v = only_verb(p.add_subparsers(dest="verb"), "r")
+    v.add_parser("run", aliases=["r"]).add_argument("--n", default="1")
+    stub = v.add_parser("other")
+    stub.add_subparsers(dest="x").add_parser("y").add_argument("--z")  # nested builders go into the sink
+    stub.add_argument_group("g").add_argument("--q")
+    assert p.parse_args(["r"]).n == "1" and p.parse_args(["other"]).verb == "other"

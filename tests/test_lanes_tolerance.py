@@ -10,9 +10,11 @@ from lanes_tolerance import RTOL, assert_close, close
 
 def test_close_accepts_rounding_and_refuses_more():
     assert close(1.0, 1.0 + 0.5 * RTOL) and not close(1.0, 1.0 + 5 * RTOL)
-    assert close(1e-3, 1e-3 + 0.5 * RTOL) and not close(1e5, 1e5 * (1 + 5 * RTOL))  # absolute below 1
+    assert close(1e-3, 1e-3 + 0.5 * RTOL) and not close(1e-3, 1e-3 + 5 * RTOL)  # absolute below 1
+    assert not close(1e5, 1e5 * (1 + 5 * RTOL))  # relative above
     assert close(math.inf, math.inf) and not close(math.inf, -math.inf) and not close(math.inf, 1e308)
     assert close(None, math.nan) and close(np.float32("nan"), None) and not close(None, 0.0)
+    assert close(np.array(np.nan), None)
 
 
 def test_assert_close_element_by_element():
@@ -24,3 +26,8 @@ def test_assert_close_element_by_element():
             assert_close(a, np.array(bad))
     with pytest.raises(AssertionError):
         assert_close(np.array([1, 2]), np.array([1, 3]))
+    for x, y in (([1.0], [np.inf]), ([np.inf], [1.0]), ([1.0, 2.0], [1.0, -np.inf])):  # both ways
+        with pytest.raises(AssertionError):
+            assert_close(np.array(x), np.array(y))
+    with pytest.raises(AssertionError):  # element by element: a small entry beside a large one keeps its own scale
+        assert_close(np.array([1e6, 1e-3]), np.array([1e6, 1e-3 + 1e-8]))

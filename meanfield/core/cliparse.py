@@ -16,8 +16,8 @@ Example
 >>> verbs = only_verb(p.add_subparsers(dest="verb"), "run")
 >>> verbs.add_parser("run").add_argument("--steps", default="5")  # doctest: +ELLIPSIS
 _StoreAction(...)
->>> verbs.add_parser("plot").add_argument("--out") is None  # not built
-True
+>>> verbs.add_parser("plot").add_argument("--out")  # doctest: +ELLIPSIS
+<meanfield.core.cliparse._Sink object at ...>
 >>> p.parse_args(["run"]).steps
 '5'
 """
@@ -26,13 +26,13 @@ from __future__ import annotations
 
 
 class _Sink:
-    """Absorbs every call a verb's builder makes on a parser it is not building (add_argument,
-    set_defaults, add_argument_group, ...): each returns None, groups return the sink."""
+    """Absorbs every method call a verb's builder makes on a parser it is not building (add_argument,
+    set_defaults, add_argument_group, add_subparsers, add_parser, ...): each returns the sink. A builder
+    that reads a parser's attributes (``p.description``, ``p._actions``) cannot be skipped this way: its
+    system's ``add_parser`` should not take ``verb``."""
 
     def __getattr__(self, name):
-        if name.startswith("add_") and name.endswith(("group", "parsers")):
-            return lambda *a, **k: self
-        return lambda *a, **k: None
+        return lambda *a, **k: self
 
 
 class _OnlyVerb:
@@ -40,9 +40,10 @@ class _OnlyVerb:
         self._verbs, self._verb = verbs, verb
 
     def add_parser(self, name: str, **kw):
-        if self._verb is None or name == self._verb:
+        aliases = kw.get("aliases", ())
+        if self._verb is None or self._verb == name or self._verb in aliases:
             return self._verbs.add_parser(name, **kw)
-        self._verbs.add_parser(name, help=kw.get("help"))
+        self._verbs.add_parser(name, help=kw.get("help"), aliases=aliases)
         return _Sink()
 
     def __getattr__(self, name):

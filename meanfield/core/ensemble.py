@@ -255,9 +255,10 @@ def _point(system, base: dict, over: dict, base_key: str | None = None) -> list:
     A ConfigError is raised, never memoised."""
     if base_key is None:
         base_key = _base_key(system, base)
-    plain = all(type(v) in (str, int, float, bool) for v in over.values())  # a grid's values: no JSON text
-    key = (base_key, tuple(sorted((k, type(v).__name__, repr(v)) for k, v in over.items())) if plain  # 2 != 2.0
-           else json.dumps(over, sort_keys=True, default=str))  # (repr: -0.0 != 0.0, nan == nan, as JSON)
+    o = {k: v.item() if isinstance(v, np.generic) else v for k, v in over.items()}  # numpy values as the chunks'
+    plain = all(type(v) in (str, int, float, bool) for v in o.values())  # a grid's values: no JSON text
+    key = (base_key, tuple(sorted((k, type(v).__name__, repr(v)) for k, v in o.items())) if plain  # 2 != 2.0
+           else json.dumps(o, sort_keys=True, default=str))  # (repr: -0.0 != 0.0, nan == nan, as JSON)
     hit = _MEMO.get(key)
     if hit is None:
         c = system.config(base, over)

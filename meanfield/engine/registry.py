@@ -347,8 +347,8 @@ def register_command(name: str, add_parser: Ref, order: int = 100, replace: bool
     name : str
         The subcommand.
     add_parser : callable or str
-        ``add_parser(systems)``: adds ``systems.add_parser(NAME, ...)`` and its
-        verbs (each verb's ``set_defaults(func=...)`` returns the exit code).
+        ``add_parser(systems[, verb])``: adds ``systems.add_parser(NAME, ...)`` and its verbs (each
+        ``set_defaults(func=...)`` returns the exit code; ``verb``: ``meanfield.core.cliparse``).
     order : int
         Position in ``meanfield --help`` (smaller first).
     replace : bool
