@@ -255,13 +255,13 @@ def _point(system, base: dict, over: dict, base_key: str | None = None) -> list:
     A ConfigError is raised, never memoised."""
     if base_key is None:
         base_key = _base_key(system, base)
-    o = {k: v.item() if isinstance(v, np.generic) else v for k, v in over.items()}  # numpy values as the chunks'
+    o = {k: v.tolist() if isinstance(v, (np.generic, np.ndarray)) else v for k, v in over.items()}  # as chunks see
     plain = all(type(v) in (str, int, float, bool) for v in o.values())  # a grid's values: no JSON text
     key = (base_key, tuple(sorted((k, type(v).__name__, repr(v)) for k, v in o.items())) if plain  # 2 != 2.0
            else json.dumps(o, sort_keys=True, default=str))  # (repr: -0.0 != 0.0, nan == nan, as JSON)
     hit = _MEMO.get(key)
     if hit is None:
-        c = system.config(base, over)
+        c = system.config(base, o)
         hit = [c, system.batchable(c), _NO_KEY]
         if len(_MEMO) >= MEMO_MAX:
             _MEMO.clear()
