@@ -399,10 +399,8 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
 
             from . import vectorised
 
-            # lanes from vectorised.LANES_FROM trajectories, in blocks as wide as each thread's share allows
-            w = vectorised.width_for(B, get_num_threads())
-            if w is not None:
-                fn = vectorised.batch_kernel(w, s.idx, s.sgn, P, vector_exp)
+            # every batch in lanes, in blocks as wide as each thread's share allows
+            fn = vectorised.batch_kernel(vectorised.width_for(B, get_num_threads()), s.idx, s.sgn, P, vector_exp)
         dat = tuple(data)
         core_batched.run_cpu(fn, B, head + [dat, dims] + outs)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact enough

@@ -320,7 +320,7 @@ def soa_forward(Y, lab, weight, U, MG, XM, E, DEN, ACC, F, loss):
 
 
 @njit(cache=True, nogil=True)
-def soa_backward(Y, W, P, idx, sgn, lab, weight, r0, U, MG, XM, E, DEN, G, DW, pr, vbar, gs, coef):
+def soa_backward(Y, lab, weight, r0, U, MG, XM, E, DEN, G, DW, pr, vbar, gs, coef):
     """G = dLoss/dS (2, P, P, W) and DW = dLoss/dw~ (2, P, W) from the forward pass's U, MG, E, DEN.
     Per lane the operations of ``kernels.backward_into`` in its order; the token features, rows and signs
     are this build's constants (IDX, VR, SV)."""
@@ -362,7 +362,7 @@ def soa_backward(Y, W, P, idx, sgn, lab, weight, r0, U, MG, XM, E, DEN, G, DW, p
 
 
 @njit(cache=True, nogil=True)
-def soa_update(Y, NEW, W, P, G, DW, eta, t_att, t_w, T, D):
+def soa_update(Y, NEW, G, DW, eta, t_att, t_w, T, D):
     """NEW = the exact GD map of each lane (``kernels.attention_update_into``
     with exact=True and the neuron step), or the unchanged blocks where a lane's
     stage does not train them (t_att, t_w: (W,) booleans); scratch T (3, P, P, W), D (6, W).
@@ -543,7 +543,7 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
             n_live += live[w]
         while n_live > 0:
             soa_forward(Y, lab, weight, U, MG, XM, E, DEN, v1, v2, loss)
-            soa_backward(Y, Wm, P, idx, sgn, lab, weight, r0v, U, MG, XM, E, DEN, G, DW, pr, v1, v2, v3)
+            soa_backward(Y, lab, weight, r0v, U, MG, XM, E, DEN, G, DW, pr, v1, v2, v3)
             # each live lane: the decisions of gd_advance_into / gd_trajectory at this evaluated state
             for w in range(W):
                 move[w] = False
@@ -603,7 +603,7 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
             for w in range(W):
                 n_move += move[w]
             if n_move > 0:
-                soa_update(Y, NEW, Wm, P, G, DW, etv, t_att, t_w, T, Dsc)
+                soa_update(Y, NEW, G, DW, etv, t_att, t_w, T, Dsc)
                 for w in range(Wm):  # the new state's checks (accept_step's), every lane at once: the first
                     nf[w] = ny       # non-finite row and the first finite row above max_abs
                     ma[w] = ny
@@ -644,11 +644,9 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
 
 # ------------------------------------------------------------------ block widths
 
-#: batches of at least this many trajectories run in lanes (method gd, the CPU; ``lanes=False`` runs the
-#: per-trajectory loop, run.run's bits, whatever the size). 1: every batch, so that a trajectory's bits depend
-#: on its config alone, not on the batch, its chunking or the number of threads
-LANES_FROM = 1
-#: the block widths compiled: (smallest share of a thread that uses it, lanes), widest first. Every width gives
+#: the block widths compiled: (smallest share of a thread that uses it, lanes), widest first; every batch of
+#: method gd on the CPU runs in lanes (``lanes=False``: the per-trajectory loop, run.run's bits), so that a
+#: trajectory's bits depend on its config alone, not on the batch, its chunking or the threads. Every width gives
 #: a lane the same bits (the same operations in the same order: tests/test_mixture_vectorised.py), so the
 #: width is a matter of speed only. Measured (one thread, 2 * 10^4 or 10^4 steps, 2026-12-07,
 #: docs/performance.md), us per trajectory-step, per-trajectory loop / lanes: B = 1: 4.09 / 3.09 (1 lane);
@@ -734,7 +732,7 @@ def batch_kernel(lanes: int, idx: np.ndarray, sgn: np.ndarray, P: int, vector_ex
     return _batch_kernel(int(lanes), bool(vector_exp), key, int(P), int(n), int(L))
 
 
-def width_for(B: int, threads: int = 1) -> int | None:
+def width_for(B: int, threads: int = 1) -> int:
     """The block width for a batch of B trajectories on ``threads`` threads.
 
     Parameters
@@ -746,9 +744,8 @@ def width_for(B: int, threads: int = 1) -> int | None:
 
     Returns
     -------
-    int or None
-        None below :data:`LANES_FROM` (the per-trajectory loop); else the
-        widest block of :data:`WIDTHS` whose threshold a thread's share
+    int
+        The widest block of :data:`WIDTHS` whose threshold a thread's share
         reaches (the last one for any smaller share).
 
     Examples
@@ -757,8 +754,6 @@ def width_for(B: int, threads: int = 1) -> int | None:
     >>> vectorised.width_for(3), vectorised.width_for(10), vectorised.width_for(10, threads=2)
     (1, 16, 8)
     """
-    if B < LANES_FROM:
-        return None
     share = B // max(1, min(B, threads))
     for lo, w in WIDTHS:
         if share >= lo:
