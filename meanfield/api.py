@@ -137,7 +137,7 @@ def set_parameters(desc, **overrides):
     return load(desc.source, **{**dict(getattr(desc, "overrides", ()) or ()), **overrides})
 
 
-def run(model, out=None, progress: bool = True, **overrides):
+def run(model, out=None, progress: bool = True, specialise: bool = False, **overrides):
     """Run a model's exact reduced dynamics.
 
     Parameters
@@ -150,6 +150,9 @@ def run(model, out=None, progress: bool = True, **overrides):
     progress : bool
         a ``tqdm.auto`` bar (a widget in a notebook, a text bar in a
         terminal); False: none.
+    specialise : bool
+        GD by the loop compiled for this description (``meanfield.engine.specialise``: equal bit
+        for bit, faster; about 20 s to compile the first time, then cached).
     **overrides
         parameter values, as for :func:`load`.
 
@@ -176,6 +179,10 @@ def run(model, out=None, progress: bool = True, **overrides):
 
     desc = _sized(model, overrides)  # the command's ceilings (meanfield.core.limits), before the work
     if isinstance(desc, TwoLayerDescription):  # the two-layer class (meanfield.engine.twolayer_run)
+        if specialise:
+            from .engine.specialise import refuse_twolayer
+
+            refuse_twolayer()
         return _run_twolayer(desc, out, progress)
     _notice(desc, kernels, echo=progress)
     if out is not None:
@@ -183,11 +190,11 @@ def run(model, out=None, progress: bool = True, **overrides):
 
         path = check_output_file(out, "out", (".h5", ".hdf5"))
         r, p = run_to_file(desc, path, progress=False,
-                           monitor_factory=lambda **kw: monitor(progress, desc=desc.name, **kw))
+                           monitor_factory=lambda **kw: monitor(progress, desc=desc.name, **kw), specialise=specialise)
         r.path = Path(p)
         return r
     tr = desc.training
-    system = system_of(desc)
+    system = system_of(desc, specialise)
     with monitor(progress, total=tr.horizon, unit="step" if tr.method == "gd" else "t", desc=desc.name) as mon:
         _, traj = integrate_description(desc, None, mon, system)
         if traj.step:  # the bar ends where the run ended (the last chunk reports no update)

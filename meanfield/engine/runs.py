@@ -117,7 +117,7 @@ def compile_notice(desc: Description, echo: bool = False) -> bool:
                             kernels.loss_and_grads, family="engine", echo=echo)
 
 
-def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) -> Run:
+def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, specialise: bool = False) -> Run:
     """Integrate the exact reduced dynamics of a description, in memory.
 
     Parameters
@@ -131,6 +131,11 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) ->
         cannot leave by symmetry is refused first (``meanfield.engine.symmetry``).
     monitor : meanfield.core.integrate.Monitor or None
         Progress and interruption (None: none).
+    specialise : bool
+        GD by the loop compiled for this description (``meanfield.engine.specialise``: the same
+        kernels with the description's arrays as constants, equal bit for bit and faster; about 20 s
+        to compile the first time, then cached). Refused in one line for flow / RK4, the Gaussian
+        population, trainable embeddings and data sets over 4096 tokens.
 
     Returns
     -------
@@ -147,12 +152,12 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None) ->
     >>> r.status, len(r.t), round(float(r.loss[0]), 4)
     ('complete', 51, 0.6834)
     """
+    system = system_of(desc, specialise)
     if y0 is None:
-        system = system_of(desc)
         refuse_symmetric_start(desc, system)
         _, traj = integrate_description(desc, None, monitor, system)
         return in_memory(desc, system, traj)
-    system, traj = integrate_description(desc, y0, monitor)
+    _, traj = integrate_description(desc, y0, monitor, system)
     return in_memory(desc, system, traj)
 
 
@@ -364,7 +369,7 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
 
 
 def run_to_file(desc: Description, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0,
-                extra_attrs: dict | None = None, monitor_factory=None):
+                extra_attrs: dict | None = None, monitor_factory=None, specialise: bool = False):
     """Run a description and write its run file (what ``meanfield model run`` does).
 
     Through the shared harness (``meanfield.core.harness.run_to_file``):
@@ -386,6 +391,8 @@ def run_to_file(desc: Description, out: str | Path, progress: bool = True, check
         More root attributes for the file.
     monitor_factory : callable or None
         Builds the run's monitor (the Python API passes a tqdm one).
+    specialise : bool
+        GD by the loop compiled for this description (as :func:`run`).
 
     Returns
     -------
@@ -400,7 +407,7 @@ def run_to_file(desc: Description, out: str | Path, progress: bool = True, check
     >>> r.status, path.name
     ('complete', 'majority_short.h5')
     """
-    system = system_of(desc)
+    system = system_of(desc, specialise)
     refuse_symmetric_start(desc, system)  # before anything is written
     return harness.run_to_file(
         desc.training, lambda mon: integrate_description(desc, None, mon, system)[1],

@@ -15,13 +15,26 @@ from __future__ import annotations
 import numpy as np
 
 from ..core import integrate
+from ..core.config import ConfigError
 from . import kernels
 from .objects import STAGE_SHIFT, Description
 from .packed import EngineSystem, mode_of, pack
 from .reduce import initial_state
 
 
-def system_of(desc: Description) -> EngineSystem:
+def system_of(desc: Description, specialise: bool = False) -> EngineSystem:
+    """The system a description runs on; ``specialise``: GD by the loop compiled for this description
+    (``meanfield.engine.specialise``; refused in one line where it does not apply)."""
+    if specialise:
+        from .specialise import check
+
+        system = system_of(desc)
+        if type(system) is not EngineSystem:
+            raise ConfigError(f"specialise: the packed finite-dictionary system only; this description runs on "
+                              f"{type(system).__name__} (run it without specialise)")
+        check(desc, system.pk)
+        system.specialise = True
+        return system
     if "population" in desc.data.extra:  # the exact population of Gaussian prompts (meanfield.engine.population)
         from .population import PopulationSystem
 

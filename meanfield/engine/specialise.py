@@ -1,0 +1,166 @@
+"""The engine's generic GD loop compiled for one description (``specialise=True``).
+
+:func:`meanfield.engine.kernels.gd_advance` is one compiled loop for every
+description: each step reads the head tables (``hi``, ``hf``), the Gram
+metric ``Gr`` and the data (``nzi``, ``nzc``, ``cnt``, ...) as run-time
+arrays, so every branch on a head's kind and every loop over a token's
+features is decided while it runs. :func:`gd_advance` compiles the *same
+source* (the kernels' ``eng_gd_advance_into``, ``eng_loss_grads`` and
+``eng_update``, inlined into one function) with those arrays as compile-time
+constants: LLVM folds the branches and unrolls the short loops. There is no
+second copy of the mathematics, and the arithmetic is the same in the same
+order: the state equals the generic loop's bit for bit (tested in
+``tests/test_engine_specialise.py``).
+
+The price is compile time: about 20 s the first time for a description on a
+2-core machine, then numba's on-disk cache loads it (under a qualified name
+carrying a checksum of the frozen arrays) in well under a second. It pays for
+long runs and for many runs of one description (a sweep over eta or omega,
+which are run-time arguments, shares one compiled loop). Data sets larger
+than :data:`MAX_TOKENS` tokens are refused: their tables would be compiled in.
+
+Example
+-------
+>>> import meanfield.engine as me  # doctest: +SKIP
+>>> r = me.run(me.load("docs/examples/majority.toml", steps=50), specialise=True)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import inspect
+import textwrap
+import types
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from ..core.config import ConfigError
+from . import kernels
+
+#: the most tokens (sequences x positions) a specialised loop compiles in
+MAX_TOKENS = 4096
+#: seconds a specialised loop takes to compile, for the first-use notice (2 cores, K = 2, L = 3: 19-23 s)
+COMPILE_S = 25
+
+
+#: the kernels' arguments that become compile-time constants (names of ``eng_gd_advance_into``'s parameters)
+FROZEN = ("hi", "hf", "qv", "Gr", "grp", "Gam", "nzi", "nzc", "nzn", "cnt", "last", "leff", "target", "weight",
+          "kind", "r0", "consistent")
+
+
+def _inline(fn, ns):
+    """``fn`` (a kernels dispatcher) rebuilt over ``ns`` and compiled to be inlined into its caller."""
+    py = fn.py_func
+    return njit(inline="always", _nrt=False)(types.FunctionType(py.__code__, ns, py.__name__, py.__defaults__, None))
+
+
+def _source_digest() -> bytes:
+    """What the compiled loop is made of besides the frozen arrays: the kernels' and activations' source
+    (a change to either gives new names, so numba's cache never hands back a loop of older source)."""
+    from ..core import activations
+
+    h = hashlib.sha1()
+    for mod in (kernels, activations):
+        h.update(Path(mod.__file__).read_bytes())
+    return h.digest()
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(tag: str, frozen: tuple):
+    """``eng_gd_advance_into`` without the parameters of :data:`FROZEN`, which it reads as constants of its
+    namespace; every kernel it calls inlined (numba inlines the IR, LLVM then folds the constants)."""
+    ns = dict(vars(kernels))
+    for name in ("eng_loss_grads", "eng_update", "eng_criterion"):
+        ns[name] = _inline(getattr(kernels, name), ns)
+    for name, (b, dt, sh) in zip(FROZEN, frozen):
+        ns[name] = np.frombuffer(b, dt).reshape(sh).copy() if sh is not None else b
+    tree = ast.parse(textwrap.dedent(inspect.getsource(kernels.eng_gd_advance_into.py_func)))
+    fdef = tree.body[0]
+    fdef.decorator_list = []
+    fdef.args.args = [a for a in fdef.args.args if a.arg not in FROZEN]
+    fdef.name = f"eng_gd_advance_into_{tag}"
+    exec(compile(tree, __file__, "exec"), ns)  # the kernels' own source, parsed by ast: no user text
+    fn = ns[fdef.name]
+    fn.__qualname__ = fdef.name
+    return njit(cache=True, _nrt=False)(fn)
+
+
+def _frozen_values(pk, Gr, hf) -> list:
+    lay = pk.lay
+    return [lay.hi, hf, lay.qv, Gr, lay.grp, pk.Gam, pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff, pk.target,
+            pk.weight, int(pk.kind), float(pk.r0), pk.consistent]
+
+
+def check(desc, pk) -> None:
+    """Refuse, in one ConfigError line, what ``specialise`` does not cover: another method than the GD map
+    and a data set too large to compile in (the systems it does not apply to: ``meanfield.engine.system``).
+
+    Parameters
+    ----------
+    desc : meanfield.engine.objects.Description
+    pk : meanfield.engine.packed.Packed
+        Its packed arrays.
+    """
+    if desc.training.method != "gd":
+        raise ConfigError(f"specialise: the GD map only (training.method = gd); this description's method is "
+                          f"{desc.training.method}")
+    _check_size(pk)
+
+
+def refuse_twolayer() -> None:
+    """The two-layer class runs its own kernels (``meanfield.engine.twolayer_run``): refused in one line."""
+    raise ConfigError("specialise: the one-layer engine's GD loop only; a two-layer description runs its own "
+                      "kernels (run it without specialise)")
+
+
+def _check_size(pk) -> None:
+    n_tok = int(pk.nzn.size)
+    if n_tok > MAX_TOKENS:
+        raise ConfigError(f"specialise: the data set has {n_tok} tokens ({pk.nzn.shape[0]} sequences x "
+                          f"{pk.nzn.shape[1]} positions); a specialised loop compiles at most {MAX_TOKENS} in "
+                          "(run it without specialise: the generic loop)")
+
+
+def loop(pk, Gr, hf):
+    """The compiled GD loop of one packed description with the rates (Gr, hf) of a stage.
+
+    Parameters
+    ----------
+    pk : meanfield.engine.packed.Packed
+        The packed description.
+    Gr, hf : numpy.ndarray
+        The stage's Gram metric times its rates and head float table.
+
+    Returns
+    -------
+    numba dispatcher
+        ``fn(y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs, *scratch)`` ->
+        (steps done, code, loss), as ``kernels.eng_gd_advance_into``.
+    """
+    _check_size(pk)
+    frozen, h = [], hashlib.sha1(_source_digest())
+    for v in _frozen_values(pk, Gr, hf):
+        if isinstance(v, np.ndarray):
+            a = np.ascontiguousarray(v)
+            frozen.append((a.tobytes(), a.dtype.str, a.shape))
+        else:
+            frozen.append((v, None, None))
+        h.update(repr(frozen[-1][1:]).encode() + (frozen[-1][0] if frozen[-1][1] else repr(v).encode()))
+    fn = _compiled(h.hexdigest()[:20], tuple(frozen))
+    from ..core.guard import first_use_notice
+
+    first_use_notice(fn, seconds=COMPILE_S, echo=True)  # "compiling kernels, about 20 s, once" when not cached
+    return fn
+
+
+def gd_advance(pk, Gr, hf, y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs):
+    """Up to ``nsteps`` exact GD steps of ``y`` in place by the specialised loop (:func:`loop`):
+    (steps done, code, loss) as ``kernels.gd_advance``."""
+    lay = pk.lay
+    n, L = pk.nzn.shape
+    scratch = kernels._scratch(y.shape[0], n, L, lay.qv.shape[1], lay.hi.shape[0], pk.R, pk.C, lay.Nmax)
+    return loop(pk, Gr, hf)(y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs, *scratch)

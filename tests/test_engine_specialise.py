@@ -1,0 +1,126 @@
+"""``specialise``: the engine's GD loop compiled with a description's arrays as constants
+(meanfield.engine.specialise) equals the default generic loop bit for bit, and refuses in one line
+what it does not cover.
+
+What is held: the same kernels' source compiled two ways (run-time arrays, constants) give the same
+state bit for bit (same arithmetic in the same order: constant folding changes no rounding), the
+same step count and stop code for a criterion and a divergence; the generic loop itself is held
+against the explicit network elsewhere (tests/test_engine_oracle*.py). One compile (~20 s) serves
+every fast test here (one description, the bench's); other descriptions are behind ``slow``."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import meanfield.engine as me
+from meanfield.core.config import ConfigError
+from meanfield.engine import specialise
+from meanfield.engine.reduce import initial_state
+from meanfield.engine.system import system_of
+from meanfield.models.mixture.config import make_config
+from meanfield.models.mixture.family import mixture_description
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def mixture():
+    desc = mixture_description(make_config({}, K=2, L=3))
+    return desc, system_of(desc), system_of(desc, specialise=True)
+
+
+def _both(gen, spec, y0, steps, eta, criterion=None):
+    a, b = y0.copy(), y0.copy()
+    ra = gen.gd_advance(a, steps, eta, 3, criterion)
+    rb = spec.gd_advance(b, steps, eta, 3, criterion)
+    return ra, rb, a, b
+
+
+def test_bit_for_bit_over_a_long_run(mixture):
+    desc, gen, spec = mixture
+    assert spec.specialise and not gen.specialise
+    y0 = initial_state(desc)
+    ra, rb, a, b = _both(gen, spec, y0, 4000, 0.5)
+    assert ra == rb == (4000, 0)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, y0)  # it trained
+
+
+def test_criterion_and_divergence_stop_at_the_same_step(mixture):
+    desc, gen, spec = mixture
+    y0 = initial_state(desc)
+    ra, rb, a, b = _both(gen, spec, y0, 100000, 0.5, ("loss", "<=", 0.05))
+    assert ra == rb and ra[1] == 1 and 0 < ra[0] < 100000
+    assert np.array_equal(a, b)
+    gen.max_abs = spec.max_abs = 50.0  # a divergence: an entry above max_abs stops both at the same step
+    try:
+        ra, rb, a, b = _both(gen, spec, y0, 100000, 200.0)
+    finally:
+        gen.max_abs = spec.max_abs = desc.training.max_abs
+    assert ra == rb and ra[1] == 3
+    assert np.array_equal(a, b)
+
+
+def test_run_api_equals_the_default(mixture):
+    desc = mixture[0]
+    r0 = me.run(desc)
+    r1 = me.run(desc, specialise=True)
+    assert r0.status == r1.status == "complete"
+    assert np.array_equal(r0.t, r1.t) and np.array_equal(r0.loss, r1.loss)
+
+
+def test_refusals_name_the_field():
+    flow = me.load(ROOT / "docs/examples/majority.toml", method="flow", steps=10)
+    with pytest.raises(ConfigError, match=r"^specialise: the GD map only .*flow"):
+        system_of(flow, specialise=True)
+    gd = me.load(ROOT / "docs/examples/majority.toml", steps=10)
+    old = specialise.MAX_TOKENS
+    specialise.MAX_TOKENS = 2
+    try:
+        with pytest.raises(ConfigError, match=r"^specialise: the data set has \d+ tokens"):
+            system_of(gd, specialise=True)
+    finally:
+        specialise.MAX_TOKENS = old
+    pop = me.load(ROOT / "meanfield/models/icl_onestep.toml", steps=5)
+    with pytest.raises(ConfigError, match=r"^specialise: the packed finite-dictionary system only"):
+        system_of(pop, specialise=True)
+
+
+@pytest.mark.parametrize("model,extra", [("induction", []), ("incontext", ["--method", "flow", "--steps", "5"])])
+def test_cli_refuses_in_one_line_and_writes_nothing(tmp_path, model, extra):
+    out = tmp_path / "r.h5"
+    p = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", model, "--specialise",
+                        "--out", str(out), *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("meanfield: error: specialise: "), p.stderr
+    assert "Traceback" not in p.stderr and not out.exists()
+
+
+@pytest.mark.slow
+def test_cli_run_file_equals_the_default(tmp_path):
+    runs = []
+    for flag in ([], ["--specialise"]):
+        out = tmp_path / f"r{len(runs)}.h5"
+        p = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", "mixture", "--steps", "300",
+                            "--out", str(out), "--quiet", *flag], capture_output=True, text=True, cwd=ROOT,
+                           timeout=600)
+        assert p.returncode == 0, p.stderr
+        runs.append(me.open_run(out) if hasattr(me, "open_run") else __import__("meanfield").open_run(out))
+    assert np.array_equal(runs[0].loss, runs[1].loss) and np.array_equal(runs[0].t, runs[1].t)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path,over", [
+    ("docs/examples/majority.toml", {"steps": 400}),
+    ("meanfield/models/mixture_multiclass.toml", {"steps": 200, "width": 8, "seed": 1}),
+    ("meanfield/models/maxmargin.toml", {"steps": 200}),
+])
+def test_other_descriptions_bit_for_bit(path, over):
+    desc = me.load(ROOT / path, **over)
+    r0, r1 = me.run(desc), me.run(desc, specialise=True)
+    assert r0.status == r1.status
+    assert np.array_equal(r0.loss, r1.loss)
