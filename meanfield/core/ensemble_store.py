@@ -166,6 +166,7 @@ def reduce(out: str | Path, problem: Any | None = None, status: str | None = Non
     import h5py
 
     from .. import __version__
+    from .io import set_new_attrs
 
     P = paths(out)
     plan = json.loads(P["plan"].read_text())
@@ -254,8 +255,7 @@ def reduce(out: str | Path, problem: Any | None = None, status: str | None = Non
                      "outputs": json.dumps({k: OUTPUTS.get(k, "output_func") for k in dsets}),
                      "invalid": json.dumps(invalid), "backend": plan["backend"], "chunk_size": plan["chunk_size"],
                      "n_chunks": len(plan["chunks"])}
-            for k, v in attrs.items():
-                f.attrs[k] = v
+            set_new_attrs(f, attrs)  # f.attrs[k] = v for each, at a quarter of the cost
         os.replace(tmp, P["sweep"])
     finally:
         if tmp.exists():
