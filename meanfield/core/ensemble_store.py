@@ -104,6 +104,19 @@ def _write_chunk(P: dict, problem: Any, r: dict) -> None:
 # ------------------------------------------------------------------ reduce
 
 
+def _unravel(i, shape: tuple[int, ...]):
+    """``np.unravel_index(i, shape)`` (C order): for an int in range, the same indices as Python ints
+    (a grid's point is looked up 3 times a solve; numpy takes microseconds a call); anything else is
+    numpy's own answer (its error for a negative or too large index, a float)."""
+    idx, r = [], i
+    if type(i) is int and i >= 0 and 0 not in shape:
+        for n in reversed(shape):
+            r, j = divmod(r, n)
+            idx.append(j)
+        idx.reverse()
+    return np.unravel_index(i, shape) if r or not idx else tuple(idx)
+
+
 def _slabs(lo: int, hi: int, shape: tuple[int, ...]):
     """The C-order flat range [lo, hi) of an array of ``shape`` as hyperslabs:
     yields (index tuple, flat start, flat stop), each index selecting a block
