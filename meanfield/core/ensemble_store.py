@@ -228,7 +228,11 @@ def reduce(out: str | Path, problem: Any | None = None, status: str | None = Non
                         arr = arr[:, : ds.shape[-1]]
                     for sl, a, b in _slabs(lo, hi, shape):
                         blk = tuple(len(range(*x.indices(n))) for x, n in zip(sl, shape) if isinstance(x, slice))
-                        ds[sl] = arr[a - lo:b - lo].reshape(blk + arr.shape[1:])
+                        block = arr[a - lo:b - lo].reshape(blk + arr.shape[1:])
+                        if block.shape == ds.shape and block.dtype == ds.dtype and block.flags.c_contiguous:
+                            ds.id.write(h5py.h5s.ALL, h5py.h5s.ALL, block)  # all of it: ds[sl] = block, less h5py
+                        else:
+                            ds[sl] = block
                 st = part["status"]
                 for code in np.unique(st):
                     nm = STATUS.get(int(code), str(int(code)))
