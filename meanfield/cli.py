@@ -74,6 +74,8 @@ if _as_program():  # before the heavy imports below: a SIGINT at start-up is one
 import argparse  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from .core.cliparse import add_named  # noqa: E402
+
 
 class _Parser(argparse.ArgumentParser):
     """Every parser of the command line: one-line errors (exit 2) and no
@@ -86,6 +88,23 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):  # one line, exit 2
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def add_argument(self, *args, **kwargs):
+        # argparse makes a new help formatter (reading the terminal's size) in every add_argument only to
+        # check the argument's metavar against its nargs: one formatter of this parser serves every check
+        self._checking = True
+        try:
+            return super().add_argument(*args, **kwargs)
+        finally:
+            self._checking = False
+
+    def _get_formatter(self):
+        if not self.__dict__.get("_checking"):  # help and usage: a fresh one, as argparse makes
+            return super()._get_formatter()
+        f = self.__dict__.get("_check_formatter")
+        if f is None:
+            f = self._check_formatter = super()._get_formatter()
+        return f
 
 
 def _cmd_warm(args) -> int:
@@ -179,15 +198,36 @@ def build_parser(only: str | None = None, verb: str | None = None) -> argparse.A
             else:
                 fn(systems)
         else:  # named (argparse's choices), its verbs not built
-            systems.add_parser(cmd.name)
+            add_named(systems, cmd.name)
+
+    def own(name, fill, **kw):  # warm, plot: built now when named (or all are), else on first use
+        if only in (None, name):
+            fill(systems.add_parser(name, **kw))
+        else:
+            add_named(systems, name, fill=fill, **kw)
 
     for cmd in (c for c in cmds if c.order < 50):
         add(cmd)
-    wa = systems.add_parser("warm", help="compile every kernel family (mixture, engine, induction, batched) into "
-                            "numba's cache, so that the first real run does not wait for them")
+    own("warm", _fill_warm, help="compile every kernel family (mixture, engine, induction, batched) into "
+        "numba's cache, so that the first real run does not wait for them")
+    own("plot", _fill_plot, help="overlay run files of any system in one figure, one legend line per run: "
+        "meanfield plot R1.h5 R2.h5 --label width")
+    for cmd in (c for c in cmds if c.order >= 50):
+        add(cmd)
+    if only in (None, "model"):
+        from .engine.cli import add_parser as add_model
+
+        add_model(systems)
+    else:
+        add_named(systems, "model")
+    return top
+
+
+def _fill_warm(wa) -> None:
     wa.set_defaults(func=_cmd_warm)
-    ov = systems.add_parser("plot", help="overlay run files of any system in one figure, one legend line per run: "
-                                         "meanfield plot R1.h5 R2.h5 --label width")
+
+
+def _fill_plot(ov) -> None:
     ov.add_argument("runs", nargs="+", help="run files (.h5)")
     ov.add_argument("--label", default=None,
                     help="what tells the runs apart in the legend: an attribute or parameter (width, eta, seed, K, ...); "
@@ -196,15 +236,6 @@ def build_parser(only: str | None = None, verb: str | None = None) -> argparse.A
                     help="comma-separated state entries to draw too, e.g. 'S[+,c1,v1]' (meanfield.open_run(F).entries)")
     ov.add_argument("--out", default=None, help="the figure (.png | .pdf | .svg; default: FIRST_overlay.png beside it)")
     ov.set_defaults(func=_cmd_overlay)
-    for cmd in (c for c in cmds if c.order >= 50):
-        add(cmd)
-    if only in (None, "model"):
-        from .engine.cli import add_parser as add_model
-
-        add_model(systems)
-    else:
-        systems.add_parser("model")
-    return top
 
 
 def main(argv=None) -> int:

@@ -31,13 +31,19 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 
+_FIELD_NAMES: dict = {}  # config dataclass -> (its field names in order, the same as a set), read once
+
+
 def check_keys(cls, data: dict[str, Any], where: str) -> None:
-    names = [f.name for f in dataclasses.fields(cls)]
+    known = _FIELD_NAMES.get(cls)
+    if known is None:  # a dataclass's fields are fixed when it is made
+        names = [f.name for f in dataclasses.fields(cls)]
+        known = _FIELD_NAMES[cls] = (tuple(names), frozenset(names))
     for k in data:
-        if k not in names:
+        if k not in known[1]:
             from .guard import unknown_name
 
-            raise unknown_name(where, "key", k, names, "the command's --help (one flag per key)")
+            raise unknown_name(where, "key", k, list(known[0]), "the command's --help (one flag per key)")
 
 
 INT_MAX = 2**63 - 1  # every integer field is stored as an int64 (HDF5 attributes, numpy seeds)

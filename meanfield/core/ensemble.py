@@ -93,7 +93,7 @@ from .ensemble_pools import Local as _Local
 from .ensemble_pools import check_scheduler  # noqa: F401 - public here too
 from .ensemble_plan import PROBE_STEPS, chunk_size_for, from_estimate
 from .ensemble_store import (CHUNK_FORMAT, FORMAT_VERSION, OUTPUTS, STATUS, SWEEP_FORMAT,  # noqa: F401
-                             _chunk_done, _fid, _write_chunk, _write_json, load, paths, reduce)
+                             _chunk_done, _fid, _unravel, _write_chunk, _write_json, load, paths, reduce)
 from .sweep import SYSTEMS, register_system, system_of  # noqa: F401 - the registry of systems, re-exported
 
 DEFAULT_OUTPUTS = ("status", "t_end", "steps_end", "loss_end", "min_margin_end", "min_margin_consistent_end",
@@ -234,7 +234,7 @@ class EnsembleProblem:
             if not isinstance(ov, dict):
                 raise ConfigError(f"prob_func({i}): must return a dict of config fields, got {type(ov).__name__}")
             return ov
-        idx = np.unravel_index(i, self.shape)
+        idx = _unravel(i, self.shape)
         return {k: v[j] for (k, v), j in zip(self.axes.items(), idx)}
 
     def points(self, lo: int, hi: int) -> list[dict]:

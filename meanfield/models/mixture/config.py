@@ -128,6 +128,9 @@ class MixtureConfig:
         return self.t_end
 
 
+#: field -> default of MixtureConfig (every default a plain immutable value: no default_factory)
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(MixtureConfig)}
+
 _NEURON_RE = re.compile(r"^(zero|const:[^:]+|gaussian:[^:]+)$")
 
 
@@ -218,7 +221,7 @@ def make_config(data: dict | None = None, **overrides) -> MixtureConfig:
     raw = dict(data or {})
     raw.update({k: v for k, v in overrides.items() if v is not None})
     check_keys(MixtureConfig, raw, "config")
-    d = {f.name: f.default for f in dataclasses.fields(MixtureConfig)}
+    d = dict(_DEFAULTS)
     d.update(raw)
     out = {}
     out["K"] = as_int("K", d["K"], lo=2)

@@ -11,6 +11,8 @@ neurons, so changing the neuron init leaves the sampled attention unchanged.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .config import MixtureConfig, parse_neuron_init
@@ -57,6 +59,15 @@ def neuron_init(K: int, spec: str, seed: int = 0) -> np.ndarray:
 
 def initial_state(cfg: MixtureConfig) -> np.ndarray:
     """The flat reduced state at t = 0 for a config."""
+    if cfg.width is None and cfg.neuron_init == "zero":
+        d = cfg.omega**2
+        if isinstance(d, (int, float)) and math.isfinite(d):  # the blocks' numbers written in place (a sweep
+            P = 2 * cfg.K  # builds 1000s): omega^2 x 1 on the diagonals of A and B, omega^2 x 0 = 0 elsewhere
+            n2 = P * P
+            y = np.zeros(6 * n2 + 2 * P)
+            for blk in range(2, 6):  # A (heads + and -), then B: after S's 2 blocks (kernels.layout)
+                y[blk * n2:(blk + 1) * n2:P + 1] = d
+            return y
     S, A, B = attention_init(cfg.K, cfg.omega, cfg.width, cfg.seed)
     w = neuron_init(cfg.K, cfg.neuron_init, cfg.seed)
     return pack(S, A, B, w)
