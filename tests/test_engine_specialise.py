@@ -124,3 +124,16 @@ def test_other_descriptions_bit_for_bit(path, over):
     r0, r1 = me.run(desc), me.run(desc, specialise=True)
     assert r0.status == r1.status
     assert np.array_equal(r0.loss, r1.loss)
+
+
+def test_many_short_calls_equal_one_long_one(mixture):
+    """The loop and its scratch are kept by the system from call to call (a run that records every step
+    calls it once a step): 300 calls of one step equal one call of 300, and the generic loop's."""
+    desc, gen, spec = mixture
+    y0 = initial_state(desc)
+    a, b = y0.copy(), y0.copy()
+    for _ in range(300):
+        assert spec.gd_advance(a, 1, 0.5, 3, None) == (1, 0)
+    gen.gd_advance(b, 300, 0.5, 3, None)
+    assert np.array_equal(a, b)
+    assert len([k for k in spec._loops if k != "scratch"]) == 1

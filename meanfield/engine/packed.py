@@ -13,7 +13,7 @@ stages, solver, record grid and observables.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -116,6 +116,8 @@ class EngineSystem:
     #: GD by the loop compiled for this description (``meanfield.engine.specialise``: the same kernels
     #: with its arrays as constants; equal bit for bit, faster, about 20 s to compile the first time)
     specialise: bool = False
+    #: the specialised loops built so far, per stage index (a stage's rates fix its arrays)
+    _loops: dict = field(default_factory=dict, repr=False, compare=False)
 
     def _rated(self, mode):
         lay = self.pk.lay
@@ -134,8 +136,15 @@ class EngineSystem:
         if self.specialise:
             from . import specialise
 
+            st = int(mode) >> STAGE_SHIFT if self.rates is not None else 0
+            fn = self._loops.get(st)
+            if fn is None:
+                fn = self._loops[st] = specialise.loop(pk, Gr, hf)
+            scr = self._loops.get("scratch")
+            if scr is None or scr[6].shape[0] != y.shape[0]:  # scratch[6]: gflat, the state's size
+                scr = self._loops["scratch"] = specialise.scratch_of(pk, y.shape[0])
             done, code, _ = specialise.gd_advance(pk, Gr, hf, y, int(nsteps), float(eta), _bits(mode), kind, op, thr,
-                                                  float(self.max_abs))
+                                                  float(self.max_abs), fn, scr)
             return int(done), int(code)
         done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), _bits(mode), lay.hi, hf, lay.qv, Gr,
                                            lay.grp, pk.Gam, *self._data(), pk.consistent, kind, op, thr,

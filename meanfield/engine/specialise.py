@@ -58,6 +58,7 @@ def _inline(fn, ns):
     return njit(inline="always", _nrt=False)(types.FunctionType(py.__code__, ns, py.__name__, py.__defaults__, None))
 
 
+@functools.lru_cache(maxsize=1)
 def _source_digest() -> bytes:
     """What the compiled loop is made of besides the frozen arrays: the kernels' and activations' source
     (a change to either gives new names, so numba's cache never hands back a loop of older source)."""
@@ -157,10 +158,18 @@ def loop(pk, Gr, hf):
     return fn
 
 
-def gd_advance(pk, Gr, hf, y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs):
-    """Up to ``nsteps`` exact GD steps of ``y`` in place by the specialised loop (:func:`loop`):
-    (steps done, code, loss) as ``kernels.gd_advance``."""
+def scratch_of(pk, ny: int) -> tuple:
+    """The loop's scratch arrays for a state of size ``ny`` (reusable from call to call: every step
+    writes what it reads, as within one call)."""
     lay = pk.lay
     n, L = pk.nzn.shape
-    scratch = kernels._scratch(y.shape[0], n, L, lay.qv.shape[1], lay.hi.shape[0], pk.R, pk.C, lay.Nmax)
-    return loop(pk, Gr, hf)(y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs, *scratch)
+    return kernels._scratch(ny, n, L, lay.qv.shape[1], lay.hi.shape[0], pk.R, pk.C, lay.Nmax)
+
+
+def gd_advance(pk, Gr, hf, y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs, fn=None, scratch=None):
+    """Up to ``nsteps`` exact GD steps of ``y`` in place by the specialised loop ``fn`` (default
+    :func:`loop` of ``pk, Gr, hf``) with ``scratch`` (default new, :func:`scratch_of`; a caller stepping
+    often keeps both): (steps done, code, loss) as ``kernels.gd_advance``."""
+    scratch = scratch if scratch is not None else scratch_of(pk, y.shape[0])
+    fn = fn if fn is not None else loop(pk, Gr, hf)
+    return fn(y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs, *scratch)
