@@ -116,6 +116,7 @@ def test_cli_run_file_equals_the_default(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("path,over", [
     ("docs/examples/majority.toml", {"steps": 400}),
+    ("docs/examples/majority.toml", {"steps": 300, "group_eta": "keys=0.5,values=2"}),  # rates: Gr, hf per stage
     ("meanfield/models/mixture_multiclass.toml", {"steps": 200, "width": 8, "seed": 1}),
     ("meanfield/models/maxmargin.toml", {"steps": 200}),
 ])
