@@ -282,6 +282,17 @@ def section_batched(sz, lines) -> dict:
     tab.add("engine.run_batch(fast=False)", t_gen / ts * 1e6, f"the engine's generic batch kernels; max |final loss "
             f"- fast path| {dg:.1e}", c_gen / ts * 1e6)
     out["engine_generic_us"] = t_gen / ts * 1e6
+    bs = None
+
+    def go_spec():
+        nonlocal bs
+        bs = me.run_batch(desc, y0s=Ye, eta=etas, fast=False, specialise=True)
+
+    me.run_batch(desc, y0s=Ye[:2], eta=etas[:2], fast=False, specialise=True)  # compiled or loaded
+    t_sp = best(go_spec, reps)
+    tab.add("engine.run_batch(fast=False, specialise=True)", t_sp / ts * 1e6,
+            "the generic batch, each trajectory through the loop compiled for the description (not in lanes); "
+            f"bit for bit the generic batch: {np.array_equal(bs.y, bg.y)}", CPU["last"] / ts * 1e6)
 
     def jr():
         t, (y, loss) = jax_reduced_batch(Y0, etas, steps, reps)

@@ -138,3 +138,42 @@ def test_many_short_calls_equal_one_long_one(mixture):
     gen.gd_advance(b, 300, 0.5, 3, None)
     assert np.array_equal(a, b)
     assert len([k for k in spec._loops if k != "scratch"]) == 1
+
+
+def test_batch_bit_for_bit_and_refusals(mixture):
+    """run_batch(..., specialise=True): every trajectory through the specialised loop, records and all,
+    equals the generic batch bit for bit (per-trajectory eta, criteria-free stages, 2 threads)."""
+    from meanfield.engine.batched import run_batch
+
+    desc = mixture[0]
+    Y0 = np.tile(initial_state(desc), (6, 1))
+    etas = np.linspace(0.2, 1.5, 6)
+    b0 = run_batch(desc, y0s=Y0, eta=etas, record_every=40, fast=False)
+    b1 = run_batch(desc, y0s=Y0, eta=etas, record_every=40, fast=False, specialise=True)
+    for k in ("y", "loss", "rec_y", "rec_t", "rec_step", "n_records", "code", "steps"):
+        assert np.array_equal(getattr(b0, k), getattr(b1, k)), k
+    rk4 = me.load(ROOT / "docs/examples/majority.toml", method="rk4", steps=10)
+    with pytest.raises(ConfigError, match=r"^specialise: the GD map only"):
+        run_batch(rk4, fast=False, specialise=True)
+
+
+def test_model_sweep_specialise_equals_the_default(tmp_path):
+    """model sweep --specialise (chunked): sweep.h5 equal to the default's, every dataset bit for bit;
+    --per-point --specialise refused in one line, nothing written."""
+    import h5py
+
+    def sweep(out, *flag):
+        return subprocess.run([sys.executable, "-m", "meanfield", "model", "sweep", "mixture", "--param",
+                               "eta=0.1,0.3,1.0", "--steps", "200", "--out", str(out), "--quiet", *flag],
+                              capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+    assert sweep(tmp_path / "a", "--specialise").returncode == 0
+    assert sweep(tmp_path / "b").returncode == 0
+    with h5py.File(tmp_path / "a" / "sweep.h5") as a, h5py.File(tmp_path / "b" / "sweep.h5") as b:
+        names = [k for k in a if isinstance(a[k], h5py.Dataset)]
+        assert "loss_end" in names
+        for k in names:
+            assert np.array_equal(a[k][()], b[k][()], equal_nan=True), k
+    p = sweep(tmp_path / "c", "--specialise", "--per-point")
+    assert p.returncode == 2 and p.stderr.startswith("meanfield: error: specialise: ")
+    assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "c").exists()

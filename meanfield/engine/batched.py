@@ -335,7 +335,8 @@ def record_capacity(desc: Description, step: float, every: int) -> int:
 
 
 def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, backend: str = "cpu",
-              record_every: int | None = None, max_bytes: float = 4 * 2**30, fast: bool = True) -> BatchRun:
+              record_every: int | None = None, max_bytes: float = 4 * 2**30, fast: bool = True,
+              specialise: bool = False) -> BatchRun:
     """Advance B trajectories of a description together (CPU threads or one CUDA thread each).
 
     The exact GD map (method gd) or fixed-step RK4 of the flow (method rk4,
@@ -369,6 +370,11 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     fast : bool
         Use the family's registered batch fast path where it applies (default);
         False: the generic kernels always.
+    specialise : bool
+        The generic CPU batch through the loop compiled for this description
+        (``meanfield.engine.specialise``: bit for bit the generic batch, about
+        20 s to compile once per description); method gd, the CPU. A registered
+        fast path that applies (``fast``) still runs first.
 
     Returns
     -------
@@ -413,6 +419,12 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     pk = pack(desc)
     lay = pk.lay
     ny = lay.size
+    if specialise:
+        from .specialise import check
+
+        check(desc, pk)
+        if be != "cpu":
+            raise ConfigError(f"specialise: the CPU batch only; got backend {be!r} (drop specialise on the GPU)")
     if y0s is None:
         if seeds is None and widths is None:
             Y0 = initial_state(desc, lay)[None, :]
@@ -488,7 +500,13 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         scalars = {len(head) + 14, len(head) + 15}  # kind, r0
         _launch_cuda(shape, scalars, head + data, outs, B)
     else:
-        core_batched.run_cpu(eng_gd_batch_cpu if gd else eng_rk4_batch_cpu, B,
+        if specialise:
+            from .specialise import batch_loop
+
+            loop = batch_loop(pk, globals())
+        else:
+            loop = eng_gd_batch_cpu if gd else eng_rk4_batch_cpu
+        core_batched.run_cpu(loop, B,
                              head + [tuple(data), (pk.R, pk.C, lay.Nmax)] + outs)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact
         raise RuntimeError("engine batch: record buffer full (capacity bound too small): a bug")

@@ -63,17 +63,20 @@ def _source_digest() -> bytes:
     """What the compiled loop is made of besides the frozen arrays: the kernels' and activations' source
     (a change to either gives new names, so numba's cache never hands back a loop of older source)."""
     from ..core import activations
+    from ..core import batched as core_batched
 
     h = hashlib.sha1()
-    for mod in (kernels, activations):
-        h.update(Path(mod.__file__).read_bytes())
+    here = Path(__file__)  # engine/batched.py: the batch's hooks (not imported here: it imports this module)
+    for path in (kernels.__file__, activations.__file__, here.with_name("batched.py"), core_batched.__file__, here):
+        h.update(Path(path).read_bytes())
     return h.digest()
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled(tag: str, frozen: tuple):
+def _transformed(tag: str, frozen: tuple):
     """``eng_gd_advance_into`` without the parameters of :data:`FROZEN`, which it reads as constants of its
-    namespace; every kernel it calls inlined (numba inlines the IR, LLVM then folds the constants)."""
+    namespace; every kernel it calls inlined (numba inlines the IR, LLVM then folds the constants). A plain
+    Python function, compiled by :func:`_compiled` (a loop) and :func:`_batch` (inlined into a batch)."""
     ns = dict(vars(kernels))
     for name in ("eng_loss_grads", "eng_update", "eng_criterion"):
         ns[name] = _inline(getattr(kernels, name), ns)
@@ -87,7 +90,45 @@ def _compiled(tag: str, frozen: tuple):
     exec(compile(tree, __file__, "exec"), ns)  # the kernels' own source, parsed by ast: no user text
     fn = ns[fdef.name]
     fn.__qualname__ = fdef.name
-    return njit(cache=True, _nrt=False)(fn)
+    return fn
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(tag: str, frozen: tuple):
+    return njit(cache=True, _nrt=False)(_transformed(tag, frozen))
+
+
+ADV = None  # bound in each hook's own namespace (:func:`_batch`)
+
+
+def _stage(y, nsteps, eta, max_abs, crit_kind, crit_op, crit_thr, b, s, data, scratch):
+    """The batch hook ``gd_stage`` (``meanfield.engine.batched.eng_gd_stage``) over the frozen arrays:
+    only the stage masks of ``data`` are read; ``ADV`` is bound by :func:`_batch`."""
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka = scratch
+    return ADV(y, nsteps, eta, data[17][b, s], crit_kind, crit_op, crit_thr, max_abs, u, margin, zb, f, df,
+               G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka)
+
+
+_BATCHES: dict = {}
+
+
+def _batch(tag: str, frozen: tuple, hooks: dict):
+    """The engine's CPU batch loop (``core.batched.batch_cpu`` over ``core.batched.gd_trajectory``, the
+    engine's hooks) with the stage hook :func:`_stage` calling the specialised loop (:func:`_compiled`, the
+    one :func:`loop` returns; inlined into the hook instead, the batch took minutes to compile): one
+    thread's slice of trajectories, each through the same loop as :func:`loop`."""
+    if tag in _BATCHES:
+        return _BATCHES[tag]
+    from ..core import batched as core_batched
+
+    hook = types.FunctionType(_stage.__code__, {"ADV": _compiled(tag, frozen)}, f"_stage_{tag}", None, None)
+    hook.__qualname__ = f"_stage_{tag}"
+    ns = dict(hooks, gd_stage=njit(_nrt=False)(hook))
+    traj = core_batched.instantiate(core_batched.gd_trajectory, ns, "eng_gd_trajectory", njit, f"_{tag}")
+    ns["trajectory"] = traj
+    _BATCHES[tag] = core_batched.instantiate(core_batched.batch_cpu, ns, "eng_gd_batch_cpu",
+                                             njit(cache=True, nogil=True), f"_{tag}")
+    return _BATCHES[tag]
 
 
 def _frozen_values(pk, Gr, hf) -> list:
@@ -126,6 +167,42 @@ def _check_size(pk) -> None:
                           "(run it without specialise: the generic loop)")
 
 
+def _key(pk, Gr, hf) -> tuple:
+    """(tag, frozen): the checksum naming the compiled functions and the frozen values as bytes."""
+    _check_size(pk)
+    frozen, h = [], hashlib.sha1(_source_digest())
+    for v in _frozen_values(pk, Gr, hf):
+        if isinstance(v, np.ndarray):
+            a = np.ascontiguousarray(v)
+            frozen.append((a.tobytes(), a.dtype.str, a.shape))
+        else:
+            frozen.append((v, None, None))
+        h.update(repr(frozen[-1][1:]).encode() + (frozen[-1][0] if frozen[-1][1] else repr(v).encode()))
+    return h.hexdigest()[:20], tuple(frozen)
+
+
+def batch_loop(pk, hooks: dict):
+    """The CPU batch loop (``meanfield.engine.batched.run_batch(..., specialise=True)``) of one packed
+    description: ``eng_gd_batch_cpu``'s arguments, each trajectory through the specialised loop.
+
+    Parameters
+    ----------
+    pk : meanfield.engine.packed.Packed
+    hooks : dict
+        The globals of ``meanfield.engine.batched`` (its hooks ``new_scratch``, ``record_into``, ...), which
+        the batch drivers are rebuilt over.
+
+    Returns
+    -------
+    numba dispatcher
+    """
+    fn = _batch(*_key(pk, pk.lay.Gr, pk.lay.hf), hooks)
+    from ..core.guard import first_use_notice
+
+    first_use_notice(fn, seconds=COMPILE_S, echo=True)
+    return fn
+
+
 def loop(pk, Gr, hf):
     """The compiled GD loop of one packed description with the rates (Gr, hf) of a stage.
 
@@ -142,16 +219,7 @@ def loop(pk, Gr, hf):
         ``fn(y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs, *scratch)`` ->
         (steps done, code, loss), as ``kernels.eng_gd_advance_into``.
     """
-    _check_size(pk)
-    frozen, h = [], hashlib.sha1(_source_digest())
-    for v in _frozen_values(pk, Gr, hf):
-        if isinstance(v, np.ndarray):
-            a = np.ascontiguousarray(v)
-            frozen.append((a.tobytes(), a.dtype.str, a.shape))
-        else:
-            frozen.append((v, None, None))
-        h.update(repr(frozen[-1][1:]).encode() + (frozen[-1][0] if frozen[-1][1] else repr(v).encode()))
-    fn = _compiled(h.hexdigest()[:20], tuple(frozen))
+    fn = _compiled(*_key(pk, Gr, hf))
     from ..core.guard import first_use_notice
 
     first_use_notice(fn, seconds=COMPILE_S, echo=True)  # "compiling kernels, about 20 s, once" when not cached

@@ -237,10 +237,11 @@ class ModelEnsemble:
             return None
         return short, st[0].length / steps
 
-    def __init__(self, model: str | Path):
+    def __init__(self, model: str | Path, specialise: bool = False):
         import hashlib
 
         self.model = str(model)
+        self.specialise = bool(specialise)  # run_batch(..., specialise=True): the same bits, not in the identity
         try:
             self.sha256 = hashlib.sha256(Path(self.model).read_bytes()).hexdigest()
         except OSError as e:
@@ -308,7 +309,7 @@ class ModelEnsemble:
         d0 = descs[0]
         return run_batch(d0, y0s=[initial_state(d) for d in descs], eta=[_step_of(d) for d in descs],
                          backend=backend, record_every=int(save_at(d0).every), max_bytes=math.inf,
-                         fast=False)  # the generic kernels: outputs equal model run's bit for bit
+                         fast=False, specialise=getattr(self, "specialise", False))  # outputs: model run's bits
 
     def summaries(self, descs: list, br) -> dict:
         """Outputs per trajectory from its records, by the run file's own code."""
