@@ -184,7 +184,8 @@ def run(model, out=None, progress: bool = True, specialise: bool = False, **over
 
             refuse_twolayer()
         return _run_twolayer(desc, out, progress)
-    _notice(desc, kernels, echo=progress)
+    if not specialise:  # (the specialised loop says so itself when it compiles)
+        _notice(desc, kernels, echo=progress)
     if out is not None:
         from .core.guard import check_output_file
 

@@ -10,6 +10,7 @@ every fast test here (one description, the bench's); other descriptions are behi
 
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -64,12 +65,32 @@ def test_criterion_and_divergence_stop_at_the_same_step(mixture):
     assert np.array_equal(a, b)
 
 
-def test_run_api_equals_the_default(mixture):
+@pytest.fixture
+def taken(monkeypatch):
+    """Counts the specialised loops handed out (single runs and batches): a test sees the path was taken."""
+    seen = []
+    for name in ("loop", "batch_loop"):
+        orig = getattr(specialise, name)
+        monkeypatch.setattr(specialise, name, lambda *a, _o=orig, _n=name: seen.append(_n) or _o(*a))
+    return seen
+
+
+def test_run_api_equals_the_default(mixture, taken, tmp_path):
+    import meanfield
+
     desc = mixture[0]
     r0 = me.run(desc)
+    assert taken == []
     r1 = me.run(desc, specialise=True)
+    assert taken == ["loop"]
     assert r0.status == r1.status == "complete"
     assert np.array_equal(r0.t, r1.t) and np.array_equal(r0.loss, r1.loss)
+    r2 = meanfield.run(desc, specialise=True, progress=False)
+    r3, _ = me.run_to_file(desc, tmp_path / "r.h5", progress=False, specialise=True)
+    r4 = meanfield.run(desc, out=tmp_path / "s.h5", specialise=True, progress=False)
+    assert taken == ["loop"] * 4
+    for r in (r2, r3, r4):
+        assert np.array_equal(r.loss, r0.loss)
 
 
 def test_refusals_name_the_field():
@@ -137,7 +158,7 @@ def test_many_short_calls_equal_one_long_one(mixture):
         assert spec.gd_advance(a, 1, 0.5, 3, None) == (1, 0)
     gen.gd_advance(b, 300, 0.5, 3, None)
     assert np.array_equal(a, b)
-    assert len([k for k in spec._loops if k != "scratch"]) == 1
+    assert len([k for k in spec._loops if isinstance(k, int)]) == 1
 
 
 def test_batch_bit_for_bit_and_refusals(mixture):
@@ -155,6 +176,49 @@ def test_batch_bit_for_bit_and_refusals(mixture):
     rk4 = me.load(ROOT / "docs/examples/majority.toml", method="rk4", steps=10)
     with pytest.raises(ConfigError, match=r"^specialise: the GD map only"):
         run_batch(rk4, fast=False, specialise=True)
+
+
+def test_model_sweep_specialise_takes_the_path(tmp_path, taken):
+    """In this process (meanfield.cli.main): the chunked sweep with --specialise asks for the batch loop."""
+    from meanfield.cli import main
+
+    assert main(["model", "sweep", "mixture", "--param", "eta=0.1,0.3", "--steps", "50", "--out", str(tmp_path / "a"),
+                 "--quiet", "--specialise"]) == 0
+    assert "batch_loop" in taken
+    assert main(["model", "sweep", "mixture", "--param", "eta=0.1,0.3", "--steps", "50", "--out", str(tmp_path / "b"),
+                 "--quiet", "--specialise", "--backend", "auto"]) == 0  # auto without a GPU: the CPU
+
+
+def test_batch_specialise_skips_the_fast_path(mixture, taken):
+    from meanfield.engine.batched import run_batch
+
+    desc = mixture[0]
+    b = run_batch(desc, y0s=np.tile(initial_state(desc), (2, 1)), specialise=True)  # fast=True by default
+    assert taken == ["batch_loop"]
+    g = run_batch(desc, y0s=np.tile(initial_state(desc), (2, 1)), fast=False)
+    assert np.array_equal(b.y, g.y)
+
+
+def test_frozen_bytes_and_twolayer_refused(monkeypatch):
+    gd = me.load(ROOT / "docs/examples/majority.toml", steps=10)
+    monkeypatch.setattr(specialise, "MAX_FROZEN_BYTES", 64)
+    with pytest.raises(ConfigError, match=r"^specialise: the description's tables and data take \d+ bytes"):
+        system_of(gd, specialise=True)
+    tl = me.load(ROOT / "meanfield/models/edelman.toml", steps=5)
+    with pytest.raises(ConfigError, match=r"^specialise: the one-layer engine's GD loop only"):
+        me.run(tl, specialise=True)
+
+
+def test_code_digest_sees_a_changed_kernel(monkeypatch):
+    """The cache name follows the code the process runs: a kernel's code object replaced gives a new tag."""
+    from meanfield.engine import kernels
+    from meanfield.engine.packed import pack
+
+    pk = pack(me.load(ROOT / "docs/examples/majority.toml", steps=10))
+    t0 = specialise._key(pk, pk.lay.Gr, pk.lay.hf)[0]
+    fake = types.SimpleNamespace(py_func=lambda y: y)  # an "edited" kernel
+    monkeypatch.setitem(vars(kernels), "eng_update", fake)
+    assert specialise._key(pk, pk.lay.Gr, pk.lay.hf)[0] != t0
 
 
 def test_model_sweep_specialise_equals_the_default(tmp_path):

@@ -374,7 +374,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         The generic CPU batch through the loop compiled for this description
         (``meanfield.engine.specialise``: bit for bit the generic batch, about
         20 s to compile once per description); method gd, the CPU. A registered
-        fast path that applies (``fast``) still runs first.
+        fast path is then not used, whatever ``fast`` says.
 
     Returns
     -------
@@ -474,7 +474,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         raise ConfigError(f"record_every: the records of {B} trajectories need {need / 2**30:.3g} GiB ({T} records "
                           f"x {ny} numbers); record less often or run fewer at once")
 
-    if fast:
+    if fast and not specialise:  # specialise: the generic batch through the compiled loop, never a fast path
         from .registry import batch_fast_path
 
         hook = batch_fast_path(getattr(desc, "family", None))

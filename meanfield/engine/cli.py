@@ -259,7 +259,8 @@ def _cmd_run(args) -> int:
         return cli_run(args, out, desc)
     from .runs import compile_notice
 
-    compile_notice(desc)  # "compiling kernels, about N s, once" on a first use
+    if not args.specialise:  # (the specialised loop says so itself when it compiles)
+        compile_notice(desc)  # "compiling kernels, about N s, once" on a first use
     r, path = run_to_file(desc, out, progress=not args.quiet, specialise=args.specialise)
     print(f"{path}: {r.status}: {r.message}")
     print("\n".join(outcome_of(path, desc)))
@@ -370,7 +371,9 @@ def _cmd_sweep(args) -> int:
         from .system import system_of
 
         system_of(desc, specialise=True)
-        if args.per_point or args.batched or (args.backend or "cpu") != "cpu":
+        from .batched import resolve_backend
+
+        if args.per_point or args.batched or resolve_backend(args.backend or "cpu") != "cpu":
             raise ConfigError("specialise: chunked sweeps on the CPU only (not with --per-point, --batched or "
                               "--backend cuda; a single run: model run --specialise)")
     del desc

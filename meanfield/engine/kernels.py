@@ -44,13 +44,18 @@ tokens); attention is written straight into ``pa``.
 
 from __future__ import annotations
 
+import hashlib
 import math
+from pathlib import Path
 
 import numpy as np
 from numba import njit
 
 from ..core.activations import portable, relu_prime, sigmoid_neg_e, softplus_neg_e
 from ..core.activations import accept_step
+
+#: this file's sha1 as imported: ``meanfield.engine.specialise`` parses its source and refuses a file changed since
+SOURCE_SHA1 = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()
 
 CRITERIA = {"loss": 1, "consistent_margin": 2, "inconsistent_margin": 3, "min_margin": 4, "grad_w": 5}
 

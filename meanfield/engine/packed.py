@@ -13,6 +13,7 @@ stages, solver, record grid and observables.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,7 +117,7 @@ class EngineSystem:
     #: GD by the loop compiled for this description (``meanfield.engine.specialise``: the same kernels
     #: with its arrays as constants; equal bit for bit, faster, about 20 s to compile the first time)
     specialise: bool = False
-    #: the specialised loops built so far, per stage index (a stage's rates fix its arrays)
+    #: the specialised loops built so far, per stage index (a stage's rates fix its arrays), and a scratch a thread
     _loops: dict = field(default_factory=dict, repr=False, compare=False)
 
     def _rated(self, mode):
@@ -140,9 +141,10 @@ class EngineSystem:
             fn = self._loops.get(st)
             if fn is None:
                 fn = self._loops[st] = specialise.loop(pk, Gr, hf)
-            scr = self._loops.get("scratch")
+            key = ("scratch", threading.get_ident())  # one scratch a thread (a system may be shared)
+            scr = self._loops.get(key)
             if scr is None or scr[6].shape[0] != y.shape[0]:  # scratch[6]: gflat, the state's size
-                scr = self._loops["scratch"] = specialise.scratch_of(pk, y.shape[0])
+                scr = self._loops[key] = specialise.scratch_of(pk, y.shape[0])
             done, code, _ = specialise.gd_advance(pk, Gr, hf, y, int(nsteps), float(eta), _bits(mode), kind, op, thr,
                                                   float(self.max_abs), fn, scr)
             return int(done), int(code)

@@ -31,9 +31,9 @@ import ast
 import functools
 import hashlib
 import inspect
+import marshal
 import textwrap
 import types
-from pathlib import Path
 
 import numpy as np
 from numba import njit
@@ -43,6 +43,8 @@ from . import kernels
 
 #: the most tokens (sequences x positions) a specialised loop compiles in
 MAX_TOKENS = 4096
+#: the most bytes of frozen arrays (tables, Gram metric, data) a specialised loop compiles in
+MAX_FROZEN_BYTES = 1 << 20
 #: seconds a specialised loop takes to compile, for the first-use notice (2 cores, K = 2, L = 3: 19-23 s)
 COMPILE_S = 25
 
@@ -58,31 +60,52 @@ def _inline(fn, ns):
     return njit(inline="always", _nrt=False)(types.FunctionType(py.__code__, ns, py.__name__, py.__defaults__, None))
 
 
-@functools.lru_cache(maxsize=1)
-def _source_digest() -> bytes:
-    """What the compiled loop is made of besides the frozen arrays: the kernels' and activations' source
-    (a change to either gives new names, so numba's cache never hands back a loop of older source)."""
-    from ..core import activations
-    from ..core import batched as core_batched
-
+def _code_digest(*namespaces) -> bytes:
+    """A checksum of the code the compiled functions are made of: every Python function (or numba
+    dispatcher's ``py_func``) in ``namespaces``, by name and marshalled code object, as this process runs
+    it. A kernel edited (or reloaded) gives new names, so numba's cache never hands back a loop of other
+    code."""
     h = hashlib.sha1()
-    here = Path(__file__)  # engine/batched.py: the batch's hooks (not imported here: it imports this module)
-    for path in (kernels.__file__, activations.__file__, here.with_name("batched.py"), core_batched.__file__, here):
-        h.update(Path(path).read_bytes())
+    for ns in namespaces:
+        for name in sorted(ns):
+            f = getattr(ns[name], "py_func", ns[name])
+            if isinstance(f, types.FunctionType):
+                h.update(name.encode() + marshal.dumps(f.__code__))
     return h.digest()
+
+
+def _loop_code() -> tuple:
+    from ..core import activations
+
+    return vars(kernels), vars(activations), {"_stage": _stage, "_advance_source": _advance_source}
+
+
+def _advance_source() -> ast.Module:
+    """``eng_gd_advance_into``'s source as an ast tree, read from a file checked to be the one this process
+    imported (``kernels.SOURCE_SHA1``; a file changed on disk since is refused in one line: restart)."""
+    py = kernels.eng_gd_advance_into.py_func
+    try:
+        now = hashlib.sha1(open(kernels.__file__, "rb").read()).hexdigest()
+    except OSError:
+        now = None
+    if now != kernels.SOURCE_SHA1:
+        raise ConfigError("specialise: meanfield/engine/kernels.py changed on disk since this process imported "
+                          "it; restart the process (or run without specialise)")
+    return ast.parse(textwrap.dedent(inspect.getsource(py)))
 
 
 @functools.lru_cache(maxsize=16)
 def _transformed(tag: str, frozen: tuple):
     """``eng_gd_advance_into`` without the parameters of :data:`FROZEN`, which it reads as constants of its
-    namespace; every kernel it calls inlined (numba inlines the IR, LLVM then folds the constants). A plain
+    namespace; its three callees (``eng_loss_grads``, ``eng_update``, ``eng_criterion``, with the helpers
+    those inline themselves) inlined (numba inlines the IR, LLVM then folds the constants). A plain
     Python function, compiled by :func:`_compiled` (a loop) and :func:`_batch` (inlined into a batch)."""
     ns = dict(vars(kernels))
     for name in ("eng_loss_grads", "eng_update", "eng_criterion"):
         ns[name] = _inline(getattr(kernels, name), ns)
     for name, (b, dt, sh) in zip(FROZEN, frozen):
         ns[name] = np.frombuffer(b, dt).reshape(sh).copy() if sh is not None else b
-    tree = ast.parse(textwrap.dedent(inspect.getsource(kernels.eng_gd_advance_into.py_func)))
+    tree = _advance_source()
     fdef = tree.body[0]
     fdef.decorator_list = []
     fdef.args.args = [a for a in fdef.args.args if a.arg not in FROZEN]
@@ -123,7 +146,7 @@ def _batch(tag: str, frozen: tuple, hooks: dict):
 
     hook = types.FunctionType(_stage.__code__, {"ADV": _compiled(tag, frozen)}, f"_stage_{tag}", None, None)
     hook.__qualname__ = f"_stage_{tag}"
-    ns = dict(hooks, gd_stage=njit(_nrt=False)(hook))
+    ns = dict(hooks, gd_stage=njit(cache=True, _nrt=False)(hook))
     traj = core_batched.instantiate(core_batched.gd_trajectory, ns, "eng_gd_trajectory", njit, f"_{tag}")
     ns["trajectory"] = traj
     _BATCHES[tag] = core_batched.instantiate(core_batched.batch_cpu, ns, "eng_gd_batch_cpu",
@@ -146,6 +169,16 @@ def check(desc, pk) -> None:
     desc : meanfield.engine.objects.Description
     pk : meanfield.engine.packed.Packed
         Its packed arrays.
+
+    Examples
+    --------
+    >>> import meanfield.engine as me
+    >>> from meanfield.engine.packed import pack
+    >>> d = me.load("docs/examples/majority.toml", method="flow", steps=5)
+    >>> check(d, pack(d))
+    Traceback (most recent call last):
+    ...
+    meanfield.core.errors.ConfigError: specialise: the GD map only (training.method = gd); this description's method is flow
     """
     if desc.training.method != "gd":
         raise ConfigError(f"specialise: the GD map only (training.method = gd); this description's method is "
@@ -160,6 +193,10 @@ def refuse_twolayer() -> None:
 
 
 def _check_size(pk) -> None:
+    nb = sum(v.nbytes for v in _frozen_values(pk, pk.lay.Gr, pk.lay.hf) if isinstance(v, np.ndarray))
+    if nb > MAX_FROZEN_BYTES:
+        raise ConfigError(f"specialise: the description's tables and data take {nb} bytes; a specialised loop "
+                          f"compiles at most {MAX_FROZEN_BYTES} in (run it without specialise: the generic loop)")
     n_tok = int(pk.nzn.size)
     if n_tok > MAX_TOKENS:
         raise ConfigError(f"specialise: the data set has {n_tok} tokens ({pk.nzn.shape[0]} sequences x "
@@ -167,10 +204,10 @@ def _check_size(pk) -> None:
                           "(run it without specialise: the generic loop)")
 
 
-def _key(pk, Gr, hf) -> tuple:
+def _key(pk, Gr, hf, extra=()) -> tuple:
     """(tag, frozen): the checksum naming the compiled functions and the frozen values as bytes."""
     _check_size(pk)
-    frozen, h = [], hashlib.sha1(_source_digest())
+    frozen, h = [], hashlib.sha1(_code_digest(*_loop_code(), *extra) + kernels.SOURCE_SHA1.encode())
     for v in _frozen_values(pk, Gr, hf):
         if isinstance(v, np.ndarray):
             a = np.ascontiguousarray(v)
@@ -196,7 +233,9 @@ def batch_loop(pk, hooks: dict):
     -------
     numba dispatcher
     """
-    fn = _batch(*_key(pk, pk.lay.Gr, pk.lay.hf), hooks)
+    from ..core import batched as core_batched
+
+    fn = _batch(*_key(pk, pk.lay.Gr, pk.lay.hf, (hooks, vars(core_batched))), hooks)
     from ..core.guard import first_use_notice
 
     first_use_notice(fn, seconds=COMPILE_S, echo=True)
@@ -218,6 +257,13 @@ def loop(pk, Gr, hf):
     numba dispatcher
         ``fn(y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs, *scratch)`` ->
         (steps done, code, loss), as ``kernels.eng_gd_advance_into``.
+
+    Examples
+    --------
+    >>> import meanfield.engine as me  # doctest: +SKIP
+    >>> from meanfield.engine.packed import pack  # doctest: +SKIP
+    >>> pk = pack(me.load("docs/examples/majority.toml", steps=5))  # doctest: +SKIP
+    >>> fn = loop(pk, pk.lay.Gr, pk.lay.hf)  # about 20 s the first time  # doctest: +SKIP
     """
     fn = _compiled(*_key(pk, Gr, hf))
     from ..core.guard import first_use_notice
@@ -235,9 +281,37 @@ def scratch_of(pk, ny: int) -> tuple:
 
 
 def gd_advance(pk, Gr, hf, y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs, fn=None, scratch=None):
-    """Up to ``nsteps`` exact GD steps of ``y`` in place by the specialised loop ``fn`` (default
-    :func:`loop` of ``pk, Gr, hf``) with ``scratch`` (default new, :func:`scratch_of`; a caller stepping
-    often keeps both): (steps done, code, loss) as ``kernels.gd_advance``."""
+    """Up to ``nsteps`` exact GD steps of ``y`` in place by the specialised loop.
+
+    Parameters
+    ----------
+    pk : meanfield.engine.packed.Packed
+        The packed description.
+    Gr, hf : numpy.ndarray
+        The stage's Gram metric times its rates and head float table.
+    y : numpy.ndarray
+        The state, advanced in place.
+    nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs
+        As ``kernels.gd_advance``.
+    fn : numba dispatcher, optional
+        The loop (default :func:`loop` of ``pk, Gr, hf``).
+    scratch : tuple, optional
+        Its scratch (default new, :func:`scratch_of`; a caller stepping often keeps both).
+
+    Returns
+    -------
+    tuple
+        (steps done, code, loss) as ``kernels.gd_advance``.
+
+    Examples
+    --------
+    >>> import meanfield.engine as me  # doctest: +SKIP
+    >>> from meanfield.engine.packed import pack  # doctest: +SKIP
+    >>> from meanfield.engine.reduce import initial_state  # doctest: +SKIP
+    >>> d = me.load("docs/examples/majority.toml", steps=5); pk = pack(d); y = initial_state(d)  # doctest: +SKIP
+    >>> gd_advance(pk, pk.lay.Gr, pk.lay.hf, y, 10, 0.5, 3, 0, 1, 0.0, 1e6)[:2]  # doctest: +SKIP
+    (10, 0)
+    """
     scratch = scratch if scratch is not None else scratch_of(pk, y.shape[0])
     fn = fn if fn is not None else loop(pk, Gr, hf)
     return fn(y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs, *scratch)

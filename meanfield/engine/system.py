@@ -26,8 +26,10 @@ def system_of(desc: Description, specialise: bool = False) -> EngineSystem:
     """The system a description runs on; ``specialise``: GD by the loop compiled for this description
     (``meanfield.engine.specialise``; refused in one line where it does not apply)."""
     if specialise:
-        from .specialise import check
+        from .specialise import check, refuse_twolayer
 
+        if not hasattr(desc, "dictionary"):  # a two-layer description (meanfield.engine.twolayer_desc)
+            refuse_twolayer()
         system = system_of(desc)
         if type(system) is not EngineSystem:
             raise ConfigError(f"specialise: the packed finite-dictionary system only; this description runs on "
