@@ -14,10 +14,12 @@ order: the state equals the generic loop's bit for bit (tested in
 
 The price is compile time: about 20 s the first time for a description on a
 2-core machine, then numba's on-disk cache loads it (under a qualified name
-carrying a checksum of the frozen arrays) in well under a second. It pays for
-long runs and for many runs of one description (a sweep over eta or omega,
-which are run-time arguments, shares one compiled loop). Data sets larger
-than :data:`MAX_TOKENS` tokens are refused: their tables would be compiled in.
+carrying a checksum of the frozen arrays and of the code this process runs:
+:func:`_code_digest`, ``kernels.SOURCE_SHA1``) in well under a second. It
+pays for long runs and for many runs of one description (a sweep over eta or
+omega, which are run-time arguments, shares one compiled loop; batches:
+:func:`batch_loop`). Data sets over :data:`MAX_TOKENS` tokens or
+:data:`MAX_FROZEN_BYTES` bytes of tables are refused: they would be compiled in.
 
 Example
 -------
