@@ -89,23 +89,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2
         self.exit(2, f"{self.prog}: error: {message}\n")
 
-    def add_argument(self, *args, **kwargs):
-        # argparse makes a new help formatter (reading the terminal's size) in every add_argument only to
-        # check the argument's metavar against its nargs: one formatter of this parser serves every check
-        self._checking = True
-        try:
-            return super().add_argument(*args, **kwargs)
-        finally:
-            self._checking = False
-
-    def _get_formatter(self):
-        if not self.__dict__.get("_checking"):  # help and usage: a fresh one, as argparse makes
-            return super()._get_formatter()
-        f = self.__dict__.get("_check_formatter")
-        if f is None:
-            f = self._check_formatter = super()._get_formatter()
-        return f
-
 
 def _cmd_warm(args) -> int:
     from .warm import COMMANDS, warm

@@ -236,11 +236,6 @@ def _cmd_run(args) -> int:
         from .twolayer_desc import twolayer_from_dict
         from .twolayer_run import cli_run
 
-        if args.specialise:
-            from .specialise import refuse_twolayer
-
-            refuse_twolayer()
-
         given = {name: getattr(args, "param_" + name) for name in _param_fields()
                  if getattr(args, "param_" + name, None) is not None}
         given.update(getattr(args, "declared", None) or {})
@@ -250,11 +245,6 @@ def _cmd_run(args) -> int:
 
     if isinstance(desc, TwoLayerDescription):  # a family that builds a two-layer description (models/induction)
         from .twolayer_run import cli_run
-
-        if args.specialise:
-            from .specialise import refuse_twolayer
-
-            refuse_twolayer()
 
         return cli_run(args, out, desc)
     from .runs import compile_notice

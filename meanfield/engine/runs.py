@@ -134,8 +134,9 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, sp
     specialise : bool
         GD by the loop compiled for this description (``meanfield.engine.specialise``: the same
         kernels with the description's arrays as constants, equal bit for bit and faster; about 20 s
-        to compile the first time, then cached). Refused in one line for flow / RK4, the Gaussian
-        population, trainable embeddings and data sets over 4096 tokens.
+        to compile the first time, then cached). Refused in one line where it does not apply
+        (``meanfield.engine.specialise``: flow / RK4, the Gaussian population, trainable
+        embeddings, two-layer descriptions, data or tables too large to compile in).
 
     Returns
     -------

@@ -309,7 +309,7 @@ class ModelEnsemble:
         d0 = descs[0]
         return run_batch(d0, y0s=[initial_state(d) for d in descs], eta=[_step_of(d) for d in descs],
                          backend=backend, record_every=int(save_at(d0).every), max_bytes=math.inf,
-                         fast=False, specialise=getattr(self, "specialise", False))  # outputs: model run's bits
+                         fast=False, specialise=self.specialise)  # outputs: model run's bits
 
     def summaries(self, descs: list, br) -> dict:
         """Outputs per trajectory from its records, by the run file's own code."""

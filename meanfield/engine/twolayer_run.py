@@ -371,6 +371,10 @@ def cli_run(args, out, desc: TwoLayerDescription) -> int:
     """
     from ..core.errors import ConfigError
 
+    if getattr(args, "specialise", False):
+        from .specialise import refuse_twolayer
+
+        refuse_twolayer()
     if getattr(args, "plot", None):
         raise ConfigError("plot: no figures for a two-layer run yet (its run file has every block: meanfield.open_run)")
     from ..core.guard import first_use_notice
