@@ -137,7 +137,7 @@ def set_parameters(desc, **overrides):
     return load(desc.source, **{**dict(getattr(desc, "overrides", ()) or ()), **overrides})
 
 
-def run(model, out=None, progress: bool = True, specialise: bool = False, **overrides):
+def run(model, out=None, progress: bool = True, specialise: bool | str = "auto", **overrides):
     """Run a model's exact reduced dynamics.
 
     Parameters
@@ -150,9 +150,10 @@ def run(model, out=None, progress: bool = True, specialise: bool = False, **over
     progress : bool
         a ``tqdm.auto`` bar (a widget in a notebook, a text bar in a
         terminal); False: none.
-    specialise : bool
-        GD by the loop compiled for this description (``meanfield.engine.specialise``: equal bit
-        for bit, faster; about 20 s to compile the first time, then cached).
+    specialise : bool or "auto"
+        True: GD by the loop compiled for this description (``meanfield.engine.specialise``: equal bit
+        for bit, faster; about 20 s to compile the first time, then cached); ``"auto"`` (default): that
+        loop where one is ready, else the generic loop (never a compile); False: the generic loop.
     **overrides
         parameter values, as for :func:`load`.
 
@@ -175,16 +176,18 @@ def run(model, out=None, progress: bool = True, specialise: bool = False, **over
     from .engine.runs import in_memory, run_to_file
     from .engine.system import integrate_description, system_of
 
+    from .engine.specialise import choice
     from .engine.twolayer_desc import TwoLayerDescription
 
+    choice(specialise)
     desc = _sized(model, overrides)  # the command's ceilings (meanfield.core.limits), before the work
     if isinstance(desc, TwoLayerDescription):  # the two-layer class (meanfield.engine.twolayer_run)
-        if specialise:
+        if specialise is True:
             from .engine.specialise import refuse_twolayer
 
             refuse_twolayer()
         return _run_twolayer(desc, out, progress)
-    if not specialise:  # (the specialised loop says so itself when it compiles)
+    if specialise is not True:  # (the specialised loop says so itself when it compiles)
         _notice(desc, kernels, echo=progress)
     if out is not None:
         from .core.guard import check_output_file

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def mixture():
     desc = mixture_description(make_config({}, K=2, L=3))
-    return desc, system_of(desc), system_of(desc, specialise=True)
+    return desc, system_of(desc, specialise=False), system_of(desc, specialise=True)
 
 
 def _both(gen, spec, y0, steps, eta, criterion=None):
@@ -79,7 +79,7 @@ def test_run_api_equals_the_default(mixture, taken, tmp_path):
     import meanfield
 
     desc = mixture[0]
-    r0 = me.run(desc)
+    r0 = me.run(desc, specialise=False)
     assert taken == []
     r1 = me.run(desc, specialise=True)
     assert taken == ["loop"]
@@ -124,7 +124,7 @@ def test_cli_refuses_in_one_line_and_writes_nothing(tmp_path, model, extra):
 @pytest.mark.slow
 def test_cli_run_file_equals_the_default(tmp_path):
     runs = []
-    for flag in ([], ["--specialise"]):
+    for flag in (["--no-specialise"], ["--specialise"]):
         out = tmp_path / f"r{len(runs)}.h5"
         p = subprocess.run([sys.executable, "-m", "meanfield", "model", "run", "mixture", "--steps", "300",
                             "--out", str(out), "--quiet", *flag], capture_output=True, text=True, cwd=ROOT,
@@ -143,7 +143,7 @@ def test_cli_run_file_equals_the_default(tmp_path):
 ])
 def test_other_descriptions_bit_for_bit(path, over):
     desc = me.load(ROOT / path, **over)
-    r0, r1 = me.run(desc), me.run(desc, specialise=True)
+    r0, r1 = me.run(desc, specialise=False), me.run(desc, specialise=True)
     assert r0.status == r1.status
     assert np.array_equal(r0.loss, r1.loss)
 
@@ -169,7 +169,7 @@ def test_batch_bit_for_bit_and_refusals(mixture):
     desc = mixture[0]
     Y0 = np.tile(initial_state(desc), (6, 1))
     etas = np.linspace(0.2, 1.5, 6)
-    b0 = run_batch(desc, y0s=Y0, eta=etas, record_every=40, fast=False)
+    b0 = run_batch(desc, y0s=Y0, eta=etas, record_every=40, fast=False, specialise=False)
     b1 = run_batch(desc, y0s=Y0, eta=etas, record_every=40, fast=False, specialise=True)
     for k in ("y", "loss", "rec_y", "rec_t", "rec_step", "n_records", "code", "steps"):
         assert np.array_equal(getattr(b0, k), getattr(b1, k)), k
@@ -195,7 +195,7 @@ def test_batch_specialise_skips_the_fast_path(mixture, taken):
     desc = mixture[0]
     b = run_batch(desc, y0s=np.tile(initial_state(desc), (2, 1)), specialise=True)  # fast=True by default
     assert taken == ["batch_loop"]
-    g = run_batch(desc, y0s=np.tile(initial_state(desc), (2, 1)), fast=False)
+    g = run_batch(desc, y0s=np.tile(initial_state(desc), (2, 1)), fast=False, specialise=False)
     assert np.array_equal(b.y, g.y)
 
 
@@ -232,7 +232,7 @@ def test_model_sweep_specialise_equals_the_default(tmp_path):
                               capture_output=True, text=True, cwd=ROOT, timeout=600)
 
     assert sweep(tmp_path / "a", "--specialise").returncode == 0
-    assert sweep(tmp_path / "b").returncode == 0
+    assert sweep(tmp_path / "b", "--no-specialise").returncode == 0
     with h5py.File(tmp_path / "a" / "sweep.h5") as a, h5py.File(tmp_path / "b" / "sweep.h5") as b:
         names = [k for k in a if isinstance(a[k], h5py.Dataset)]
         assert "loss_end" in names
@@ -241,3 +241,125 @@ def test_model_sweep_specialise_equals_the_default(tmp_path):
     p = sweep(tmp_path / "c", "--specialise", "--per-point")
     assert p.returncode == 2 and p.stderr.startswith("meanfield: error: specialise: ")
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "c").exists()
+
+
+def _args(spec, y):
+    return (y, 1, 0.5, 3, 0, 1, 0.0, 1e6) + specialise.scratch_of(spec.pk, y.shape[0])
+
+
+def test_auto_takes_a_ready_loop_and_never_compiles(mixture, taken, monkeypatch):
+    """specialise="auto" (the default): the fixture's description has a compiled loop, so a default
+    system runs it (bit for bit the generic loop); where none is ready it runs the generic loop; it
+    never compiles (``loop`` not called). ``ready`` itself: True for the compiled types, False for a
+    state of other types (never compiled)."""
+    desc, gen, spec = mixture
+    y0 = initial_state(desc)
+    spec.gd_advance(y0.copy(), 1, 0.5, 3, None)
+    taken.clear()
+    assert specialise.ready(spec._loops[0], _args(spec, y0))
+    assert not specialise.ready(spec._loops[0], _args(spec, y0.astype(np.float32)))
+    auto = system_of(desc)
+    assert auto.specialise == "auto"
+    a, b = y0.copy(), y0.copy()
+    auto.gd_advance(a, 500, 0.5, 3, None)
+    gen.gd_advance(b, 500, 0.5, 3, None)
+    assert np.array_equal(a, b) and auto._loops[0] is spec._loops[0]
+    monkeypatch.setattr(specialise, "ready", lambda fn, args: False)
+    cold = system_of(desc)
+    c = y0.copy()
+    cold.gd_advance(c, 500, 0.5, 3, None)
+    assert cold._loops[0] is False and np.array_equal(c, b)
+    assert taken == []
+    flow = me.load(ROOT / "docs/examples/majority.toml", method="flow", steps=10)
+    assert system_of(flow).specialise is False  # auto: the GD map only, nothing refused
+    for bad in ("yes", 1, None):
+        with pytest.raises(ConfigError, match=r"^specialise: True, False or 'auto'; got "):
+            system_of(desc, specialise=bad)
+
+
+def test_auto_finds_the_loop_on_disk_in_a_new_process(mixture):
+    """The disk probe for real: a new process (nothing compiled in it) finds the fixture's loop in numba's
+    cache and runs it; with --no-specialise, and for a description never compiled, the generic loop."""
+    desc, gen, spec = mixture
+    spec.gd_advance(initial_state(desc), 1, 0.5, 3, None)  # compiled and saved (cache=True)
+    code = ("import sys; from meanfield.engine.system import system_of; "
+            "from meanfield.engine.reduce import initial_state; "
+            "from meanfield.models.mixture.config import make_config; "
+            "from meanfield.models.mixture.family import mixture_description; "
+            "d = mixture_description(make_config({}, K=2, L=3)); s = system_of(d); "
+            "s.gd_advance(initial_state(d), 3, 0.5, 3, None); "
+            "d2 = mixture_description(make_config({}, K=2, L=4)); s2 = system_of(d2); "
+            "s2.gd_advance(initial_state(d2), 3, 0.5, 3, None); "
+            "print(s._loops[0] is not False, s2._loops[0] is not False)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["True", "False"], p.stdout
+
+
+def test_cli_default_and_no_specialise(tmp_path, mixture, monkeypatch):
+    """model run (in this process): by default it asks for a ready loop and gets the fixture's;
+    --no-specialise does not ask; both files equal bit for bit."""
+    from meanfield.cli import main
+
+    desc, gen, spec = mixture
+    spec.gd_advance(initial_state(desc), 1, 0.5, 3, None)
+    got = []
+    orig = specialise.cached
+    monkeypatch.setattr(specialise, "cached", lambda *a: got.append(orig(*a)) or got[-1])
+    assert main(["model", "run", "mixture", "--steps", "60", "--quiet", "--out", str(tmp_path / "a.h5")]) == 0
+    assert got and got[0] is not None
+    got.clear()
+    assert main(["model", "run", "mixture", "--steps", "60", "--quiet", "--no-specialise",
+                 "--out", str(tmp_path / "b.h5")]) == 0
+    assert got == []
+    import meanfield
+
+    ra, rb = meanfield.open_run(tmp_path / "a.h5"), meanfield.open_run(tmp_path / "b.h5")
+    assert np.array_equal(ra.loss, rb.loss) and np.array_equal(ra.t, rb.t)
+    with pytest.raises(ConfigError, match=r"^specialise: True, False or 'auto'"):
+        meanfield.run(desc, specialise="yes", progress=False)
+
+
+def test_batch_auto_takes_a_ready_batch(mixture, monkeypatch):
+    """run_batch(fast=False) by default: the specialised batch once one is compiled, bit for bit the
+    generic batch (specialise=False)."""
+    from meanfield.engine.batched import run_batch
+
+    got = []
+    orig = specialise.cached_batch
+    monkeypatch.setattr(specialise, "cached_batch", lambda *a: got.append(orig(*a)) or got[-1])
+    desc = mixture[0]
+    Y0 = np.tile(initial_state(desc), (3, 1))
+    run_batch(desc, y0s=Y0[:1], fast=False, specialise=True)  # compiled (or loaded)
+    b2 = run_batch(desc, y0s=Y0, fast=False, record_every=25)
+    assert got and got[-1] is not None
+    n = len(got)
+    b0 = run_batch(desc, y0s=Y0, fast=False, record_every=25, specialise=False)
+    assert len(got) == n
+    for k in ("y", "loss", "rec_y", "n_records"):
+        assert np.array_equal(getattr(b0, k), getattr(b2, k)), k
+    with pytest.raises(ConfigError, match=r"^specialise: True, False or 'auto'"):
+        run_batch(desc, specialise="no")
+
+
+def test_cache_name_is_the_same_in_every_process(mixture):
+    """The tag naming the compiled loop depends on the code and the arrays only: the same in this process
+    after a compile as in new processes with other string hashing (a marshal-based checksum changed once
+    numba had compiled the kernels, and "auto" then missed a loop it had)."""
+    import os
+
+    from meanfield.engine.packed import pack
+
+    desc, gen, spec = mixture
+    spec.gd_advance(initial_state(desc), 1, 0.5, 3, None)  # compiled (or loaded) in this process
+    pk = pack(desc)
+    here = specialise._key(pk, pk.lay.Gr, pk.lay.hf)[0]
+    code = ("from meanfield.engine import specialise as sp; from meanfield.engine.packed import pack; "
+            "from meanfield.models.mixture.config import make_config; "
+            "from meanfield.models.mixture.family import mixture_description; "
+            "pk = pack(mixture_description(make_config({}, K=2, L=3))); print(sp._key(pk, pk.lay.Gr, pk.lay.hf)[0])")
+    for seed in ("1", "2"):
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                           env=dict(os.environ, PYTHONHASHSEED=seed))
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.strip() == here

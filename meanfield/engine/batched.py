@@ -336,7 +336,7 @@ def record_capacity(desc: Description, step: float, every: int) -> int:
 
 def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, backend: str = "cpu",
               record_every: int | None = None, max_bytes: float = 4 * 2**30, fast: bool = True,
-              specialise: bool = False) -> BatchRun:
+              specialise: bool | str = "auto") -> BatchRun:
     """Advance B trajectories of a description together (CPU threads or one CUDA thread each).
 
     The exact GD map (method gd) or fixed-step RK4 of the flow (method rk4,
@@ -370,11 +370,13 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     fast : bool
         Use the family's registered batch fast path where it applies (default);
         False: the generic kernels always.
-    specialise : bool
-        The generic CPU batch through the loop compiled for this description
-        (``meanfield.engine.specialise``: bit for bit the generic batch, about
-        20 s to compile once per description); method gd, the CPU. A registered
-        fast path is then not used, whatever ``fast`` says.
+    specialise : bool or "auto"
+        True: the generic CPU batch through the loop compiled for this
+        description (``meanfield.engine.specialise``: bit for bit the generic
+        batch, about 20 s to compile once per description); method gd, the CPU.
+        A registered fast path is then not used, whatever ``fast`` says.
+        ``"auto"`` (default): where no fast path is taken, that batch loop if
+        one is ready (compiled before), else the generic one; False: generic.
 
     Returns
     -------
@@ -419,7 +421,9 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     pk = pack(desc)
     lay = pk.lay
     ny = lay.size
-    if specialise:
+    from .specialise import choice
+
+    if choice(specialise) is True:
         from .specialise import check
 
         check(desc, pk)
@@ -474,7 +478,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         raise ConfigError(f"record_every: the records of {B} trajectories need {need / 2**30:.3g} GiB ({T} records "
                           f"x {ny} numbers); record less often or run fewer at once")
 
-    if fast and not specialise:  # specialise: the generic batch through the compiled loop, never a fast path
+    if fast and specialise is not True:  # specialise: the generic batch through the compiled loop, no fast path
         from .registry import batch_fast_path
 
         hook = batch_fast_path(getattr(desc, "family", None))
@@ -500,14 +504,17 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         scalars = {len(head) + 14, len(head) + 15}  # kind, r0
         _launch_cuda(shape, scalars, head + data, outs, B)
     else:
-        if specialise:
+        args = head + [tuple(data), (pk.R, pk.C, lay.Nmax)] + outs
+        loop = None
+        if specialise is True:
             from .specialise import batch_loop
 
             loop = batch_loop(pk, globals())
-        else:
-            loop = eng_gd_batch_cpu if gd else eng_rk4_batch_cpu
-        core_batched.run_cpu(loop, B,
-                             head + [tuple(data), (pk.R, pk.C, lay.Nmax)] + outs)
+        elif specialise == "auto" and gd:
+            from .specialise import cached_batch
+
+            loop = cached_batch(pk, globals(), args)
+        core_batched.run_cpu(loop or (eng_gd_batch_cpu if gd else eng_rk4_batch_cpu), B, args)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact
         raise RuntimeError("engine batch: record buffer full (capacity bound too small): a bug")
     steps = rec_step[np.arange(B), n_rec - 1].copy()

@@ -249,7 +249,7 @@ def _cmd_run(args) -> int:
         return cli_run(args, out, desc)
     from .runs import compile_notice
 
-    if not args.specialise:  # (the specialised loop says so itself when it compiles)
+    if args.specialise is not True:  # (the specialised loop says so itself when it compiles)
         compile_notice(desc)  # "compiling kernels, about N s, once" on a first use
     r, path = run_to_file(desc, out, progress=not args.quiet, specialise=args.specialise)
     print(f"{path}: {r.status}: {r.message}")
@@ -357,7 +357,7 @@ def _cmd_sweep(args) -> int:
     from ..core.config import check_workers
 
     workers = check_workers(args.workers)
-    if args.specialise:  # refused before anything is written when the base cannot run so
+    if args.specialise is True:  # refused before anything is written when the base cannot run so
         from .system import system_of
 
         system_of(desc, specialise=True)
@@ -373,7 +373,7 @@ def _cmd_sweep(args) -> int:
     system = ModelEnsemble(path, specialise=args.specialise)
     if use_chunked(args, base, params, system):  # chunks of batched engine trajectories, one sweep.h5
         return cmd_sweep(args, base, params, system=system)
-    if args.specialise:
+    if args.specialise is True:
         raise ConfigError("specialise: chunked sweeps only; these points run one by one (see the note above)")
     idx = model_sweep(path, base, params, Path(args.out), workers=workers, progress=not args.quiet,
                       batched=args.batched, backend=args.backend)
@@ -495,9 +495,12 @@ def add_parser(systems) -> None:
     r.add_argument("--plot", metavar="DIR", help="also write figures to DIR")
     r.add_argument("--quiet", action="store_true", help="no progress line")
     r.add_argument("--force", action="store_true", help=FORCE_HELP)
-    r.add_argument("--specialise", action="store_true",
+    r.add_argument("--specialise", action="store_const", const=True, default="auto",
                    help="GD by the loop compiled for this description (the same kernels with its arrays as "
-                        "constants: equal bit for bit, faster; about 20 s to compile once, then cached)")
+                        "constants: equal bit for bit, faster; about 20 s to compile once, then cached; "
+                        "default: that loop where one is ready, else the generic loop)")
+    r.add_argument("--no-specialise", dest="specialise", action="store_const", const=False,
+                   help="the generic loop, even where a specialised loop is ready")
     _add_param_flags(r)
     r.__class__ = with_declared  # also takes the flags the description declares
     r.set_defaults(func=_cmd_run)
@@ -514,9 +517,12 @@ def add_parser(systems) -> None:
                     help="one run file per point (as --per-point), the points run as batches of trajectories "
                          "(method gd): meanfield.engine.run_batch")
     sw.add_argument("--backend", default=None, help="with --batched or --chunked: cpu (default), cuda or auto")
-    sw.add_argument("--specialise", action="store_true",
+    sw.add_argument("--specialise", action="store_const", const=True, default="auto",
                     help="chunked, method gd, the CPU: every trajectory through the loop compiled for the "
-                         "description (equal bit for bit, faster; about 20 s to compile once, then cached)")
+                         "description (equal bit for bit, faster; about 20 s to compile once, then cached; "
+                         "default: that loop where one is ready, else the generic loop)")
+    sw.add_argument("--no-specialise", dest="specialise", action="store_const", const=False,
+                    help="the generic batch loop, even where a specialised one is ready")
     from ..core.ensemble_cli import add_sweep_flags
 
     add_sweep_flags(sw)

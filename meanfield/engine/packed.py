@@ -115,8 +115,9 @@ class EngineSystem:
     #: (``meanfield.engine.rates.rate_arrays``); None: the layout's (every rate the step size)
     rates: list | None = None
     #: GD by the loop compiled for this description (``meanfield.engine.specialise``: the same kernels
-    #: with its arrays as constants; equal bit for bit, faster, about 20 s to compile the first time)
-    specialise: bool = False
+    #: with its arrays as constants; equal bit for bit, faster, about 20 s to compile the first time);
+    #: ``"auto"``: that loop where one is ready (compiled or in the disk cache), else the generic loop
+    specialise: bool | str = False
     #: the specialised loops built so far, per stage index (a stage's rates fix its arrays), and a scratch a thread
     _loops: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -138,16 +139,18 @@ class EngineSystem:
             from . import specialise
 
             st = int(mode) >> STAGE_SHIFT if self.rates is not None else 0
-            fn = self._loops.get(st)
-            if fn is None:
-                fn = self._loops[st] = specialise.loop(pk, Gr, hf)
             key = ("scratch", threading.get_ident())  # one scratch a thread (a system may be shared)
             scr = self._loops.get(key)
             if scr is None or scr[6].shape[0] != y.shape[0]:  # scratch[6]: gflat, the state's size
                 scr = self._loops[key] = specialise.scratch_of(pk, y.shape[0])
-            done, code, _ = specialise.gd_advance(pk, Gr, hf, y, int(nsteps), float(eta), _bits(mode), kind, op, thr,
-                                                  float(self.max_abs), fn, scr)
-            return int(done), int(code)
+            args = (y, int(nsteps), float(eta), _bits(mode), kind, op, thr, float(self.max_abs)) + scr
+            if st not in self._loops:  # "auto": the loop if ready (no compile), else False: the generic loop
+                self._loops[st] = (specialise.loop(pk, Gr, hf) if self.specialise is True
+                                   else specialise.cached(pk, Gr, hf, args) or False)
+            fn = self._loops[st]
+            if fn is not False:
+                done, code, _ = fn(*args)
+                return int(done), int(code)
         done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), _bits(mode), lay.hi, hf, lay.qv, Gr,
                                            lay.grp, pk.Gam, *self._data(), pk.consistent, kind, op, thr,
                                            float(self.max_abs), pk.R, pk.C, lay.Nmax)

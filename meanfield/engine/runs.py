@@ -117,7 +117,7 @@ def compile_notice(desc: Description, echo: bool = False) -> bool:
                             kernels.loss_and_grads, family="engine", echo=echo)
 
 
-def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, specialise: bool = False) -> Run:
+def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, specialise: bool | str = "auto") -> Run:
     """Integrate the exact reduced dynamics of a description, in memory.
 
     Parameters
@@ -131,12 +131,14 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, sp
         cannot leave by symmetry is refused first (``meanfield.engine.symmetry``).
     monitor : meanfield.core.integrate.Monitor or None
         Progress and interruption (None: none).
-    specialise : bool
-        GD by the loop compiled for this description (``meanfield.engine.specialise``: the same
+    specialise : bool or "auto"
+        True: GD by the loop compiled for this description (``meanfield.engine.specialise``: the same
         kernels with the description's arrays as constants, equal bit for bit and faster; about 20 s
         to compile the first time, then cached). Refused in one line where it does not apply
         (``meanfield.engine.specialise``: flow / RK4, the Gaussian population, trainable
-        embeddings, two-layer descriptions, data or tables too large to compile in).
+        embeddings, two-layer descriptions, data or tables too large to compile in). ``"auto"``
+        (default): that loop where one is ready (compiled before, in this process or on disk),
+        else the generic loop, never a compile; False: the generic loop.
 
     Returns
     -------
@@ -370,7 +372,7 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
 
 
 def run_to_file(desc: Description, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0,
-                extra_attrs: dict | None = None, monitor_factory=None, specialise: bool = False):
+                extra_attrs: dict | None = None, monitor_factory=None, specialise: bool | str = "auto"):
     """Run a description and write its run file (what ``meanfield model run`` does).
 
     Through the shared harness (``meanfield.core.harness.run_to_file``):
@@ -392,8 +394,8 @@ def run_to_file(desc: Description, out: str | Path, progress: bool = True, check
         More root attributes for the file.
     monitor_factory : callable or None
         Builds the run's monitor (the Python API passes a tqdm one).
-    specialise : bool
-        GD by the loop compiled for this description (as :func:`run`).
+    specialise : bool or "auto"
+        GD by the loop compiled for this description (as :func:`run`; default ``"auto"``).
 
     Returns
     -------

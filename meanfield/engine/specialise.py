@@ -33,7 +33,6 @@ import ast
 import functools
 import hashlib
 import inspect
-import marshal
 import textwrap
 import types
 
@@ -62,17 +61,39 @@ def _inline(fn, ns):
     return njit(inline="always", _nrt=False)(types.FunctionType(py.__code__, ns, py.__name__, py.__defaults__, None))
 
 
+def _const_bytes(k) -> bytes:
+    """A code object's constant as bytes that depend on its value only (a frozenset's members sorted: their
+    order follows string hashing, which changes from process to process)."""
+    if isinstance(k, types.CodeType):
+        return _code_bytes(k)
+    if isinstance(k, (tuple, frozenset)):
+        items = [_const_bytes(x) for x in k]
+        if isinstance(k, tuple):
+            return b"t(" + b",".join(items) + b")"
+        return b"f(" + b",".join(sorted(items)) + b")"
+    return repr(k).encode()
+
+
+def _code_bytes(c: types.CodeType) -> bytes:
+    """What a code object does, as bytes: its bytecode, the names it reads and its constants (nested code
+    too). Not ``marshal.dumps``, whose bytes depend on reference counts (an object referenced twice is
+    written as a back-reference): the same code gave another checksum once numba had compiled it."""
+    return b"|".join([c.co_code, repr((c.co_names, c.co_varnames, c.co_freevars, c.co_cellvars, c.co_argcount,
+                                        c.co_kwonlyargcount, c.co_flags)).encode()]
+                     + [_const_bytes(k) for k in c.co_consts])
+
+
 def _code_digest(*namespaces) -> bytes:
     """A checksum of the code the compiled functions are made of: every Python function (or numba
-    dispatcher's ``py_func``) in ``namespaces``, by name and marshalled code object, as this process runs
-    it. A kernel edited (or reloaded) gives new names, so numba's cache never hands back a loop of other
-    code."""
+    dispatcher's ``py_func``) in ``namespaces``, by name and code (:func:`_code_bytes`), as this process
+    runs it. A kernel edited (or reloaded) gives new names, so numba's cache never hands back a loop of
+    other code; the same code gives the same names in every process, before and after a compile."""
     h = hashlib.sha1()
     for ns in namespaces:
         for name in sorted(ns):
             f = getattr(ns[name], "py_func", ns[name])
             if isinstance(f, types.FunctionType):
-                h.update(name.encode() + marshal.dumps(f.__code__))
+                h.update(name.encode() + b"=" + _code_bytes(f.__code__) + b";")
     return h.digest()
 
 
@@ -272,6 +293,115 @@ def loop(pk, Gr, hf):
 
     first_use_notice(fn, seconds=COMPILE_S, echo=True)  # "compiling kernels, about 20 s, once" when not cached
     return fn
+
+
+def choice(value):
+    """``specialise`` as given (True, False or ``"auto"``), checked: anything else is refused in one line.
+
+    Parameters
+    ----------
+    value : bool or str
+        True: compile the loop where it is missing (about 20 s, once); ``"auto"`` (the default of every
+        run): the specialised loop where one is ready (compiled in this process or in numba's on-disk
+        cache), else the generic loop, never a compile; False: the generic loop.
+
+    Returns
+    -------
+    bool or str
+
+    Examples
+    --------
+    >>> choice("auto"), choice(True), choice(False)
+    ('auto', True, False)
+    >>> choice("yes")
+    Traceback (most recent call last):
+    ...
+    meanfield.core.errors.ConfigError: specialise: True, False or 'auto'; got 'yes'
+    """
+    if value is True or value is False or value == "auto":
+        return value
+    raise ConfigError(f"specialise: True, False or 'auto'; got {value!r}")
+
+
+def ready(fn, args) -> bool:
+    """Whether the dispatcher ``fn`` runs ``args`` without compiling: an overload for their types compiled
+    in this process, or in numba's on-disk cache for this machine and this code (numba's index, read
+    through its cache object: a numba whose internals moved reads as not ready, and the run takes the
+    generic loop).
+
+    Parameters
+    ----------
+    fn : numba dispatcher
+        A compiled-on-demand function (``njit(cache=True)``).
+    args : tuple
+        The arguments it would be called with (their numba types are looked up, nothing runs).
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from meanfield.engine import kernels
+    >>> ready(kernels._scratch, (np.float32(1.0),) * 8)  # never compiled for these types
+    False
+    """
+    try:
+        sig = tuple(fn.typeof_pyval(a) for a in args)
+        if sig in fn.overloads:
+            return True
+        cache = fn._cache
+        return cache._index_key(sig, fn.targetctx.codegen()) in cache._cache_file._load_index()
+    except Exception:  # a probe of numba's internals: whatever fails means "not ready", never an error
+        return False
+
+
+def cached(pk, Gr, hf, args):
+    """The specialised loop of :func:`loop` when it is :func:`ready` for ``args``, else None (nothing
+    compiled; a description :func:`loop` refuses, or a kernels.py changed on disk: None too). What
+    ``specialise="auto"`` runs.
+
+    Parameters
+    ----------
+    pk : meanfield.engine.packed.Packed
+        The packed description.
+    Gr, hf : numpy.ndarray
+        The stage's Gram metric times its rates and head float table.
+    args : tuple
+        The loop's arguments, ``(y, nsteps, eta, mode, crit_kind, crit_op, crit_thresh, max_abs, *scratch)``.
+
+    Returns
+    -------
+    numba dispatcher or None
+
+    Examples
+    --------
+    >>> import meanfield.engine as me
+    >>> from meanfield.engine.packed import pack
+    >>> from meanfield.engine.reduce import initial_state
+    >>> pk = pack(me.load("docs/examples/majority.toml", steps=5)); y = initial_state(me.load("docs/examples/majority.toml"))
+    >>> fn = cached(pk, pk.lay.Gr, pk.lay.hf, (y, 1, 0.5, 3, 0, 1, 0.0, 1e6) + scratch_of(pk, y.size))
+    >>> fn is None or fn.__name__.startswith("eng_gd_advance_into_")  # None unless compiled before
+    True
+    """
+    try:
+        fn = _compiled(*_key(pk, Gr, hf))
+    except ConfigError:
+        return None
+    return fn if ready(fn, args) else None
+
+
+def cached_batch(pk, hooks: dict, args):
+    """The batch loop of :func:`batch_loop` when it is :func:`ready` for ``args`` (``run_cpu``'s call:
+    ``(0, B, *args)``), else None: ``run_batch(..., specialise="auto")``."""
+    from ..core import batched as core_batched
+
+    try:
+        fn = _batch(*_key(pk, pk.lay.Gr, pk.lay.hf, (hooks, vars(core_batched))), hooks)
+    except ConfigError:
+        return None
+    return fn if ready(fn, (0, 1) + tuple(args)) else None
 
 
 def scratch_of(pk, ny: int) -> tuple:

@@ -237,11 +237,13 @@ class ModelEnsemble:
             return None
         return short, st[0].length / steps
 
-    def __init__(self, model: str | Path, specialise: bool = False):
+    def __init__(self, model: str | Path, specialise: bool | str = "auto"):
         import hashlib
 
         self.model = str(model)
-        self.specialise = bool(specialise)  # run_batch(..., specialise=True): the same bits, not in the identity
+        from .specialise import choice
+
+        self.specialise = choice(specialise)  # run_batch(..., specialise=...): the same bits, not in the identity
         try:
             self.sha256 = hashlib.sha256(Path(self.model).read_bytes()).hexdigest()
         except OSError as e:

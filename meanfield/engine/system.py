@@ -22,9 +22,18 @@ from .packed import EngineSystem, mode_of, pack
 from .reduce import initial_state
 
 
-def system_of(desc: Description, specialise: bool = False) -> EngineSystem:
-    """The system a description runs on; ``specialise``: GD by the loop compiled for this description
-    (``meanfield.engine.specialise``; refused in one line where it does not apply)."""
+def system_of(desc: Description, specialise: bool | str = "auto") -> EngineSystem:
+    """The system a description runs on; ``specialise``: True, GD by the loop compiled for this description
+    (``meanfield.engine.specialise``; refused in one line where it does not apply); ``"auto"`` (default),
+    that loop where one is ready (compiled before: no compile now), else the generic loop; False, the
+    generic loop."""
+    from .specialise import choice
+
+    if choice(specialise) == "auto":
+        system = system_of(desc, False)
+        if type(system) is EngineSystem and desc.training.method == "gd":
+            system.specialise = "auto"
+        return system
     if specialise:
         from .specialise import check, refuse_twolayer
 

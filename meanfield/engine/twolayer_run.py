@@ -371,7 +371,7 @@ def cli_run(args, out, desc: TwoLayerDescription) -> int:
     """
     from ..core.errors import ConfigError
 
-    if getattr(args, "specialise", False):
+    if getattr(args, "specialise", False) is True:
         from .specialise import refuse_twolayer
 
         refuse_twolayer()
