@@ -330,9 +330,10 @@ def test_batch_auto_takes_a_ready_batch(mixture, monkeypatch):
     monkeypatch.setattr(specialise, "cached_batch", lambda *a: got.append(orig(*a)) or got[-1])
     desc = mixture[0]
     Y0 = np.tile(initial_state(desc), (3, 1))
-    run_batch(desc, y0s=Y0[:1], fast=False, specialise=True)  # compiled (or loaded)
-    b2 = run_batch(desc, y0s=Y0, fast=False, record_every=25)
+    run_batch(desc, y0s=Y0[:1], fast=False, specialise=True)  # compiled (or loaded), B = 1
+    b2 = run_batch(desc, y0s=Y0, fast=False, record_every=25)  # B = 3: the same signature (writable rows)
     assert got and got[-1] is not None
+    assert len(got[-1].overloads) == 1
     n = len(got)
     b0 = run_batch(desc, y0s=Y0, fast=False, record_every=25, specialise=False)
     assert len(got) == n
@@ -363,3 +364,59 @@ def test_cache_name_is_the_same_in_every_process(mixture):
                            env=dict(os.environ, PYTHONHASHSEED=seed))
         assert p.returncode == 0, p.stderr
         assert p.stdout.strip() == here
+
+
+def test_ready_needs_the_data_file_and_run_and_batch_share_the_loop(mixture, monkeypatch):
+    """``ready``: a new dispatcher of the compiled loop's function (nothing compiled in it) is ready
+    from disk; with the data file gone (exists() False) it is not, so "auto" never compiles. A batch's
+    stage hook calls the run's own loop (one compile serves both)."""
+    from numba import njit
+
+    from meanfield.engine import batched
+    from meanfield.engine.packed import pack
+
+    desc, gen, spec = mixture
+    y0 = initial_state(desc)
+    spec.gd_advance(y0.copy(), 1, 0.5, 3, None)
+    fresh = njit(cache=True, _nrt=False)(spec._loops[0].py_func)
+    assert not fresh.overloads and specialise.ready(fresh, _args(spec, y0))
+    monkeypatch.setattr(specialise.os.path, "exists", lambda p: False)
+    assert not specialise.ready(fresh, _args(spec, y0))
+    monkeypatch.undo()
+    pk = pack(desc)
+    traj = specialise._batch(pk, vars(batched)).py_func.__globals__["trajectory"]
+    hook = traj.py_func.__globals__["gd_stage"]
+    assert hook.py_func.__globals__["ADV"] is specialise._compiled(*specialise._key(pk, pk.lay.Gr, pk.lay.hf))
+
+
+def test_code_digest_sees_defaults_and_flags():
+    def f(x, a=1.0):
+        return x * a
+
+    def g(x, a=2.0):
+        return x * a
+
+    from numba import njit
+
+    g.__code__ = f.__code__  # the same code, another default
+    assert specialise._code_digest({"f": f}) != specialise._code_digest({"f": g})
+    assert specialise._code_digest({"f": njit(f)}) != specialise._code_digest({"f": njit(fastmath=True)(f)})
+
+
+def test_sweep_no_specialise_reaches_every_path(tmp_path, monkeypatch):
+    """model sweep --no-specialise: neither per-point runs nor --batched ask for a ready loop; by default
+    they do (the same files either way: the same bits)."""
+    from meanfield.cli import main
+
+    asked = []
+    for name in ("cached", "cached_batch"):
+        orig = getattr(specialise, name)
+        monkeypatch.setattr(specialise, name, lambda *a, _o=orig: asked.append(1) or _o(*a))
+    for i, mode in enumerate(("--per-point", "--batched")):
+        for flag in ("--no-specialise", None):
+            asked.clear()
+            out = tmp_path / f"s{i}{flag}"
+            argv = ["model", "sweep", "docs/examples/majority.toml", "--param", "eta=0.1,0.2", "--steps", "3",
+                    mode, "--workers", "1", "--quiet", "--out", str(out)] + ([flag] if flag else [])
+            assert main(argv) == 0
+            assert (asked == []) == (flag is not None), (mode, flag, asked)

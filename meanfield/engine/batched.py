@@ -486,8 +486,8 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         if got is not None:
             return BatchRun(desc=desc, backend=be, eta=etas, **got)
 
-    def rows(a):  # the driver's per-trajectory layout: one row per trajectory
-        return np.ascontiguousarray(np.broadcast_to(a, (B,) + np.shape(a)))
+    def rows(a):  # the driver's per-trajectory layout: one row per trajectory (a writable copy: one signature
+        return np.array(np.broadcast_to(a, (B,) + np.shape(a)))  # for every B, B = 1 included)
 
     max_abs = np.full(B, float(tr.max_abs))
     outs = core_batched.new_outputs(B, T, ny, nst)

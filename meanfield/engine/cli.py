@@ -376,7 +376,7 @@ def _cmd_sweep(args) -> int:
     if args.specialise is True:
         raise ConfigError("specialise: chunked sweeps only; these points run one by one (see the note above)")
     idx = model_sweep(path, base, params, Path(args.out), workers=workers, progress=not args.quiet,
-                      batched=args.batched, backend=args.backend)
+                      batched=args.batched, backend=args.backend, specialise=args.specialise)
     n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
     print(f"{Path(args.out) / 'sweep.json' if Path(args.out).suffix != '.json' else args.out}: "
           f"{idx['status']}: {n_ok}/{idx['n_points']} points complete")

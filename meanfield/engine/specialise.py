@@ -33,6 +33,7 @@ import ast
 import functools
 import hashlib
 import inspect
+import os
 import textwrap
 import types
 
@@ -85,15 +86,17 @@ def _code_bytes(c: types.CodeType) -> bytes:
 
 def _code_digest(*namespaces) -> bytes:
     """A checksum of the code the compiled functions are made of: every Python function (or numba
-    dispatcher's ``py_func``) in ``namespaces``, by name and code (:func:`_code_bytes`), as this process
-    runs it. A kernel edited (or reloaded) gives new names, so numba's cache never hands back a loop of
+    dispatcher's ``py_func``) in ``namespaces``, by name, code (:func:`_code_bytes`), default arguments
+    and the dispatcher's compile options (``njit``'s flags), as this process runs it. A kernel edited (or reloaded) gives new names, so numba's cache never hands back a loop of
     other code; the same code gives the same names in every process, before and after a compile."""
     h = hashlib.sha1()
     for ns in namespaces:
         for name in sorted(ns):
             f = getattr(ns[name], "py_func", ns[name])
             if isinstance(f, types.FunctionType):
-                h.update(name.encode() + b"=" + _code_bytes(f.__code__) + b";")
+                opts = sorted((k, repr(v)) for k, v in getattr(ns[name], "targetoptions", {}).items())
+                h.update(name.encode() + b"=" + _code_bytes(f.__code__)
+                         + repr((f.__defaults__, f.__kwdefaults__, opts)).encode() + b";")
     return h.digest()
 
 
@@ -155,23 +158,28 @@ def _stage(y, nsteps, eta, max_abs, crit_kind, crit_op, crit_thr, b, s, data, sc
                G, gflat, T, p, v, om, tk, Xm, Ym, tmp, new, pa, lka)
 
 
-_BATCHES: dict = {}
+_BATCHES: dict = {}  # tag -> batch dispatcher, the last 16 built (a dict: its hooks argument cannot be hashed)
 
 
-def _batch(tag: str, frozen: tuple, hooks: dict):
+def _batch(pk, hooks: dict):
     """The engine's CPU batch loop (``core.batched.batch_cpu`` over ``core.batched.gd_trajectory``, the
-    engine's hooks) with the stage hook :func:`_stage` calling the specialised loop (:func:`_compiled`, the
-    one :func:`loop` returns; inlined into the hook instead, the batch took minutes to compile): one
-    thread's slice of trajectories, each through the same loop as :func:`loop`."""
-    if tag in _BATCHES:
-        return _BATCHES[tag]
+    engine's hooks) with the stage hook :func:`_stage` calling the specialised loop :func:`loop` returns
+    (:func:`_compiled` under the loop's own tag: a run's compile serves the batch, and the reverse; inlined
+    into the hook instead, the batch took minutes to compile): one thread's slice of trajectories, each
+    through the same loop as :func:`loop`. The drivers are named by a checksum of their own code too."""
     from ..core import batched as core_batched
 
-    hook = types.FunctionType(_stage.__code__, {"ADV": _compiled(tag, frozen)}, f"_stage_{tag}", None, None)
+    loop_tag, frozen = _key(pk, pk.lay.Gr, pk.lay.hf)
+    tag = _key(pk, pk.lay.Gr, pk.lay.hf, (hooks, vars(core_batched)))[0]
+    if tag in _BATCHES:
+        return _BATCHES[tag]
+    hook = types.FunctionType(_stage.__code__, {"ADV": _compiled(loop_tag, frozen)}, f"_stage_{tag}", None, None)
     hook.__qualname__ = f"_stage_{tag}"
     ns = dict(hooks, gd_stage=njit(cache=True, _nrt=False)(hook))
     traj = core_batched.instantiate(core_batched.gd_trajectory, ns, "eng_gd_trajectory", njit, f"_{tag}")
     ns["trajectory"] = traj
+    while len(_BATCHES) >= 16:
+        _BATCHES.pop(next(iter(_BATCHES)))
     _BATCHES[tag] = core_batched.instantiate(core_batched.batch_cpu, ns, "eng_gd_batch_cpu",
                                              njit(cache=True, nogil=True), f"_{tag}")
     return _BATCHES[tag]
@@ -256,9 +264,7 @@ def batch_loop(pk, hooks: dict):
     -------
     numba dispatcher
     """
-    from ..core import batched as core_batched
-
-    fn = _batch(*_key(pk, pk.lay.Gr, pk.lay.hf, (hooks, vars(core_batched))), hooks)
+    fn = _batch(pk, hooks)
     from ..core.guard import first_use_notice
 
     first_use_notice(fn, seconds=COMPILE_S, echo=True)
@@ -352,7 +358,8 @@ def ready(fn, args) -> bool:
         if sig in fn.overloads:
             return True
         cache = fn._cache
-        return cache._index_key(sig, fn.targetctx.codegen()) in cache._cache_file._load_index()
+        name = cache._cache_file._load_index().get(cache._index_key(sig, fn.targetctx.codegen()))
+        return name is not None and os.path.exists(cache._cache_file._data_path(name))
     except Exception:  # a probe of numba's internals: whatever fails means "not ready", never an error
         return False
 
@@ -393,12 +400,30 @@ def cached(pk, Gr, hf, args):
 
 
 def cached_batch(pk, hooks: dict, args):
-    """The batch loop of :func:`batch_loop` when it is :func:`ready` for ``args`` (``run_cpu``'s call:
-    ``(0, B, *args)``), else None: ``run_batch(..., specialise="auto")``."""
-    from ..core import batched as core_batched
+    """The batch loop of :func:`batch_loop` when it is :func:`ready` for ``args``, else None: what
+    ``run_batch(..., specialise="auto")`` runs.
 
+    Parameters
+    ----------
+    pk : meanfield.engine.packed.Packed
+        The packed description.
+    hooks : dict
+        The globals of ``meanfield.engine.batched`` (as :func:`batch_loop`).
+    args : sequence
+        The batch loop's arguments after the slice bounds (``core.batched.run_cpu`` calls it with
+        ``(lo, hi, *args)``).
+
+    Returns
+    -------
+    numba dispatcher or None
+
+    Examples
+    --------
+    >>> import meanfield.engine as me  # doctest: +SKIP
+    >>> b = me.run_batch(me.load("docs/examples/majority.toml", steps=5), fast=False)  # auto: calls it  # doctest: +SKIP
+    """
     try:
-        fn = _batch(*_key(pk, pk.lay.Gr, pk.lay.hf, (hooks, vars(core_batched))), hooks)
+        fn = _batch(pk, hooks)
     except ConfigError:
         return None
     return fn if ready(fn, (0, 1) + tuple(args)) else None

@@ -26,12 +26,13 @@ from ..core.errors import is_signal
 from ..core.sweep import _jsonable, _write_index, grid, map_points, open_sweep, sweep_paths, track_sweep
 
 
-def _write_point(model, over: dict, path: Path) -> None:
+def _write_point(model, over: dict, path: Path, specialise="auto") -> None:
     from .description import load_description
     from .runs import run_to_file
 
     desc = load_description(model, over)
-    run_to_file(desc, path, progress=False, extra_attrs={"sweep_point": json.dumps(over, sort_keys=True)})
+    run_to_file(desc, path, progress=False, extra_attrs={"sweep_point": json.dumps(over, sort_keys=True)},
+                specialise=specialise)
 
 
 def _run_point(job: tuple[str, dict, str]) -> dict:
@@ -40,8 +41,8 @@ def _run_point(job: tuple[str, dict, str]) -> dict:
 
     from ..core.sweep import run_point
 
-    model, over, path = job
-    return run_point(partial(_write_point, model, over), path)
+    model, over, path, specialise = job
+    return run_point(partial(_write_point, model, over, specialise=specialise), path)
 
 
 def _finished(path: Path, over: dict) -> dict | None:
@@ -97,7 +98,7 @@ def batch_problem(desc) -> str | None:
     return None
 
 
-def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
+def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256, specialise="auto"):
     """Run the points ``todo`` batched: grouped by :func:`_fingerprint`, one
     ``run_batch`` per group (or per ``chunk_size`` points), each point written
     as the ordinary run file an unbatched sweep writes."""
@@ -116,7 +117,7 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
     for i in todo:
         t1 = time.perf_counter()
         try:  # the single run's check (meanfield.engine.symmetry), with the unbatched sweep's per-point outcome
-            refuse_symmetric_start(descs[i])
+            refuse_symmetric_start(descs[i], system_of(descs[i], specialise))
         except ConfigError as e:
             on_result(i, {"status": "failed", "message": one_line(f"{type(e).__name__}: {e}", 300),
                           "elapsed_s": time.perf_counter() - t1})
@@ -129,7 +130,8 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
             t0 = time.perf_counter()
             br = run_batch(d0, y0s=[initial_state(descs[i]) for i in part],
                            eta=[_step_of(descs[i]) for i in part], backend=backend,
-                           record_every=int(save_at(d0).every), fast=False)  # == model run, bit for bit
+                           record_every=int(save_at(d0).every), fast=False,  # == model run, bit for bit
+                           specialise=specialise)
             per = (time.perf_counter() - t0) / len(part)
             for k, i in enumerate(part):
                 t1 = time.perf_counter()
@@ -143,11 +145,16 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256):
 
 
 def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, workers: int | None = None,
-                progress: bool = True, stream=None, batched: bool = False, backend: str | None = None) -> dict:
+                progress: bool = True, stream=None, batched: bool = False, backend: str | None = None,
+                specialise="auto") -> dict:
     """Run (or continue) a sweep of ``model``; returns the index written to ``sweep.json``.
     ``batched``: the points run as batches of trajectories (``meanfield.engine.batched``
     on ``backend``), grouped by structure (points that differ only in initial
-    state and eta share one batch); the files are the same."""
+    state and eta share one batch); the files are the same. ``specialise``: as
+    ``meanfield.engine.run`` (default ``"auto"``), passed to every run or batch."""
+    from .specialise import choice
+
+    specialise = choice(specialise)
     from .description import load_description
 
     model = str(model)
@@ -182,9 +189,9 @@ def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, wo
                 bar.update()
                 done(todo.index(i), s)
 
-            _run_batched(model, overs, paths, todo, backend, done_batched)
+            _run_batched(model, overs, paths, todo, backend, done_batched, specialise=specialise)
         else:
-            map_points(_run_point, [(model, overs[i], str(paths[i])) for i in todo], workers=workers,
+            map_points(_run_point, [(model, overs[i], str(paths[i]), specialise) for i in todo], workers=workers,
                        progress=bar, on_result=done)
     except (KeyboardInterrupt, SystemError) as e:  # SystemError: the signal came as a numba kernel returned
         if not is_signal(e):
@@ -274,8 +281,10 @@ class ModelEnsemble:
             return why
         from .symmetry import refuse_symmetric_start
 
+        from .system import system_of
+
         try:
-            refuse_symmetric_start(desc)
+            refuse_symmetric_start(desc, system_of(desc, self.specialise))
         except ConfigError as e:
             return str(e)
         return None
