@@ -394,13 +394,19 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     else:
         dims = (s.idx.shape[0], P, s.idx.shape[1])
         fn = mix_gd_batch_cpu if c0.method == "gd" else mix_rk4_batch_cpu
-        if c0.method == "gd" and lanes:
+        if lanes:
             from numba import get_num_threads
 
             from . import vectorised
 
             # every batch in lanes, in blocks as wide as each thread's share allows
-            fn = vectorised.batch_kernel(vectorised.width_for(B, get_num_threads()), s.idx, s.sgn, P, vector_exp)
+            width = vectorised.width_for(B, get_num_threads())
+            if c0.method == "gd":
+                fn = vectorised.batch_kernel(width, s.idx, s.sgn, P, vector_exp)
+            else:
+                from . import vectorised_rk4
+
+                fn = vectorised_rk4.rk4_kernel(width, s.idx, s.sgn, P, vector_exp)
         dat = tuple(data)
         core_batched.run_cpu(fn, B, head + [dat, dims] + outs)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact enough

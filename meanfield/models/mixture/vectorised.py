@@ -671,6 +671,13 @@ class _NoAlias(CompilerBase):
 
 @functools.lru_cache(maxsize=None)
 def _batch_kernel(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: int):
+    return build(lanes, vector_exp, key, P, n, L)["gd_batch_soa"]
+
+
+@functools.lru_cache(maxsize=None)
+def build(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: int) -> dict:
+    """The namespace of one build (width, exp, sample set; ``key``: :func:`batch_kernel`'s): the constants and
+    the kernels of this module compiled over them (``vectorised_rk4`` adds its own to a copy)."""
     tab = tables(np.frombuffer(key, np.int64)[: n * L].reshape(n, L),
                  np.frombuffer(key, np.float64)[n * L:].reshape(n, L), P)
     ns = dict(globals())
@@ -686,7 +693,8 @@ def _batch_kernel(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: i
         fn.__qualname__ = name + tag
         extra = {"pipeline_class": _NoAlias} if f in _NO_ALIAS else {}
         ns[name] = njit(cache=True, nogil=True, **extra)(fn)
-    return ns["gd_batch_soa"]
+    ns["TAG"] = tag
+    return ns
 
 
 def batch_kernel(lanes: int, idx: np.ndarray, sgn: np.ndarray, P: int, vector_exp: bool = True):
