@@ -64,7 +64,9 @@ block does.
 Entry point: :func:`batch_kernel` (a drop-in replacement of
 ``batched.mix_gd_batch_cpu``, same arguments) that ``batched.advance`` runs
 on the CPU for method gd, at the block width :func:`width_for` picks. Method
-rk4 and the CUDA backend keep the per-trajectory drivers.
+rk4 runs in the same lanes (``vectorised_rk4``: its right-hand side calls
+:func:`soa_forward` / :func:`soa_backward` of a :func:`build`); the CUDA
+backend keeps the per-trajectory drivers.
 """
 
 from __future__ import annotations
