@@ -7,7 +7,8 @@
   max_abs, with trajectories that diverge (an entry above max_abs; a huge dt) while the others go on;
 * the default (vectorised exp) to rounding (<= 1e-13 of each trajectory's largest entry), with the same
   steps, statuses and stage ends;
-* the comparison is not vacuous: one dt changed by an ulp gives other bits.
+* the comparison is not vacuous: one dt changed by an ulp gives other bits;
+* a lane's bits (the default build) do not depend on the block width or the batch.
 """
 
 from __future__ import annotations
@@ -99,3 +100,15 @@ def test_the_rk4_comparison_can_fail():
     new = _lanes(cfgs, y0s, 4, vector_exp=False)
     assert not np.array_equal(ref.y[1], new.y[1])
     assert np.array_equal(ref.y[0], new.y[0])  # the other lanes are untouched
+
+
+def test_an_rk4_lanes_bits_do_not_depend_on_the_block_width_or_the_batch():
+    """The default build (vectorised exp) at widths 4 and 16, and a trajectory alone or among 17: the same bits."""
+    cfgs = _group(17)
+    y0s = [initial_state(c) for c in cfgs]
+    a, b = _lanes(cfgs, y0s, 16), _lanes(cfgs, y0s, 4)
+    alone = _lanes(cfgs[8:9], y0s[8:9], 4)
+    for f in FIELDS:
+        assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
+        x, z = getattr(a, f)[8:9], getattr(alone, f)
+        assert np.array_equal(x[:, : z.shape[1]] if x.ndim > 1 else x, z, equal_nan=True), f
