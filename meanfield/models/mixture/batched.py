@@ -42,8 +42,9 @@ stage end and the final (or last accepted) state, a record at the same
 (step, t) as the previous one replacing it. CPU batched results equal
 ``meanfield.models.mixture.run.run`` bit for bit on the per-trajectory loop
 (and on the trajectory-vectorised blocks with the C library's exp); the
-default blocks (``meanfield.models.mixture.vectorised``, method gd, every
-batch) compute the softmax's and the loss's exp within an ulp of it and
+default blocks (``meanfield.models.mixture.vectorised``, method gd, and
+``vectorised_rk4``, method rk4; every batch) compute the softmax's and the
+loss's exp within an ulp of it and
 multiply by each softmax's reciprocal sum, so they agree to rounding (<= 1e-13
 relative in the tests); their bits do not depend on the batch, its chunks,
 the block width or the number of threads. Divergence (a non-finite state or
@@ -333,8 +334,9 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     """Run one batch of configs sharing a sample set and method on ``backend``
     (``cpu`` or ``cuda``, see :func:`resolve_backend`) and return the raw
     records. ``max_bytes`` caps the record buffer (B x T x state x 8 bytes).
-    ``lanes``: on the CPU, method gd runs trajectory-vectorised
-    (``meanfield.models.mixture.vectorised``) in blocks whose width follows
+    ``lanes``: on the CPU, methods gd and rk4 run trajectory-vectorised
+    (``meanfield.models.mixture.vectorised``, ``vectorised_rk4``) in blocks
+    whose width follows
     each thread's share of B (``vectorised.width_for``; every width gives a
     trajectory the same bits); False runs the per-trajectory loop (the
     scalar kernels of ``run.run``, the reference of the tests and
@@ -394,13 +396,19 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     else:
         dims = (s.idx.shape[0], P, s.idx.shape[1])
         fn = mix_gd_batch_cpu if c0.method == "gd" else mix_rk4_batch_cpu
-        if c0.method == "gd" and lanes:
+        if lanes:
             from numba import get_num_threads
 
             from . import vectorised
 
             # every batch in lanes, in blocks as wide as each thread's share allows
-            fn = vectorised.batch_kernel(vectorised.width_for(B, get_num_threads()), s.idx, s.sgn, P, vector_exp)
+            width = vectorised.width_for(B, get_num_threads())
+            if c0.method == "gd":
+                fn = vectorised.batch_kernel(width, s.idx, s.sgn, P, vector_exp)
+            else:
+                from . import vectorised_rk4
+
+                fn = vectorised_rk4.rk4_kernel(width, s.idx, s.sgn, P, vector_exp)
         dat = tuple(data)
         core_batched.run_cpu(fn, B, head + [dat, dims] + outs)
     if np.any(status == OVERFLOW):  # pragma: no cover - the capacity bound is exact enough
@@ -424,11 +432,11 @@ def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndar
     """Run every config as one trajectory, batched on ``backend`` (``cpu``,
     ``cuda`` or ``auto``); returns one ``integrate.Trajectory`` per config, in
     order, equal to what ``meanfield.models.mixture.run.run(cfg)`` (from ``y0s[i]``
-    if given) returns: to rounding where method gd runs in vectorised lanes
-    (the CPU's default: see :func:`advance`; a trajectory's bits then depend on
-    its config alone, not on the batch, the chunks or the threads), bit for bit
-    with ``lanes=False`` (one trajectory at a time) and for method rk4; to
-    rounding on a GPU.
+    if given) returns: to rounding where methods gd and rk4 run in vectorised
+    lanes (the CPU's default: see :func:`advance`; a
+    trajectory's bits then depend on its config alone, not on the batch, the
+    chunks or the threads), bit for bit with ``lanes=False`` (one trajectory
+    at a time); to rounding on a GPU.
 
     Configs are grouped by sample set and method (K, L, p, label_prob,
     label_noise, method), one launch per group, or per
@@ -464,7 +472,8 @@ def run_batch(cfgs: list[MixtureConfig], backend: str = "cpu", y0s: list[np.ndar
 
 
 def warm_lanes() -> None:
-    """Compile (or load from numba's cache) the batch kernel of every block width of ``vectorised.WIDTHS``.
+    """Compile (or load from numba's cache) the batch kernels (gd and rk4) of every block width of
+    ``vectorised.WIDTHS``.
 
     ``meanfield warm`` calls it with its "mixture batched" family (its
     tiny sweep compiles only the width its two points take).
@@ -482,10 +491,12 @@ def warm_lanes() -> None:
     from .config import make_config
 
     cfgs = [make_config(steps=2)] * 2
+    rk4 = [make_config(method="rk4", steps=2, eta=0.1, dt=0.1, record_every=1)] * 2
     old = vectorised.WIDTHS
     try:
         for _, w in old:
             vectorised.WIDTHS = ((1, w),)
             advance(cfgs)
+            advance(rk4)
     finally:
         vectorised.WIDTHS = old

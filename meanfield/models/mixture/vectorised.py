@@ -64,7 +64,9 @@ block does.
 Entry point: :func:`batch_kernel` (a drop-in replacement of
 ``batched.mix_gd_batch_cpu``, same arguments) that ``batched.advance`` runs
 on the CPU for method gd, at the block width :func:`width_for` picks. Method
-rk4 and the CUDA backend keep the per-trajectory drivers.
+rk4 runs in the same lanes (``vectorised_rk4``: its right-hand side calls
+:func:`soa_forward` / :func:`soa_backward` of a :func:`build`); the CUDA
+backend keeps the per-trajectory drivers.
 """
 
 from __future__ import annotations
@@ -671,6 +673,13 @@ class _NoAlias(CompilerBase):
 
 @functools.lru_cache(maxsize=None)
 def _batch_kernel(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: int):
+    return build(lanes, vector_exp, key, P, n, L)["gd_batch_soa"]
+
+
+@functools.lru_cache(maxsize=None)
+def build(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: int) -> dict:
+    """The namespace of one build (width, exp, sample set; ``key``: :func:`batch_kernel`'s): the constants and
+    the kernels of this module compiled over them (``vectorised_rk4`` adds its own to a copy)."""
     tab = tables(np.frombuffer(key, np.int64)[: n * L].reshape(n, L),
                  np.frombuffer(key, np.float64)[n * L:].reshape(n, L), P)
     ns = dict(globals())
@@ -686,7 +695,8 @@ def _batch_kernel(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: i
         fn.__qualname__ = name + tag
         extra = {"pipeline_class": _NoAlias} if f in _NO_ALIAS else {}
         ns[name] = njit(cache=True, nogil=True, **extra)(fn)
-    return ns["gd_batch_soa"]
+    ns["TAG"] = tag
+    return ns
 
 
 def batch_kernel(lanes: int, idx: np.ndarray, sgn: np.ndarray, P: int, vector_exp: bool = True):
