@@ -369,7 +369,7 @@ def test_cache_name_is_the_same_in_every_process(mixture):
 def test_ready_needs_the_data_file_and_run_and_batch_share_the_loop(mixture, monkeypatch):
     """``ready``: a new dispatcher of the compiled loop's function (nothing compiled in it) is ready
     from disk; with the data file gone (exists() False) it is not, so "auto" never compiles. A batch's
-    stage hook calls the run's own loop (one compile serves both)."""
+    stage hook calls the run's own loop, by name (one compile, one cache entry, serves both)."""
     from numba import njit
 
     from meanfield.engine import batched
@@ -386,7 +386,8 @@ def test_ready_needs_the_data_file_and_run_and_batch_share_the_loop(mixture, mon
     pk = pack(desc)
     traj = specialise._batch(pk, vars(batched)).py_func.__globals__["trajectory"]
     hook = traj.py_func.__globals__["gd_stage"]
-    assert hook.py_func.__globals__["ADV"] is specialise._compiled(*specialise._key(pk, pk.lay.Gr, pk.lay.hf))
+    loop_tag = specialise._key(pk, pk.lay.Gr, pk.lay.hf)[0]  # the run's loop's name: the same numba cache entry
+    assert hook.py_func.__globals__["ADV"].py_func.__qualname__ == f"eng_gd_advance_into_{loop_tag}"
 
 
 def test_code_digest_sees_defaults_and_flags():

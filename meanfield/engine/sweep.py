@@ -35,8 +35,8 @@ def _write_point(model, over: dict, path: Path, specialise="auto") -> None:
                 specialise=specialise)
 
 
-def _run_point(job: tuple[str, dict, str]) -> dict:
-    """Worker: one point (model file, parameter overrides, run file) -> its summary (``core.sweep.run_point``)."""
+def _run_point(job: tuple[str, dict, str, object]) -> dict:
+    """Worker: one point (model file, parameter overrides, run file, specialise) -> its summary (``core.sweep.run_point``)."""
     from functools import partial
 
     from ..core.sweep import run_point
