@@ -12,7 +12,10 @@ projection (``model run icl_zfb``, ``icl_saddles``), the induction head
 (``induction run``), the two-layer class (``model run induction``) and the
 batched drivers of the mixture and the engine, GD and RK4, with the
 chunked sweep's summaries (``mixture sweep``, ``model sweep``: chunked by
-default). ``tests/test_numba_cache.py`` checks that every kernel caches. The kernels' types
+default); after some commands a Python warm-up (:data:`EXTRA`) reaches what
+their tiny sizes do not: the mixture's lanes of every block width, the
+two-layer class's direct kernels and the pattern path's gather, and
+``engine.run_batch``'s mixture fast path. ``tests/test_numba_cache.py`` checks that every kernel caches. The kernels' types
 do not depend on the sizes, so a later run at any size loads them from the
 cache instead of compiling. ``make install``, ``make demo`` and ``make test``
 run it once after installing. Nothing is written outside the temporary
@@ -60,6 +63,44 @@ COMMANDS = (
 FAMILIES = tuple(name for name, _ in COMMANDS)
 
 
+def _mixture_lanes():
+    """The mixture's trajectory-vectorised blocks of every width (a tiny sweep takes one width only)."""
+    from .models.mixture.batched import warm_lanes
+
+    warm_lanes()
+
+
+def _twolayer_paths():
+    """The two-layer class's direct kernels (heads with too many window patterns, an attention read-out whose
+    heads are not all pattern heads) and the pattern path's gather of a non-fused read-out: tiny networks,
+    no command reaches them at warm's sizes."""
+    import numpy as np
+
+    from .engine.twolayer_net import Head, Net, loss_grad
+
+    x = np.array([[0, 1, 1, 0], [1, 0, 1, 1]])
+    y, p = np.eye(2)[x[:, -1]], np.full(2, 0.5)
+    att = Net(2, 3, ((Head("rpe", (1, 2), value="token"),),), selector=1, readout="attention")
+    loss_grad(np.full(att.size, 0.5), att, x, y, p, path="direct")
+    lin = Net(2, 3, ((Head("rpe", (1, 2), value="token"),),))
+    loss_grad(np.full(lin.size, 0.5), lin, x, y, p, path="pattern")
+
+
+def _engine_fast_batch():
+    """``meanfield.engine.run_batch`` of a mixture description: the mixture's registered batch fast path and its
+    conversion of states into the engine's layout (``model sweep`` runs the generic batch)."""
+    from .engine.batched import run_batch
+    from .models.mixture.config import make_config
+    from .models.mixture.family import mixture_description
+
+    run_batch(mixture_description(make_config(steps=2)), seeds=[0, 1])
+
+
+#: Python warm-ups run after a family's command: paths its tiny command does not reach
+EXTRA = {"mixture batched": (_mixture_lanes,), "twolayer": (_twolayer_paths,),
+         "engine batched": (_engine_fast_batch,)}
+
+
 def warm(main, names=None) -> float:
     """Run the warm-up commands (all, or those in ``names``) through ``main``.
 
@@ -98,9 +139,7 @@ def warm(main, names=None) -> float:
             log.setLevel(level)
             if rc not in (0, None):
                 raise RuntimeError(f"warm-up of '{name}' failed (exit {rc})")
-            if name == "mixture batched":  # and its trajectory-vectorised blocks (a tiny sweep has too few)
-                from .models.mixture.batched import warm_lanes
-
-                warm_lanes()
+            for extra in EXTRA.get(name, ()):
+                extra()
             log.info("warm: %s kernels ready in %.1f s", name, time.perf_counter() - t1)
     return time.perf_counter() - t0

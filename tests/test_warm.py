@@ -108,17 +108,12 @@ def test_after_warm_engine_and_induction_compile_nothing(tmp_path):
 #: runs them), the dense mixture's attention update (``system.py``: the dense path runs on the engine), and
 #: ``induction.data.sample_chain`` (no command samples a chain with it); the module-level templates of the
 #: mixture's lanes (``vectorised``, ``vectorised_rk4``: never run themselves, each block width runs and caches
-#: its own copy, which warm compiles) and the mixture's per-trajectory batch drivers (``lanes=False`` only);
-#: and a known gap, paths no warm command runs yet (first use compiles them, a second or two each): the
-#: two-layer class's direct kernels and pattern gather, and ``engine.run_batch``'s conversion of mixture states
+#: its own copy, which warm compiles) and the mixture's per-trajectory batch drivers (``lanes=False`` only)
 WARM_EXEMPT = ("portable:eng_", "portable:mix_", "meanfield.models.mixture.symmetry_kernels.",
                "meanfield.models.mixture.kernels._attention_update", "meanfield.models.induction.data._chain",
                "meanfield.models.mixture.vectorised.", "meanfield.models.mixture.vectorised_rk4.",
                "meanfield.models.mixture.batched.mix_gd_batch_cpu_", "meanfield.models.mixture.batched.mix_rk4_batch_cpu_",
-               "meanfield.models.mixture.batched.new_scratch",
-               "meanfield.engine.twolayer_kernels._fwd", "meanfield.engine.twolayer_kernels._bwd",
-               "meanfield.engine.twolayer_kernels._readout", "meanfield.engine.twolayer_pattern._gather_back",
-               "meanfield.models.mixture.engine_batch._scatter")
+               "meanfield.models.mixture.batched.new_scratch")
 
 #: prints every cached CPU kernel of the package (module.qualname; ``portable:NAME`` for the CPU copies of the
 #: portable helpers) whose cache index is not on disk
