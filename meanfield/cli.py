@@ -91,11 +91,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_warm(args) -> int:
-    from .warm import COMMANDS, warm
+    from .warm import FAMILIES, families, warm
 
-    dt = warm(main)
-    print(f"meanfield warm: kernels of {', '.join(n for n, _ in COMMANDS)} compiled into numba's cache "
-          f"({dt:.1f} s; later runs load them)")
+    names = families(args.only)
+    dt = warm(main, names)
+    print(f"meanfield warm: kernels of {', '.join(n for n in FAMILIES if names is None or n in names)} compiled "
+          f"into numba's cache ({dt:.1f} s; later runs load them)")
     return 0
 
 
@@ -207,6 +208,10 @@ def build_parser(only: str | None = None, verb: str | None = None) -> argparse.A
 
 
 def _fill_warm(wa) -> None:
+    from .warm import FAMILIES
+
+    wa.add_argument("--only", default=None, metavar="NAME,...",
+                    help="comma-separated families to warm (default all): " + ", ".join(FAMILIES))
     wa.set_defaults(func=_cmd_warm)
 
 

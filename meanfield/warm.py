@@ -101,6 +101,44 @@ EXTRA = {"mixture batched": (_mixture_lanes,), "twolayer": (_twolayer_paths,),
          "engine batched": (_engine_fast_batch,)}
 
 
+def families(text, field: str = "--only"):
+    """The families named in ``meanfield warm --only`` (comma-separated), checked.
+
+    Parameters
+    ----------
+    text : str or None
+        e.g. ``"engine,twolayer"``; None: every family.
+    field : str
+        the name the error message gives the input.
+
+    Returns
+    -------
+    set of str or None
+        the names (None: all).
+
+    Raises
+    ------
+    ConfigError
+        naming the allowed families, for an empty list or an unknown name.
+
+    Examples
+    --------
+    >>> sorted(families("engine, twolayer"))
+    ['engine', 'twolayer']
+    """
+    if text is None:
+        return None
+    from .core.config import ConfigError
+
+    known = [name for name, _ in COMMANDS]
+    names = {n.strip() for n in str(text).split(",") if n.strip()}
+    bad = sorted(names - set(known))
+    if bad or not names:
+        raise ConfigError(f"{field}: comma-separated families among {', '.join(known)}; "
+                          f"got {', '.join(bad) if bad else repr(text)}")
+    return names
+
+
 def warm(main, names=None) -> float:
     """Run the warm-up commands (all, or those in ``names``) through ``main``.
 
@@ -127,6 +165,8 @@ def warm(main, names=None) -> float:
     >>> import meanfield.cli, meanfield.warm
     >>> meanfield.warm.warm(meanfield.cli.main, names={"engine"})   # doctest: +SKIP
     """
+    if names is not None:
+        names = families(names if isinstance(names, str) else ",".join(names), "names")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="meanfield-warm-") as tmp:
         for i, (name, argv) in enumerate(COMMANDS):
