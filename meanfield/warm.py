@@ -119,7 +119,7 @@ def families(text, field: str = "--only"):
     Raises
     ------
     ConfigError
-        naming the allowed families, for an empty list or an unknown name.
+        pointing to the list of families, for an empty list or an unknown name.
 
     Examples
     --------
@@ -134,8 +134,9 @@ def families(text, field: str = "--only"):
     names = {n.strip() for n in str(text).split(",") if n.strip()}
     bad = sorted(names - set(known))
     if bad or not names:
-        raise ConfigError(f"{field}: comma-separated families among {', '.join(known)}; "
-                          f"got {', '.join(bad) if bad else repr(text)}")
+        where = "meanfield warm --help" if field == "--only" else "meanfield.warm.FAMILIES"
+        got = (bad[0] if len(bad[0]) <= 40 else bad[0][:37] + "...") if bad else repr(text)[:40]
+        raise ConfigError(f"{field}: comma-separated family names ({where} lists them); not a family: {got}")
     return names
 
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 DRIVER = textwrap.dedent(r"""
@@ -72,11 +74,38 @@ def long_refusals(results: dict) -> dict:
     return out
 
 
-def run_cases(cases, cwd, timeout: float = 600.0, case_alarm: float | None = None) -> tuple[dict, float]:
-    """``case_alarm``: seconds after which a case is stopped (its rc is then ``"timeout"``)."""
+def run_cases(cases, cwd, timeout: float = 600.0, case_alarm: float | None = None,
+              workers: int = 1) -> tuple[dict, float]:
+    """``case_alarm``: seconds after which a case is stopped (its rc is then ``"timeout"``). ``workers`` > 1:
+    the cases split over that many children run at once, each in its own copy of ``cwd`` (cases writing the
+    same output name cannot meet); the peak RSS is then the largest child's."""
     env = dict(os.environ, MEANFIELD_DEBUG="", CLI_CASE_ALARM_S=str(case_alarm or ""))
-    r = subprocess.run([sys.executable, "-c", DRIVER], input=json.dumps([list(c) for c in cases]), cwd=cwd,
-                       capture_output=True, text=True, timeout=timeout, env=env)
-    assert "@@RESULTS@@" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
-    res = json.loads(r.stdout.split("@@RESULTS@@", 1)[1])
-    return {x["id"]: x for x in res[:-1]}, res[-1]["peak_rss_mb"]
+    cases = [list(c) for c in cases]
+    parts = [cases[i::workers] for i in range(workers)] if workers > 1 else [cases]
+    dirs = [cwd] if workers <= 1 else []
+    for i in range(len(dirs), len(parts)):
+        d = tempfile.mkdtemp(prefix=f"cases{i}-", dir=os.path.dirname(os.path.abspath(cwd)))
+        shutil.copytree(cwd, d, dirs_exist_ok=True)
+        dirs.append(d)
+    procs = []
+    for d, part in zip(dirs, parts):  # every child reads its cases from a file: all start at once
+        with tempfile.TemporaryFile("w+") as f:
+            json.dump(part, f)
+            f.seek(0)
+            procs.append(subprocess.Popen([sys.executable, "-c", DRIVER], stdin=f, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, cwd=d, env=env))
+    out, peak = {}, 0.0
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for d in dirs[1:] if workers > 1 else ():
+            shutil.rmtree(d, ignore_errors=True)
+    for so, se in outs:
+        assert "@@RESULTS@@" in so, so[-2000:] + se[-4000:]
+        res = json.loads(so.split("@@RESULTS@@", 1)[1])
+        out.update({x["id"]: x for x in res[:-1]})
+        peak = max(peak, res[-1]["peak_rss_mb"])
+    return out, peak

@@ -61,6 +61,7 @@ BASE = {
     ("model", "bound"): ["mix.h5", "loss <= 1"],
     ("model", "sweep-plot"): ["msw", "--x", "omega", "--y", "loss", "--out", "sp.png"],
     ("plot",): ["mix.h5", "--out", "figs"],
+    ("warm",): ["--only", "engine"],
 }
 #: the model verbs: MODEL first, then these; SHORT stands for the model's shortest training (_short)
 MODEL_BASE = {
@@ -226,7 +227,7 @@ def _check(cid, x):
 
 def _run_all(files, cs, timeout: float):
     """``timeout``: the whole batch (a case stuck in compiled code, where the alarm cannot reach it, ends it)."""
-    res, _ = run_cases(cs, files, timeout=timeout, case_alarm=ANSWER_S)
+    res, _ = run_cases(cs, files, timeout=timeout, case_alarm=ANSWER_S, workers=2)  # both cores: half the wall time
     bad = []
     for cid, _argv in cs:
         try:

@@ -160,19 +160,19 @@ def test_warm_compiles_every_kernel_into_an_empty_cache(tmp_path):
 
 def test_warm_only_selects_families_and_refuses_unknown_ones(monkeypatch, tmp_path, capsys):
     """`meanfield warm --only` runs the named families and their Python warm-ups only; an unknown or empty
-    name list is one line naming the allowed families, exit 2, and runs nothing."""
+    name list is one short line pointing to the list (--help), exit 2, and runs nothing."""
     ran = []
     monkeypatch.setattr(warm, "COMMANDS", (("a", ["x"]), ("b", ["y"])))
     monkeypatch.setattr(warm, "EXTRA", {"a": (lambda: ran.append("extra a"),), "b": (lambda: ran.append("extra b"),)})
     warm.warm(lambda argv: ran.append(argv[1]) or 0, names={"b"})
     assert ran == ["y", "extra b"]
     for bad in ({"c"}, set(), "b, c", " , "):
-        with pytest.raises(ConfigError, match="names: comma-separated families among a, b"):
+        with pytest.raises(ConfigError, match="names: comma-separated family names"):
             warm.warm(lambda argv: ran.append(argv[1]) or 0, names=bad)
     assert ran == ["y", "extra b"]
     assert warm.families(None) is None and warm.families(" a,b ,") == {"a", "b"}
     r = _cli(["warm", "--only", "engine,nonsense"], env=dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "c")),
              cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--only" in r.stderr and "nonsense" in r.stderr, r.stderr
-    assert "twolayer" in r.stderr and "Traceback" not in r.stderr
+    assert "meanfield warm --help" in r.stderr and len(r.stderr) < 200 and "Traceback" not in r.stderr
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("*.nbi"))
