@@ -336,7 +336,7 @@ def record_capacity(desc: Description, step: float, every: int) -> int:
 
 def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, backend: str = "cpu",
               record_every: int | None = None, max_bytes: float = 4 * 2**30, fast: bool = True,
-              specialise: bool | str = "auto") -> BatchRun:
+              specialise: bool | str = "auto", lanes: bool = True) -> BatchRun:
     """Advance B trajectories of a description together (CPU threads or one CUDA thread each).
 
     The exact GD map (method gd) or fixed-step RK4 of the flow (method rk4,
@@ -375,8 +375,16 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         description (``meanfield.engine.specialise``: bit for bit the generic
         batch, about 20 s to compile once per description); method gd, the CPU.
         A registered fast path is then not used, whatever ``fast`` says.
-        ``"auto"`` (default): where no fast path is taken, that batch loop if
-        one is ready (compiled before), else the generic one; False: generic.
+        ``"auto"`` (default): where no fast path is taken and ``lanes`` is
+        False (or the method rk4), that batch loop if one is ready (compiled
+        before), else the generic one; False: generic.
+    lanes : bool
+        The generic CPU batch of method gd in lanes (default:
+        ``meanfield.engine.lanes_batch``, blocks of trajectories stepped together by
+        lane kernels generated from the scalar kernels' source; equal to the
+        per-trajectory batch, ``==``, bit for bit but for the sign of zero
+        entries); False: one trajectory after another (the per-trajectory
+        drivers; ``specialise`` applies there). rk4 and CUDA: per trajectory.
 
     Returns
     -------
@@ -506,7 +514,13 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     else:
         args = head + [tuple(data), (pk.R, pk.C, lay.Nmax)] + outs
         loop = None
-        if specialise is True:
+        if gd and lanes and specialise is not True:  # the generic GD batch in lanes (meanfield.engine.lanes_batch)
+            from numba import get_num_threads
+
+            from .lanes_batch import batch_kernel, width_for
+
+            loop = batch_kernel(width_for(B, get_num_threads()))
+        elif specialise is True:
             from .specialise import batch_loop
 
             loop = batch_loop(pk, globals())
