@@ -134,6 +134,17 @@ def _module_tree(sha: str) -> dict:
     return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
 
 
+class _Lane:
+    """A loop over lanes at indentation ``ind`` with the statements ``body`` (fused with its neighbours)."""
+
+    def __init__(self, ind: str, body: list):
+        self.ind = ind
+        self.body = body
+
+    def lines(self) -> list:
+        return [f"{self.ind}for {LN} in range(_W):"] + [f"{self.ind}    {b}" for b in self.body]
+
+
 class _Transform:
     """One transform of the kernel tree: the function instances (a function and which of its parameters are
     lane arrays / lane scalars), the rows of the lane scratch they use, the generated source."""
@@ -393,7 +404,7 @@ class _Fn:
         return f"{LS}[{mask}, {LN}] != 0.0"
 
     def lane_stmt(self, text: str, ind: str) -> list:
-        return [f"{ind}for {LN} in range(_W):", f"{ind}    {text}"]
+        return [_Lane(ind, [text])]
 
     def assign_text(self, tgt, val: str, mask) -> str:
         t = self.lx(tgt)
@@ -439,13 +450,20 @@ class _Fn:
     def emit(self) -> list:
         params = self.params + [LS]
         lines = [f"def {self.out}({', '.join(params)}):", f"    _W = {LS}.shape[1]"]
-        lines += self.block(self.body, "    ", None)
+        for x in self.block(self.body, "    ", None):
+            lines += x.lines() if isinstance(x, _Lane) else [x]
         return lines
 
     def block(self, stmts, ind: str, mask) -> list:
+        """The statements' lines, adjacent loops over lanes at one indentation fused into one (each lane's
+        statements stay in their order and lanes never read each other's entries: the fusion is exact)."""
         out = []
         for st in stmts:
-            out += self.stmt(st, ind, mask)
+            for x in self.stmt(st, ind, mask):
+                if isinstance(x, _Lane) and out and isinstance(out[-1], _Lane) and out[-1].ind == x.ind:
+                    out[-1] = _Lane(x.ind, out[-1].body + x.body)
+                else:
+                    out.append(x)
         return out or [ind + "pass"]
 
     def stmt(self, st, ind: str, mask) -> list:
@@ -508,11 +526,11 @@ class _Fn:
             m1 = self.tr.rows(1)[0]
             outer = f"{self.mask_of(mask)} and " if mask is not None else ""
             test = self.lx(st.test)
-            out = [f"{ind}for {LN} in range(_W):", f"{ind}    {LS}[{m1}, {LN}] = 1.0 if ({outer}({test})) else 0.0"]
+            out = [_Lane(ind, [f"{LS}[{m1}, {LN}] = 1.0 if ({outer}({test})) else 0.0"])]
             m2 = None
             if st.orelse:
                 m2 = self.tr.rows(1)[0]
-                out.append(f"{ind}    {LS}[{m2}, {LN}] = 1.0 if ({outer}not ({test})) else 0.0")
+                out[0].body.append(f"{LS}[{m2}, {LN}] = 1.0 if ({outer}not ({test})) else 0.0")
             out += self.block(st.body, ind, m1)
             if st.orelse:
                 out += self.block(st.orelse, ind, m2)
@@ -583,8 +601,8 @@ def transform(defs: dict | None = None) -> tuple:
     body = []
     for fn in tr.order:
         is_root = fn.out in {v[0] for v in roots.values()}
-        deco = ("@njit(cache=True, nogil=True, _nrt=False, pipeline_class=NoAlias)" if is_root
-                else '@njit(inline="always", _nrt=False)')
+        deco = ('@njit(cache=True, nogil=True, _nrt=False, error_model="numpy", pipeline_class=NoAlias)' if is_root
+                else '@njit(inline="always", _nrt=False, error_model="numpy")')
         body += ["", "", deco] + fn.lines
     for name, (out, rows) in roots.items():
         body.append(f"{name}_lanes = {out}")

@@ -41,6 +41,7 @@ from numba import njit
 
 from ..core import batched as core_batched
 from ..core.activations import accept_step
+from ..core.lanes import NoAlias
 
 #: the block width for a thread's share of trajectories: (smallest share, lanes), widest first
 WIDTHS = ((16, 16), (8, 8), (1, 4))
@@ -67,6 +68,26 @@ def _next_target(b, step, end, ev, j, pts, n_pts):
     if j < n_pts[b] and pts[b, j] < target:
         target = pts[b, j]
     return target, j
+
+
+@njit(cache=True, nogil=True, pipeline_class=NoAlias)
+def lane_screen(NEW, mab, bad):
+    """bad[w] = 1.0 where an entry of lane w's new state NEW[:, w] is not finite or above mab[w] in absolute
+    value (a screen: ``accept_step`` then decides those lanes), else 0.0; loops over lanes, vectorised."""
+    for w in range(NEW.shape[1]):
+        bad[w] = 0.0
+    for i in range(NEW.shape[0]):
+        for w in range(NEW.shape[1]):
+            x = NEW[i, w]
+            bad[w] = 1.0 if not (abs(x) <= mab[w] and x - x == 0.0) else bad[w]
+
+
+@njit(cache=True, nogil=True, pipeline_class=NoAlias)
+def lane_take(Y, NEW, move):
+    """Y[:, w] = NEW[:, w] where move[w] != 0 (a select, not a branch: vectorised)."""
+    for i in range(Y.shape[0]):
+        for w in range(Y.shape[1]):
+            Y[i, w] = NEW[i, w] if move[w] != 0.0 else Y[i, w]
 
 
 def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
@@ -108,7 +129,8 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
     etv = np.zeros(Wm)
     mabv = np.zeros(Wm)
     mode_w = np.zeros(Wm, np.int64)
-    bad = np.zeros(Wm, np.bool_)
+    bad = np.zeros(Wm)
+    movef = np.zeros(Wm)
     move = np.zeros(Wm, np.bool_)
     live = np.zeros(Wm, np.bool_)
     need = np.zeros(6, np.bool_)
@@ -235,14 +257,9 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
                                 if move[w2] and mode_w[w2] == m:
                                     for i in range(ny):
                                         NEW[i, w2] = NEW1[i, w2]
-                for w in range(Wm):  # a lane whose new state may fail the guard: accept_step decides
-                    bad[w] = False
-                for i in range(ny):
-                    for w in range(Wm):
-                        x = NEW[i, w]
-                        bad[w] = True if not (abs(x) <= mabv[w] and x - x == 0.0) else bad[w]
+                lane_screen(NEW, mabv, bad)  # a lane whose new state may fail the guard: accept_step decides
                 for w in range(W):
-                    if not (move[w] and bad[w]):
+                    if not (move[w] and bad[w] != 0.0):
                         continue
                     code = accept_step(Y[:, w], NEW[:, w], mabv[w])  # the one divergence guard, on the lane's column
                     if code == 0:
@@ -258,9 +275,9 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
                                        rec_y, n_rec, status):
                         status[b] = code
                         stop_stage[b] = sidx
-                for i in range(ny):  # (a select, not a branch: vectorised; padding lanes never move)
-                    for w in range(Wm):
-                        Y[i, w] = NEW[i, w] if move[w] else Y[i, w]
+                for w in range(Wm):
+                    movef[w] = 1.0 if move[w] else 0.0
+                lane_take(Y, NEW, movef)  # padding lanes never move
                 for w in range(W):
                     if move[w]:
                         step[w] += 1

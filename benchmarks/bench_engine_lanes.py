@@ -1,0 +1,98 @@
+"""The engine's generic GD batch in lanes vs one trajectory after another (meanfield.engine.run_batch, fast=False).
+
+    python benchmarks/bench_engine_lanes.py [--B 10000] [--steps 100] [--K 2] [--L 3] [--threads 1]
+                                            [--widths 4,8,16]
+
+B trajectories of the mixture description (seeds 0..B-1 at infinite width, eta from 0.3 to 0.7) through
+``run_batch(desc, ..., fast=False, lanes=False)`` (the per-trajectory drivers over the scalar kernels) and
+``run_batch(desc, ..., fast=False)`` (the lanes, ``meanfield.engine.lanes_batch``, at the width it picks),
+and the lane batch at the block widths of ``--widths``; prints us per trajectory-step and whether the two
+paths' final states and losses are equal. Compile time is excluded (a warm-up call of each first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numba
+import numpy as np
+
+import meanfield.engine as me
+from meanfield.core import batched as core_batched
+from meanfield.engine import batched, lanes_batch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--B", type=int, default=10000)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--K", type=int, default=2)
+    ap.add_argument("--L", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--widths", default="4,8,16")
+    a = ap.parse_args()
+    numba.set_num_threads(a.threads)
+    desc = me.load("meanfield/models/mixture.toml", K=a.K, L=a.L, steps=a.steps, eta=0.5)
+    etas = np.linspace(0.3, 0.7, a.B)
+    Y0 = batched.initial_states(desc, seeds=list(range(a.B)), widths=None)
+    me.run_batch(desc, y0s=Y0[:40], eta=etas[:40], fast=False, lanes=False)  # compile / load the caches
+    me.run_batch(desc, y0s=Y0[:40], eta=etas[:40], fast=False)
+    us = 1e6 / (a.B * a.steps)
+    t0 = time.perf_counter()
+    ref = me.run_batch(desc, y0s=Y0, eta=etas, fast=False, lanes=False)
+    t_ref = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    got = me.run_batch(desc, y0s=Y0, eta=etas, fast=False)
+    t_lanes = time.perf_counter() - t0
+    same = np.array_equal(ref.y, got.y) and np.array_equal(ref.loss, got.loss)
+    bits = ref.y.tobytes() == got.y.tobytes() and ref.loss.tobytes() == got.loss.tobytes()
+    print(f"mixture K={a.K} L={a.L}: {a.B} trajectories x {a.steps} GD steps, {numba.get_num_threads()} thread(s)")
+    print(f"  run_batch(fast=False, lanes=False): {t_ref:.3f} s  ({t_ref * us:.3f} us per trajectory-step)")
+    print(f"  run_batch(fast=False) (lanes, width {lanes_batch.width_for(a.B, a.threads)}): {t_lanes:.3f} s  "
+          f"({t_lanes * us:.3f} us per trajectory-step)  ratio {t_ref / t_lanes:.2f}x")
+    print(f"  equal (==): {same}; bit for bit: {bits}")
+    # the lane batch at other widths (the same arguments as run_batch passes; one compile serves every width's
+    # lane kernels, each width compiles its driver)
+    for w in [int(x) for x in a.widths.split(",") if x]:
+        fn = lanes_batch.batch_kernel(w)
+        args = _args(desc, Y0, etas)
+        fn(0, 8, *_args(desc, Y0[:8], etas[:8]))
+        t0 = time.perf_counter()
+        core_batched.run_cpu(fn, a.B, args)
+        t = time.perf_counter() - t0
+        print(f"  lanes, width {w:2d}: {t * us:.3f} us per trajectory-step; final states == "
+              f"{np.array_equal(args[-1], ref.y)}")
+
+
+def _args(desc, Y0, etas):
+    """``run_batch``'s arguments of the CPU loop for these initial states (no records)."""
+    from meanfield.core import integrate
+    from meanfield.engine import kernels
+    from meanfield.engine.packed import mode_of, pack
+
+    tr = desc.training
+    pk = pack(desc)
+    lay = pk.lay
+    B, ny = Y0.shape
+    nst = len(tr.stages)
+    T = batched.record_capacity(desc, float(etas.min()), 0)
+    outs = core_batched.new_outputs(B, T, ny, nst)
+
+    def rows(x):
+        return np.array(np.broadcast_to(x, (B,) + np.shape(x)))
+
+    crit = [integrate.criterion_args(s.criterion, kernels.CRITERIA) for s in tr.stages]
+    data = (lay.hi, lay.hf, lay.qv, lay.Gr, lay.grp, pk.Gam, pk.nzi, pk.nzc, pk.nzn, pk.cnt, pk.last, pk.leff,
+            pk.target, pk.weight, int(pk.kind), float(pk.r0), pk.consistent,
+            rows(np.array([mode_of(s.train, tr.normalise) for s in tr.stages], np.int64)))
+    head = [np.ascontiguousarray(Y0), np.ascontiguousarray(etas), np.full(B, float(tr.max_abs)),
+            np.full(B, nst, np.int64), rows(np.array([int(s.length) for s in tr.stages], np.int64)),
+            rows(np.array([c[0] for c in crit], np.int64)), rows(np.array([c[1] for c in crit], np.int64)),
+            rows(np.array([c[2] for c in crit], np.float64)), np.zeros(B, np.int64), np.zeros((B, 1), np.int64),
+            np.zeros(B, np.int64)]
+    return head + [data, (pk.R, pk.C, lay.Nmax)] + outs
+
+
+if __name__ == "__main__":
+    main()
