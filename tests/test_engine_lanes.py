@@ -156,6 +156,23 @@ def test_diverging_lane_next_to_normal_ones_and_width_one(monkeypatch):
         _assert_same(ref, _lanes(desc, Y0, eta, 7, width, monkeypatch))
 
 
+def test_two_threads(monkeypatch):
+    """Blocks of lanes over two threads (contiguous slices, core.batched.run_cpu): the same results."""
+    import numba
+
+    desc = me.load(MODELS / "mixture.toml", K=2, L=3, steps=20, eta=0.5)
+    Y0 = batched.initial_states(desc, seeds=list(range(11)), widths=[None, 4, 6] * 3 + [None, 5])
+    eta = list(np.linspace(0.3, 0.9, 11))
+    ref = me.run_batch(desc, y0s=Y0, eta=eta, record_every=5, fast=False, lanes=False)
+    n = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    try:
+        got = me.run_batch(desc, y0s=Y0, eta=eta, record_every=5, fast=False)
+    finally:
+        numba.set_num_threads(n)
+    _assert_same(ref, got)
+
+
 def test_lanes_false_and_rk4_take_the_per_trajectory_path(monkeypatch):
     monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w: (_ for _ in ()).throw(AssertionError("lanes ran")))
     d = me.load(ROOT / "docs/examples/majority.toml", steps=5)

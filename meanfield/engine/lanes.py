@@ -111,7 +111,21 @@ LS = "_LS"  # the lane scratch (rows x W)
 
 
 class LaneTransformError(NotImplementedError):
-    """A construct of the scalar kernels the lane transform has no rule for (raised at transform time)."""
+    r"""A construct of the scalar kernels the lane transform has no rule for (raised at transform time, with
+    the function, its line in kernels.py and the statement).
+
+    Examples
+    --------
+    >>> import ast
+    >>> from meanfield.engine import kernels
+    >>> defs = dict(_module_tree(kernels.SOURCE_SHA1))
+    >>> defs["eng_sign"] = ast.parse("def eng_sign(y, hi, hf, k):\n    while y[0] > 0.0:\n        k += 1\n"
+    ...                              "    return y[k]").body[0]
+    >>> transform(defs)
+    Traceback (most recent call last):
+    ...
+    meanfield.engine.lanes.LaneTransformError: lanes: eng_sign (kernels.py line 2): a loop whose condition depends on a lane value (not a span trim of SPAN_TRIMS): while y[0] > 0.0:
+    """
 
 
 def _src(e) -> str:
@@ -574,9 +588,31 @@ class _Fn:
 
 
 def transform(defs: dict | None = None) -> tuple:
-    """(source, roots): the lane module's source and, per root of :data:`ROOTS`, (its generated name, its
-    return rows). ``defs`` (name -> ``ast.FunctionDef``) defaults to kernels.py's functions (the tests pass
-    an edited tree to see a refusal)."""
+    """The lane kernels' source, transformed from the scalar kernels (the rules: the module docstring).
+
+    Parameters
+    ----------
+    defs : dict or None
+        name -> ``ast.FunctionDef`` of the kernel functions (default: kernels.py's, read from the file this
+        process imported; the tests pass an edited tree to see a refusal).
+
+    Returns
+    -------
+    tuple
+        (source, roots): the generated module's source and, per root of :data:`ROOTS`, (its generated
+        name, the rows of the lane scratch its lane results are left in).
+
+    Raises
+    ------
+    LaneTransformError
+        A construct without a rule.
+
+    Examples
+    --------
+    >>> src, roots = transform()
+    >>> roots["eng_update"][1], "def eng_loss_grads__l0(" in src
+    ((), True)
+    """
     tr = _Transform(defs if defs is not None else _module_tree(kernels.SOURCE_SHA1))
     roots, insts = {}, []
     for name, (arr, sca) in ROOTS.items():
@@ -643,8 +679,8 @@ def module():
     Examples
     --------
     >>> m = module()
-    >>> m.RET_eng_loss_grads, len(m.RET_eng_criterion)
-    ((0,), 1)
+    >>> len(m.RET_eng_loss_grads), len(m.RET_eng_criterion), m.RET_eng_update
+    (1, 1, ())
     """
     src, _ = transform()
     me = Path(__file__).read_bytes()

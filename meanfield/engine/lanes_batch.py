@@ -43,8 +43,15 @@ from ..core import batched as core_batched
 from ..core.activations import accept_step
 from ..core.lanes import NoAlias
 
-#: the block width for a thread's share of trajectories: (smallest share, lanes), widest first
-WIDTHS = ((16, 16), (8, 8), (1, 4))
+#: seconds the lane kernels and a width's driver take to compile the first time (cold cache, 2 loaded cores)
+COMPILE_S = 50
+
+#: the block width for a thread's share of trajectories: (smallest share, lanes), widest first. The width
+#: changes no lane's result (each lane performs its own operations; the sign of a zero entry aside), only the
+#: speed: mixture K = 2, L = 3, 10^4 trajectories x 100 steps, one thread of the loaded 2-core machine
+#: (benchmarks/bench_engine_lanes.py, 2026-12-07), us per trajectory-step: width 8 4.6, 16 2.7-3.2,
+#: 32 2.1, 64 2.1-2.7 (the per-trajectory path 6.0-7.2)
+WIDTHS = ((32, 32), (16, 16), (8, 8), (1, 4))
 
 # bound per build (:func:`batch_kernel`): the lane kernels of ``meanfield.engine.lanes.module()`` and their rows
 LANES = 8
@@ -308,7 +315,7 @@ def width_for(B: int, threads: int = 1) -> int:
     Examples
     --------
     >>> width_for(3), width_for(100), width_for(20, threads=2)
-    (4, 16, 8)
+    (4, 32, 8)
     """
     share = B // max(1, min(B, threads))
     for lo, w in WIDTHS:
@@ -350,4 +357,8 @@ def batch_kernel(lanes: int):
     cpu = njit(cache=True, nogil=True)
     ns["_next_target"] = core_batched.instantiate(_next_target, ns, "_next_target", cpu, tag)
     ns["soa_record_into"] = core_batched.instantiate(core_batched.record_into, ns, "lane_record_into", cpu, tag)
-    return core_batched.instantiate(lane_gd_batch, ns, "lane_gd_batch", cpu, tag)
+    fn = core_batched.instantiate(lane_gd_batch, ns, "lane_gd_batch", cpu, tag)
+    from ..core.guard import first_use_notice
+
+    first_use_notice(mod.eng_loss_grads_lanes, mod.eng_update_lanes, seconds=COMPILE_S, echo=True)  # (a width's
+    return fn  # driver alone compiles in a few seconds: no notice)
