@@ -86,6 +86,19 @@ def test_mixture_stages_criteria_divergence_records(monkeypatch):
         _assert_same(ref, _lanes(desc, Y0, eta, 4, width, monkeypatch))
 
 
+def test_criteria_of_every_kind_and_lanes_in_different_stages(monkeypatch):
+    """Criteria on the inconsistent margin, the loss and the value velocity (grad_w) in the three stages:
+    lanes end stages at different steps, so a block holds lanes of different stages (masks) at once and
+    the update runs once per mask."""
+    desc = me.load(MODELS / "mixture.toml", K=2, L=3, schedule="three-stage", stage_steps=(10, 30, 30),
+                   stage_criteria=("inconsistent_margin>=0.001", "loss<=0.66", "grad_w<=0.05"), eta=0.5)
+    Y0 = batched.initial_states(desc, seeds=[0, 1, 2, 3, 4, 5], widths=[None, 5, 8, None, 3, 16])
+    eta = [0.5, 0.3, 0.5, 1.0, 0.7, 0.2]
+    ref = me.run_batch(desc, y0s=Y0, eta=eta, record_every=4, fast=False, lanes=False)
+    assert len({tuple(r) for r in ref.end_step.tolist()}) >= 3 and ref.end_reason[3, 2] == 1
+    _assert_same(ref, _lanes(desc, Y0, eta, 4, 8, monkeypatch))
+
+
 def _toml_positions():
     raw = tomllib.loads(textwrap.dedent("""
         name = "toy_causal"
