@@ -49,9 +49,9 @@ COMPILE_S = 50
 #: the block width for a thread's share of trajectories: (smallest share, lanes), widest first. The width
 #: changes no lane's result (each lane performs its own operations; the sign of a zero entry aside), only the
 #: speed: mixture K = 2, L = 3, 10^4 trajectories x 100 steps, one thread of the loaded 2-core machine
-#: (benchmarks/bench_engine_lanes.py, 2026-12-07), us per trajectory-step: width 8 4.6, 16 2.7-3.2,
-#: 32 2.1, 64 2.1-2.7 (the per-trajectory path 6.0-7.2)
-WIDTHS = ((32, 32), (16, 16), (8, 8), (1, 4))
+#: (benchmarks/bench_engine_lanes.py, 2026-12-07, best of 3), us per trajectory-step: width 8 3.3, 16 2.5,
+#: 32 1.96, 64 1.84 (in noisier runs 64 was once slower than 32)
+WIDTHS = ((64, 64), (32, 32), (16, 16), (8, 8), (1, 4))
 
 # bound per build (:func:`batch_kernel`): the lane kernels of ``meanfield.engine.lanes.module()`` and their rows
 LANES = 8
@@ -315,7 +315,7 @@ def width_for(B: int, threads: int = 1) -> int:
     Examples
     --------
     >>> width_for(3), width_for(100), width_for(20, threads=2)
-    (4, 32, 8)
+    (4, 64, 8)
     """
     share = B // max(1, min(B, threads))
     for lo, w in WIDTHS:
