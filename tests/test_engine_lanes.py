@@ -225,6 +225,8 @@ def _edited(name, old, new):
     # a lane value stored into a table without a lane axis
     ("eng_head_forward", "lka[k, j] = eng_attend(", "lka[k, j] = zb[k, 0] + eng_attend(",
      "a lane value stored into an array without a lane axis"),
+    # a function returning lane values that can end without one (its caller would read stale rows)
+    ("eng_sign", "return hf[k, 1]", "hf[k, 1]", "can end without a return"),
     # a statement kind without a rule
     ("eng_criterion", "if kind == 1:", "with open('x'):\n        pass\n    if kind == 1:", "a With statement"),
 ])

@@ -132,6 +132,17 @@ def _src(e) -> str:
     return ast.unparse(e)
 
 
+def _always_returns(stmts) -> bool:
+    """Whether every path through ``stmts`` ends in a return (its last statement a return, or an if whose
+    branches both always return)."""
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, ast.Return):
+        return True
+    return isinstance(last, ast.If) and _always_returns(last.body) and _always_returns(last.orelse)
+
+
 def _opsym(op) -> str:
     """The symbol of a binary operator (``+`` for ``ast.Add()``)."""
     return _src(ast.BinOp(ast.Name("a"), op, ast.Name("b")))[2:-2]
@@ -341,6 +352,8 @@ class _Fn:
                 self.fail(lane[0], "returns of different arities")
             self.ret = arity.pop()
             self.ret_rows = self.tr.rows(self.ret)
+            if not _always_returns(self.body):
+                self.fail(self.node, "a function returning lane values that can end without a return")
         for n in sorted(self.loc):
             self.row[n] = self.tr.rows(1)[0]
 
