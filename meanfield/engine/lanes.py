@@ -50,9 +50,15 @@ silently give wrong lane code: the edit then needs a rule here.
 Results: a lane's state, losses, margins and criteria are the scalar
 kernels' to the bit, but for the sign of zero entries where a zero skip or
 span trim computed a zero term anyway (``==`` holds everywhere:
-``tests/test_engine_lanes.py``). The generated module is written under
-:func:`cache_dir` as a file named by a checksum of the kernels' source
-(``kernels.SOURCE_SHA1``) and of this transform's, and imported under a name
+``tests/test_engine_lanes.py``). The lane kernels are compiled with numba's
+numpy error model (a zero divisor would give inf or nan, which the lane
+then reports as non-finite, where the scalar kernels would raise; their
+divisors are never zero: softmax sums, key counts, norms + ``NGD_EPS``):
+the zero-divisor check of the default model keeps LLVM from vectorising a
+loop. The generated module is written under :func:`cache_dir` as a file
+named by a checksum of the kernels' source (``kernels.SOURCE_SHA1``), of
+this transform's and of the files its code calls into
+(``core/activations.py``, ``core/lanes.py``), and imported under a name
 fixed by its location, so that numba's on-disk cache of its functions holds
 across processes. The lane driver: ``meanfield.engine.lanes_batch``.
 """
@@ -64,7 +70,6 @@ import copy
 import functools
 import hashlib
 import importlib.util
-import inspect
 import os
 import sys
 from pathlib import Path
@@ -121,10 +126,10 @@ class LaneTransformError(NotImplementedError):
     >>> defs = dict(_module_tree(kernels.SOURCE_SHA1))
     >>> defs["eng_sign"] = ast.parse("def eng_sign(y, hi, hf, k):\n    while y[0] > 0.0:\n        k += 1\n"
     ...                              "    return y[k]").body[0]
-    >>> transform(defs)
+    >>> transform(defs)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    meanfield.engine.lanes.LaneTransformError: lanes: eng_sign (kernels.py line 2): a loop whose condition depends on a lane value (not a span trim of SPAN_TRIMS): while y[0] > 0.0:
+    meanfield.engine.lanes.LaneTransformError: lanes: eng_sign (kernels.py line 2): a loop whose condition ...
     """
 
 
@@ -696,8 +701,13 @@ def module():
     (1, 1, ())
     """
     src, _ = transform()
-    me = Path(__file__).read_bytes()
-    tag = hashlib.sha1(src.encode() + me).hexdigest()[:16]
+    from ..core import activations
+    from ..core import lanes as core_lanes
+
+    # the name covers what the compiled code is made of: the generated source (it names kernels.py's sha1),
+    # this transform, and the files of what it calls or compiles with (numba's cache does not track them)
+    parts = [src.encode()] + [Path(f).read_bytes() for f in (__file__, activations.__file__, core_lanes.__file__)]
+    tag = hashlib.sha1(b"".join(parts)).hexdigest()[:16]
     d = cache_dir()
     path = d / f"engine_lanes_{tag}.py"
     if not path.exists() or path.read_text() != src:
@@ -719,7 +729,3 @@ def module():
     mod.TAG = tag
     return mod
 
-
-def source_of(fn) -> str:  # pragma: no cover - a reading aid
-    """The source of a kernels function as this process imported it."""
-    return inspect.getsource(fn.py_func if hasattr(fn, "py_func") else fn)

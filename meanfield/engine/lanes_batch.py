@@ -61,6 +61,7 @@ R_CRIT = 0
 LOSS_GRADS = None
 UPDATE = None
 CRITERION = None
+lane_record_into = None  # core.batched.record_into compiled for a lane's column
 
 
 def _next_target(b, step, end, ev, j, pts, n_pts):
@@ -164,7 +165,7 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
             st[w] = 0
             for s in range(n_stages[b]):
                 need[crit_kind[b, s]] = True
-            live[w] = soa_record_into(b, 0.0, 0, 1, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status)
+            live[w] = lane_record_into(b, 0.0, 0, 1, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status)
             if live[w] and n_stages[b] == 0:
                 live[w] = False
             if live[w]:
@@ -217,13 +218,13 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
                     sidx = s + 1
                     if code == 2:
                         live[w] = False
-                        if soa_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
+                        if lane_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
                                            status):
                             status[b] = code
                             stop_stage[b] = sidx
                         break
                     if code == 1 or step[w] >= end[w]:
-                        if not soa_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
+                        if not lane_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
                                                status):
                             live[w] = False
                             break
@@ -239,7 +240,7 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
                     else:
                         ev = every[b]
                         if (ev > 0 and step[w] % ev == 0) or (jj[w] < n_pts[b] and step[w] == pts[b, jj[w]]):
-                            if not soa_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y,
+                            if not lane_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y,
                                                    n_rec, status):
                                 live[w] = False
                                 break
@@ -278,7 +279,7 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
                     live[w] = False
                     final_loss[b] = loss[w]
                     sidx = st[w] + 1
-                    if soa_record_into(b, step[w] * etv[w], step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage,
+                    if lane_record_into(b, step[w] * etv[w], step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage,
                                        rec_y, n_rec, status):
                         status[b] = code
                         stop_stage[b] = sidx
@@ -352,11 +353,14 @@ def batch_kernel(lanes: int):
     ns = dict(globals())
     ns.update(LANES=int(lanes), ROWS=mod.ROWS, R_LOSS=mod.RET_eng_loss_grads[0], R_CRIT=mod.RET_eng_criterion[0],
               LOSS_GRADS=mod.eng_loss_grads_lanes, UPDATE=mod.eng_update_lanes, CRITERION=mod.eng_criterion_lanes)
-    me = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:10]
+    from ..core import activations
+
+    files = (__file__, core_batched.__file__, activations.__file__)  # the driver, record_into, accept_step
+    me = hashlib.sha1(b"".join(Path(f).read_bytes() for f in files)).hexdigest()[:10]
     tag = f"_w{int(lanes)}_{mod.TAG}_{me}"
     cpu = njit(cache=True, nogil=True)
     ns["_next_target"] = core_batched.instantiate(_next_target, ns, "_next_target", cpu, tag)
-    ns["soa_record_into"] = core_batched.instantiate(core_batched.record_into, ns, "lane_record_into", cpu, tag)
+    ns["lane_record_into"] = core_batched.instantiate(core_batched.record_into, ns, "lane_record_into", cpu, tag)
     fn = core_batched.instantiate(lane_gd_batch, ns, "lane_gd_batch", cpu, tag)
     from ..core.guard import first_use_notice
 
