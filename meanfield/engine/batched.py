@@ -35,6 +35,12 @@ also returns its final state, the loss there, its stop step, stop stage and
 status. On the CPU a batch equals ``meanfield.engine.run`` of each
 trajectory bit for bit; on a GPU to rounding (libdevice ``exp``/``log``).
 
+On the CPU, method gd, the default runs the trajectories in blocks of lanes
+(``meanfield.engine.lanes_batch``: lane kernels generated from the same
+scalar kernels by ``meanfield.engine.lanes``, the state ``Y[entry, lane]``):
+equal to the per-trajectory drivers (``==``; bit for bit but for the sign of
+a zero entry). ``run_batch(..., lanes=False)`` runs the drivers above.
+
 Methods: ``gd`` (the exact GD map, with stop criteria) and ``rk4`` (classical
 fixed-step RK4 of the flow, step ``dt`` per trajectory, without stop criteria:
 their event location needs dense output), both with the operation order of
