@@ -37,21 +37,23 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed runs of each path (the best is printed)")
     ap.add_argument("--widths", default="8,16,32,64")
     ap.add_argument("--no-mixture", action="store_true", help="skip the mixture's own lanes (the reference)")
+    ap.add_argument("--method", default="gd", choices=("gd", "rk4"), help="rk4: dt = eta, stage time steps * 0.5")
     a = ap.parse_args()
     numba.set_num_threads(a.threads)
-    desc = me.load("meanfield/models/mixture.toml", K=a.K, L=a.L, steps=a.steps, eta=0.5)
+    desc = me.load("meanfield/models/mixture.toml", K=a.K, L=a.L, steps=a.steps, eta=0.5, method=a.method)
     etas = np.linspace(0.3, 0.7, a.B)
     Y0 = batched.initial_states(desc, seeds=list(range(a.B)), widths=None)
     me.run_batch(desc, y0s=Y0[:40], eta=etas[:40], fast=False, lanes=False)  # compile / load the caches
     me.run_batch(desc, y0s=Y0[:40], eta=etas[:40], fast=False)
-    us = 1e6 / (a.B * a.steps)
     t_ref, ref = _best(a.reps, lambda: me.run_batch(desc, y0s=Y0, eta=etas, fast=False, lanes=False))
     t_gen, _ = _best(a.reps, lambda: me.run_batch(desc, y0s=Y0, eta=etas, fast=False, lanes=False,
                                                   specialise=False))
     t_lanes, got = _best(a.reps, lambda: me.run_batch(desc, y0s=Y0, eta=etas, fast=False))
+    us = 1e6 / float(ref.steps.sum())  # per trajectory-step (rk4: the solver steps each trajectory took)
     same = np.array_equal(ref.y, got.y) and np.array_equal(ref.loss, got.loss)
     bits = ref.y.tobytes() == got.y.tobytes() and ref.loss.tobytes() == got.loss.tobytes()
-    print(f"mixture K={a.K} L={a.L}: {a.B} trajectories x {a.steps} GD steps, {numba.get_num_threads()} thread(s)")
+    print(f"mixture K={a.K} L={a.L}, method {a.method}: {a.B} trajectories, {int(ref.steps.sum())} trajectory-steps "
+          f"in all, {numba.get_num_threads()} thread(s)")
     print(f"  run_batch(fast=False, lanes=False, specialise=False): {t_gen:.3f} s  ({t_gen * us:.3f} us per "
           f"trajectory-step)")
     print(f"  run_batch(fast=False, lanes=False) (specialise='auto': the specialised loop where one is cached): "
@@ -61,6 +63,8 @@ def main() -> None:
     print(f"  equal (==): {same}; bit for bit: {bits}")
     # the lane batch at other widths (the same arguments as run_batch passes; one compile serves every width's
     # lane kernels, each width compiles its driver)
+    if a.method == "rk4":  # (the widths' and the mixture's timings below are of method gd)
+        return
     for w in [int(x) for x in a.widths.split(",") if x]:
         fn = lanes_batch.batch_kernel(w)
         args = _args(desc, Y0, etas)

@@ -9,8 +9,8 @@ pattern is a zero), on descriptions covering the kernels' branches (softmax and 
 logistic, squared and cross-entropy losses; ReLU neurons, linear, token and merged values; mean, last and
 fixed queries; a causal mask with relative positional biases; normalised GD), at several block widths
 with batches that are no multiple of them, per-trajectory eta, a diverging lane next to normal ones,
-stop criteria that stop lanes at different steps, records every N. And the transform refuses what it has
-no rule for.
+stop criteria that stop lanes at different steps, records every N; method rk4 likewise
+(meanfield.engine.lanes_rk4). And the transform refuses what it has no rule for.
 """
 
 from __future__ import annotations
@@ -186,11 +186,45 @@ def test_two_threads(monkeypatch):
     _assert_same(ref, got)
 
 
-def test_lanes_false_and_rk4_take_the_per_trajectory_path(monkeypatch):
-    monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w: (_ for _ in ()).throw(AssertionError("lanes ran")))
-    d = me.load(ROOT / "docs/examples/majority.toml", steps=5)
-    me.run_batch(d, seeds=[0, 1], fast=False, lanes=False)
-    me.run_batch(me.load(ROOT / "docs/examples/majority.toml", method="rk4", steps=1), seeds=[0, 1], fast=False)
+@pytest.mark.parametrize("name", ["mixture", "majority_linear"])
+def test_rk4_lanes(name, monkeypatch):
+    """Method rk4 in lanes (meanfield.engine.lanes_rk4): stages of given time (the last step of each
+    shortened), per-trajectory dt, a lane whose large steps overshoot max_abs next to normal ones, records
+    every 3 steps; blocks of 3 and 8."""
+    from meanfield.engine import lanes_rk4
+
+    if name == "mixture":
+        desc = me.load(MODELS / "mixture.toml", K=2, L=3, method="rk4", schedule="three-stage",
+                       stage_steps=(40, 60, 30), eta=0.5, max_abs=1.49)
+        Y0 = batched.initial_states(desc, seeds=[0, 1, 2, 3, 4], widths=[None, 5, 8, None, 3])
+        dt = [1.0, 20.0, 0.5, 3.0, 0.7]
+    else:
+        desc = me.load(ROOT / "docs/examples/majority.toml", attention="linear", method="rk4", steps=200,
+                       max_abs=0.4)
+        Y0 = _perturbed(desc, 5, 0.05)
+        dt = [1.0, 3.0, 0.5, 8.0, 2.0]
+    ref = me.run_batch(desc, y0s=Y0, eta=dt, record_every=3, fast=False, lanes=False)
+    assert "diverged" in ref.status and ref.status.count("complete") >= 3, ref.status
+    for width in (3, 8):
+        monkeypatch.setattr(lanes_batch, "width_for", lambda B, threads=1: width)
+        calls = []
+        real = lanes_rk4.rk4_kernel
+        monkeypatch.setattr(lanes_rk4, "rk4_kernel", lambda w: calls.append(w) or real(w))
+        got = me.run_batch(desc, y0s=Y0, eta=dt, record_every=3, fast=False)
+        monkeypatch.undo()
+        assert calls == [width]
+        _assert_same(ref, got)
+
+
+def test_lanes_false_takes_the_per_trajectory_path(monkeypatch):
+    from meanfield.engine import lanes_rk4
+
+    never = lambda w: (_ for _ in ()).throw(AssertionError("lanes ran"))  # noqa: E731
+    monkeypatch.setattr(lanes_batch, "batch_kernel", never)
+    monkeypatch.setattr(lanes_rk4, "rk4_kernel", never)
+    me.run_batch(me.load(ROOT / "docs/examples/majority.toml", steps=5), seeds=[0, 1], fast=False, lanes=False)
+    me.run_batch(me.load(ROOT / "docs/examples/majority.toml", method="rk4", steps=1), seeds=[0, 1], fast=False,
+                 lanes=False)
 
 
 def test_width_for():

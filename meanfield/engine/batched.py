@@ -35,9 +35,10 @@ also returns its final state, the loss there, its stop step, stop stage and
 status. On the CPU a batch equals ``meanfield.engine.run`` of each
 trajectory bit for bit; on a GPU to rounding (libdevice ``exp``/``log``).
 
-On the CPU, method gd, the default runs the trajectories in blocks of lanes
-(``meanfield.engine.lanes_batch``: lane kernels generated from the same
-scalar kernels by ``meanfield.engine.lanes``, the state ``Y[entry, lane]``):
+On the CPU the default runs the trajectories in blocks of lanes
+(``meanfield.engine.lanes_batch`` for gd, ``lanes_rk4`` for rk4: lane kernels
+generated from the same scalar kernels by ``meanfield.engine.lanes``, the
+state ``Y[entry, lane]``):
 equal to the per-trajectory drivers (``==``; bit for bit but for the sign of
 a zero entry). ``run_batch(..., lanes=False)`` runs the drivers above.
 
@@ -385,12 +386,13 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         False (or the method rk4), that batch loop if one is ready (compiled
         before), else the generic one; False: generic.
     lanes : bool
-        The generic CPU batch of method gd in lanes (default:
+        The generic CPU batch in lanes (default:
         ``meanfield.engine.lanes_batch``, blocks of trajectories stepped together by
         lane kernels generated from the scalar kernels' source; equal to the
         per-trajectory batch, ``==``, bit for bit but for the sign of zero
-        entries); False: one trajectory after another (the per-trajectory
-        drivers; ``specialise`` applies there). rk4 and CUDA: per trajectory.
+        entries; method rk4 too: ``meanfield.engine.lanes_rk4``); False: one
+        trajectory after another (the per-trajectory drivers; ``specialise``
+        applies there). CUDA: per trajectory.
 
     Returns
     -------
@@ -520,12 +522,13 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     else:
         args = head + [tuple(data), (pk.R, pk.C, lay.Nmax)] + outs
         loop = None
-        if gd and lanes and specialise is not True:  # the generic GD batch in lanes (meanfield.engine.lanes_batch)
+        if lanes and specialise is not True:  # the generic batch in lanes (meanfield.engine.lanes_batch, lanes_rk4)
             from numba import get_num_threads
 
             from .lanes_batch import batch_kernel, width_for
+            from .lanes_rk4 import rk4_kernel
 
-            loop = batch_kernel(width_for(B, get_num_threads()))
+            loop = (batch_kernel if gd else rk4_kernel)(width_for(B, get_num_threads()))
         elif specialise is True:
             from .specialise import batch_loop
 
