@@ -174,15 +174,20 @@ def test_two_threads(monkeypatch):
     import numba
 
     desc = me.load(MODELS / "mixture.toml", K=2, L=3, steps=20, eta=0.5)
-    Y0 = batched.initial_states(desc, seeds=list(range(11)), widths=[None, 4, 6] * 3 + [None, 5])
-    eta = list(np.linspace(0.3, 0.9, 11))
+    Y0 = batched.initial_states(desc, seeds=list(range(21)), widths=[None, 4, 6] * 7)
+    eta = list(np.linspace(0.3, 0.9, 21))
     ref = me.run_batch(desc, y0s=Y0, eta=eta, record_every=5, fast=False, lanes=False)
     n = numba.get_num_threads()
-    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    threads = min(2, numba.config.NUMBA_NUM_THREADS)
+    numba.set_num_threads(threads)
+    calls = []
+    real = lanes_batch.batch_kernel
+    monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w: calls.append(w) or real(w))
     try:
         got = me.run_batch(desc, y0s=Y0, eta=eta, record_every=5, fast=False)
     finally:
         numba.set_num_threads(n)
+    assert calls == [lanes_batch.width_for(21, threads)] and calls[0] > 0  # 10 and 11 a thread: 8 lanes
     _assert_same(ref, got)
 
 
@@ -227,10 +232,14 @@ def test_lanes_false_takes_the_per_trajectory_path(monkeypatch):
                  lanes=False)
 
 
-def test_width_for():
-    assert lanes_batch.width_for(1) == lanes_batch.WIDTHS[-1][1]
+def test_width_for_and_small_batches_per_trajectory(monkeypatch):
+    """Below 8 trajectories a thread the per-trajectory drivers run (a lane costs more than a scalar
+    trajectory there), with the same results."""
+    assert lanes_batch.width_for(1) == 0 and lanes_batch.width_for(7) == 0 and lanes_batch.width_for(8) == 8
     assert lanes_batch.width_for(10**4) == lanes_batch.WIDTHS[0][1]
-    assert lanes_batch.width_for(10**4, threads=10**4) == lanes_batch.WIDTHS[-1][1]
+    assert lanes_batch.width_for(10**4, threads=10**4) == 0
+    monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w: (_ for _ in ()).throw(AssertionError("lanes ran")))
+    me.run_batch(me.load(ROOT / "docs/examples/majority.toml", steps=5), seeds=[0, 1, 2], fast=False)
 
 
 # ------------------------------------------------------------------ the transform's refusals

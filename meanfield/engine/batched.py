@@ -386,7 +386,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         False (or the method rk4), that batch loop if one is ready (compiled
         before), else the generic one; False: generic.
     lanes : bool
-        The generic CPU batch in lanes (default:
+        The generic CPU batch in lanes where a thread gets 8 trajectories or more (default:
         ``meanfield.engine.lanes_batch``, blocks of trajectories stepped together by
         lane kernels generated from the scalar kernels' source; equal to the
         per-trajectory batch, ``==``, bit for bit but for the sign of zero
@@ -522,13 +522,18 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     else:
         args = head + [tuple(data), (pk.R, pk.C, lay.Nmax)] + outs
         loop = None
+        width = 0
         if lanes and specialise is not True:  # the generic batch in lanes (meanfield.engine.lanes_batch, lanes_rk4)
             from numba import get_num_threads
 
-            from .lanes_batch import batch_kernel, width_for
+            from .lanes_batch import width_for
+
+            width = width_for(B, get_num_threads())  # 0: too few trajectories a thread, one after another
+        if width:
+            from .lanes_batch import batch_kernel
             from .lanes_rk4 import rk4_kernel
 
-            loop = (batch_kernel if gd else rk4_kernel)(width_for(B, get_num_threads()))
+            loop = (batch_kernel if gd else rk4_kernel)(width)
         elif specialise is True:
             from .specialise import batch_loop
 

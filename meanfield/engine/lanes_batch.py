@@ -46,12 +46,15 @@ from ..core.lanes import NoAlias
 #: seconds the lane kernels and a width's driver take to compile the first time (cold cache, 2 loaded cores)
 COMPILE_S = 50
 
-#: the block width for a thread's share of trajectories: (smallest share, lanes), widest first. The width
-#: changes no lane's result (each lane performs its own operations; the sign of a zero entry aside), only the
-#: speed: mixture K = 2, L = 3, 10^4 trajectories x 100 steps, one thread of the loaded 2-core machine
-#: (benchmarks/bench_engine_lanes.py, 2026-12-07, best of 3), us per trajectory-step: width 8 3.3, 16 2.5,
-#: 32 1.96, 64 1.84 (in noisier runs 64 was once slower than 32)
-WIDTHS = ((64, 64), (32, 32), (16, 16), (8, 8), (1, 4))
+#: the block width for a thread's share of trajectories: (smallest share, lanes), widest first; a share below
+#: the last threshold runs the per-trajectory drivers (0 lanes: one lane costs about twice a scalar trajectory,
+#: a block's fixed cost is spread over too few). The width changes no lane's result (each lane performs its own
+#: operations; the sign of a zero entry aside), only the speed: mixture K = 2, L = 3, one thread of the loaded
+#: 2-core machine (benchmarks/bench_engine_lanes.py, 2026-12-07, best of 3), us per trajectory-step, 10^4
+#: trajectories x 100 steps: width 8 3.3, 16 2.5, 32 1.96, 64 1.84; 2000 steps of B = 1 / 2 / 3 / 5
+#: trajectories: per trajectory 6.5 / 9.5 / 6.2 / 6.2 (generic loop), one block of 1 lane 14.1 (B = 1), of 2
+#: 10.0 (B = 2), of 4 10.3 (B = 3), of 8 5.4 (B = 5)
+WIDTHS = ((64, 64), (32, 32), (16, 16), (8, 8))
 
 # bound per build (:func:`batch_kernel`): the lane kernels of ``meanfield.engine.lanes.module()`` and their rows
 LANES = 8
@@ -300,7 +303,7 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
 
 def width_for(B: int, threads: int = 1) -> int:
     """The block width for B trajectories on ``threads`` threads: the widest of :data:`WIDTHS` whose
-    threshold a thread's share reaches.
+    threshold a thread's share reaches; 0 (no lanes: the per-trajectory drivers) below the last.
 
     Parameters
     ----------
@@ -316,13 +319,13 @@ def width_for(B: int, threads: int = 1) -> int:
     Examples
     --------
     >>> width_for(3), width_for(100), width_for(20, threads=2)
-    (4, 64, 8)
+    (0, 64, 8)
     """
     share = B // max(1, min(B, threads))
     for lo, w in WIDTHS:
         if share >= lo:
             return w
-    return WIDTHS[-1][1]
+    return 0
 
 
 @functools.lru_cache(maxsize=None)
