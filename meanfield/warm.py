@@ -10,7 +10,8 @@ kernel, every description shares it, and the flow right-hand side of
 ``--method rk4`` with a stop criterion), the in-context regression population and its low-rank
 projection (``model run icl_zfb``, ``icl_saddles``), the induction head
 (``induction run``), the two-layer class (``model run induction``) and the
-batched drivers of the mixture and the engine, GD and RK4, with the
+batched drivers of the mixture and the engine, GD and RK4 (with their
+trajectory-vectorised lanes at every block width), with the
 chunked sweep's summaries (``mixture sweep``, ``model sweep``: chunked by
 default). ``tests/test_numba_cache.py`` checks that every kernel caches. The kernels' types
 do not depend on the sizes, so a later run at any size loads them from the
@@ -102,5 +103,9 @@ def warm(main, names=None) -> float:
                 from .models.mixture.batched import warm_lanes
 
                 warm_lanes()
+            if name in ("engine batched", "engine batched rk4"):  # the engine's lanes (8 trajectories a thread up)
+                from .engine.lanes_batch import warm_lanes as engine_lanes
+
+                engine_lanes("rk4" if name.endswith("rk4") else "gd")
             log.info("warm: %s kernels ready in %.1f s", name, time.perf_counter() - t1)
     return time.perf_counter() - t0
