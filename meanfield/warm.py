@@ -104,8 +104,28 @@ def warm(main, names=None) -> float:
 
                 warm_lanes()
             if name in ("engine batched", "engine batched rk4"):  # the engine's lanes (8 trajectories a thread up)
-                from .engine.lanes_batch import warm_lanes as engine_lanes
-
-                engine_lanes("rk4" if name.endswith("rk4") else "gd")
+                _engine_lanes("rk4" if name.endswith("rk4") else "gd")
             log.info("warm: %s kernels ready in %.1f s", name, time.perf_counter() - t1)
     return time.perf_counter() - t0
+
+
+#: a tiny description (two sequences of two tokens, one linear-value head) for :func:`_engine_lanes`
+_LANES_DESC = {"name": "warm_lanes", "dictionary": {"features": ["a", "b"]},
+               "data": {"rows": [{"tokens": ["a", "-b"], "target": 1}, {"tokens": ["b", "a"], "target": -1}]},
+               "heads": [{"name": "h", "value": "linear"}], "parameters": {"eta": 0.1, "steps": 2}}
+
+
+def _engine_lanes(method: str) -> None:
+    """The engine's lane kernels and the driver of every block width (``meanfield.engine.lanes_batch.WIDTHS``)
+    for ``method``: a tiny description's batch of 8, 16, 32 and 64 trajectories a thread (a tiny sweep has
+    too few for lanes; the kernels' types do not depend on the description or its sizes)."""
+    from numba import get_num_threads
+
+    from .engine.batched import run_batch
+    from .engine.description import description_from_dict
+    from .engine.lanes_batch import WIDTHS
+
+    over = {"method": "rk4", "dt": 0.05, "t_end": 0.1} if method == "rk4" else None
+    desc = description_from_dict(_LANES_DESC, over)
+    for lo, _ in WIDTHS:
+        run_batch(desc, seeds=list(range(lo * max(1, get_num_threads()))), fast=False)

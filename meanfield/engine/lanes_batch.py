@@ -370,38 +370,3 @@ def batch_kernel(lanes: int):
     first_use_notice(mod.eng_loss_grads_lanes, mod.eng_update_lanes, seconds=COMPILE_S, echo=True)  # (a width's
     return fn  # driver alone compiles in a few seconds: no notice)
 
-
-#: a tiny description (two sequences of two tokens, one linear-value head) for :func:`warm_lanes`
-_WARM = {"name": "warm_lanes", "dictionary": {"features": ["a", "b"]},
-         "data": {"rows": [{"tokens": ["a", "-b"], "target": 1}, {"tokens": ["b", "a"], "target": -1}]},
-         "heads": [{"name": "h", "value": "linear"}], "parameters": {"eta": 0.1, "steps": 2}}
-
-
-def warm_lanes(method: str = "gd") -> None:
-    """Compile (or load from numba's cache) the lane kernels and the driver of every width of
-    :data:`WIDTHS` for ``method`` (``meanfield warm``: a tiny sweep has too few trajectories for lanes), by
-    running a tiny description's batch of 8, 16, 32 and 64 trajectories a thread (the kernels' types do not
-    depend on the description or its sizes).
-
-    Parameters
-    ----------
-    method : str
-        ``gd`` or ``rk4``.
-
-    Returns
-    -------
-    None
-
-    Examples
-    --------
-    >>> warm_lanes("gd")  # doctest: +SKIP
-    """
-    from numba import get_num_threads
-
-    from .batched import run_batch
-    from .description import description_from_dict
-
-    over = {"method": "rk4", "dt": 0.05, "t_end": 0.1} if method == "rk4" else None
-    desc = description_from_dict(_WARM, over)
-    for lo, _ in WIDTHS:
-        run_batch(desc, seeds=list(range(lo * max(1, get_num_threads()))), fast=False)
