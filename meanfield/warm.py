@@ -10,12 +10,13 @@ kernel, every description shares it, and the flow right-hand side of
 ``--method rk4`` with a stop criterion), the in-context regression population and its low-rank
 projection (``model run icl_zfb``, ``icl_saddles``), the induction head
 (``induction run``), the two-layer class (``model run induction``) and the
-batched drivers of the mixture and the engine, GD and RK4, with the
+batched drivers of the mixture and the engine, GD and RK4 (with their
+trajectory-vectorised lanes at every block width), with the
 chunked sweep's summaries (``mixture sweep``, ``model sweep``: chunked by
 default); after some commands a Python warm-up (:data:`EXTRA`) reaches what
-their tiny sizes do not: the mixture's lanes of every block width, the
-two-layer class's direct kernels and the pattern path's gather, and
-``engine.run_batch``'s mixture fast path. ``tests/test_numba_cache.py`` checks that every kernel caches. The kernels' types
+their tiny sizes do not: the mixture's and the engine's lanes of every
+block width, the two-layer class's direct kernels and the pattern path's
+gather, and ``engine.run_batch``'s mixture fast path. ``tests/test_numba_cache.py`` checks that every kernel caches. The kernels' types
 do not depend on the sizes, so a later run at any size loads them from the
 cache instead of compiling. ``make install``, ``make demo`` and ``make test``
 run it once after installing. Nothing is written outside the temporary
@@ -95,10 +96,6 @@ def _engine_fast_batch():
 
     run_batch(mixture_description(make_config(steps=2)), seeds=[0, 1])
 
-
-#: Python warm-ups run after a family's command: paths its tiny command does not reach
-EXTRA = {"mixture batched": (_mixture_lanes,), "twolayer": (_twolayer_paths,),
-         "engine batched": (_engine_fast_batch,)}
 
 
 def families(text, field: str = "--only"):
@@ -184,3 +181,38 @@ def warm(main, names=None) -> float:
                 extra()
             log.info("warm: %s kernels ready in %.1f s", name, time.perf_counter() - t1)
     return time.perf_counter() - t0
+
+
+#: a tiny description (two sequences of two tokens, one linear-value head) for :func:`_engine_lanes`
+_LANES_DESC = {"name": "warm_lanes", "dictionary": {"features": ["a", "b"]},
+               "data": {"rows": [{"tokens": ["a", "-b"], "target": 1}, {"tokens": ["b", "a"], "target": -1}]},
+               "heads": [{"name": "h", "value": "linear"}], "parameters": {"eta": 0.1, "steps": 2}}
+
+
+def _engine_lanes(method: str) -> None:
+    """The engine's lane kernels and the driver of every block width (``meanfield.engine.lanes_batch.WIDTHS``)
+    for ``method``: a tiny description's batch of 8, 16, 32 and 64 trajectories a thread (a tiny sweep has
+    too few for lanes; the kernels' types do not depend on the description or its sizes)."""
+    from numba import get_num_threads
+
+    from .engine.batched import run_batch
+    from .engine.description import description_from_dict
+    from .engine.lanes_batch import WIDTHS
+
+    over = {"method": "rk4", "dt": 0.05, "t_end": 0.1} if method == "rk4" else None
+    desc = description_from_dict(_LANES_DESC, over)
+    for lo, _ in WIDTHS:
+        run_batch(desc, seeds=list(range(lo * max(1, get_num_threads()))), fast=False)
+
+
+def _engine_lanes_gd():
+    _engine_lanes("gd")
+
+
+def _engine_lanes_rk4():
+    _engine_lanes("rk4")
+
+
+#: Python warm-ups run after a family's command: paths its tiny command does not reach
+EXTRA = {"mixture batched": (_mixture_lanes,), "twolayer": (_twolayer_paths,),
+         "engine batched": (_engine_fast_batch, _engine_lanes_gd), "engine batched rk4": (_engine_lanes_rk4,)}

@@ -321,8 +321,9 @@ def test_cli_default_and_no_specialise(tmp_path, mixture, monkeypatch):
 
 
 def test_batch_auto_takes_a_ready_batch(mixture, monkeypatch):
-    """run_batch(fast=False) by default: the specialised batch once one is compiled, bit for bit the
-    generic batch (specialise=False)."""
+    """run_batch(fast=False, lanes=False) by default: the specialised batch once one is compiled, bit for
+    bit the generic batch (specialise=False). (The default lanes=True runs the lanes,
+    tests/test_engine_lanes.py; "auto" applies to the per-trajectory path.)"""
     from meanfield.engine.batched import run_batch
 
     got = []
@@ -331,12 +332,19 @@ def test_batch_auto_takes_a_ready_batch(mixture, monkeypatch):
     desc = mixture[0]
     Y0 = np.tile(initial_state(desc), (3, 1))
     run_batch(desc, y0s=Y0[:1], fast=False, specialise=True)  # compiled (or loaded), B = 1
-    b2 = run_batch(desc, y0s=Y0, fast=False, record_every=25)  # B = 3: the same signature (writable rows)
+    b2 = run_batch(desc, y0s=Y0, fast=False, record_every=25, lanes=False)  # B = 3: the same signature
     assert got and got[-1] is not None
     assert len(got[-1].overloads) == 1
     n = len(got)
-    b0 = run_batch(desc, y0s=Y0, fast=False, record_every=25, specialise=False)
+    b0 = run_batch(desc, y0s=Y0, fast=False, record_every=25, specialise=False, lanes=False)
     assert len(got) == n
+    import numba
+
+    B = 8 * numba.get_num_threads()  # 8 a thread: the lanes, no "auto"
+    bl = run_batch(desc, y0s=np.tile(Y0[:1], (B, 1)), fast=False, record_every=25)
+    assert len(got) == n
+    for k in ("y", "loss", "rec_y", "n_records"):
+        assert np.array_equal(getattr(b0, k), getattr(bl, k)[:3]), k
     for k in ("y", "loss", "rec_y", "n_records"):
         assert np.array_equal(getattr(b0, k), getattr(b2, k)), k
     with pytest.raises(ConfigError, match=r"^specialise: True, False or 'auto'"):

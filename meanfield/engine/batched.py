@@ -35,6 +35,13 @@ also returns its final state, the loss there, its stop step, stop stage and
 status. On the CPU a batch equals ``meanfield.engine.run`` of each
 trajectory bit for bit; on a GPU to rounding (libdevice ``exp``/``log``).
 
+On the CPU the default runs the trajectories in blocks of lanes
+(``meanfield.engine.lanes_batch`` for gd, ``lanes_rk4`` for rk4: lane kernels
+generated from the same scalar kernels by ``meanfield.engine.lanes``, the
+state ``Y[entry, lane]``):
+equal to the per-trajectory drivers (``==``; bit for bit but for the sign of
+a zero entry). ``run_batch(..., lanes=False)`` runs the drivers above.
+
 Methods: ``gd`` (the exact GD map, with stop criteria) and ``rk4`` (classical
 fixed-step RK4 of the flow, step ``dt`` per trajectory, without stop criteria:
 their event location needs dense output), both with the operation order of
@@ -336,7 +343,7 @@ def record_capacity(desc: Description, step: float, every: int) -> int:
 
 def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, backend: str = "cpu",
               record_every: int | None = None, max_bytes: float = 4 * 2**30, fast: bool = True,
-              specialise: bool | str = "auto") -> BatchRun:
+              specialise: bool | str = "auto", lanes: bool = True) -> BatchRun:
     """Advance B trajectories of a description together (CPU threads or one CUDA thread each).
 
     The exact GD map (method gd) or fixed-step RK4 of the flow (method rk4,
@@ -375,8 +382,17 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         description (``meanfield.engine.specialise``: bit for bit the generic
         batch, about 20 s to compile once per description); method gd, the CPU.
         A registered fast path is then not used, whatever ``fast`` says.
-        ``"auto"`` (default): where no fast path is taken, that batch loop if
-        one is ready (compiled before), else the generic one; False: generic.
+        ``"auto"`` (default): where no fast path is taken and ``lanes`` is
+        False (or the method rk4), that batch loop if one is ready (compiled
+        before), else the generic one; False: generic.
+    lanes : bool
+        The generic CPU batch in lanes where a thread gets 8 trajectories or more (default:
+        ``meanfield.engine.lanes_batch``, blocks of trajectories stepped together by
+        lane kernels generated from the scalar kernels' source; equal to the
+        per-trajectory batch, ``==``, bit for bit but for the sign of zero
+        entries; method rk4 too: ``meanfield.engine.lanes_rk4``); False: one
+        trajectory after another (the per-trajectory drivers; ``specialise``
+        applies there). CUDA: per trajectory.
 
     Returns
     -------
@@ -506,7 +522,19 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
     else:
         args = head + [tuple(data), (pk.R, pk.C, lay.Nmax)] + outs
         loop = None
-        if specialise is True:
+        width = 0
+        if lanes and specialise is not True:  # the generic batch in lanes (meanfield.engine.lanes_batch, lanes_rk4)
+            from numba import get_num_threads
+
+            from .lanes_batch import width_for
+
+            width = width_for(B, get_num_threads())  # 0: too few trajectories a thread, one after another
+        if width:
+            from .lanes_batch import batch_kernel
+            from .lanes_rk4 import rk4_kernel
+
+            loop = (batch_kernel if gd else rk4_kernel)(width)
+        elif specialise is True:
             from .specialise import batch_loop
 
             loop = batch_loop(pk, globals())

@@ -80,11 +80,11 @@ import numpy as np
 from llvmlite import ir as llvm_ir
 from numba import njit
 from numba.core import types as nbtypes
-from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.extending import intrinsic
 
 from ...core import batched as core_batched
 from ...core.activations import relu_prime, sigmoid_neg_e, softplus_neg_e
+from ...core.lanes import NoAlias as _NoAlias  # numba's pipeline with the noalias flag (for :data:`_NO_ALIAS`)
 
 #: lanes per block (a compile-time constant of each build, :func:`batch_kernel`; 64: the widest of WIDTHS)
 LANES = 64
@@ -659,16 +659,6 @@ WIDTHS = ((48, 64), (9, 16), (4, 8), (1, 1))
 _KERNELS = (soa_forward, soa_backward, soa_update, soa_record_into, gd_batch_soa)
 #: the passes whose array arguments never overlap (every call passes distinct arrays gd_batch_soa allocates)
 _NO_ALIAS = (soa_forward, soa_backward, soa_update)
-
-
-class _NoAlias(CompilerBase):
-    """numba's nopython pipeline with its ``noalias`` flag set: every pointer argument is marked LLVM
-    ``noalias``, so that the loops over lanes vectorise without run-time overlap checks (each such check costs
-    about as much as a 16-lane loop's arithmetic). Only for :data:`_NO_ALIAS`."""
-
-    def define_pipelines(self):
-        self.state.flags.noalias = True
-        return [DefaultPassBuilder.define_nopython_pipeline(self.state)]
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,26 @@
+"""Pieces shared by the trajectory-vectorised batches (lanes) of every system.
+
+A lane batch advances W trajectories together, every array carrying the lane
+as its last, contiguous axis, so that the inner loops run over lanes and
+LLVM emits vector instructions for them (``meanfield.models.mixture.vectorised``,
+the mixture's hand-written lanes; ``meanfield.engine.lanes``, the engine's,
+produced from its scalar kernels by a source transform). What they share:
+:class:`NoAlias`, numba's pipeline with the ``noalias`` flag, for passes whose
+array arguments never overlap (their loops over lanes then vectorise without
+run-time overlap checks).
+"""
+
+from __future__ import annotations
+
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
+
+
+class NoAlias(CompilerBase):
+    """numba's nopython pipeline with its ``noalias`` flag set: every pointer argument is marked LLVM
+    ``noalias``, so that the loops over lanes vectorise without run-time overlap checks (each such check costs
+    about as much as a 16-lane loop's arithmetic). Only for functions whose array arguments never overlap
+    (``njit(pipeline_class=NoAlias)``)."""
+
+    def define_pipelines(self):
+        self.state.flags.noalias = True
+        return [DefaultPassBuilder.define_nopython_pipeline(self.state)]

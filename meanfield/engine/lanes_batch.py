@@ -1,0 +1,372 @@
+"""The engine's generic GD batch in lanes: W trajectories of one description advanced together.
+
+``run_batch(desc, ..., fast=False)`` on the CPU with method gd (the default;
+``lanes=False``: the per-trajectory drivers of ``meanfield.core.batched``)
+runs :func:`lane_gd_batch`: blocks of :func:`width_for` trajectories, each
+block's state ``Y[entry, lane]`` stepped by the lane kernels that
+``meanfield.engine.lanes`` generates from the scalar kernels' own source
+(loss and gradients, the GD map, the stop criteria). Blocks are split over
+threads as every CPU batch (``core.batched.run_cpu``: contiguous slices, the
+loop releases the GIL).
+
+The step/record logic is ``core.batched.gd_trajectory``'s over
+``kernels.eng_gd_advance_into``'s, per lane, as the mixture's lanes
+(``meanfield.models.mixture.vectorised.gd_batch_soa``) mirror it (not shared:
+each driver calls its own system's passes): stages of given lengths with
+their masks and stop criteria (the criterion checked at every evaluated
+state, before the step), records every ``every[b]`` steps and at the points
+``pts[b]`` and at stage ends (the record writer is ``core.batched.record_into``,
+compiled for a lane's column), a lane whose loss is not finite or whose new
+state fails ``activations.accept_step`` (non-finite, above ``max_abs``)
+stopped with its last accepted state and its status. Lanes may differ in
+eta, max_abs, stage lengths, masks and criteria: the update runs once per
+distinct mask among the lanes that step, the criterion once per kind in use.
+A lane that has finished idles until its block does; the padding lanes of
+the last block copy lane 0 and are never recorded.
+
+Results equal the per-trajectory batch's (``==``: bit for bit but for the
+sign of zero entries, ``meanfield.engine.lanes``; ``tests/test_engine_lanes.py``).
+The width changes no bit of a lane: every lane performs its own operations.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from ..core import batched as core_batched
+from ..core.activations import accept_step
+from ..core.lanes import NoAlias
+
+#: seconds the lane kernels and a width's driver take to compile the first time (cold cache, 2 loaded cores)
+COMPILE_S = 50
+
+#: the block width for a thread's share of trajectories: (smallest share, lanes), widest first; a share below
+#: the last threshold runs the per-trajectory drivers (0 lanes: one lane costs about twice a scalar trajectory,
+#: a block's fixed cost is spread over too few). The width changes no lane's result (each lane performs its own
+#: operations; the sign of a zero entry aside), only the speed: mixture K = 2, L = 3, one thread of the loaded
+#: 2-core machine (benchmarks/bench_engine_lanes.py, 2026-12-07, best of 3), us per trajectory-step, 10^4
+#: trajectories x 100 steps: width 8 3.3, 16 2.5, 32 1.96, 64 1.84; 2000 steps of B = 1 / 2 / 3 / 5
+#: trajectories: per trajectory 6.5 / 9.5 / 6.2 / 6.2 (generic loop), one block of 1 lane 14.1 (B = 1), of 2
+#: 10.0 (B = 2), of 4 10.3 (B = 3), of 8 5.4 (B = 5)
+WIDTHS = ((64, 64), (32, 32), (16, 16), (8, 8))
+
+# bound per build (:func:`batch_kernel`): the lane kernels of ``meanfield.engine.lanes.module()`` and their rows
+LANES = 8
+ROWS = 1
+R_LOSS = 0
+R_CRIT = 0
+LOSS_GRADS = None
+UPDATE = None
+CRITERION = None
+lane_record_into = None  # core.batched.record_into compiled for a lane's column
+
+
+def _next_target(b, step, end, ev, j, pts, n_pts):
+    """(target, j): the next stop of trajectory b at ``step`` (the top of ``gd_trajectory``'s loop)."""
+    target = end
+    if ev > 0:
+        nxt = (step // ev + 1) * ev
+        if nxt < target:
+            target = nxt
+    while j < n_pts[b] and pts[b, j] <= step:
+        j += 1
+    if j < n_pts[b] and pts[b, j] < target:
+        target = pts[b, j]
+    return target, j
+
+
+@njit(cache=True, nogil=True, pipeline_class=NoAlias)
+def lane_screen(NEW, mab, bad):
+    """bad[w] = 1.0 where an entry of lane w's new state NEW[:, w] is not finite or above mab[w] in absolute
+    value (a screen: ``accept_step`` then decides those lanes), else 0.0; loops over lanes, vectorised."""
+    for w in range(NEW.shape[1]):
+        bad[w] = 0.0
+    for i in range(NEW.shape[0]):
+        for w in range(NEW.shape[1]):
+            x = NEW[i, w]
+            bad[w] = 1.0 if not (abs(x) <= mab[w] and x - x == 0.0) else bad[w]
+
+
+@njit(cache=True, nogil=True, pipeline_class=NoAlias)
+def lane_take(Y, NEW, move):
+    """Y[:, w] = NEW[:, w] where move[w] != 0 (a select, not a branch: vectorised)."""
+    for i in range(Y.shape[0]):
+        for w in range(Y.shape[1]):
+            Y[i, w] = NEW[i, w] if move[w] != 0.0 else Y[i, w]
+
+
+def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
+                  data, dims, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t,
+                  end_reason, final_loss, Yout):
+    """Trajectories b0 <= b < b1 in blocks of ``LANES`` lanes (the arguments and outputs of
+    ``core.batched.batch_cpu`` with the engine's ``data``, ``dims``; a template, compiled by
+    :func:`batch_kernel`)."""
+    hi, hf, qv, Gr, grp, Gam, nzi, nzc, nzn, cnt, last, leff, target_, weight, kind, r0, consistent, stage_mode = data
+    R, C, Nmax = dims
+    n, L = nzn.shape
+    P = qv.shape[1]
+    H = hi.shape[0]
+    ny = Y0.shape[1]
+    Wm = LANES
+    Y = np.zeros((ny, Wm))
+    NEW = np.zeros((ny, Wm))
+    NEW1 = np.zeros((ny, Wm))
+    u = np.zeros((n, H, R, Wm))
+    margin = np.zeros((n, Wm))
+    zb = np.zeros((H, P, Wm))
+    f = np.zeros((C, Wm))
+    df = np.zeros((C, Wm))
+    G = np.zeros((H, Nmax, Nmax, Wm))
+    gflat = np.zeros((ny, Wm))
+    T = np.zeros((P, Wm))
+    p = np.zeros((L, Wm))
+    v = np.zeros((L, Wm))
+    om = np.zeros((P, Wm))
+    tk = np.zeros((P, Wm))
+    Xm = np.zeros((Nmax, Nmax, Wm))
+    Ym = np.zeros((Nmax, Nmax, Wm))
+    tmp = np.zeros((P, P, Wm))
+    pa = np.zeros((H, L, L, Wm))
+    lka = np.zeros((H, L))
+    LS = np.zeros((ROWS, Wm))
+    loss = np.zeros(Wm)
+    crit = np.zeros((6, Wm))
+    etv = np.zeros(Wm)
+    mabv = np.zeros(Wm)
+    mode_w = np.zeros(Wm, np.int64)
+    bad = np.zeros(Wm)
+    movef = np.zeros(Wm)
+    move = np.zeros(Wm, np.bool_)
+    live = np.zeros(Wm, np.bool_)
+    need = np.zeros(6, np.bool_)
+    st = np.zeros(Wm, np.int64)
+    step = np.zeros(Wm, np.int64)
+    end = np.zeros(Wm, np.int64)
+    target = np.zeros(Wm, np.int64)
+    jj = np.zeros(Wm, np.int64)
+    for blk in range(b0, b1, Wm):
+        W = min(Wm, b1 - blk)
+        for c in range(6):
+            need[c] = False
+        for w in range(W):
+            b = blk + w
+            for i in range(ny):
+                Y[i, w] = Y0[b, i]
+            etv[w] = eta[b]
+            mabv[w] = max_abs[b]
+            n_rec[b] = 0
+            status[b] = 0
+            stop_stage[b] = 0
+            step[w] = 0
+            jj[w] = 0
+            st[w] = 0
+            for s in range(n_stages[b]):
+                need[crit_kind[b, s]] = True
+            live[w] = lane_record_into(b, 0.0, 0, 1, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status)
+            if live[w] and n_stages[b] == 0:
+                live[w] = False
+            if live[w]:
+                end[w] = stage_len[b, 0]
+                target[w], jj[w] = _next_target(b, 0, end[w], every[b], 0, pts, n_pts)
+        for w in range(W, Wm):  # padding lanes of the last block: a copy of lane 0, never recorded
+            for i in range(ny):
+                Y[i, w] = Y[i, 0]
+            etv[w] = etv[0]
+            mabv[w] = mabv[0]
+            live[w] = False
+        n_live = 0
+        for w in range(W):
+            n_live += live[w]
+        while n_live > 0:
+            LOSS_GRADS(Y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, target_, weight, kind, r0, True, u, margin, zb,
+                       f, df, G, gflat, T, p, v, om, tk, pa, lka, LS)
+            for w in range(Wm):
+                loss[w] = LS[R_LOSS, w]
+            for c in range(1, 6):
+                if need[c]:
+                    CRITERION(c, loss, margin, consistent, hi, hf, Gam, gflat, LS)
+                    for w in range(Wm):
+                        crit[c, w] = LS[R_CRIT, w]
+            # each live lane: the decisions of eng_gd_advance_into / gd_trajectory at this evaluated state
+            for w in range(W):
+                move[w] = False
+                if not live[w]:
+                    continue
+                b = blk + w
+                while True:
+                    s = st[w]
+                    code = -1
+                    if not math.isfinite(loss[w]):
+                        code = 2
+                    elif crit_kind[b, s] != 0:
+                        cv = crit[crit_kind[b, s], w]
+                        op = crit_op[b, s]
+                        if (op > 0 and cv >= crit_thr[b, s]) or (op < 0 and cv <= crit_thr[b, s]):
+                            code = 1
+                    if code == -1 and step[w] == target[w]:
+                        code = 0
+                    if code == -1:
+                        move[w] = True
+                        mode_w[w] = stage_mode[b, s]
+                        break
+                    # the end of a gd_stage call: gd_trajectory's handling
+                    final_loss[b] = loss[w]
+                    t = step[w] * etv[w]
+                    sidx = s + 1
+                    if code == 2:
+                        live[w] = False
+                        if lane_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
+                                           status):
+                            status[b] = code
+                            stop_stage[b] = sidx
+                        break
+                    if code == 1 or step[w] >= end[w]:
+                        if not lane_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
+                                               status):
+                            live[w] = False
+                            break
+                        end_step[b, s] = step[w]
+                        end_t[b, s] = t
+                        end_reason[b, s] = code
+                        stop_stage[b] = sidx
+                        if s + 1 >= n_stages[b]:
+                            live[w] = False
+                            break
+                        st[w] = s + 1
+                        end[w] = step[w] + stage_len[b, s + 1]
+                    else:
+                        ev = every[b]
+                        if (ev > 0 and step[w] % ev == 0) or (jj[w] < n_pts[b] and step[w] == pts[b, jj[w]]):
+                            if not lane_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y,
+                                                   n_rec, status):
+                                live[w] = False
+                                break
+                    target[w], jj[w] = _next_target(b, step[w], end[w], every[b], jj[w], pts, n_pts)
+            first = -1
+            for w in range(W):
+                if move[w] and first < 0:
+                    first = w
+            if first >= 0:
+                m0 = mode_w[first]
+                UPDATE(Y, NEW, hi, hf, Gr, grp, Gam, G, gflat, etv, m0, True, Xm, Ym, tmp, LS)
+                for w in range(first + 1, W):  # lanes in a stage of another mask: the update once per mask
+                    m = mode_w[w]
+                    if move[w] and m != m0:
+                        done = False
+                        for w2 in range(first + 1, w):
+                            if move[w2] and mode_w[w2] == m:
+                                done = True
+                        if not done:
+                            UPDATE(Y, NEW1, hi, hf, Gr, grp, Gam, G, gflat, etv, m, True, Xm, Ym, tmp, LS)
+                            for w2 in range(w, W):
+                                if move[w2] and mode_w[w2] == m:
+                                    for i in range(ny):
+                                        NEW[i, w2] = NEW1[i, w2]
+                lane_screen(NEW, mabv, bad)  # a lane whose new state may fail the guard: accept_step decides
+                for w in range(W):
+                    if not (move[w] and bad[w] != 0.0):
+                        continue
+                    code = accept_step(Y[:, w], NEW[:, w], mabv[w])  # the one divergence guard, on the lane's column
+                    if code == 0:
+                        move[w] = False  # (accept_step took the new state itself)
+                        step[w] += 1
+                        continue
+                    b = blk + w
+                    move[w] = False
+                    live[w] = False
+                    final_loss[b] = loss[w]
+                    sidx = st[w] + 1
+                    if lane_record_into(b, step[w] * etv[w], step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage,
+                                       rec_y, n_rec, status):
+                        status[b] = code
+                        stop_stage[b] = sidx
+                for w in range(Wm):
+                    movef[w] = 1.0 if move[w] else 0.0
+                lane_take(Y, NEW, movef)  # padding lanes never move
+                for w in range(W):
+                    if move[w]:
+                        step[w] += 1
+            n_live = 0
+            for w in range(W):
+                n_live += live[w]
+        for w in range(W):
+            b = blk + w
+            for i in range(ny):
+                Yout[b, i] = Y[i, w]
+
+
+def width_for(B: int, threads: int = 1) -> int:
+    """The block width for B trajectories on ``threads`` threads: the widest of :data:`WIDTHS` whose
+    threshold a thread's share reaches; 0 (no lanes: the per-trajectory drivers) below the last.
+
+    Parameters
+    ----------
+    B : int
+        Trajectories of the batch.
+    threads : int
+        Threads sharing it (contiguous slices, ``core.batched.run_cpu``).
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> width_for(3), width_for(100), width_for(20, threads=2)
+    (0, 64, 8)
+    """
+    share = B // max(1, min(B, threads))
+    for lo, w in WIDTHS:
+        if share >= lo:
+            return w
+    return 0
+
+
+@functools.lru_cache(maxsize=None)
+def batch_kernel(lanes: int):
+    """:func:`lane_gd_batch` compiled for blocks of ``lanes`` lanes over the generated lane kernels
+    (``meanfield.engine.lanes.module()``), cached on disk under a name carrying the width and a checksum
+    of the lane kernels and of this file.
+
+    Parameters
+    ----------
+    lanes : int
+        Trajectories per block.
+
+    Returns
+    -------
+    numba dispatcher
+        The batch loop, with the arguments of ``core.batched.batch_cpu``.
+
+    Examples
+    --------
+    >>> k = batch_kernel(4)  # doctest: +SKIP
+    >>> k is batch_kernel(4)  # doctest: +SKIP
+    True
+    """
+    from .lanes import module
+
+    mod = module()
+    ns = dict(globals())
+    ns.update(LANES=int(lanes), ROWS=mod.ROWS, R_LOSS=mod.RET_eng_loss_grads[0], R_CRIT=mod.RET_eng_criterion[0],
+              LOSS_GRADS=mod.eng_loss_grads_lanes, UPDATE=mod.eng_update_lanes, CRITERION=mod.eng_criterion_lanes)
+    from ..core import activations
+
+    files = (__file__, core_batched.__file__, activations.__file__)  # the driver, record_into, accept_step
+    me = hashlib.sha1(b"".join(Path(f).read_bytes() for f in files)).hexdigest()[:10]
+    tag = f"_w{int(lanes)}_{mod.TAG}_{me}"
+    cpu = njit(cache=True, nogil=True)
+    ns["_next_target"] = core_batched.instantiate(_next_target, ns, "_next_target", cpu, tag)
+    ns["lane_record_into"] = core_batched.instantiate(core_batched.record_into, ns, "lane_record_into", cpu, tag)
+    fn = core_batched.instantiate(lane_gd_batch, ns, "lane_gd_batch", cpu, tag)
+    from ..core.guard import first_use_notice
+
+    first_use_notice(mod.eng_loss_grads_lanes, mod.eng_update_lanes, seconds=COMPILE_S, echo=True)  # (a width's
+    return fn  # driver alone compiles in a few seconds: no notice)
+
