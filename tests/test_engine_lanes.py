@@ -35,7 +35,7 @@ FIELDS = ("y", "loss", "steps", "stop_stage", "code", "rec_t", "rec_step", "rec_
 
 
 def _lanes(desc, Y0, eta, every, width, monkeypatch):
-    monkeypatch.setattr(lanes_batch, "width_for", lambda B, threads=1: width)
+    monkeypatch.setattr(lanes_batch, "width_for", lambda B, threads=1, per_lane=0: width)
     calls = []
     real = lanes_batch.batch_kernel
 
@@ -177,8 +177,10 @@ def test_two_threads(monkeypatch):
     Y0 = batched.initial_states(desc, seeds=list(range(21)), widths=[None, 4, 6] * 7)
     eta = list(np.linspace(0.3, 0.9, 21))
     ref = me.run_batch(desc, y0s=Y0, eta=eta, record_every=5, fast=False, lanes=False)
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one numba thread here (NUMBA_NUM_THREADS=1): nothing to split")
     n = numba.get_num_threads()
-    threads = min(2, numba.config.NUMBA_NUM_THREADS)
+    threads = 2
     numba.set_num_threads(threads)
     calls = []
     real = lanes_batch.batch_kernel
@@ -211,7 +213,7 @@ def test_rk4_lanes(name, monkeypatch):
     ref = me.run_batch(desc, y0s=Y0, eta=dt, record_every=3, fast=False, lanes=False)
     assert "diverged" in ref.status and ref.status.count("complete") >= 3, ref.status
     for width in (3, 8):
-        monkeypatch.setattr(lanes_batch, "width_for", lambda B, threads=1: width)
+        monkeypatch.setattr(lanes_batch, "width_for", lambda B, threads=1, per_lane=0: width)
         calls = []
         real = lanes_rk4.rk4_kernel
         monkeypatch.setattr(lanes_rk4, "rk4_kernel", lambda w: calls.append(w) or real(w))
@@ -225,11 +227,25 @@ def test_lanes_false_takes_the_per_trajectory_path(monkeypatch):
     from meanfield.engine import lanes_rk4
 
     never = lambda w: (_ for _ in ()).throw(AssertionError("lanes ran"))  # noqa: E731
+    gd, rk4 = (me.load(ROOT / "docs/examples/majority.toml", steps=5),
+               me.load(ROOT / "docs/examples/majority.toml", method="rk4", steps=1))
+    seeds = list(range(8 * numba_threads()))  # enough a thread for lanes: only lanes=False keeps them off
+    for desc in (gd, rk4):  # control: without lanes=False the lanes run
+        with pytest.raises(AssertionError, match="lanes ran"):
+            with monkeypatch.context() as m:
+                m.setattr(lanes_batch, "batch_kernel", never)
+                m.setattr(lanes_rk4, "rk4_kernel", never)
+                me.run_batch(desc, seeds=seeds, fast=False)
     monkeypatch.setattr(lanes_batch, "batch_kernel", never)
     monkeypatch.setattr(lanes_rk4, "rk4_kernel", never)
-    me.run_batch(me.load(ROOT / "docs/examples/majority.toml", steps=5), seeds=[0, 1], fast=False, lanes=False)
-    me.run_batch(me.load(ROOT / "docs/examples/majority.toml", method="rk4", steps=1), seeds=[0, 1], fast=False,
-                 lanes=False)
+    me.run_batch(gd, seeds=seeds, fast=False, lanes=False)
+    me.run_batch(rk4, seeds=seeds, fast=False, lanes=False)
+
+
+def numba_threads() -> int:
+    import numba
+
+    return numba.get_num_threads()
 
 
 def test_width_for_and_small_batches_per_trajectory(monkeypatch):
@@ -238,8 +254,11 @@ def test_width_for_and_small_batches_per_trajectory(monkeypatch):
     assert lanes_batch.width_for(1) == 0 and lanes_batch.width_for(7) == 0 and lanes_batch.width_for(8) == 8
     assert lanes_batch.width_for(10**4) == lanes_batch.WIDTHS[0][1]
     assert lanes_batch.width_for(10**4, threads=10**4) == 0
+    desc = me.load(ROOT / "docs/examples/majority.toml", steps=5)
+    Y0 = _perturbed(desc, 3, 0.1)
+    ref = me.run_batch(desc, y0s=Y0, record_every=2, fast=False, lanes=False)
     monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w: (_ for _ in ()).throw(AssertionError("lanes ran")))
-    me.run_batch(me.load(ROOT / "docs/examples/majority.toml", steps=5), seeds=[0, 1, 2], fast=False)
+    _assert_same(ref, me.run_batch(desc, y0s=Y0, record_every=2, fast=False))
 
 
 # ------------------------------------------------------------------ the transform's refusals

@@ -475,6 +475,8 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
             raise ConfigError(f"eta: must be a positive number or {B} of them") from None
     if not np.all(np.isfinite(etas) & (etas > 0)):
         raise ConfigError(f"eta: must be positive and finite; got {etas[~(np.isfinite(etas) & (etas > 0))][0]:g}")
+    if not isinstance(lanes, (bool, np.bool_)):
+        raise ConfigError(f"lanes: must be True or False; got {lanes!r}")
     if record_every is not None and (isinstance(record_every, bool) or int(record_every) != record_every
                                      or record_every < 1):
         raise ConfigError(f"record_every: must be a positive integer or None; got {record_every!r}")
@@ -526,9 +528,11 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         if lanes and specialise is not True:  # the generic batch in lanes (meanfield.engine.lanes_batch, lanes_rk4)
             from numba import get_num_threads
 
-            from .lanes_batch import width_for
+            from .lanes_batch import lane_bytes, width_for
 
-            width = width_for(B, get_num_threads())  # 0: too few trajectories a thread, one after another
+            per_lane = lane_bytes(*pk.nzn.shape, lay.P, lay.hi.shape[0], pk.R, pk.C, lay.Nmax, ny)
+            # 0: too few trajectories a thread (one after another), or a lane's scratch too large for a block
+            width = width_for(B, get_num_threads(), per_lane)
         if width:
             from .lanes_batch import batch_kernel
             from .lanes_rk4 import rk4_kernel

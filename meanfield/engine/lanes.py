@@ -72,6 +72,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import threading
 from pathlib import Path
 
 from . import kernels
@@ -683,6 +684,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "meanfield" / "lanes"
 
 
+def _written(d: Path, tag: str, src: str) -> Path:
+    """The generated module's file in folder ``d``, written there unless it holds ``src`` already."""
+    path = d / f"engine_lanes_{tag}.py"
+    if not path.exists() or path.read_text() != src:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(src)
+        os.replace(tmp, path)  # atomic: another process (or thread) reads the whole file or none
+    return path
+
+
 @functools.lru_cache(maxsize=1)
 def module():
     """The lane kernels (the generated module, imported): ``eng_loss_grads_lanes``, ``eng_update_lanes``,
@@ -708,13 +720,16 @@ def module():
     # this transform, and the files of what it calls or compiles with (numba's cache does not track them)
     parts = [src.encode()] + [Path(f).read_bytes() for f in (__file__, activations.__file__, core_lanes.__file__)]
     tag = hashlib.sha1(b"".join(parts)).hexdigest()[:16]
-    d = cache_dir()
-    path = d / f"engine_lanes_{tag}.py"
-    if not path.exists() or path.read_text() != src:
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(src)
-        os.replace(tmp, path)  # atomic: another process reads the whole file or none
+    try:
+        path = _written(cache_dir(), tag, src)
+    except OSError as e:  # an unwritable cache (a read-only home): this process's own folder, one warning
+        import logging
+        import tempfile
+
+        path = _written(Path(tempfile.mkdtemp(prefix="meanfield-lanes-")), tag, src)
+        logging.getLogger("meanfield").warning(
+            "lane kernels: cannot write to %s (%s); using %s for this process (set MEANFIELD_LANES_DIR to a "
+            "writable folder to keep them)", cache_dir(), e.strerror or e, path.parent)
     name = f"_meanfield_engine_lanes_{tag}"
     mod = sys.modules.get(name)
     if mod is None:

@@ -301,9 +301,39 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
                 Yout[b, i] = Y[i, w]
 
 
-def width_for(B: int, threads: int = 1) -> int:
+def lane_bytes(n: int, L: int, P: int, H: int, R: int, C: int, Nmax: int, ny: int) -> int:
+    """Bytes of one lane's scratch in a block (the arrays :func:`lane_gd_batch` and ``lanes_rk4`` allocate per
+    lane: the state and its copies, the per-sequence outputs u (n, H, R) and margins, the gradients, the
+    attention); a block of W lanes on each of T threads holds W T times this.
+
+    Parameters
+    ----------
+    n, L, P, H, R, C, Nmax, ny : int
+        Sequences and positions of the data, features, heads, value rows, outputs, the largest Gram block and
+        the state size (``meanfield.engine.packed.pack``'s).
+
+    Returns
+    -------
+    int
+        An upper bound of the bytes.
+
+    Examples
+    --------
+    >>> lane_bytes(10, 3, 4, 2, 1, 1, 8, 100) > 8 * (10 * 2 * 1)
+    True
+    """
+    return 8 * (12 * ny + n * (H * R + 1) + 3 * H * Nmax * Nmax + H * L * L + P * (P + H + 3) + 2 * L + 2 * C
+                + 256)  # the last: the lane scratch rows of the generated kernels' locals and the per-lane control
+
+
+#: the most bytes of lane scratch a thread's block may hold (above it a narrower block, or none)
+LANE_SCRATCH_BYTES = 256 * 2**20
+
+
+def width_for(B: int, threads: int = 1, per_lane: int = 0) -> int:
     """The block width for B trajectories on ``threads`` threads: the widest of :data:`WIDTHS` whose
-    threshold a thread's share reaches; 0 (no lanes: the per-trajectory drivers) below the last.
+    threshold a thread's share reaches and whose scratch (``per_lane`` bytes a lane, :func:`lane_bytes`)
+    fits :data:`LANE_SCRATCH_BYTES`; 0 (no lanes: the per-trajectory drivers) when none does.
 
     Parameters
     ----------
@@ -311,6 +341,8 @@ def width_for(B: int, threads: int = 1) -> int:
         Trajectories of the batch.
     threads : int
         Threads sharing it (contiguous slices, ``core.batched.run_cpu``).
+    per_lane : int
+        Bytes of one lane's scratch (0: not limited).
 
     Returns
     -------
@@ -318,12 +350,12 @@ def width_for(B: int, threads: int = 1) -> int:
 
     Examples
     --------
-    >>> width_for(3), width_for(100), width_for(20, threads=2)
-    (0, 64, 8)
+    >>> width_for(3), width_for(100), width_for(20, threads=2), width_for(100, per_lane=2**23)
+    (0, 64, 8, 32)
     """
     share = B // max(1, min(B, threads))
     for lo, w in WIDTHS:
-        if share >= lo:
+        if share >= lo and w * per_lane <= LANE_SCRATCH_BYTES:
             return w
     return 0
 

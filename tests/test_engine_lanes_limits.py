@@ -1,0 +1,71 @@
+"""The engine's lanes at their limits: an unwritable cache folder, a lane scratch too large for a block,
+the ``lanes`` argument's type (tests/test_engine_lanes.py holds the lanes equal to the per-trajectory path)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import meanfield.engine as me
+from meanfield.core.config import ConfigError
+from meanfield.engine import batched, lanes, lanes_batch
+from meanfield.engine.packed import pack
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_an_unwritable_cache_folder_falls_back_to_a_folder_of_the_process(monkeypatch, caplog, tmp_path):
+    """A lane cache folder that cannot be written (a read-only home) costs one warning, not the batch: the
+    generated module is written to a folder of this process instead (control: that folder is new)."""
+    ro = tmp_path / "file"
+    ro.write_text("not a folder")
+    monkeypatch.setattr(lanes, "cache_dir", lambda: ro / "sub")
+    lanes.module.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="meanfield"):
+            mod = lanes.module()
+    finally:
+        lanes.module.cache_clear()
+    assert mod.TAG and hasattr(mod, "eng_loss_grads_lanes")
+    msg = [r.getMessage() for r in caplog.records if "lane kernels: cannot write" in r.getMessage()]
+    assert len(msg) == 1 and str(ro / "sub") in msg[0] and "MEANFIELD_LANES_DIR" in msg[0], caplog.text
+    fallback = Path(msg[0].split("using ")[1].split(" for this process")[0])
+    assert fallback.is_dir() and fallback != ro / "sub" and any(fallback.glob("engine_lanes_*.py"))
+
+
+def test_a_lane_scratch_too_large_for_a_block_narrows_the_block_or_takes_the_per_trajectory_path():
+    """width_for keeps a thread's block within LANE_SCRATCH_BYTES: the widest width that fits, 0 when none."""
+    cap = lanes_batch.LANE_SCRATCH_BYTES
+    assert lanes_batch.width_for(10**4, 1, cap // 64) == 64
+    assert lanes_batch.width_for(10**4, 1, cap // 64 + 1) == 32
+    assert lanes_batch.width_for(10**4, 1, cap // 8 + 1) == 0
+    # the estimate covers the per-sequence outputs u (n, H, R) a lane holds: a large population data set
+    desc = me.load(ROOT / "meanfield/models/incontext.toml", K=6, N=3, steps=2)
+    pk = pack(desc)
+    n, L = pk.nzn.shape
+    lay = pk.lay
+    per = lanes_batch.lane_bytes(n, L, lay.P, lay.hi.shape[0], pk.R, pk.C, lay.Nmax, lay.size)
+    assert per >= 8 * n * lay.hi.shape[0] * pk.R
+    assert per >= 8 * lay.hi.shape[0] * L * L
+
+
+@pytest.mark.parametrize("bad", ["no", None, 0, 1.0, "True"])
+def test_lanes_must_be_a_bool(bad):
+    desc = me.load(ROOT / "docs/examples/majority.toml", steps=2)
+    with pytest.raises(ConfigError, match="lanes: must be True or False"):
+        batched.run_batch(desc, seeds=[0, 1], fast=False, lanes=bad)
+
+
+def test_the_default_width_on_a_description_takes_its_scratch_into_account(monkeypatch):
+    """run_batch passes the description's lane scratch to width_for: with a budget below one lane's scratch
+    the per-trajectory drivers run (the same results as lanes=False)."""
+    desc = me.load(ROOT / "docs/examples/majority.toml", steps=4)
+    seeds = list(range(64))
+    ref = batched.run_batch(desc, seeds=seeds, fast=False, lanes=False)
+    monkeypatch.setattr(lanes_batch, "LANE_SCRATCH_BYTES", 1)
+    monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w: (_ for _ in ()).throw(AssertionError("lanes ran")))
+    got = batched.run_batch(desc, seeds=seeds, fast=False)
+    assert np.array_equal(ref.y, got.y) and np.array_equal(ref.loss, got.loss)
