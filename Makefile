@@ -12,7 +12,7 @@ $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
-	$(BIN)/meanfield warm  # compile the common numba kernels into the cache once (README, "First use")
+	$(BIN)/meanfield warm --jobs 2  # compile the numba kernels into the cache once, the engine's in a second process (README, "First use")
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -94,7 +94,7 @@ def _cmd_warm(args) -> int:
     from .warm import FAMILIES, families, warm
 
     names = families(args.only)
-    dt = warm(main, names)
+    dt = warm(main, names, args.jobs)
     print(f"meanfield warm: kernels of {', '.join(n for n in FAMILIES if names is None or n in names)} compiled "
           f"into numba's cache ({dt:.1f} s; later runs load them)")
     return 0
@@ -212,6 +212,8 @@ def _fill_warm(wa) -> None:
 
     wa.add_argument("--only", default=None, metavar="NAME,...",
                     help="comma-separated families to warm (default all): " + ", ".join(FAMILIES))
+    wa.add_argument("--jobs", type=int, choices=(1, 2), default=1,
+                    help="2: the engine's families in a second process at the same time (two cores; default 1)")
     wa.set_defaults(func=_cmd_warm)
 
 

@@ -176,3 +176,25 @@ def test_warm_only_selects_families_and_refuses_unknown_ones(monkeypatch, tmp_pa
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--only" in r.stderr and "nonsense" in r.stderr, r.stderr
     assert "meanfield warm --help" in r.stderr and len(r.stderr) < 200 and "Traceback" not in r.stderr
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("*.nbi"))
+
+
+def test_warm_jobs_two_runs_the_engine_families_in_a_second_process(monkeypatch):
+    """jobs=2: the families of SECOND go to a second process (`meanfield warm --only ...`, which succeeds),
+    the others run here; jobs other than 1 or 2 are refused."""
+    ran, spawned = [], []
+    monkeypatch.setattr(warm, "COMMANDS", (("engine", ["x"]), ("a", ["y"])))
+    monkeypatch.setattr(warm, "EXTRA", {})
+    real = subprocess.Popen
+
+    def spy(argv, **kw):
+        spawned.append(argv)
+        return real(argv, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    warm.warm(lambda argv: ran.append(argv[1]) or 0, jobs=2)
+    assert ran == ["y"] and len(spawned) == 1 and spawned[0][-2:] == ["--only", "engine"]
+    warm.warm(lambda argv: ran.append(argv[1]) or 0, names={"a"}, jobs=2)  # nothing of SECOND: no process
+    assert ran == ["y", "y"] and len(spawned) == 1
+    for bad in (0, 3, True):
+        with pytest.raises(ConfigError, match="jobs: 1 or 2"):
+            warm.warm(lambda argv: 0, jobs=bad)
