@@ -253,6 +253,9 @@ def _edited(name, old, new):
     return defs
 
 
+_I5, _I6 = "\n" + " " * 20, "\n" + " " * 24  # a new line at indentation 5, 6 (of ast.unparse)
+
+
 @pytest.mark.parametrize("fn, old, new, why", [
     # a return under a lane-dependent test (the function would return different things per lane)
     ("eng_attend", "if z > mx:\n                    mx = z", "if z > mx:\n                    return 0.0",
@@ -272,6 +275,15 @@ def _edited(name, old, new):
     ("eng_sign", "return hf[k, 1]", "hf[k, 1]", "can end without a return"),
     # a statement kind without a rule
     ("eng_criterion", "if kind == 1:", "with open('x'):\n        pass\n    if kind == 1:", "a With statement"),
+    # a zero skip moved above a statement it then skips (its reason was reviewed for other statements)
+    ("eng_backward_sample", f"d = df[c] * a_k / nn{_I6}outc += uu{_I5}if d == 0.0:{_I6}continue\n",
+     f"d = df[c] * a_k / nn{_I5}if d == 0.0:{_I6}continue{_I5}if val != 0:{_I6}outc += uu\n",
+     "the zero skip guards different statements than the reviewed ones"),
+    # a second site of a zero skip's key in one function
+    ("eng_backward_sample", f"if d == 0.0:{_I6}continue\n",
+     f"if d == 0.0:{_I6}continue{_I5}if d == 0.0:{_I6}continue\n", "a second zero skip with the test 'd == 0.0'"),
+    # an edit of the statements a span trim's span serves
+    ("eng_update", "if b0 == b1:", "if b0 >= b1:", "the span trim guards different statements than the reviewed"),
 ])
 def test_the_transform_refuses_what_it_has_no_rule_for(fn, old, new, why):
     with pytest.raises(lanes.LaneTransformError, match=why):

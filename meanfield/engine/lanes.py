@@ -29,12 +29,14 @@ block. The rules (:class:`_Fn`):
   ``if uu > 0.0: acc += uu``, ``if c != 0.0: <accumulate>``, ``if dz != 0.0``)
   is predicated: its test is kept per lane in a mask row and each assignment
   becomes ``x = <new> if mask else x`` (bit for bit the branch);
-* the exact-zero skips of :data:`ZERO_SKIPS` (``if d == 0.0: continue`` ...)
+* the exact-zero skips of ``ZERO_SKIPS`` (``if d == 0.0: continue`` ...)
   skip only when every lane would; a lane whose value is zero then adds its
   terms, each a product with that exact zero, which changes at most the sign
   of a zero for finite gradients (the reason is given per site); the span
-  trims of :data:`SPAN_TRIMS` (``while b0 < N and Xm[c, b0] == 0.0``) trim
-  the zeros every lane has (the union of the lanes' spans), the same argument;
+  trims of ``SPAN_TRIMS`` (``while b0 < N and Xm[c, b0] == 0.0``) trim
+  the zeros every lane has (the union of the lanes' spans), the same argument.
+  Both tables (``meanfield.engine.lanes_rules``) hold, per site, the checksum
+  of the statements its reason was reviewed with (its loop's body);
 * a function returning lane values writes them into its return rows of
   ``_LS``; calls between kernels stay calls (inlined by numba, as in the
   scalar kernels) of their lane versions; a scalar primitive
@@ -57,7 +59,7 @@ divisors are never zero: softmax sums, key counts, norms + ``NGD_EPS``):
 the zero-divisor check of the default model keeps LLVM from vectorising a
 loop. The generated module is written under :func:`cache_dir` as a file
 named by a checksum of the kernels' source (``kernels.SOURCE_SHA1``), of
-this transform's and of the files its code calls into
+this transform's (and its rules') and of the files its code calls into
 (``core/activations.py``, ``core/lanes.py``), and imported under a name
 fixed by its location, so that numba's on-disk cache of its functions holds
 across processes. The lane driver: ``meanfield.engine.lanes_batch``.
@@ -75,41 +77,7 @@ import sys
 from pathlib import Path
 
 from . import kernels
-
-#: the transform's roots and, per root, its lane arrays and lane scalars (by parameter name)
-ROOTS = {
-    "eng_loss_grads": (("y", "u", "margin", "zb", "f", "df", "G", "gflat", "T", "p", "v", "om", "tk", "pa"), ()),
-    "eng_update": (("y", "out", "G", "gflat", "Xm", "Ym", "tmp"), ("eta",)),
-    "eng_criterion": (("margin", "gflat"), ("loss",)),
-}
-
-#: scalar primitives called once per lane with the lane's values (their source unchanged), besides ``math.*``
-ELEMENTWISE = frozenset({"relu_prime", "sigmoid_neg_e", "softplus_neg_e", "abs", "max", "min", "float"})
-
-#: builtins a uniform statement may call
-_UNIFORM_CALLS = frozenset({"range", "int", "float", "abs", "max", "min", "len"})
-
-#: (function, test) of the exact-zero skips ``if <test>: continue`` (a lane test): taken only when every lane
-#: takes it. Why computing a zero lane's terms anyway changes at most the sign of a zero (finite gradients):
-ZERO_SKIPS = {
-    ("eng_backward_sample", "d == 0.0"):
-        "d multiplies every term that follows (G, gflat: d * zb; om: d * y), zb and y finite",
-    ("eng_backward_sample", "not nz"):
-        "om is zero: v = sum om c is a signed zero, so is every dz = ql p (v - vbar) or ql c v / lk (p finite) "
-        "and every tk, ta = scale tk (the next skip), gflat += dz",
-    ("eng_backward_sample", "ta == 0.0"):
-        "ta multiplies every term that follows (c, qv finite)",
-    ("eng_update", "gs == 0.0"):
-        "gs multiplies every term that follows (gs * gr, Gr finite)",
-    ("eng_normalise_wide", "not nz"):
-        "the object's columns of Xm are zero: they are only scaled (by a finite factor, its gradient finite)",
-}
-
-#: (function, lane test) of the span trims ``while <uniform> and <lane test>: <index> +/-= 1`` of eng_update:
-#: trimmed while every lane's test holds (the union of the lanes' spans of non-zero Xm entries); a lane's terms
-#: outside its own span are products with an exact zero of Xm (finite factors: a signed zero)
-SPAN_TRIMS = frozenset({("eng_update", "Xm[c, b0] == 0.0"), ("eng_update", "Xm[c, b1 - 1] == 0.0"),
-                        ("eng_update", "Xm[c0, a] == 0.0"), ("eng_update", "Xm[c1 - 1, a] == 0.0")})
+from .lanes_rules import ELEMENTWISE, ROOTS, SPAN_TRIMS, UNIFORM_CALLS, ZERO_SKIPS, site_sha
 
 LN = "_ln"  # the lane index of the generated loops
 LS = "_LS"  # the lane scratch (rows x W)
@@ -236,6 +204,7 @@ class _Fn:
         self.nsite = 0
         self.body = [s for s in self.node.body
                      if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # the docstring
+        self._check_sites()
         self._rename_loop_vars()
         if self.node.args.vararg or self.node.args.kwarg or self.node.args.kwonlyargs or self.node.args.defaults:
             self.fail(self.node, "only plain positional parameters")
@@ -259,6 +228,37 @@ class _Fn:
                             self.fail(n, "a loop variable assigned inside its loop")
                         m.id = new
                 n.target.id = new
+
+    def _check_sites(self):
+        """Each zero skip and span trim is the one reviewed: no other site of this function has its key, and
+        its loop's body has the checksum of its entry."""
+        sites, seen = [], {}
+
+        def visit(stmts, loop_body):
+            for st in stmts:
+                if isinstance(st, ast.If) and len(st.body) == 1 and isinstance(st.body[0], ast.Continue) \
+                        and not st.orelse and (self.name, _src(st.test)) in ZERO_SKIPS:
+                    key = (self.name, _src(st.test))
+                    sites.append((st, key, "zero skip", "ZERO_SKIPS", ZERO_SKIPS[key][0], site_sha(loop_body)))
+                elif isinstance(st, ast.While) and isinstance(st.test, ast.BoolOp) and isinstance(st.test.op, ast.And) \
+                        and (self.name, _src(st.test.values[-1])) in SPAN_TRIMS:
+                    key = (self.name, _src(st.test.values[-1]))
+                    sites.append((st, key, "span trim", "SPAN_TRIMS", SPAN_TRIMS[key], site_sha(loop_body)))
+                if isinstance(st, (ast.For, ast.While)):
+                    visit(st.body, st.body)
+                elif isinstance(st, ast.If):
+                    visit(st.body + st.orelse, loop_body)
+
+        visit(self.body, self.body)
+        for st, key, what, tab, want, got in sites:
+            if key in seen:
+                self.fail(st, f"a second {what} with the test {key[1]!r} (the first at kernels.py line {seen[key]}): "
+                              f"each site needs its own reviewed entry in {tab}")
+            seen[key] = getattr(st, "lineno", "?")
+        for st, key, what, tab, want, got in sites:
+            if got != want:
+                self.fail(st, f"the {what} guards different statements than the reviewed ones (its loop's body has "
+                              f"checksum {got}, not {want}): re-check its reason in {tab} and update the checksum")
 
     def fail(self, node, why: str):
         line = getattr(node, "lineno", "?")
@@ -361,7 +361,6 @@ class _Fn:
                 self.fail(self.node, "a function returning lane values that can end without a return")
         for n in sorted(self.loc):
             self.row[n] = self.tr.rows(1)[0]
-
     # ------------------------------------------------------------ expressions
 
     def lx(self, e) -> str:
@@ -419,7 +418,7 @@ class _Fn:
             self.fail(e, "a lane value where a uniform one is needed")
         for n in ast.walk(e):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-                if n.func.id not in _UNIFORM_CALLS and n.func.id not in self.tr.defs:
+                if n.func.id not in UNIFORM_CALLS and n.func.id not in self.tr.defs:
                     self.fail(n, f"a call of {n.func.id}")
             if isinstance(n, (ast.Lambda, ast.ListComp, ast.GeneratorExp, ast.DictComp, ast.SetComp, ast.Await,
                               ast.Yield, ast.NamedExpr)):
@@ -703,10 +702,12 @@ def module():
     src, _ = transform()
     from ..core import activations
     from ..core import lanes as core_lanes
+    from . import lanes_rules
 
     # the name covers what the compiled code is made of: the generated source (it names kernels.py's sha1),
     # this transform, and the files of what it calls or compiles with (numba's cache does not track them)
-    parts = [src.encode()] + [Path(f).read_bytes() for f in (__file__, activations.__file__, core_lanes.__file__)]
+    parts = [src.encode()] + [Path(f).read_bytes() for f in (__file__, lanes_rules.__file__, activations.__file__,
+                                                          core_lanes.__file__)]
     tag = hashlib.sha1(b"".join(parts)).hexdigest()[:16]
     d = cache_dir()
     path = d / f"engine_lanes_{tag}.py"
