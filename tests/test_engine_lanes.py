@@ -275,6 +275,10 @@ _I5, _I6 = "\n" + " " * 20, "\n" + " " * 24  # a new line at indentation 5, 6 (o
     ("eng_sign", "return hf[k, 1]", "hf[k, 1]", "can end without a return"),
     # a statement kind without a rule
     ("eng_criterion", "if kind == 1:", "with open('x'):\n        pass\n    if kind == 1:", "a With statement"),
+    # a lane kernel's result stored into a table without a lane axis (every lane would get the last lane's value)
+    ("eng_head_forward", "lka[k, j] = eng_attend(",
+     "lka[k, j] = eng_sign(y, hi, hf, k)\n        lka[k, j] = eng_attend(",
+     "a lane value stored into an array without a lane axis"),
     # a zero skip moved above a statement it then skips (its reason was reviewed for other statements)
     ("eng_backward_sample", f"d = df[c] * a_k / nn{_I6}outc += uu{_I5}if d == 0.0:{_I6}continue\n",
      f"d = df[c] * a_k / nn{_I5}if d == 0.0:{_I6}continue{_I5}if val != 0:{_I6}outc += uu\n",

@@ -467,8 +467,18 @@ class _Fn:
             if len(elts) != inst.ret:
                 self.fail(st, "a call's results unpacked into another number of targets")
             for x, r in zip(elts, inst.ret_rows):
-                out += self.lane_stmt(self.assign_text(x, f"{LS}[{r}, {LN}]", None), ind)
+                out += self.lane_stmt(self.assign_text(self.lane_target(st, x), f"{LS}[{r}, {LN}]", None), ind)
         return out
+
+    def lane_target(self, st, t):
+        """t, the target of a lane value (a lane local, or an entry of a lane array), else a refusal."""
+        if isinstance(t, ast.Subscript) and not (isinstance(t.value, ast.Name) and t.value.id in self.arr):
+            self.fail(st, "a lane value stored into an array without a lane axis")
+        if isinstance(t, ast.Name) and t.id not in self.loc:
+            self.fail(st, "a lane value assigned to a uniform name")
+        if not isinstance(t, (ast.Name, ast.Subscript)):
+            self.fail(st, "a lane value assigned to a target that is not a name or an entry")
+        return t
 
     def ux_target(self, t) -> str:
         for n in self._targets(t):
@@ -521,11 +531,7 @@ class _Fn:
                 return [f"{ind}{' = '.join(self.ux_target(t) for t in tgts)} = {self.ux(st.value)}"]
             if len(tgts) != 1 or isinstance(tgts[0], ast.Tuple):
                 self.fail(st, "a lane assignment to several targets")
-            t = tgts[0]
-            if isinstance(t, ast.Subscript) and not (isinstance(t.value, ast.Name) and t.value.id in self.arr):
-                self.fail(st, "a lane value stored into an array without a lane axis")
-            if isinstance(t, ast.Name) and t.id not in self.loc:
-                self.fail(st, "a lane value assigned to a uniform name")
+            t = self.lane_target(st, tgts[0])
             if isinstance(st, ast.AugAssign):
                 val = f"{self.lx(t)} {_opsym(st.op)} ({self.lx(st.value)})"
             elif isinstance(st.value, ast.Constant) and isinstance(st.value.value, bool):
