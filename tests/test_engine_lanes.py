@@ -253,6 +253,7 @@ def _edited(name, old, new):
     return defs
 
 
+_NESTED = "a kernel call with lane arguments inside an expression"
 _I5, _I6 = "\n" + " " * 20, "\n" + " " * 24  # a new line at indentation 5, 6 (of ast.unparse)
 
 
@@ -269,7 +270,7 @@ _I5, _I6 = "\n" + " " * 20, "\n" + " " * 24  # a new line at indentation 5, 6 (o
     ("eng_criterion", "for s in range(margin.shape[0]):", "for s in range(int(loss)):",
      "a lane value where a uniform one is needed"),
     # a lane value stored into a table without a lane axis
-    ("eng_head_forward", "lka[k, j] = eng_attend(", "lka[k, j] = zb[k, 0] + eng_attend(",
+    ("eng_head_forward", "lka[k, j] = eng_attend(", "lka[k, j] = zb[k, 0]\n        lka[k, j] = eng_attend(",
      "a lane value stored into an array without a lane axis"),
     # a function returning lane values that can end without one (its caller would read stale rows)
     ("eng_sign", "return hf[k, 1]", "hf[k, 1]", "can end without a return"),
@@ -279,6 +280,13 @@ _I5, _I6 = "\n" + " " * 20, "\n" + " " * 24  # a new line at indentation 5, 6 (o
     ("eng_head_forward", "lka[k, j] = eng_attend(",
      "lka[k, j] = eng_sign(y, hi, hf, k)\n        lka[k, j] = eng_attend(",
      "a lane value stored into an array without a lane axis"),
+    # a call of a kernel with lane arguments inside an expression, an if test, a loop bound (its text would
+    # call the scalar kernel)
+    ("eng_head_forward", "lka[k, j] = eng_attend(", "lka[k, j] = 1.0 * eng_attend(", _NESTED),
+    ("eng_head_forward", "if ql == 0.0:", "if eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, "
+     "j) == 0.0:", _NESTED),
+    ("eng_head_forward", "for i in range(L):", "for i in range(int(eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, "
+     "last, s, k, P, l, T, pa, j))):", _NESTED),
     # a zero skip moved above a statement it then skips (its reason was reviewed for other statements)
     ("eng_backward_sample", f"d = df[c] * a_k / nn{_I6}outc += uu{_I5}if d == 0.0:{_I6}continue\n",
      f"d = df[c] * a_k / nn{_I5}if d == 0.0:{_I6}continue{_I5}if val != 0:{_I6}outc += uu\n",

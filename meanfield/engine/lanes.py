@@ -361,6 +361,21 @@ class _Fn:
                 self.fail(self.node, "a function returning lane values that can end without a return")
         for n in sorted(self.loc):
             self.row[n] = self.tr.rows(1)[0]
+        self._check_calls()
+
+    def _check_calls(self):
+        """A kernel call with lane arguments only as a statement or an assignment's whole value (the forms
+        emit_call transforms; elsewhere its text would call the scalar kernel)."""
+        whole = set()
+        for n in ast.walk(ast.Module(self.body, [])):
+            if isinstance(n, (ast.Expr, ast.Assign)) and isinstance(n.value, ast.Call):
+                whole.add(id(n.value))
+        for n in ast.walk(ast.Module(self.body, [])):
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.tr.defs
+                    and id(n) not in whole and self.callee(n) is not None):
+                self.fail(n, "a kernel call with lane arguments inside an expression (only as a statement, or "
+                             "as the whole value of an assignment)")
+
     # ------------------------------------------------------------ expressions
 
     def lx(self, e) -> str:
