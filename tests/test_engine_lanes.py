@@ -254,6 +254,7 @@ def _edited(name, old, new):
 
 
 _NESTED = "a kernel call with lane arguments inside an expression"
+_SHAPE = "the shape of a lane value other than"
 _I5, _I6 = "\n" + " " * 20, "\n" + " " * 24  # a new line at indentation 5, 6 (of ast.unparse)
 
 
@@ -287,6 +288,11 @@ _I5, _I6 = "\n" + " " * 20, "\n" + " " * 24  # a new line at indentation 5, 6 (o
      "j) == 0.0:", _NESTED),
     ("eng_head_forward", "for i in range(L):", "for i in range(int(eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, "
      "last, s, k, P, l, T, pa, j))):", _NESTED),
+    # a lane array's shape but by a constant index >= 0 (.shape[-1] would be the lane count), len of a lane array
+    ("eng_criterion", "range(margin.shape[0])", "range(margin.shape[-1])", _SHAPE),
+    ("eng_criterion", "range(margin.shape[0])", "range(margin.shape[kind - kind])", _SHAPE),
+    ("eng_forward_sample", "C = f.shape[0]", "C = f.shape[0] + 0 * len(f.shape)", _SHAPE),
+    ("eng_forward_sample", "C = f.shape[0]", "C = len(f)", r"len\(\) of a lane value"),
     # a zero skip moved above a statement it then skips (its reason was reviewed for other statements)
     ("eng_backward_sample", f"d = df[c] * a_k / nn{_I6}outc += uu{_I5}if d == 0.0:{_I6}continue\n",
      f"d = df[c] * a_k / nn{_I5}if d == 0.0:{_I6}continue{_I5}if val != 0:{_I6}outc += uu\n",

@@ -43,11 +43,18 @@ block. The rules (:class:`_Fn`):
   (:data:`ELEMENTWISE`: ``relu_prime``, ``softplus_neg_e``, ``math.exp`` ...)
   is called per lane, unchanged.
 
-Anything else (a lane-dependent loop bound or index, a ``return`` or
-``break`` under a lane test, a call inside a predicated branch, a statement
-kind the rules do not name) is refused at transform time
-(:class:`LaneTransformError`), so that an edit of ``kernels.py`` cannot
-silently give wrong lane code: the edit then needs a rule here.
+Anything else is refused at transform time (:class:`LaneTransformError`,
+naming the kernels.py line), so that an edit of ``kernels.py`` cannot
+silently give wrong lane code: the edit then needs a rule here. Refused are
+a lane-dependent loop bound or index; a ``return`` or ``break`` under a lane
+test; a call inside a predicated branch; a lane value (a lane kernel's result
+included) stored into an array without a lane axis or a uniform name; a call
+of a kernel with lane arguments anywhere but as a statement or an
+assignment's whole value; a lane array's shape but as ``.shape[i]``, ``i`` a
+constant >= 0 (``.shape[-1]`` would be the lane count), ``len`` of a lane
+value; a zero skip or span trim whose loop's body no longer has its table's
+checksum (re-check the reason, then update the checksum), or a second site
+with its key in one function; a statement kind the rules do not name.
 
 Results: a lane's state, losses, margins and criteria are the scalar
 kernels' to the bit, but for the sign of zero entries where a zero skip or
@@ -361,20 +368,31 @@ class _Fn:
                 self.fail(self.node, "a function returning lane values that can end without a return")
         for n in sorted(self.loc):
             self.row[n] = self.tr.rows(1)[0]
-        self._check_calls()
+        self._check_calls_and_shapes()
 
-    def _check_calls(self):
+    def _check_calls_and_shapes(self):
         """A kernel call with lane arguments only as a statement or an assignment's whole value (the forms
-        emit_call transforms; elsewhere its text would call the scalar kernel)."""
-        whole = set()
+        emit_call transforms; elsewhere its text would call the scalar kernel); a lane array's shape only as
+        ``.shape[i]``, i a constant >= 0 (its leading dimensions: the last is the lanes'), no ``len`` of a lane
+        value."""
+        whole, shape_ok = set(), set()
         for n in ast.walk(ast.Module(self.body, [])):
             if isinstance(n, (ast.Expr, ast.Assign)) and isinstance(n.value, ast.Call):
                 whole.add(id(n.value))
+            if (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and n.value.attr == "shape"
+                    and isinstance(n.value.value, ast.Name) and n.value.value.id in self.arr
+                    and isinstance(n.slice, ast.Constant) and type(n.slice.value) is int and n.slice.value >= 0):
+                shape_ok.add(id(n.value))
         for n in ast.walk(ast.Module(self.body, [])):
             if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.tr.defs
                     and id(n) not in whole and self.callee(n) is not None):
                 self.fail(n, "a kernel call with lane arguments inside an expression (only as a statement, or "
                              "as the whole value of an assignment)")
+            if isinstance(n, ast.Attribute) and n.attr == "shape" and id(n) not in shape_ok and self.is_lane(n.value):
+                self.fail(n, "the shape of a lane value other than .shape[i] of a lane array, i a constant >= 0")
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "len"
+                    and any(self.is_lane(a) for a in n.args)):
+                self.fail(n, "len() of a lane value")
 
     # ------------------------------------------------------------ expressions
 
