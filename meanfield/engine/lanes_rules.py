@@ -9,8 +9,18 @@ import hashlib
 
 
 def site_sha(loop_body) -> str:
-    """The checksum a zero skip or span trim is reviewed with: of ``ast.unparse`` of the statements of the body
+    r"""The checksum a zero skip or span trim is reviewed with: of ``ast.unparse`` of the statements of the body
     of its innermost enclosing loop (kernels.py's text, before the transform renames anything).
+
+    Parameters
+    ----------
+    loop_body : list of ast.stmt
+        The loop's body (the function's body for a site outside every loop).
+
+    Returns
+    -------
+    str
+        The first 12 hex digits of the sha1.
 
     Examples
     --------
