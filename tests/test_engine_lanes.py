@@ -272,6 +272,11 @@ def _edited(name, old, new):
     return defs
 
 
+_NESTED = "a kernel call with lane arguments inside an expression"
+_SHAPE = "the shape of a lane value other than"
+_I5, _I6 = "\n" + " " * 20, "\n" + " " * 24  # a new line at indentation 5, 6 (of ast.unparse)
+
+
 @pytest.mark.parametrize("fn, old, new, why", [
     # a return under a lane-dependent test (the function would return different things per lane)
     ("eng_attend", "if z > mx:\n                    mx = z", "if z > mx:\n                    return 0.0",
@@ -285,12 +290,37 @@ def _edited(name, old, new):
     ("eng_criterion", "for s in range(margin.shape[0]):", "for s in range(int(loss)):",
      "a lane value where a uniform one is needed"),
     # a lane value stored into a table without a lane axis
-    ("eng_head_forward", "lka[k, j] = eng_attend(", "lka[k, j] = zb[k, 0] + eng_attend(",
+    ("eng_head_forward", "lka[k, j] = eng_attend(", "lka[k, j] = zb[k, 0]\n        lka[k, j] = eng_attend(",
      "a lane value stored into an array without a lane axis"),
     # a function returning lane values that can end without one (its caller would read stale rows)
     ("eng_sign", "return hf[k, 1]", "hf[k, 1]", "can end without a return"),
     # a statement kind without a rule
     ("eng_criterion", "if kind == 1:", "with open('x'):\n        pass\n    if kind == 1:", "a With statement"),
+    # a lane kernel's result stored into a table without a lane axis (every lane would get the last lane's value)
+    ("eng_head_forward", "lka[k, j] = eng_attend(",
+     "lka[k, j] = eng_sign(y, hi, hf, k)\n        lka[k, j] = eng_attend(",
+     "a lane value stored into an array without a lane axis"),
+    # a call of a kernel with lane arguments inside an expression, an if test, a loop bound (its text would
+    # call the scalar kernel)
+    ("eng_head_forward", "lka[k, j] = eng_attend(", "lka[k, j] = 1.0 * eng_attend(", _NESTED),
+    ("eng_head_forward", "if ql == 0.0:", "if eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, s, k, P, l, T, pa, "
+     "j) == 0.0:", _NESTED),
+    ("eng_head_forward", "for i in range(L):", "for i in range(int(eng_attend(y, hi, hf, qv, nzi, nzc, nzn, cnt, "
+     "last, s, k, P, l, T, pa, j))):", _NESTED),
+    # a lane array's shape but by a constant index >= 0 (.shape[-1] would be the lane count), len of a lane array
+    ("eng_criterion", "range(margin.shape[0])", "range(margin.shape[-1])", _SHAPE),
+    ("eng_criterion", "range(margin.shape[0])", "range(margin.shape[kind - kind])", _SHAPE),
+    ("eng_forward_sample", "C = f.shape[0]", "C = f.shape[0] + 0 * len(f.shape)", _SHAPE),
+    ("eng_forward_sample", "C = f.shape[0]", "C = len(f)", r"len\(\) of a lane value"),
+    # a zero skip moved above a statement it then skips (its reason was reviewed for other statements)
+    ("eng_backward_sample", f"d = df[c] * a_k / nn{_I6}outc += uu{_I5}if d == 0.0:{_I6}continue\n",
+     f"d = df[c] * a_k / nn{_I5}if d == 0.0:{_I6}continue{_I5}if val != 0:{_I6}outc += uu\n",
+     "the zero skip guards different statements than the reviewed ones"),
+    # a second site of a zero skip's key in one function
+    ("eng_backward_sample", f"if d == 0.0:{_I6}continue\n",
+     f"if d == 0.0:{_I6}continue{_I5}if d == 0.0:{_I6}continue\n", "a second zero skip with the test 'd == 0.0'"),
+    # an edit of the statements a span trim's span serves
+    ("eng_update", "if b0 == b1:", "if b0 >= b1:", "the span trim guards different statements than the reviewed"),
 ])
 def test_the_transform_refuses_what_it_has_no_rule_for(fn, old, new, why):
     with pytest.raises(lanes.LaneTransformError, match=why):

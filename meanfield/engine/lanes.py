@@ -29,23 +29,32 @@ block. The rules (:class:`_Fn`):
   ``if uu > 0.0: acc += uu``, ``if c != 0.0: <accumulate>``, ``if dz != 0.0``)
   is predicated: its test is kept per lane in a mask row and each assignment
   becomes ``x = <new> if mask else x`` (bit for bit the branch);
-* the exact-zero skips of :data:`ZERO_SKIPS` (``if d == 0.0: continue`` ...)
+* the exact-zero skips of ``ZERO_SKIPS`` (``if d == 0.0: continue`` ...)
   skip only when every lane would; a lane whose value is zero then adds its
   terms, each a product with that exact zero, which changes at most the sign
   of a zero for finite gradients (the reason is given per site); the span
-  trims of :data:`SPAN_TRIMS` (``while b0 < N and Xm[c, b0] == 0.0``) trim
-  the zeros every lane has (the union of the lanes' spans), the same argument;
+  trims of ``SPAN_TRIMS`` (``while b0 < N and Xm[c, b0] == 0.0``) trim
+  the zeros every lane has (the union of the lanes' spans), the same argument.
+  Both tables (``meanfield.engine.lanes_rules``) hold, per site, the checksum
+  of the statements its reason was reviewed with (its loop's body);
 * a function returning lane values writes them into its return rows of
   ``_LS``; calls between kernels stay calls (inlined by numba, as in the
   scalar kernels) of their lane versions; a scalar primitive
   (:data:`ELEMENTWISE`: ``relu_prime``, ``softplus_neg_e``, ``math.exp`` ...)
   is called per lane, unchanged.
 
-Anything else (a lane-dependent loop bound or index, a ``return`` or
-``break`` under a lane test, a call inside a predicated branch, a statement
-kind the rules do not name) is refused at transform time
-(:class:`LaneTransformError`), so that an edit of ``kernels.py`` cannot
-silently give wrong lane code: the edit then needs a rule here.
+Anything else is refused at transform time (:class:`LaneTransformError`,
+naming the kernels.py line), so that an edit of ``kernels.py`` cannot
+silently give wrong lane code: the edit then needs a rule here. Refused are
+a lane-dependent loop bound or index; a ``return`` or ``break`` under a lane
+test; a call inside a predicated branch; a lane value (a lane kernel's result
+included) stored into an array without a lane axis or a uniform name; a call
+of a kernel with lane arguments anywhere but as a statement or an
+assignment's whole value; a lane array's shape but as ``.shape[i]``, ``i`` a
+constant >= 0 (``.shape[-1]`` would be the lane count), ``len`` of a lane
+value; a zero skip or span trim whose loop's body no longer has its table's
+checksum (re-check the reason, then update the checksum), or a second site
+with its key in one function; a statement kind the rules do not name.
 
 Results: a lane's state, losses, margins and criteria are the scalar
 kernels' to the bit, but for the sign of zero entries where a zero skip or
@@ -57,7 +66,7 @@ divisors are never zero: softmax sums, key counts, norms + ``NGD_EPS``):
 the zero-divisor check of the default model keeps LLVM from vectorising a
 loop. The generated module is written under :func:`cache_dir` as a file
 named by a checksum of the kernels' source (``kernels.SOURCE_SHA1``), of
-this transform's and of the files its code calls into
+this transform's (and its rules') and of the files its code calls into
 (``core/activations.py``, ``core/lanes.py``), and imported under a name
 fixed by its location, so that numba's on-disk cache of its functions holds
 across processes. The lane driver: ``meanfield.engine.lanes_batch``.
@@ -76,41 +85,7 @@ import threading
 from pathlib import Path
 
 from . import kernels
-
-#: the transform's roots and, per root, its lane arrays and lane scalars (by parameter name)
-ROOTS = {
-    "eng_loss_grads": (("y", "u", "margin", "zb", "f", "df", "G", "gflat", "T", "p", "v", "om", "tk", "pa"), ()),
-    "eng_update": (("y", "out", "G", "gflat", "Xm", "Ym", "tmp"), ("eta",)),
-    "eng_criterion": (("margin", "gflat"), ("loss",)),
-}
-
-#: scalar primitives called once per lane with the lane's values (their source unchanged), besides ``math.*``
-ELEMENTWISE = frozenset({"relu_prime", "sigmoid_neg_e", "softplus_neg_e", "abs", "max", "min", "float"})
-
-#: builtins a uniform statement may call
-_UNIFORM_CALLS = frozenset({"range", "int", "float", "abs", "max", "min", "len"})
-
-#: (function, test) of the exact-zero skips ``if <test>: continue`` (a lane test): taken only when every lane
-#: takes it. Why computing a zero lane's terms anyway changes at most the sign of a zero (finite gradients):
-ZERO_SKIPS = {
-    ("eng_backward_sample", "d == 0.0"):
-        "d multiplies every term that follows (G, gflat: d * zb; om: d * y), zb and y finite",
-    ("eng_backward_sample", "not nz"):
-        "om is zero: v = sum om c is a signed zero, so is every dz = ql p (v - vbar) or ql c v / lk (p finite) "
-        "and every tk, ta = scale tk (the next skip), gflat += dz",
-    ("eng_backward_sample", "ta == 0.0"):
-        "ta multiplies every term that follows (c, qv finite)",
-    ("eng_update", "gs == 0.0"):
-        "gs multiplies every term that follows (gs * gr, Gr finite)",
-    ("eng_normalise_wide", "not nz"):
-        "the object's columns of Xm are zero: they are only scaled (by a finite factor, its gradient finite)",
-}
-
-#: (function, lane test) of the span trims ``while <uniform> and <lane test>: <index> +/-= 1`` of eng_update:
-#: trimmed while every lane's test holds (the union of the lanes' spans of non-zero Xm entries); a lane's terms
-#: outside its own span are products with an exact zero of Xm (finite factors: a signed zero)
-SPAN_TRIMS = frozenset({("eng_update", "Xm[c, b0] == 0.0"), ("eng_update", "Xm[c, b1 - 1] == 0.0"),
-                        ("eng_update", "Xm[c0, a] == 0.0"), ("eng_update", "Xm[c1 - 1, a] == 0.0")})
+from .lanes_rules import ELEMENTWISE, ROOTS, SPAN_TRIMS, UNIFORM_CALLS, ZERO_SKIPS, site_sha
 
 LN = "_ln"  # the lane index of the generated loops
 LS = "_LS"  # the lane scratch (rows x W)
@@ -237,6 +212,7 @@ class _Fn:
         self.nsite = 0
         self.body = [s for s in self.node.body
                      if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # the docstring
+        self._check_sites()
         self._rename_loop_vars()
         if self.node.args.vararg or self.node.args.kwarg or self.node.args.kwonlyargs or self.node.args.defaults:
             self.fail(self.node, "only plain positional parameters")
@@ -260,6 +236,37 @@ class _Fn:
                             self.fail(n, "a loop variable assigned inside its loop")
                         m.id = new
                 n.target.id = new
+
+    def _check_sites(self):
+        """Each zero skip and span trim is the one reviewed: no other site of this function has its key, and
+        its loop's body has the checksum of its entry."""
+        sites, seen = [], {}
+
+        def visit(stmts, loop_body):
+            for st in stmts:
+                if isinstance(st, ast.If) and len(st.body) == 1 and isinstance(st.body[0], ast.Continue) \
+                        and not st.orelse and (self.name, _src(st.test)) in ZERO_SKIPS:
+                    key = (self.name, _src(st.test))
+                    sites.append((st, key, "zero skip", "ZERO_SKIPS", ZERO_SKIPS[key][0], site_sha(loop_body)))
+                elif isinstance(st, ast.While) and isinstance(st.test, ast.BoolOp) and isinstance(st.test.op, ast.And) \
+                        and (self.name, _src(st.test.values[-1])) in SPAN_TRIMS:
+                    key = (self.name, _src(st.test.values[-1]))
+                    sites.append((st, key, "span trim", "SPAN_TRIMS", SPAN_TRIMS[key], site_sha(loop_body)))
+                if isinstance(st, (ast.For, ast.While)):
+                    visit(st.body, st.body)
+                elif isinstance(st, ast.If):
+                    visit(st.body + st.orelse, loop_body)
+
+        visit(self.body, self.body)
+        for st, key, what, tab, want, got in sites:
+            if key in seen:
+                self.fail(st, f"a second {what} with the test {key[1]!r} (the first at kernels.py line {seen[key]}): "
+                              f"each site needs its own reviewed entry in {tab}")
+            seen[key] = getattr(st, "lineno", "?")
+        for st, key, what, tab, want, got in sites:
+            if got != want:
+                self.fail(st, f"the {what} guards different statements than the reviewed ones (its loop's body has "
+                              f"checksum {got}, not {want}): re-check its reason in {tab} and update the checksum")
 
     def fail(self, node, why: str):
         line = getattr(node, "lineno", "?")
@@ -362,6 +369,31 @@ class _Fn:
                 self.fail(self.node, "a function returning lane values that can end without a return")
         for n in sorted(self.loc):
             self.row[n] = self.tr.rows(1)[0]
+        self._check_calls_and_shapes()
+
+    def _check_calls_and_shapes(self):
+        """A kernel call with lane arguments only as a statement or an assignment's whole value (the forms
+        emit_call transforms; elsewhere its text would call the scalar kernel); a lane array's shape only as
+        ``.shape[i]``, i a constant >= 0 (its leading dimensions: the last is the lanes'), no ``len`` of a lane
+        value."""
+        whole, shape_ok = set(), set()
+        for n in ast.walk(ast.Module(self.body, [])):
+            if isinstance(n, (ast.Expr, ast.Assign)) and isinstance(n.value, ast.Call):
+                whole.add(id(n.value))
+            if (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Attribute) and n.value.attr == "shape"
+                    and isinstance(n.value.value, ast.Name) and n.value.value.id in self.arr
+                    and isinstance(n.slice, ast.Constant) and type(n.slice.value) is int and n.slice.value >= 0):
+                shape_ok.add(id(n.value))
+        for n in ast.walk(ast.Module(self.body, [])):
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in self.tr.defs
+                    and id(n) not in whole and self.callee(n) is not None):
+                self.fail(n, "a kernel call with lane arguments inside an expression (only as a statement, or "
+                             "as the whole value of an assignment)")
+            if isinstance(n, ast.Attribute) and n.attr == "shape" and id(n) not in shape_ok and self.is_lane(n.value):
+                self.fail(n, "the shape of a lane value other than .shape[i] of a lane array, i a constant >= 0")
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "len"
+                    and any(self.is_lane(a) for a in n.args)):
+                self.fail(n, "len() of a lane value")
 
     # ------------------------------------------------------------ expressions
 
@@ -420,7 +452,7 @@ class _Fn:
             self.fail(e, "a lane value where a uniform one is needed")
         for n in ast.walk(e):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-                if n.func.id not in _UNIFORM_CALLS and n.func.id not in self.tr.defs:
+                if n.func.id not in UNIFORM_CALLS and n.func.id not in self.tr.defs:
                     self.fail(n, f"a call of {n.func.id}")
             if isinstance(n, (ast.Lambda, ast.ListComp, ast.GeneratorExp, ast.DictComp, ast.SetComp, ast.Await,
                               ast.Yield, ast.NamedExpr)):
@@ -469,8 +501,18 @@ class _Fn:
             if len(elts) != inst.ret:
                 self.fail(st, "a call's results unpacked into another number of targets")
             for x, r in zip(elts, inst.ret_rows):
-                out += self.lane_stmt(self.assign_text(x, f"{LS}[{r}, {LN}]", None), ind)
+                out += self.lane_stmt(self.assign_text(self.lane_target(st, x), f"{LS}[{r}, {LN}]", None), ind)
         return out
+
+    def lane_target(self, st, t):
+        """t, the target of a lane value (a lane local, or an entry of a lane array), else a refusal."""
+        if isinstance(t, ast.Subscript) and not (isinstance(t.value, ast.Name) and t.value.id in self.arr):
+            self.fail(st, "a lane value stored into an array without a lane axis")
+        if isinstance(t, ast.Name) and t.id not in self.loc:
+            self.fail(st, "a lane value assigned to a uniform name")
+        if not isinstance(t, (ast.Name, ast.Subscript)):
+            self.fail(st, "a lane value assigned to a target that is not a name or an entry")
+        return t
 
     def ux_target(self, t) -> str:
         for n in self._targets(t):
@@ -523,11 +565,7 @@ class _Fn:
                 return [f"{ind}{' = '.join(self.ux_target(t) for t in tgts)} = {self.ux(st.value)}"]
             if len(tgts) != 1 or isinstance(tgts[0], ast.Tuple):
                 self.fail(st, "a lane assignment to several targets")
-            t = tgts[0]
-            if isinstance(t, ast.Subscript) and not (isinstance(t.value, ast.Name) and t.value.id in self.arr):
-                self.fail(st, "a lane value stored into an array without a lane axis")
-            if isinstance(t, ast.Name) and t.id not in self.loc:
-                self.fail(st, "a lane value assigned to a uniform name")
+            t = self.lane_target(st, tgts[0])
             if isinstance(st, ast.AugAssign):
                 val = f"{self.lx(t)} {_opsym(st.op)} ({self.lx(st.value)})"
             elif isinstance(st.value, ast.Constant) and isinstance(st.value.value, bool):
@@ -715,10 +753,12 @@ def module():
     src, _ = transform()
     from ..core import activations
     from ..core import lanes as core_lanes
+    from . import lanes_rules
 
     # the name covers what the compiled code is made of: the generated source (it names kernels.py's sha1),
     # this transform, and the files of what it calls or compiles with (numba's cache does not track them)
-    parts = [src.encode()] + [Path(f).read_bytes() for f in (__file__, activations.__file__, core_lanes.__file__)]
+    parts = [src.encode()] + [Path(f).read_bytes() for f in (__file__, lanes_rules.__file__, activations.__file__,
+                                                          core_lanes.__file__)]
     tag = hashlib.sha1(b"".join(parts)).hexdigest()[:16]
     try:
         path = _written(cache_dir(), tag, src)
