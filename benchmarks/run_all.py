@@ -298,13 +298,26 @@ def section_batched(sz, lines) -> dict:
         nonlocal bg
         bg = me.run_batch(desc, y0s=Ye, eta=etas, fast=False, specialise=False)
 
-    me.run_batch(desc, y0s=Ye[:2], eta=etas[:2], fast=False, specialise=False)
+    me.run_batch(desc, y0s=Ye[:64], eta=etas[:64], fast=False, specialise=False)  # the lanes compiled or loaded
     t_gen = best(go_generic, reps)
     c_gen = CPU["last"]
     dg = float(np.max(np.abs(bg.loss - br.loss)))
-    tab.add("engine.run_batch(fast=False, specialise=False)", t_gen / ts * 1e6, f"the engine's generic batch kernels; max |final loss "
-            f"- fast path| {dg:.1e}", c_gen / ts * 1e6)
+    tab.add("engine.run_batch(fast=False)", t_gen / ts * 1e6, "the engine's generic batch in lanes (the default of "
+            f"fast=False: lane kernels generated from the scalar kernels); max |final loss - fast path| {dg:.1e}",
+            c_gen / ts * 1e6)
     out["engine_generic_us"] = t_gen / ts * 1e6
+    bp = None
+
+    def go_per():
+        nonlocal bp
+        bp = me.run_batch(desc, y0s=Ye, eta=etas, fast=False, specialise=False, lanes=False)
+
+    me.run_batch(desc, y0s=Ye[:2], eta=etas[:2], fast=False, specialise=False, lanes=False)
+    t_per = best(go_per, reps)
+    tab.add("engine.run_batch(fast=False, lanes=False, specialise=False)", t_per / ts * 1e6,
+            "the generic batch one trajectory after another (before the lanes); the lanes' state equal to it: "
+            f"{np.array_equal(bp.y, bg.y)}", CPU["last"] / ts * 1e6)
+    out["engine_per_us"] = t_per / ts * 1e6
     bs = None
 
     def go_spec():
@@ -315,7 +328,7 @@ def section_batched(sz, lines) -> dict:
     t_sp = best(go_spec, reps)
     tab.add("engine.run_batch(fast=False, specialise=True)", t_sp / ts * 1e6,
             "the generic batch, each trajectory through the loop compiled for the description (not in lanes); "
-            f"bit for bit the generic batch: {np.array_equal(bs.y, bg.y)}", CPU["last"] / ts * 1e6)
+            f"bit for bit the per-trajectory generic batch: {np.array_equal(bs.y, bp.y)}", CPU["last"] / ts * 1e6)
 
     def jr():
         t, (y, loss) = jax_reduced_batch(Y0, etas, steps, reps)
@@ -655,8 +668,9 @@ def verdicts(res: dict, smoke: bool) -> list[str]:
                    f"{b['rec_us']:.3f} us ({b['rec_us'] / b['ref_us']:.2f}x the loop without records)")
         out.append(f"engine.run_batch / mixture batched {b['engine_us'] / b['ref_us']:.2f} (target <= 1.2): "
                    f"{v(b['engine_us'] / b['ref_us'] <= 1.2)}; in CPU time {b['engine_cpu'] / b['ref_cpu']:.2f} "
-                   f"(one ensemble path: the mixture's registered batch fast path; the generic batch kernels "
-                   f"{b['engine_generic_us'] / b['ref_us']:.2f})")
+                   f"(one ensemble path: the mixture's registered batch fast path; the generic batch in lanes "
+                   f"{b['engine_generic_us'] / b['ref_us']:.2f}, one trajectory after another "
+                   f"{b['engine_per_us'] / b['ref_us']:.2f})")
         out.append(f"batched mixture in CPU time: {b['ref_cpu']:.3f} us (per-trajectory path {b['old_cpu']:.3f}: "
                    f"{b['old_cpu'] / b['ref_cpu']:.2f}x; C library exp {b['vx_cpu']:.3f}); the wall figures include "
                    f"waiting for the cores other processes held")
