@@ -191,9 +191,13 @@ def warm(main, names=None, jobs: int = 1) -> float:
             names = set(wanted) - set(there)
     try:
         _run(main, names)
-    finally:
-        if child is not None and child.wait() != 0:
-            raise RuntimeError(f"warm-up of {', '.join(SECOND)} (a second process) failed (exit {child.returncode})")
+    except BaseException:  # a failure or a signal here: the second process stops too
+        if child is not None:
+            child.kill()
+            child.wait()
+        raise
+    if child is not None and child.wait() != 0:
+        raise RuntimeError(f"warm-up of {', '.join(SECOND)} (a second process) failed (exit {child.returncode})")
     return time.perf_counter() - t0
 
 

@@ -198,3 +198,19 @@ def test_warm_jobs_two_runs_the_engine_families_in_a_second_process(monkeypatch)
     for bad in (0, 3, True):
         with pytest.raises(ConfigError, match="jobs: 1 or 2"):
             warm.warm(lambda argv: 0, jobs=bad)
+
+
+def test_warm_jobs_two_stops_its_second_process_when_this_one_fails(monkeypatch):
+    """A failure here (or a signal: any exception) kills the second process instead of waiting for it."""
+    procs = []
+    real = subprocess.Popen
+
+    def spy(argv, **kw):
+        procs.append(real([sys.executable, "-c", "import time; time.sleep(60)"], **kw))
+        return procs[-1]
+
+    monkeypatch.setattr(warm, "COMMANDS", (("engine", ["x"]), ("a", ["y"])))
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    with pytest.raises(RuntimeError, match="warm-up of 'a' failed"):
+        warm.warm(lambda argv: 2, jobs=2)
+    assert len(procs) == 1 and procs[0].poll() is not None
