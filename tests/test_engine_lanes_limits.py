@@ -69,3 +69,20 @@ def test_the_default_width_on_a_description_takes_its_scratch_into_account(monke
     monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w: (_ for _ in ()).throw(AssertionError("lanes ran")))
     got = batched.run_batch(desc, seeds=seeds, fast=False)
     assert np.array_equal(ref.y, got.y) and np.array_equal(ref.loss, got.loss)
+
+
+def test_a_transform_refusal_at_run_time_turns_the_lanes_off_with_a_warning(monkeypatch, caplog):
+    """Should the transform refuse (kernels.py edited without a rule; its own tests fail then), a batch still
+    runs, one trajectory after another, with one warning naming the refusal (control: the same results)."""
+    desc = me.load(ROOT / "docs/examples/majority.toml", steps=4)
+    seeds = list(range(64))
+    ref = batched.run_batch(desc, seeds=seeds, fast=False, lanes=False)
+
+    def refuse(w):
+        raise lanes.LaneTransformError("kernels.py line 1: a construct without a rule")
+
+    monkeypatch.setattr(lanes_batch, "batch_kernel", refuse)
+    with caplog.at_level(logging.WARNING, logger="meanfield"):
+        got = batched.run_batch(desc, seeds=seeds, fast=False)
+    assert np.array_equal(ref.y, got.y) and np.array_equal(ref.loss, got.loss)
+    assert "lanes off: kernels.py line 1" in caplog.text

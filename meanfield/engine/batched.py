@@ -534,10 +534,19 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
             # 0: too few trajectories a thread (one after another), or a lane's scratch too large for a block
             width = width_for(B, get_num_threads(), per_lane)
         if width:
+            from .lanes import LaneTransformError
             from .lanes_batch import batch_kernel
             from .lanes_rk4 import rk4_kernel
 
-            loop = (batch_kernel if gd else rk4_kernel)(width)
+            try:
+                loop = (batch_kernel if gd else rk4_kernel)(width)
+            except LaneTransformError as e:  # kernels.py edited without a rule (tests fail there): no lanes
+                import logging
+
+                logging.getLogger("meanfield").warning("lanes off: %s; the per-trajectory drivers run", e)
+                width = 0
+        if width:
+            pass  # the lanes
         elif specialise is True:
             from .specialise import batch_loop
 
