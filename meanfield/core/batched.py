@@ -88,6 +88,23 @@ def instantiate(template, namespace: dict, name: str, decorate, tag: str = ""):
 # ----------------------------------------------------------- portable drivers
 
 
+def next_target(b, step, end, ev, j, pts, n_pts):
+    """(target, j): the next stop of trajectory b at ``step`` (the top of :func:`gd_trajectory`'s loop: the
+    stage end, the next multiple of ``ev``, the next record point of ``pts[b]`` past ``j``), for the lane
+    drivers, which keep it per lane (``meanfield.models.mixture.vectorised``, ``meanfield.engine.lanes_batch``:
+    each compiles it, :func:`instantiate`)."""
+    target = end
+    if ev > 0:
+        nxt = (step // ev + 1) * ev
+        if nxt < target:
+            target = nxt
+    while j < n_pts[b] and pts[b, j] <= step:
+        j += 1
+    if j < n_pts[b] and pts[b, j] < target:
+        target = pts[b, j]
+    return target, j
+
+
 def record_into(b, t, step, stage, y, rec_t, rec_step, rec_stage, rec_y, n_rec, status):
     """Append (t, step, stage, y) to trajectory b's records; a record at the
     same (step, t) as the previous one replaces it (as Trajectory.record).

@@ -65,20 +65,7 @@ LOSS_GRADS = None
 UPDATE = None
 CRITERION = None
 lane_record_into = None  # core.batched.record_into compiled for a lane's column
-
-
-def _next_target(b, step, end, ev, j, pts, n_pts):
-    """(target, j): the next stop of trajectory b at ``step`` (the top of ``gd_trajectory``'s loop)."""
-    target = end
-    if ev > 0:
-        nxt = (step // ev + 1) * ev
-        if nxt < target:
-            target = nxt
-    while j < n_pts[b] and pts[b, j] <= step:
-        j += 1
-    if j < n_pts[b] and pts[b, j] < target:
-        target = pts[b, j]
-    return target, j
+_next_target = None  # core.batched.next_target, compiled with the driver
 
 
 @njit(cache=True, nogil=True, pipeline_class=NoAlias)
@@ -394,7 +381,7 @@ def batch_kernel(lanes: int):
     me = hashlib.sha1(b"".join(Path(f).read_bytes() for f in files)).hexdigest()[:10]
     tag = f"_w{int(lanes)}_{mod.TAG}_{me}"
     cpu = njit(cache=True, nogil=True)
-    ns["_next_target"] = core_batched.instantiate(_next_target, ns, "_next_target", cpu, tag)
+    ns["_next_target"] = core_batched.instantiate(core_batched.next_target, ns, "_next_target", cpu, tag)
     ns["lane_record_into"] = core_batched.instantiate(core_batched.record_into, ns, "lane_record_into", cpu, tag)
     fn = core_batched.instantiate(lane_gd_batch, ns, "lane_gd_batch", cpu, tag)
     from ..core.guard import first_use_notice

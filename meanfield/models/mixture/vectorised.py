@@ -459,19 +459,9 @@ soa_record_into = core_batched.instantiate(core_batched.record_into, globals(), 
                                            njit(cache=True, nogil=True))
 
 
-@njit(cache=True, nogil=True)
-def _next_target(b, step, end, ev, j, pts, n_pts):
-    """(target, j): the next stop of trajectory b at ``step`` (the top of ``gd_trajectory``'s loop)."""
-    target = end
-    if ev > 0:
-        nxt = (step // ev + 1) * ev
-        if nxt < target:
-            target = nxt
-    while j < n_pts[b] and pts[b, j] <= step:
-        j += 1
-    if j < n_pts[b] and pts[b, j] < target:
-        target = pts[b, j]
-    return target, j
+#: the next stop of a lane (``core.batched.next_target``, gd_trajectory's loop top), compiled here
+_next_target = core_batched.instantiate(core_batched.next_target, globals(), "_next_target",
+                                        njit(cache=True, nogil=True))
 
 
 @njit(cache=True, nogil=True)
