@@ -429,3 +429,18 @@ def test_sweep_no_specialise_reaches_every_path(tmp_path, monkeypatch):
                     mode, "--workers", "1", "--quiet", "--out", str(out)] + ([flag] if flag else [])
             assert main(argv) == 0
             assert (asked == []) == (flag is not None), (mode, flag, asked)
+
+
+def test_public_gd_advance_equals_the_generic_loop(mixture):
+    """``specialise.gd_advance`` (the Python entry to one specialised loop: its own loop and scratch when
+    not given) advances a state as the generic system does, bit for bit, and returns its (steps, code)."""
+    from meanfield.engine.packed import pack
+
+    desc, gen, spec = mixture
+    pk = pack(desc)
+    y0 = initial_state(desc)
+    a, b = y0.copy(), y0.copy()
+    r = specialise.gd_advance(pk, pk.lay.Gr, pk.lay.hf, a, 200, 0.5, 3, 0, 1, 0.0, 1e6)
+    assert r[:2] == (200, 0)
+    assert gen.gd_advance(b, 200, 0.5, 3, None) == (200, 0)
+    assert np.array_equal(a, b) and not np.array_equal(a, y0)

@@ -170,7 +170,7 @@ def _batch(pk, hooks: dict):
     from ..core import batched as core_batched
 
     loop_tag, frozen = _key(pk, pk.lay.Gr, pk.lay.hf)
-    tag = _key(pk, pk.lay.Gr, pk.lay.hf, (hooks, vars(core_batched)))[0]
+    tag = _tag(frozen, (hooks, vars(core_batched)))
     if tag in _BATCHES:
         return _BATCHES[tag]
     hook = types.FunctionType(_stage.__code__, {"ADV": _compiled(loop_tag, frozen)}, f"_stage_{tag}", None, None)
@@ -238,15 +238,22 @@ def _check_size(pk) -> None:
 def _key(pk, Gr, hf, extra=()) -> tuple:
     """(tag, frozen): the checksum naming the compiled functions and the frozen values as bytes."""
     _check_size(pk)
-    frozen, h = [], hashlib.sha1(_code_digest(*_loop_code(), *extra) + kernels.SOURCE_SHA1.encode())
+    frozen = []
     for v in _frozen_values(pk, Gr, hf):
         if isinstance(v, np.ndarray):
             a = np.ascontiguousarray(v)
             frozen.append((a.tobytes(), a.dtype.str, a.shape))
         else:
             frozen.append((v, None, None))
-        h.update(repr(frozen[-1][1:]).encode() + (frozen[-1][0] if frozen[-1][1] else repr(v).encode()))
-    return h.hexdigest()[:20], tuple(frozen)
+    return _tag(tuple(frozen), extra), tuple(frozen)
+
+
+def _tag(frozen: tuple, extra=()) -> str:
+    """The checksum of :func:`_key` from its frozen values (the code's digest with ``extra``, then each value)."""
+    h = hashlib.sha1(_code_digest(*_loop_code(), *extra) + kernels.SOURCE_SHA1.encode())
+    for b, dt, shape in frozen:
+        h.update(repr((dt, shape)).encode() + (b if dt else repr(b).encode()))
+    return h.hexdigest()[:20]
 
 
 def batch_loop(pk, hooks: dict):
