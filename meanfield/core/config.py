@@ -64,12 +64,14 @@ def _ascii_number(name: str, v, what: str) -> None:
 def as_int(name: str, v, lo: int | None = None, hi: int | None = None) -> int:
     """``v`` as an integer, at least ``lo`` and at most ``hi`` when given (a
     ConfigError naming ``name`` and the range otherwise)."""
-    if isinstance(v, bool):
+    if type(v) is int:  # the common case first (a bool is not: its type is bool)
+        i, f = v, v
+    elif isinstance(v, bool):
         raise ConfigError(f"{name}: must be an integer, got {_short(v)}")
-    _ascii_number(name, v, "an integer")
-    if isinstance(v, int):
+    elif isinstance(v, int):
         i, f = v, v
     else:
+        _ascii_number(name, v, "an integer")
         try:
             f = float(v)
             i = int(f)
@@ -116,13 +118,16 @@ def check_workers(v, field: str = "workers"):
 def as_float(name: str, v, positive: bool = False, nonneg: bool = False, hi: float | None = None) -> float:
     """``v`` as a finite float (> 0 with ``positive``, >= 0 with ``nonneg``,
     <= ``hi`` when given), or a ConfigError naming ``name``."""
-    if isinstance(v, bool):
-        raise ConfigError(f"{name}: must be a number, got {_short(v)}")
-    _ascii_number(name, v, "a number")
-    try:
-        f = float(v)
-    except (TypeError, ValueError, OverflowError):
-        raise ConfigError(f"{name}: must be a number, got {_short(v)}") from None
+    if type(v) is float:  # the common case first
+        f = v
+    else:
+        if isinstance(v, bool):
+            raise ConfigError(f"{name}: must be a number, got {_short(v)}")
+        _ascii_number(name, v, "a number")
+        try:
+            f = float(v)
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{name}: must be a number, got {_short(v)}") from None
     if not math.isfinite(f):
         raise ConfigError(f"{name}: must be a finite number, got {_short(v)}")
     if positive and f <= 0:

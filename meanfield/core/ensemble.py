@@ -87,9 +87,7 @@ import numpy as np
 
 from .config import ConfigError
 from .errors import is_signal, raise_if_signalled
-from .ensemble_pools import Dask as _Dask
-from .ensemble_pools import InProcess as _InProcess
-from .ensemble_pools import Local as _Local
+from .ensemble_pools import Dask as _Dask, InProcess as _InProcess, Local as _Local
 from .ensemble_pools import check_scheduler  # noqa: F401 - public here too
 from .ensemble_plan import PROBE_STEPS, chunk_size_for, from_estimate
 from .ensemble_store import (CHUNK_FORMAT, FORMAT_VERSION, OUTPUTS, STATUS, SWEEP_FORMAT,  # noqa: F401
@@ -247,18 +245,22 @@ class EnsembleProblem:
 
 
 _MEMO: dict = {}
+_PLAIN = (str, int, float, bool)
 
 
 def _point(system, base: dict, over: dict, base_key: str | None = None) -> list:
-    """[config, why not batchable, group key (computed on first use)] of one point, memoised in this
-    process (the validation, the shape check and the chunk build the same points: one config each).
-    A ConfigError is raised, never memoised."""
+    """[config, why not batchable, group key (computed on first use)] of one point, memoised in this process (the
+    validation, the shape check and the chunk build the same points: one config each); a ConfigError is not."""
     if base_key is None:
         base_key = _base_key(system, base)
-    o = {k: v.tolist() if isinstance(v, (np.generic, np.ndarray)) else v for k, v in over.items()}  # as chunks see
-    plain = all(type(v) in (str, int, float, bool) for v in o.values())  # a grid's values: no JSON text
-    key = (base_key, tuple(sorted((k, type(v).__name__, repr(v)) for k, v in o.items())) if plain  # 2 != 2.0
-           else json.dumps(o, sort_keys=True, default=str))  # (repr: -0.0 != 0.0, nan == nan, as JSON)
+    if len(over) == 1 and type(next(iter(over.values()))) in _PLAIN:  # one axis: the key below, in one step
+        o, ((k, v),) = dict(over), over.items()  # (a grid's points are looked up 4 times a solve)
+        key = (base_key, ((k, type(v).__name__, repr(v)),))
+    else:
+        o = {k: v.tolist() if isinstance(v, (np.generic, np.ndarray)) else v for k, v in over.items()}  # as chunks
+        plain = all(type(v) in _PLAIN for v in o.values())  # a grid's values: no JSON text
+        key = (base_key, tuple(sorted((k, type(v).__name__, repr(v)) for k, v in o.items())) if plain  # 2 != 2.0
+               else json.dumps(o, sort_keys=True, default=str))  # (repr: -0.0 != 0.0, nan == nan, as JSON)
     hit = _MEMO.get(key)
     if hit is None:
         c = system.config(base, o)

@@ -179,7 +179,7 @@ def reduce(out: str | Path, problem: Any | None = None, status: str | None = Non
     import h5py
 
     from .. import __version__
-    from .io import set_new_attrs
+    from .io import new_dataset, set_new_attrs
 
     P = paths(out)
     plan = json.loads(P["plan"].read_text())
@@ -196,10 +196,12 @@ def reduce(out: str | Path, problem: Any | None = None, status: str | None = Non
         with h5py.File(tmp, "w") as f:
             dsets: dict = {}
 
-            def dset(name, dtype, tail=()):
+            def dset(name, dtype, tail=()):  # (low-level id, shape, dtype) of the output's dataset
                 if name not in dsets:
                     fill = -1 if name == "status" else (-1 if np.dtype(dtype).kind == "i" else np.nan)
-                    dsets[name] = f.create_dataset(name, shape=shape + tuple(tail), dtype=dtype, fillvalue=fill)
+                    dims = shape + tuple(tail)
+                    dsets[name] = (new_dataset(f, name, shape=dims, dtype=dtype, fillvalue=fill), dims,
+                                   np.dtype(dtype))
                 return dsets[name]
 
             dset("status", np.int8)
@@ -223,16 +225,16 @@ def reduce(out: str | Path, problem: Any | None = None, status: str | None = Non
                 for name, arr in part.items():
                     if name == "index":
                         continue
-                    ds = dset(name, arr.dtype, arr.shape[1:])
-                    if name == "margin_end" and arr.shape[1] > ds.shape[-1]:  # pragma: no cover - one K, L
-                        arr = arr[:, : ds.shape[-1]]
+                    dsid, ds_shape, ds_dtype = dset(name, arr.dtype, arr.shape[1:])
+                    if name == "margin_end" and arr.shape[1] > ds_shape[-1]:  # pragma: no cover - one K, L
+                        arr = arr[:, : ds_shape[-1]]
                     for sl, a, b in _slabs(lo, hi, shape):
                         blk = tuple(len(range(*x.indices(n))) for x, n in zip(sl, shape) if isinstance(x, slice))
                         block = arr[a - lo:b - lo].reshape(blk + arr.shape[1:])
-                        if block.shape == ds.shape and block.dtype == ds.dtype and block.flags.c_contiguous:
-                            ds.id.write(h5py.h5s.ALL, h5py.h5s.ALL, block)  # all of it: ds[sl] = block, less h5py
+                        if block.shape == ds_shape and block.dtype == ds_dtype and block.flags.c_contiguous:
+                            dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, block)  # all of it: ds[sl] = block, less h5py
                         else:
-                            ds[sl] = block
+                            h5py.Dataset(dsid)[sl] = block
                 st = part["status"]
                 for code in np.unique(st):
                     nm = STATUS.get(int(code), str(int(code)))
@@ -252,10 +254,10 @@ def reduce(out: str | Path, problem: Any | None = None, status: str | None = Non
                     if vals.dtype == object:
                         ax.create_dataset(k, data=vals.astype(str).astype(object), dtype=h5py.string_dtype())
                     else:
-                        ax.create_dataset(k, data=vals)
+                        new_dataset(ax, k, vals)
             else:
                 names = ["point"]
-                ax.create_dataset("point", data=np.arange(N))
+                new_dataset(ax, "point", np.arange(N))
             if plan.get("keep_records"):
                 rg = f.create_group("records")
                 for i in plan["keep_records"]:

@@ -89,6 +89,17 @@ def _code_digest(*namespaces) -> bytes:
     dispatcher's ``py_func``) in ``namespaces``, by name, code (:func:`_code_bytes`), default arguments
     and the dispatcher's compile options (``njit``'s flags), as this process runs it. A kernel edited (or reloaded) gives new names, so numba's cache never hands back a loop of
     other code; the same code gives the same names in every process, before and after a compile."""
+    seen = []  # what the checksum reads, by object: the same objects give the same checksum (memoised)
+    for ns in namespaces:
+        for name, obj in ns.items():
+            f = getattr(obj, "py_func", obj)
+            if isinstance(f, types.FunctionType):
+                seen.append((name, f, f.__code__, f.__defaults__, f.__kwdefaults__,
+                             tuple(getattr(obj, "targetoptions", {}).items())))
+    seen = tuple(seen)
+    for old, digest in _DIGESTS:
+        if old == seen:  # (a tuple of the same objects compares by identity first: microseconds)
+            return digest
     h = hashlib.sha1()
     for ns in namespaces:
         for name in sorted(ns):
@@ -97,7 +108,12 @@ def _code_digest(*namespaces) -> bytes:
                 opts = sorted((k, repr(v)) for k, v in getattr(ns[name], "targetoptions", {}).items())
                 h.update(name.encode() + b"=" + _code_bytes(f.__code__)
                          + repr((f.__defaults__, f.__kwdefaults__, opts)).encode() + b";")
+    _DIGESTS.insert(0, (seen, h.digest()))
+    del _DIGESTS[8:]
     return h.digest()
+
+
+_DIGESTS: list = []  # (the objects :func:`_code_digest` read, its checksum), the last 8
 
 
 def _loop_code() -> tuple:

@@ -288,13 +288,16 @@ def _pack(cfgs: list[MixtureConfig], y0s: list[np.ndarray]) -> dict:
     step_par = np.array([c.eta if gd else c.dt for c in cfgs], np.float64)
     r0 = np.array([c.relu_prime_at_zero for c in cfgs], np.float64)
     max_abs = np.array([c.max_abs for c in cfgs], np.float64)
-    pts_list = []
     cap = np.zeros(B, np.int64)
     memo: dict = {}  # schedule and record grid, shared by configs that differ only in omega, width, seed, ...
+    members: dict = {}  # the same key -> the trajectories that have it (their rows are filled at once below)
     for b, c in enumerate(cfgs):
         key = (c.method, c.schedule, c.steps, c.t_end, c.stage_steps, c.stage_times, c.stage_criteria, c.stage3,
                c.criterion, c.record_every, c.record_log, c.record_dt, c.eta, c.dt)
-        if key not in memo:
+        if key in memo:
+            members[key].append(b)
+        else:
+            members[key] = [b]
             st = stages(c)
             sv = save_at(c)
             lens = [int(x.length) if gd else float(x.length) for x in st]
@@ -307,21 +310,21 @@ def _pack(cfgs: list[MixtureConfig], y0s: list[np.ndarray]) -> dict:
                 nsteps = sum(int(math.ceil(x / c.dt * (1 + 1e-12))) + 1 for x in lens)
             memo[key] = (lens, [x.mode for x in st], crit, ev, pts,
                          2 + len(st) + (nsteps // ev if ev else 0) + len(pts))
-        lens, modes, crit, ev, pts, cp = memo[key]
-        n_stages[b] = len(lens)
-        stage_len[b, : len(lens)] = lens
-        stage_mode[b, : len(lens)] = modes
-        for s_, (k, o, v) in enumerate(crit):
-            crit_kind[b, s_], crit_op[b, s_], crit_thr[b, s_] = k, o, v
-        every[b] = ev
-        pts_list.append(pts)
-        cap[b] = cp
-    npmax = max(1, max(len(p) for p in pts_list))
+    npmax = max(1, max(len(m[4]) for m in memo.values()))
     pts = np.zeros((B, npmax), np.int64)
     n_pts = np.zeros(B, np.int64)
-    for b, p in enumerate(pts_list):
-        pts[b, : len(p)] = p
-        n_pts[b] = len(p)
+    for key, bs in members.items():  # the rows of every trajectory with this key (values as row by row)
+        lens, modes, crit, ev, p, cp = memo[key]
+        rows = np.asarray(bs, np.intp)
+        n_stages[rows] = len(lens)
+        stage_len[rows, : len(lens)] = lens
+        stage_mode[rows, : len(lens)] = modes
+        for s_, (k, o, v) in enumerate(crit):
+            crit_kind[rows, s_], crit_op[rows, s_], crit_thr[rows, s_] = k, o, v
+        every[rows] = ev
+        cap[rows] = cp
+        pts[rows, : len(p)] = p
+        n_pts[rows] = len(p)
     Y0 = np.ascontiguousarray(np.stack([np.asarray(y, np.float64) for y in y0s]))
     return dict(Y0=Y0, step_par=step_par, r0=r0, max_abs=max_abs, n_stages=n_stages, stage_len=stage_len,
                 stage_mode=stage_mode, crit_kind=crit_kind, crit_op=crit_op, crit_thr=crit_thr, every=every,

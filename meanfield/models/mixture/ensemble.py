@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange, set_num_threads
 
 from ...core.stagetimes import at_step, crossing
 from .kernels import backward_into, forward_into
@@ -30,6 +30,9 @@ from .stagetimes import DEFAULTS as _DEF
 #: ``forward_into``, |dLoss/dw~| by ``backward_into`` and numpy's pairwise sum,
 #: the stage-time rules of ``meanfield.core.stagetimes``, whose interpolation and
 #: rounding to the step are compiled here from the core's own functions.
+#: records x samples x L of a batch below which its summaries run on one thread (about 2 ms of one thread's
+#: work at K = 2, L = 3)
+SUMMARY_SERIAL_WORK = 1 << 14
 _cross = njit(cache=True)(crossing)
 _at_step = njit(cache=True)(at_step)
 
@@ -291,10 +294,22 @@ class MixtureEnsemble:
                                       "min_margin_inconsistent_end", "T1", "T2", "T_loss")}
         o["margin_end"] = np.empty((B, s.n))
         gd = np.array([c.method == "gd" for c in cfgs], np.bool_)
-        _summaries(r.t, r.step, gd, r.y, r.n_records, three, stage1_t, r0, s.P, s.idx, s.sgn, s.y, s.weight,
-                   s.consistent.astype(np.bool_), clean.astype(np.bool_), _DEF["margin"], _DEF["grad_ratio"],
-                   _DEF["loss_level"], o["loss_end"], o["margin_end"], o["min_margin_end"],
-                   o["min_margin_consistent_end"], o["min_margin_inconsistent_end"], o["T1"], o["T2"], o["T_loss"])
+        # little work (records x samples x L): one thread; a parallel region then costs more than it saves, and
+        # far more when the other cores are busy (its barrier waits for them). Every thread count gives each
+        # trajectory the same bits (one trajectory per prange iteration, nothing summed across them).
+        nt = get_num_threads()
+        one = nt > 1 and int(r.n_records.sum()) * s.idx.size < SUMMARY_SERIAL_WORK
+        if one:
+            set_num_threads(1)
+        try:
+            _summaries(r.t, r.step, gd, r.y, r.n_records, three, stage1_t, r0, s.P, s.idx, s.sgn, s.y, s.weight,
+                       s.consistent.astype(np.bool_), clean.astype(np.bool_), _DEF["margin"], _DEF["grad_ratio"],
+                       _DEF["loss_level"], o["loss_end"], o["margin_end"], o["min_margin_end"],
+                       o["min_margin_consistent_end"], o["min_margin_inconsistent_end"], o["T1"], o["T2"],
+                       o["T_loss"])
+        finally:
+            if one:
+                set_num_threads(nt)
         last = np.maximum(r.n_records - 1, 0)
         ar = np.arange(B)
         o["status"] = r.code
