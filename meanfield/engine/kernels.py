@@ -525,8 +525,8 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
     nrm = exact and (mode & 16) != 0
     for k in range(H):
         N = hi[k, 7]
-        if N > 0:
-            off = hi[k, 8]
+        off = hi[k, 8]
+        if N > 0 and off >= 0:  # (a Gram's offset is >= 0: the test lets LLVM drop the negative-index fix-ups)
             any_tr = False
             for b in range(N):
                 g = grp[k, b]
