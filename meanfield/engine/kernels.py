@@ -307,6 +307,7 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
         a_k = eng_sign(y, hi, hf, k)
         att, kq, qry, qself, val, nn = hi[k, 0], hi[k, 1], hi[k, 2], hi[k, 3], hi[k, 4], hi[k, 5]
         iK, iQ, iV, iR, woff, voff, aoff = hi[k, 9], hi[k, 10], hi[k, 11], hi[k, 12], hi[k, 13], hi[k, 14], hi[k, 15]
+        causal, boff, bmid = hi[k, 16], hi[k, 17], hi[k, 18]
         for a in range(P):
             om[a] = 0.0
         if val == 3:
@@ -369,18 +370,18 @@ def eng_backward_sample(y, hi, hf, qv, nzi, nzc, nzn, cnt, last, leff, s, P, r0,
                 for i in range(L):
                     dz = ql * pa[k, j, i] * (v[i] - vbar)
                     if dz != 0.0:
-                        if hi[k, 17] >= 0 and l >= 0:  # dLoss/db[l - i] (relative positional bias)
-                            gflat[hi[k, 17] + l - i + hi[k, 18]] += dz
+                        if boff >= 0 and l >= 0:  # dLoss/db[l - i] (relative positional bias)
+                            gflat[boff + l - i + bmid] += dz
                         for t in range(nzn[s, i]):
                             tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             else:
                 for i in range(L):
                     if cnt[s, i] > 0.0:
                         excl = qry == 1 and qself == 0 and i == last[s]
-                        if cnt[s, i] > 0.0 and not excl and (hi[k, 16] != 1 or l < 0 or i <= l):
+                        if cnt[s, i] > 0.0 and not excl and (causal != 1 or l < 0 or i <= l):
                             dz = ql * cnt[s, i] * v[i] / lk
-                            if hi[k, 17] >= 0 and l >= 0:
-                                gflat[hi[k, 17] + l - i + hi[k, 18]] += dz
+                            if boff >= 0 and l >= 0:
+                                gflat[boff + l - i + bmid] += dz
                             for t in range(nzn[s, i]):
                                 tk[nzi[s, i, t]] += dz * nzc[s, i, t]
             oneq = l >= 0 and nzn[s, l] == 1
@@ -525,8 +526,8 @@ def eng_update(y, out, hi, hf, Gr, grp, Gam, G, gflat, eta, mode, exact, Xm, Ym,
     nrm = exact and (mode & 16) != 0
     for k in range(H):
         N = hi[k, 7]
-        if N > 0:
-            off = hi[k, 8]
+        off = hi[k, 8]
+        if N > 0 and off >= 0:  # (a Gram's offset is >= 0: the test lets LLVM drop the negative-index fix-ups)
             any_tr = False
             for b in range(N):
                 g = grp[k, b]

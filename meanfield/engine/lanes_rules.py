@@ -52,7 +52,7 @@ ZERO_SKIPS = {
     ("eng_backward_sample", "d == 0.0"): (
         "be1a1b666e64", "d multiplies every term that follows (G, gflat: d * zb; om: d * y), zb and y finite"),
     ("eng_backward_sample", "not nz"): (
-        "f2d7fd61207d", "om is zero: v = sum om c is a signed zero, so is every dz = ql p (v - vbar) or ql c v / lk "
+        "84c6c5fd54d4", "om is zero: v = sum om c is a signed zero, so is every dz = ql p (v - vbar) or ql c v / lk "
                         "(p finite) and every tk, ta = scale tk (the next skip), gflat += dz"),
     ("eng_backward_sample", "ta == 0.0"): ("0d9a52ba2e8b", "ta multiplies every term that follows (c, qv finite)"),
     ("eng_update", "gs == 0.0"): ("dbf5df13baa6", "gs multiplies every term that follows (gs * gr, Gr finite)"),
