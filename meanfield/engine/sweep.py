@@ -221,7 +221,7 @@ class ModelEnsemble:
     (``model sweep --vector-exp``): the lanes' exp by
     ``meanfield.core.lane_exp.exp_lane`` (``run_batch(..., vector_exp=True)``:
     faster, to rounding only; it is part of the identity, so chunks of the two
-    never mix).
+    never mix: a rerun with the other setting reuses none).
 
     Picklable (the model path and the file's hash); the chunk keys include
     the hash, so an edited description reruns every chunk."""
