@@ -8,6 +8,7 @@ B trajectories of the mixture description (seeds 0..B-1 at infinite width, eta f
 generic scalar kernels), the same with ``specialise="auto"`` (the loop compiled for the description, where
 numba's cache holds one: ``meanfield.engine.specialise``) and
 ``run_batch(desc, ..., fast=False)`` (the lanes, ``meanfield.engine.lanes_batch``, at the width it picks),
+the same with ``vector_exp=True`` (``math.exp`` in the lanes by ``meanfield.core.lane_exp.exp_lane``),
 and the lane batch at the block widths of ``--widths``; prints us per trajectory-step and whether the two
 paths' final states and losses are equal (best of ``--reps`` runs each); for reference, the mixture's hand-written lanes
 (``meanfield.models.mixture.batched.advance``, the C library's exp and the vectorised exp) on the same
@@ -49,6 +50,8 @@ def main() -> None:
     t_gen, _ = _best(a.reps, lambda: me.run_batch(desc, y0s=Y0, eta=etas, fast=False, lanes=False,
                                                   specialise=False))
     t_lanes, got = _best(a.reps, lambda: me.run_batch(desc, y0s=Y0, eta=etas, fast=False))
+    me.run_batch(desc, y0s=Y0[:40], eta=etas[:40], fast=False, vector_exp=True)
+    t_vx, got_vx = _best(a.reps, lambda: me.run_batch(desc, y0s=Y0, eta=etas, fast=False, vector_exp=True))
     us = 1e6 / float(ref.steps.sum())  # per trajectory-step (rk4: the solver steps each trajectory took)
     same = np.array_equal(ref.y, got.y) and np.array_equal(ref.loss, got.loss)
     bits = ref.y.tobytes() == got.y.tobytes() and ref.loss.tobytes() == got.loss.tobytes()
@@ -61,6 +64,10 @@ def main() -> None:
     print(f"  run_batch(fast=False) (lanes, width {lanes_batch.width_for(a.B, a.threads)}): {t_lanes:.3f} s  "
           f"({t_lanes * us:.3f} us per trajectory-step)  ratios {t_gen / t_lanes:.2f}x, {t_ref / t_lanes:.2f}x")
     print(f"  equal (==): {same}; bit for bit: {bits}")
+    rel = float(np.max(np.abs(got_vx.y - ref.y) / np.maximum(np.max(np.abs(ref.y), axis=1, keepdims=True), 1e-300)))
+    print(f"  run_batch(fast=False, vector_exp=True) (lanes, exp_lane): {t_vx:.3f} s  ({t_vx * us:.3f} us per "
+          f"trajectory-step)  {t_lanes / t_vx:.2f}x the C library's exp; max |state - per-trajectory| / "
+          f"max |state| {rel:.1e}")
     # the lane batch at other widths (the same arguments as run_batch passes; one compile serves every width's
     # lane kernels, each width compiles its driver)
     if a.method == "rk4":  # (the widths' and the mixture's timings below are of method gd)

@@ -306,6 +306,20 @@ def section_batched(sz, lines) -> dict:
             f"fast=False: lane kernels generated from the scalar kernels); max |final loss - fast path| {dg:.1e}",
             c_gen / ts * 1e6)
     out["engine_generic_us"] = t_gen / ts * 1e6
+    bv = None
+
+    def go_vexp():
+        nonlocal bv
+        bv = me.run_batch(desc, y0s=Ye, eta=etas, fast=False, specialise=False, vector_exp=True)
+
+    me.run_batch(desc, y0s=Ye[:64], eta=etas[:64], fast=False, specialise=False, vector_exp=True)  # compiled / loaded
+    t_gv = best(go_vexp, reps)
+    c_gv = CPU["last"]
+    dv = float(np.max(np.abs(bv.y - bg.y) / np.maximum(np.max(np.abs(bg.y), axis=1, keepdims=True), 1e-300)))
+    tab.add("engine.run_batch(fast=False, vector_exp=True)", t_gv / ts * 1e6, "the generic batch in lanes with "
+            f"exp by core.lane_exp.exp_lane (vectorises; within an ulp); max |state - libm lanes| / max |state| "
+            f"{dv:.1e}", c_gv / ts * 1e6)
+    out["engine_generic_vexp_us"] = t_gv / ts * 1e6
     bp = None
 
     def go_per():
@@ -669,7 +683,8 @@ def verdicts(res: dict, smoke: bool) -> list[str]:
         out.append(f"engine.run_batch / mixture batched {b['engine_us'] / b['ref_us']:.2f} (target <= 1.2): "
                    f"{v(b['engine_us'] / b['ref_us'] <= 1.2)}; in CPU time {b['engine_cpu'] / b['ref_cpu']:.2f} "
                    f"(one ensemble path: the mixture's registered batch fast path; the generic batch in lanes "
-                   f"{b['engine_generic_us'] / b['ref_us']:.2f}, one trajectory after another "
+                   f"{b['engine_generic_us'] / b['ref_us']:.2f}, with vector_exp "
+                   f"{b.get('engine_generic_vexp_us', float('nan')) / b['ref_us']:.2f}, one trajectory after another "
                    f"{b['engine_per_us'] / b['ref_us']:.2f})")
         out.append(f"batched mixture in CPU time: {b['ref_cpu']:.3f} us (per-trajectory path {b['old_cpu']:.3f}: "
                    f"{b['old_cpu'] / b['ref_cpu']:.2f}x; C library exp {b['vx_cpu']:.3f}); the wall figures include "

@@ -39,9 +39,9 @@ def _lanes(desc, Y0, eta, every, width, monkeypatch):
     calls = []
     real = lanes_batch.batch_kernel
 
-    def spy(w):
+    def spy(w, *more):
         calls.append(w)
-        return real(w)
+        return real(w, *more)
 
     monkeypatch.setattr(lanes_batch, "batch_kernel", spy)
     got = me.run_batch(desc, y0s=Y0, eta=eta, record_every=every, fast=False)
@@ -184,7 +184,7 @@ def test_two_threads(monkeypatch):
     numba.set_num_threads(threads)
     calls = []
     real = lanes_batch.batch_kernel
-    monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w: calls.append(w) or real(w))
+    monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w, *m: calls.append(w) or real(w, *m))
     try:
         got = me.run_batch(desc, y0s=Y0, eta=eta, record_every=5, fast=False)
     finally:
@@ -216,7 +216,7 @@ def test_rk4_lanes(name, monkeypatch):
         monkeypatch.setattr(lanes_batch, "width_for", lambda B, threads=1, per_lane=0: width)
         calls = []
         real = lanes_rk4.rk4_kernel
-        monkeypatch.setattr(lanes_rk4, "rk4_kernel", lambda w: calls.append(w) or real(w))
+        monkeypatch.setattr(lanes_rk4, "rk4_kernel", lambda w, *m: calls.append(w) or real(w, *m))
         got = me.run_batch(desc, y0s=Y0, eta=dt, record_every=3, fast=False)
         monkeypatch.undo()
         assert calls == [width]
@@ -226,7 +226,7 @@ def test_rk4_lanes(name, monkeypatch):
 def test_lanes_false_takes_the_per_trajectory_path(monkeypatch):
     from meanfield.engine import lanes_rk4
 
-    never = lambda w: (_ for _ in ()).throw(AssertionError("lanes ran"))  # noqa: E731
+    never = lambda w, *m: (_ for _ in ()).throw(AssertionError("lanes ran"))  # noqa: E731
     gd, rk4 = (me.load(ROOT / "docs/examples/majority.toml", steps=5),
                me.load(ROOT / "docs/examples/majority.toml", method="rk4", steps=1))
     seeds = list(range(8 * numba_threads()))  # enough a thread for lanes: only lanes=False keeps them off
@@ -257,7 +257,7 @@ def test_width_for_and_small_batches_per_trajectory(monkeypatch):
     desc = me.load(ROOT / "docs/examples/majority.toml", steps=5)
     Y0 = _perturbed(desc, 3, 0.1)
     ref = me.run_batch(desc, y0s=Y0, record_every=2, fast=False, lanes=False)
-    monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w: (_ for _ in ()).throw(AssertionError("lanes ran")))
+    monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w, *m: (_ for _ in ()).throw(AssertionError("lanes ran")))
     _assert_same(ref, me.run_batch(desc, y0s=Y0, record_every=2, fast=False))
 
 

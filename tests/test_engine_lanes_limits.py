@@ -66,7 +66,7 @@ def test_the_default_width_on_a_description_takes_its_scratch_into_account(monke
     seeds = list(range(64))
     ref = batched.run_batch(desc, seeds=seeds, fast=False, lanes=False)
     monkeypatch.setattr(lanes_batch, "LANE_SCRATCH_BYTES", 1)
-    monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w: (_ for _ in ()).throw(AssertionError("lanes ran")))
+    monkeypatch.setattr(lanes_batch, "batch_kernel", lambda w, *m: (_ for _ in ()).throw(AssertionError("lanes ran")))
     got = batched.run_batch(desc, seeds=seeds, fast=False)
     assert np.array_equal(ref.y, got.y) and np.array_equal(ref.loss, got.loss)
 
@@ -78,7 +78,7 @@ def test_a_transform_refusal_at_run_time_turns_the_lanes_off_with_a_warning(monk
     seeds = list(range(64))
     ref = batched.run_batch(desc, seeds=seeds, fast=False, lanes=False)
 
-    def refuse(w):
+    def refuse(w, *more):
         raise lanes.LaneTransformError("kernels.py line 1: a construct without a rule")
 
     monkeypatch.setattr(lanes_batch, "batch_kernel", refuse)

@@ -109,6 +109,43 @@ def test_model_ensemble_python_api_and_grouping(tmp_path):
     assert _task(prob, 0, 5, "cpu", 1)["key"] != _task(p2, 0, 5, "cpu", 1)["key"]
 
 
+def test_model_sweep_vector_exp_to_rounding_and_its_own_identity(tmp_path, capsys):
+    """``--vector-exp`` (the lanes' exp by core.lane_exp.exp_lane): the same statuses, outputs and kept records
+    to rounding (1e-12 of the larger of the value and 1), not the same bits (the lanes ran with the other exp); and the
+    option is part of the sweep's identity (its chunk keys differ: a rerun with the other setting in the same
+    folder reuses none of its chunks)."""
+    out, out_v = tmp_path / "sw", tmp_path / "sw_v"
+    argv = ["model", "sweep", "mixture", "--steps", "60", "--record-every", "5", "--chunked", "--chunk-size", "32",
+            "--param", "omega=0.05:0.3:lin:4", "--param", "seed=0:7:lin:8", "--param", "width=inf",
+            "--keep-records", "every:4", "--workers", "1", "--quiet"]
+    assert main(argv + ["--out", str(out)]) == 0
+    assert main(argv + ["--out", str(out_v), "--vector-exp"]) == 0
+    capsys.readouterr()
+    d, v = load(out / "sweep.h5"), load(out_v / "sweep.h5")
+    np.testing.assert_array_equal(d["status"], v["status"])
+    differ = False
+    for k in ("loss_end", "min_margin_end", "T1", "T2", "T_loss"):
+        a, b = np.asarray(d[k], float), np.asarray(v[k], float)
+        assert np.array_equal(np.isnan(a), np.isnan(b)), k
+        ok = ~np.isnan(a)
+        assert np.all(np.abs(a[ok] - b[ok]) <= 1e-12 * np.maximum(np.abs(a[ok]), 1.0)), k
+        differ |= not np.array_equal(a[ok], b[ok])
+    for i in range(0, 32, 4):  # the kept points' run files: every record to rounding
+        with h5py.File(out / "records" / f"{i:07d}.h5") as f, h5py.File(out_v / "records" / f"{i:07d}.h5") as g:
+            for k in ("loss", "margin", "S", "A", "B", "w"):
+                x, z = f[k][()], g[k][()]
+                assert np.max(np.abs(x - z)) <= 1e-12 * max(np.max(np.abs(x)), 1.0), (i, k)
+                differ |= not np.array_equal(x, z)
+    assert differ  # the lanes ran with exp_lane: other bits (the tolerance is what is tested)
+    assert ModelEnsemble("meanfield/models/mixture.toml", vector_exp=True).identity() != \
+        ModelEnsemble("meanfield/models/mixture.toml").identity()
+    assert main(argv + ["--out", str(out_v)]) == 0  # the folder of the --vector-exp sweep, run without it:
+    assert "0 run now" not in capsys.readouterr().out  # none of its chunks reused, the plain sweep's numbers
+    w = load(out_v / "sweep.h5")
+    for k in ("status", "loss_end", "min_margin_end", "T1"):
+        np.testing.assert_array_equal(d[k], w[k])
+
+
 @pytest.mark.parametrize("argv,field", [
     (["--param", "omga=0.1,0.2"], "param"),
     (["--param", "omega=0.1,0.2", "--method", "flow"], "backend ensemble"),
@@ -117,6 +154,8 @@ def test_model_ensemble_python_api_and_grouping(tmp_path):
     (["--param", "omega=0.1,0.2", "--chunk-size", "0"], "chunk_size"),
     (["--param", "omega=0.1,0.2", "--keep-records", "9"], "keep_records"),
     (["--param", "omega=0.1,-1"], "omega"),
+    (["--param", "omega=0.1,0.2", "--vector-exp", "--per-point"], "vector-exp"),
+    (["--param", "omega=0.1,0.2", "--vector-exp", "--specialise"], "vector-exp"),
 ])
 def test_model_sweep_chunked_bad_input_one_line(tmp_path, capsys, argv, field):
     out = tmp_path / "bad"

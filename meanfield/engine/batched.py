@@ -343,7 +343,7 @@ def record_capacity(desc: Description, step: float, every: int) -> int:
 
 def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, backend: str = "cpu",
               record_every: int | None = None, max_bytes: float = 4 * 2**30, fast: bool = True,
-              specialise: bool | str = "auto", lanes: bool = True) -> BatchRun:
+              specialise: bool | str = "auto", lanes: bool = True, vector_exp: bool = False) -> BatchRun:
     """Advance B trajectories of a description together (CPU threads or one CUDA thread each).
 
     The exact GD map (method gd) or fixed-step RK4 of the flow (method rk4,
@@ -393,6 +393,17 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         entries; method rk4 too: ``meanfield.engine.lanes_rk4``); False: one
         trajectory after another (the per-trajectory drivers; ``specialise``
         applies there). CUDA: per trajectory.
+    vector_exp : bool
+        With the lanes: ``math.exp`` inside their loops over lanes by
+        ``meanfield.core.lane_exp.exp_lane`` (straight-line arithmetic that
+        vectorises, within one ulp of the C library's exp; the lane kernels of
+        ``meanfield.engine.lanes.module(vector_exp=True)``): faster where the
+        description has softmax heads or a logistic / cross-entropy loss, equal
+        to the per-trajectory batch to rounding (<= 1e-13 relative in
+        ``tests/test_engine_lanes.py``), no longer bit for bit. False (default):
+        the C library's exp, the bits of single runs (what ``meanfield model
+        sweep`` promises). Ignored where the lanes do not run (and by a
+        family's fast path, which has its own exp).
 
     Returns
     -------
@@ -477,6 +488,8 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         raise ConfigError(f"eta: must be positive and finite; got {etas[~(np.isfinite(etas) & (etas > 0))][0]:g}")
     if not isinstance(lanes, (bool, np.bool_)):
         raise ConfigError(f"lanes: must be True or False; got {lanes!r}")
+    if not isinstance(vector_exp, (bool, np.bool_)):
+        raise ConfigError(f"vector_exp: must be True or False; got {vector_exp!r}")
     if record_every is not None and (isinstance(record_every, bool) or int(record_every) != record_every
                                      or record_every < 1):
         raise ConfigError(f"record_every: must be a positive integer or None; got {record_every!r}")
@@ -539,7 +552,7 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
             from .lanes_rk4 import rk4_kernel
 
             try:
-                loop = (batch_kernel if gd else rk4_kernel)(width)
+                loop = (batch_kernel if gd else rk4_kernel)(width, bool(vector_exp))
             except LaneTransformError as e:  # kernels.py edited without a rule (tests fail there): no lanes
                 import logging
 

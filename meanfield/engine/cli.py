@@ -366,15 +366,22 @@ def _cmd_sweep(args) -> int:
         if args.per_point or args.batched or resolve_backend(args.backend or "cpu") != "cpu":
             raise ConfigError("specialise: chunked sweeps on the CPU only (not with --per-point, --batched or "
                               "--backend cuda; a single run: model run --specialise)")
+    if args.vector_exp:
+        from .batched import resolve_backend
+
+        if args.per_point or args.batched or args.specialise is True or resolve_backend(args.backend or "cpu") != "cpu":
+            raise ConfigError("vector-exp: chunked sweeps on the CPU in lanes only (not with --per-point, "
+                              "--batched, --specialise or --backend cuda)")
     del desc
     from ..core.ensemble_cli import cmd_sweep, use_chunked
     from .sweep import ModelEnsemble
 
-    system = ModelEnsemble(path, specialise=args.specialise)
+    system = ModelEnsemble(path, specialise=args.specialise, vector_exp=args.vector_exp)
     if use_chunked(args, base, params, system):  # chunks of batched engine trajectories, one sweep.h5
         return cmd_sweep(args, base, params, system=system)
-    if args.specialise is True:
-        raise ConfigError("specialise: chunked sweeps only; these points run one by one (see the note above)")
+    if args.specialise is True or args.vector_exp:
+        raise ConfigError(f"{'vector-exp' if args.vector_exp else 'specialise'}: chunked sweeps only; these points "
+                          "run one by one (see the note above)")
     idx = model_sweep(path, base, params, Path(args.out), workers=workers, progress=not args.quiet,
                       batched=args.batched, backend=args.backend, specialise=args.specialise)
     n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
@@ -523,6 +530,10 @@ def add_parser(systems) -> None:
                          "default: that loop where one is ready, else the generic loop)")
     sw.add_argument("--no-specialise", dest="specialise", action="store_const", const=False,
                     help="the generic batch loop, even where a specialised one is ready")
+    sw.add_argument("--vector-exp", action="store_true",
+                    help="chunked, the CPU: the lanes' exp in vectorised arithmetic (meanfield.core.lane_exp; "
+                         "faster where softmax or a logistic / cross-entropy loss runs; outputs equal model run's "
+                         "to rounding, not bit for bit)")
     from ..core.ensemble_cli import add_sweep_flags
 
     add_sweep_flags(sw)

@@ -348,7 +348,7 @@ def width_for(B: int, threads: int = 1, per_lane: int = 0) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def batch_kernel(lanes: int):
+def batch_kernel(lanes: int, vector_exp: bool = False):
     """:func:`lane_gd_batch` compiled for blocks of ``lanes`` lanes over the generated lane kernels
     (``meanfield.engine.lanes.module()``), cached on disk under a name carrying the width and a checksum
     of the lane kernels and of this file.
@@ -357,6 +357,9 @@ def batch_kernel(lanes: int):
     ----------
     lanes : int
         Trajectories per block.
+    vector_exp : bool
+        Over the lane kernels with ``math.exp`` by ``meanfield.core.lane_exp.exp_lane``
+        (``meanfield.engine.lanes.module(vector_exp=True)``: to rounding); False: the C library's exp.
 
     Returns
     -------
@@ -371,7 +374,7 @@ def batch_kernel(lanes: int):
     """
     from .lanes import module
 
-    mod = module()
+    mod = module(bool(vector_exp))
     ns = dict(globals())
     ns.update(LANES=int(lanes), ROWS=mod.ROWS, R_LOSS=mod.RET_eng_loss_grads[0], R_CRIT=mod.RET_eng_criterion[0],
               LOSS_GRADS=mod.eng_loss_grads_lanes, UPDATE=mod.eng_update_lanes, CRITERION=mod.eng_criterion_lanes)

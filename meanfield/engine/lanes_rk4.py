@@ -234,7 +234,7 @@ def lane_rk4_batch(b0, b1, Y0, dt, max_abs, n_stages, stage_len, crit_kind, crit
 
 
 @functools.lru_cache(maxsize=None)
-def rk4_kernel(lanes: int):
+def rk4_kernel(lanes: int, vector_exp: bool = False):
     """:func:`lane_rk4_batch` compiled for blocks of ``lanes`` lanes over the generated lane kernels,
     cached on disk under a name carrying the width and checksums (as ``lanes_batch.batch_kernel``).
 
@@ -242,6 +242,9 @@ def rk4_kernel(lanes: int):
     ----------
     lanes : int
         Trajectories per block.
+    vector_exp : bool
+        Over the lane kernels with ``math.exp`` by ``meanfield.core.lane_exp.exp_lane``
+        (``meanfield.engine.lanes.module(vector_exp=True)``: to rounding); False: the C library's exp.
 
     Returns
     -------
@@ -257,7 +260,7 @@ def rk4_kernel(lanes: int):
     from .lanes import module
     from .lanes_batch import COMPILE_S
 
-    mod = module()
+    mod = module(bool(vector_exp))
     ns = dict(globals())
     ns.update(LANES=int(lanes), ROWS=mod.ROWS, R_LOSS=mod.RET_eng_loss_grads[0], LOSS_GRADS=mod.eng_loss_grads_lanes,
               UPDATE=mod.eng_update_lanes)

@@ -69,3 +69,8 @@ SPAN_TRIMS = {("eng_update", "Xm[c, b0] == 0.0"): "353701d9f681",
               ("eng_update", "Xm[c, b1 - 1] == 0.0"): "353701d9f681",
               ("eng_update", "Xm[c0, a] == 0.0"): "d4dbeea09ca5",
               ("eng_update", "Xm[c1 - 1, a] == 0.0"): "d4dbeea09ca5"}
+
+#: with ``vector_exp`` (``lanes.transform(vector_exp=True)``): a call inside a loop over lanes replaced by a
+#: vectorisable equivalent of ``meanfield.core.lane_exp`` (straight-line arithmetic, no library call; within one
+#: ulp of the C library's, not bit for bit), by the name the generated module imports it under
+VECTOR_CALLS = {"math.exp": "exp_lane"}

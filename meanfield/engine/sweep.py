@@ -217,7 +217,11 @@ class ModelEnsemble:
     the numbers of ``meanfield model run`` of the same point: bit for bit on
     the CPU (the generic batch kernels, ``run_batch(..., fast=False)``, equal
     single runs bit for bit; a family's batch fast path would agree to
-    rounding only), to rounding on a GPU.
+    rounding only), to rounding on a GPU. ``vector_exp=True``
+    (``model sweep --vector-exp``): the lanes' exp by
+    ``meanfield.core.lane_exp.exp_lane`` (``run_batch(..., vector_exp=True)``:
+    faster, to rounding only; it is part of the identity, so chunks of the two
+    never mix: a rerun with the other setting reuses none).
 
     Picklable (the model path and the file's hash); the chunk keys include
     the hash, so an edited description reruns every chunk."""
@@ -244,10 +248,11 @@ class ModelEnsemble:
             return None
         return short, st[0].length / steps
 
-    def __init__(self, model: str | Path, specialise: bool | str = "auto"):
+    def __init__(self, model: str | Path, specialise: bool | str = "auto", vector_exp: bool = False):
         import hashlib
 
         self.model = str(model)
+        self.vector_exp = bool(vector_exp)  # run_batch(..., vector_exp=...): other bits, in the identity
         from .specialise import choice
 
         self.specialise = choice(specialise)  # run_batch(..., specialise=...): the same bits, not in the identity
@@ -257,7 +262,8 @@ class ModelEnsemble:
             raise ConfigError(f"model: cannot read {self.model!r} ({e.strerror or e})") from None
 
     def identity(self) -> dict:
-        return {"system": "model", "model": Path(self.model).name, "sha256": self.sha256}
+        ident = {"system": "model", "model": Path(self.model).name, "sha256": self.sha256}
+        return {**ident, "vector_exp": True} if self.vector_exp else ident  # (the default: the identity as before)
 
     def fields(self) -> list[str]:
         import dataclasses
@@ -320,7 +326,8 @@ class ModelEnsemble:
         d0 = descs[0]
         return run_batch(d0, y0s=[initial_state(d) for d in descs], eta=[_step_of(d) for d in descs],
                          backend=backend, record_every=int(save_at(d0).every), max_bytes=math.inf,
-                         fast=False, specialise=self.specialise)  # outputs: model run's bits
+                         fast=False, specialise=self.specialise,
+                         vector_exp=self.vector_exp)  # outputs: model run's bits (vector_exp: to rounding)
 
     def summaries(self, descs: list, br) -> dict:
         """Outputs per trajectory from its records, by the run file's own code."""

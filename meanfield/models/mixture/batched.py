@@ -344,7 +344,7 @@ def advance(cfgs: list[MixtureConfig], y0s: list[np.ndarray] | None = None, back
     trajectory the same bits); False runs the per-trajectory loop (the
     scalar kernels of ``run.run``, the reference of the tests and
     benchmarks). ``vector_exp`` (with ``lanes``): the softmax's and the loss's exp in the
-    blocks' vectorised arithmetic (``vectorised.exp_lane``, within an ulp of
+    blocks' vectorised arithmetic (``core.lane_exp.exp_lane``, within an ulp of
     the C library's: results agree with the per-trajectory loop to rounding,
     <= 1e-13 relative in the tests); False: the C library's exp, equal to the
     per-trajectory loop bit for bit (and slower). ``every`` (an int >= 0):

@@ -325,7 +325,7 @@ def rk4_kernel(lanes: int, idx: np.ndarray, sgn: np.ndarray, P: int, vector_exp:
     P : int
         Features (2K).
     vector_exp : bool
-        The exp by ``vectorised.exp_lane`` (to rounding) or by ``math.exp``
+        The exp by ``meanfield.core.lane_exp.exp_lane`` (to rounding) or by ``math.exp``
         (bit for bit with the per-trajectory rk4 batch).
 
     Returns
