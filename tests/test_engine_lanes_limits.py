@@ -86,3 +86,35 @@ def test_a_transform_refusal_at_run_time_turns_the_lanes_off_with_a_warning(monk
         got = batched.run_batch(desc, seeds=seeds, fast=False)
     assert np.array_equal(ref.y, got.y) and np.array_equal(ref.loss, got.loss)
     assert "lanes off: kernels.py line 1" in caplog.text
+
+
+def test_old_lane_module_versions_are_pruned_when_a_new_one_is_written(tmp_path):
+    """A new version written into the lane folder removes the versions beyond the KEEP most recently used
+    that were unused for MAX_IDLE_S (module, use marker, numba cache files); recent ones, the KEEP newest
+    however old, and the version being written stay; an existing version written again prunes nothing."""
+    import os
+    import time
+
+    from meanfield.engine import lanes_files
+
+    now = time.time()
+    n_old = lanes_files.KEEP + 3
+    for i in range(n_old + 2):  # n_old idle for two days (ages distinct), then 2 used an hour ago
+        tag = f"{i:016x}"
+        age = 2 * 86400 + i * 60 if i < n_old else 3600
+        (tmp_path / f"engine_lanes_{tag}.py").write_text("# old\n")
+        (tmp_path / "__pycache__").mkdir(exist_ok=True)
+        (tmp_path / "__pycache__" / f"engine_lanes_{tag}.eng_update-1.py311.nbi").write_text("")
+        used = tmp_path / f"engine_lanes_{tag}.used"
+        used.touch()
+        os.utime(used, (now - age, now - age))
+    lanes_files._written(tmp_path, "f" * 16, "# new\n")
+    left = sorted(p.stem[len("engine_lanes_"):] for p in tmp_path.glob("engine_lanes_*.py"))
+    # kept: the new one, the 2 recent ones, and the KEEP - 3 most recent of the idle ones (the youngest ages)
+    idle_kept = [f"{i:016x}" for i in range(lanes_files.KEEP - 3)]
+    assert left == sorted(["f" * 16] + [f"{i:016x}" for i in (n_old, n_old + 1)] + idle_kept)
+    caches = sorted(p.name.split(".")[0][len("engine_lanes_"):] for p in (tmp_path / "__pycache__").iterdir())
+    assert caches == sorted(t for t in left if t != "f" * 16)
+    assert sorted(p.stem[len("engine_lanes_"):] for p in tmp_path.glob("*.used")) == left
+    lanes_files._written(tmp_path, left[0], "# rewritten\n")  # an existing version: nothing pruned
+    assert len(list(tmp_path.glob("engine_lanes_*.py"))) == len(left)

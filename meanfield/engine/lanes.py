@@ -80,12 +80,11 @@ import copy
 import functools
 import hashlib
 import importlib.util
-import os
 import sys
-import threading
 from pathlib import Path
 
 from . import kernels
+from .lanes_files import _written, cache_dir  # noqa: F401 (cache_dir: public here)
 from .lanes_rules import ELEMENTWISE, ROOTS, SPAN_TRIMS, UNIFORM_CALLS, VECTOR_CALLS, ZERO_SKIPS, site_sha
 
 LN = "_ln"  # the lane index of the generated loops
@@ -707,37 +706,6 @@ def transform(defs: dict | None = None, vector_exp: bool = False) -> tuple:
     for name, (out, rows) in roots.items():
         body.append(f"{name}_lanes = {out}")
     return "\n".join(head + body) + "\n", roots
-
-
-def cache_dir() -> Path:
-    """Where the generated lane module lives: ``$MEANFIELD_LANES_DIR``, else ``$NUMBA_CACHE_DIR/meanfield_lanes``,
-    else ``$XDG_CACHE_HOME`` (default ``~/.cache``) ``/meanfield/lanes``.
-
-    Returns
-    -------
-    pathlib.Path
-
-    Examples
-    --------
-    >>> cache_dir().name in ("lanes", "meanfield_lanes") or "MEANFIELD_LANES_DIR" in __import__("os").environ
-    True
-    """
-    if os.environ.get("MEANFIELD_LANES_DIR"):
-        return Path(os.environ["MEANFIELD_LANES_DIR"])
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return Path(os.environ["NUMBA_CACHE_DIR"]) / "meanfield_lanes"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "meanfield" / "lanes"
-
-
-def _written(d: Path, tag: str, src: str) -> Path:
-    """The generated module's file in folder ``d``, written there unless it holds ``src`` already."""
-    path = d / f"engine_lanes_{tag}.py"
-    if not path.exists() or path.read_text() != src:
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(src)
-        os.replace(tmp, path)  # atomic: another process (or thread) reads the whole file or none
-    return path
 
 
 @functools.lru_cache(maxsize=2)
