@@ -146,6 +146,37 @@ def test_model_sweep_vector_exp_to_rounding_and_its_own_identity(tmp_path, capsy
         np.testing.assert_array_equal(d[k], w[k])
 
 
+def test_model_sweep_no_lanes_same_bits_other_drivers(tmp_path, capsys, monkeypatch):
+    """``--no-lanes`` (chunked and ``--batched``): every batch asked with lanes=False (the per-trajectory
+    drivers), the default with lanes=True; outputs and kept records bit for bit the default's."""
+    from meanfield.engine import batched
+
+    seen = []
+    real = batched.run_batch
+    monkeypatch.setattr(batched, "run_batch", lambda *a, **k: seen.append(k.get("lanes", True)) or real(*a, **k))
+    argv = ["model", "sweep", "mixture", "--steps", "40", "--record-every", "5", "--chunked", "--chunk-size", "32",
+            "--param", "omega=0.05:0.3:lin:4", "--param", "seed=0:7:lin:8", "--param", "width=inf",
+            "--keep-records", "every:8", "--workers", "1", "--quiet"]
+    assert main(argv + ["--out", str(tmp_path / "a")]) == 0
+    assert seen and all(seen)
+    seen.clear()
+    assert main(argv + ["--out", str(tmp_path / "b"), "--no-lanes"]) == 0
+    assert seen and not any(seen)
+    d, e = load(tmp_path / "a" / "sweep.h5"), load(tmp_path / "b" / "sweep.h5")
+    for k in ("status", "loss_end", "min_margin_end", "T1", "T2", "T_loss"):
+        np.testing.assert_array_equal(d[k], e[k], err_msg=k)
+    for i in range(0, 32, 8):
+        with h5py.File(tmp_path / "a" / "records" / f"{i:07d}.h5") as f, \
+                h5py.File(tmp_path / "b" / "records" / f"{i:07d}.h5") as g:
+            for k in ("loss", "S", "A", "B", "w"):
+                np.testing.assert_array_equal(f[k][()], g[k][()], err_msg=(i, k))
+    seen.clear()
+    small = ["model", "sweep", "mixture", "--steps", "20", "--param", "seed=0,1", "--batched", "--quiet"]
+    assert main(small + ["--out", str(tmp_path / "c"), "--no-lanes"]) == 0
+    assert seen == [False]
+    capsys.readouterr()
+
+
 @pytest.mark.parametrize("argv,field", [
     (["--param", "omga=0.1,0.2"], "param"),
     (["--param", "omega=0.1,0.2", "--method", "flow"], "backend ensemble"),
@@ -156,6 +187,8 @@ def test_model_sweep_vector_exp_to_rounding_and_its_own_identity(tmp_path, capsy
     (["--param", "omega=0.1,-1"], "omega"),
     (["--param", "omega=0.1,0.2", "--vector-exp", "--per-point"], "vector-exp"),
     (["--param", "omega=0.1,0.2", "--vector-exp", "--specialise"], "vector-exp"),
+    (["--param", "omega=0.1,0.2", "--no-lanes", "--vector-exp"], "no-lanes"),
+    (["--param", "omega=0.1,0.2", "--no-lanes", "--per-point"], "no-lanes"),
 ])
 def test_model_sweep_chunked_bad_input_one_line(tmp_path, capsys, argv, field):
     out = tmp_path / "bad"

@@ -366,6 +366,9 @@ def _cmd_sweep(args) -> int:
         if args.per_point or args.batched or resolve_backend(args.backend or "cpu") != "cpu":
             raise ConfigError("specialise: chunked sweeps on the CPU only (not with --per-point, --batched or "
                               "--backend cuda; a single run: model run --specialise)")
+    if not args.lanes and (args.per_point and not args.batched or args.vector_exp):
+        raise ConfigError("no-lanes: the batches' lanes off (chunked or --batched sweeps; not with --vector-exp, "
+                          "which runs in the lanes; a --per-point point runs alone, never in lanes)")
     if args.vector_exp:
         from .batched import resolve_backend
 
@@ -376,14 +379,14 @@ def _cmd_sweep(args) -> int:
     from ..core.ensemble_cli import cmd_sweep, use_chunked
     from .sweep import ModelEnsemble
 
-    system = ModelEnsemble(path, specialise=args.specialise, vector_exp=args.vector_exp)
+    system = ModelEnsemble(path, specialise=args.specialise, vector_exp=args.vector_exp, lanes=args.lanes)
     if use_chunked(args, base, params, system):  # chunks of batched engine trajectories, one sweep.h5
         return cmd_sweep(args, base, params, system=system)
     if args.specialise is True or args.vector_exp:
         raise ConfigError(f"{'vector-exp' if args.vector_exp else 'specialise'}: chunked sweeps only; these points "
                           "run one by one (see the note above)")
     idx = model_sweep(path, base, params, Path(args.out), workers=workers, progress=not args.quiet,
-                      batched=args.batched, backend=args.backend, specialise=args.specialise)
+                      batched=args.batched, backend=args.backend, specialise=args.specialise, lanes=args.lanes)
     n_ok = sum(1 for e in idx["points"] if e["result"] and e["result"]["status"] == "complete")
     print(f"{Path(args.out) / 'sweep.json' if Path(args.out).suffix != '.json' else args.out}: "
           f"{idx['status']}: {n_ok}/{idx['n_points']} points complete")
@@ -534,6 +537,9 @@ def add_parser(systems) -> None:
                     help="chunked, the CPU: the lanes' exp in vectorised arithmetic (meanfield.core.lane_exp; "
                          "faster where softmax or a logistic / cross-entropy loss runs; outputs equal model run's "
                          "to rounding, not bit for bit)")
+    sw.add_argument("--no-lanes", dest="lanes", action="store_false",
+                    help="chunked or --batched, the CPU: each trajectory by the per-trajectory drivers, not in "
+                         "lanes of trajectories (the same bits, slower; to compare or time them)")
     from ..core.ensemble_cli import add_sweep_flags
 
     add_sweep_flags(sw)

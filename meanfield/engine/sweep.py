@@ -98,7 +98,7 @@ def batch_problem(desc) -> str | None:
     return None
 
 
-def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256, specialise="auto"):
+def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256, specialise="auto", lanes=True):
     """Run the points ``todo`` batched: grouped by :func:`_fingerprint`, one
     ``run_batch`` per group (or per ``chunk_size`` points), each point written
     as the ordinary run file an unbatched sweep writes."""
@@ -131,7 +131,7 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256, 
             br = run_batch(d0, y0s=[initial_state(descs[i]) for i in part],
                            eta=[_step_of(descs[i]) for i in part], backend=backend,
                            record_every=int(save_at(d0).every), fast=False,  # == model run, bit for bit
-                           specialise=specialise)
+                           specialise=specialise, lanes=lanes)
             per = (time.perf_counter() - t0) / len(part)
             for k, i in enumerate(part):
                 t1 = time.perf_counter()
@@ -146,12 +146,13 @@ def _run_batched(model, overs, paths, todo, backend, on_result, chunk_size=256, 
 
 def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, workers: int | None = None,
                 progress: bool = True, stream=None, batched: bool = False, backend: str | None = None,
-                specialise="auto") -> dict:
+                specialise="auto", lanes: bool = True) -> dict:
     """Run (or continue) a sweep of ``model``; returns the index written to ``sweep.json``.
     ``batched``: the points run as batches of trajectories (``meanfield.engine.batched``
     on ``backend``), grouped by structure (points that differ only in initial
     state and eta share one batch); the files are the same. ``specialise``: as
-    ``meanfield.engine.run`` (default ``"auto"``), passed to every run or batch."""
+    ``meanfield.engine.run`` (default ``"auto"``), passed to every run or batch. ``lanes`` (with
+    ``batched``): as ``run_batch``'s (False: the per-trajectory drivers; the same bits)."""
     from .specialise import choice
 
     specialise = choice(specialise)
@@ -189,7 +190,7 @@ def model_sweep(model: str | Path, base: dict, params: dict, out: str | Path, wo
                 bar.update()
                 done(todo.index(i), s)
 
-            _run_batched(model, overs, paths, todo, backend, done_batched, specialise=specialise)
+            _run_batched(model, overs, paths, todo, backend, done_batched, specialise=specialise, lanes=lanes)
         else:
             map_points(_run_point, [(model, overs[i], str(paths[i]), specialise) for i in todo], workers=workers,
                        progress=bar, on_result=done)
@@ -248,11 +249,13 @@ class ModelEnsemble:
             return None
         return short, st[0].length / steps
 
-    def __init__(self, model: str | Path, specialise: bool | str = "auto", vector_exp: bool = False):
+    def __init__(self, model: str | Path, specialise: bool | str = "auto", vector_exp: bool = False,
+                 lanes: bool = True):
         import hashlib
 
         self.model = str(model)
         self.vector_exp = bool(vector_exp)  # run_batch(..., vector_exp=...): other bits, in the identity
+        self.lanes = bool(lanes)  # run_batch(..., lanes=...): the same bits, not in the identity
         from .specialise import choice
 
         self.specialise = choice(specialise)  # run_batch(..., specialise=...): the same bits, not in the identity
@@ -327,7 +330,7 @@ class ModelEnsemble:
         return run_batch(d0, y0s=[initial_state(d) for d in descs], eta=[_step_of(d) for d in descs],
                          backend=backend, record_every=int(save_at(d0).every), max_bytes=math.inf,
                          fast=False, specialise=self.specialise,
-                         vector_exp=self.vector_exp)  # outputs: model run's bits (vector_exp: to rounding)
+                         vector_exp=self.vector_exp, lanes=self.lanes)  # outputs: model run's bits (vector_exp: to rounding)
 
     def summaries(self, descs: list, br) -> dict:
         """Outputs per trajectory from its records, by the run file's own code."""
