@@ -10,9 +10,10 @@ threads as every CPU batch (``core.batched.run_cpu``: contiguous slices, the
 loop releases the GIL).
 
 The step/record logic is ``core.batched.gd_trajectory``'s over
-``kernels.eng_gd_advance_into``'s, per lane, as the mixture's lanes
-(``meanfield.models.mixture.vectorised.gd_batch_soa``) mirror it (not shared:
-each driver calls its own system's passes): stages of given lengths with
+``kernels.eng_gd_advance_into``'s, per lane: its per-lane control is
+``meanfield.core.lane_driver``'s (compiled inline here, as in the mixture's
+lanes, ``meanfield.models.mixture.vectorised.gd_batch_soa``; each driver calls
+its own system's passes): stages of given lengths with
 their masks and stop criteria (the criterion checked at every evaluated
 state, before the step), records every ``every[b]`` steps and at the points
 ``pts[b]`` and at stage ends (the record writer is ``core.batched.record_into``,

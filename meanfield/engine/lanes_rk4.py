@@ -5,7 +5,8 @@ The flow's right-hand side of a block is the lane kernels of
 ``exact`` False: the scalar kernels' own source, as ``kernels.flow_rhs`` and
 the batch hook ``eng_rhs_stage`` compute it), evaluated at one point per lane
 each round; the step logic is ``core.batched.rk4_trajectory``'s per lane (as
-the mixture's lanes mirror it, ``meanfield.models.mixture.vectorised_rk4``):
+the mixture's lanes mirror it, ``meanfield.models.mixture.vectorised_rk4``; a lane's start, stop and stage
+end by ``meanfield.core.lane_driver``, the scratch by ``lanes_batch.lane_scratch``):
 stages of time ``stage_len``, the last step of a stage shortened to land on
 its end, each step's stages k2, k3, k4 and the new state's right-hand side
 in its operation order, a non-finite new state or right-hand side (status 2)

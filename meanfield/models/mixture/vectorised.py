@@ -54,8 +54,9 @@ The step/record logic is ``meanfield.core.batched.gd_trajectory``'s, per lane:
 stages of given lengths with their modes and stop criteria, records every
 ``every[b]`` steps and at the points ``pts[b]``, a record at the same (step, t)
 as the previous one replacing it (the record writer is
-``core.batched.record_into``, compiled here for a lane's column),
-divergence (non-finite, above ``max_abs``: ``accept_step``'s checks, for
+``core.batched.record_into``, compiled here for a lane's column; the per-lane
+control, ``meanfield.core.lane_driver``, is the engine's lanes' too, compiled
+inline into each build), divergence (non-finite, above ``max_abs``: ``accept_step``'s checks, for
 every lane at once) stopping that lane only. Lanes may differ in everything
 the per-trajectory batch allows (eta, ReLU'(0), max_abs, stage lengths,
 modes, criteria, record grids); a lane that has finished idles until its

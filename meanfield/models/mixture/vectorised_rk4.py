@@ -13,7 +13,8 @@ compiled per block width and sample set) for method rk4. Two pieces:
   right-hand side at each stage start (final_loss), four more a step (k2, k3, k4 and f1 at the new state),
   the checks in its order (a non-finite new state, then a non-finite f1: code 2; then an entry above max_abs:
   code 3), records every ``every[b]`` steps and at each stage end (the record writer of the gd lanes,
-  ``core.batched.record_into``), end_step / end_t / end_reason as rk4_trajectory writes them. A lane that
+  ``core.batched.record_into``; a lane's start, stop and stage end: ``core.lane_driver``'s), end_step /
+  end_t / end_reason as rk4_trajectory writes them. A lane that
   has finished idles until its block does; the right-hand sides of a stage start run for the whole block
   (rare: once a stage).
 
