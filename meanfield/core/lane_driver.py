@@ -10,6 +10,7 @@ same in all four drivers and live here:
 * :func:`lane_begin`: a lane's start (its state column, the outputs reset, the record at t = 0);
 * :func:`lane_fail`: a lane stopped with its last accepted state (its record, status and stop stage);
 * :func:`lane_stage_end`: a stage's end (its record and end step / time / reason);
+* :func:`lane_crit_met`: a lane's stop criterion;
 * :func:`lane_gd_decide`: gd_trajectory's loop top at an evaluated state (the non-finite loss, the stage's
   criterion, the record points, the stage ends) until the lane steps or stops.
 
@@ -64,34 +65,39 @@ def lane_stage_end(b, w, s, t, step, reason, Y, n_stages, rec_t, rec_step, rec_s
     return s + 1 < n_stages[b]
 
 
-def lane_gd_decide(b, w, lossw, cargs, Y, etv, ctl, n_stages, stage_len, crit, every, pts, n_pts, rec_t, rec_step,
-                   rec_stage, rec_y, n_rec, status, stop_stage, ends, final_loss):
+def lane_crit_met(kind, w, lossw, cargs, op, thr):
+    """Whether stop criterion ``kind`` (!= 0) of lane w holds at the evaluated state: its value
+    (``lane_criterion_of``) >= thr (op > 0) or <= thr (op < 0)."""
+    cv = lane_criterion_of(kind, w, lossw, cargs)  # noqa: F821
+    return (op > 0 and cv >= thr) or (op < 0 and cv <= thr)
+
+
+def lane_gd_decide(b, w, lossw, cargs, Y, etv, st, step, end, target, jj, live, n_stages, stage_len, crit_kind,
+                   crit_op, crit_thr, every, pts, n_pts, rec_t, rec_step, rec_stage, rec_y, n_rec, status,
+                   stop_stage, end_step, end_t, end_reason):
     """Lane w (trajectory b, live) at an evaluated state of loss ``lossw``: the decisions of
     ``gd_trajectory`` / the system's gd advance until the lane steps (returns True: one GD step of stage
     st[w]) or stops (False, live[w] False): a non-finite loss (status 2), the stage's criterion (the stage
-    ends, reason 1), the stage's length (reason 0), a record point (every[b], pts[b]). ``ctl`` = (st, step,
-    end, target, jj, live): the lanes' stage, step, stage end, next stop, next record point and liveness,
-    (W,) arrays; ``crit`` = (crit_kind, crit_op, crit_thr), ``ends`` = (end_step, end_t, end_reason): the
-    batch's arrays (tuples: a call of more than 30 arguments is one numba cannot inline)."""
-    st, step, end, target, jj, live = ctl
-    crit_kind, crit_op, crit_thr = crit
-    end_step, end_t, end_reason = ends
+    ends, reason 1), the stage's length (reason 0), a record point (every[b], pts[b]); st, step, end,
+    target, jj, live: the lanes' stage, step, stage end, next stop, next record point and liveness, (W,)
+    arrays. The caller sets final_loss[b] = lossw before (the loss at the last evaluated state, what
+    gd_trajectory leaves there). Thirty arguments: a call of more makes CPython pass a tuple (*args), which
+    numba does not inline. Even inlined, entering it costs a reference count operation per array argument
+    (about 0.13 us a lane-step at K = 2, L = 3): the drivers call it only where a lane does not simply step
+    (``step[w] == target[w]``, a non-finite loss, its criterion met: :func:`lane_crit_met`)."""
     while True:
         s = st[w]
         code = -1
         if not math.isfinite(lossw):
             code = 2
-        elif crit_kind[b, s] != 0:
-            cv = lane_criterion_of(crit_kind[b, s], w, lossw, cargs)  # noqa: F821
-            op = crit_op[b, s]
-            if (op > 0 and cv >= crit_thr[b, s]) or (op < 0 and cv <= crit_thr[b, s]):
-                code = 1
+        elif crit_kind[b, s] != 0 and lane_crit_met(crit_kind[b, s], w, lossw, cargs, crit_op[b, s],  # noqa: F821
+                                                    crit_thr[b, s]):
+            code = 1
         if code == -1 and step[w] == target[w]:
             code = 0
         if code == -1:
             return True
         # the end of a gd_stage call: gd_trajectory's handling
-        final_loss[b] = lossw
         t = step[w] * etv[w]
         if code == 2:
             live[w] = False
@@ -116,7 +122,7 @@ def lane_gd_decide(b, w, lossw, cargs, Y, etv, ctl, n_stages, stage_len, crit, e
 
 
 #: the templates, in the order a system instantiates them (:func:`instantiate_into`)
-TEMPLATES = (lane_begin, lane_fail, lane_stage_end, lane_gd_decide)
+TEMPLATES = (lane_begin, lane_fail, lane_stage_end, lane_crit_met, lane_gd_decide)
 
 
 def instantiate_into(namespace: dict, decorate, tag: str = "", names=None) -> None:

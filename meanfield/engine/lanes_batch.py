@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from pathlib import Path
 
 import numpy as np
@@ -67,7 +68,7 @@ UPDATE = None
 CRITERION = None
 lane_record_into = None  # core.batched.record_into compiled for a lane's column
 _next_target = None  # core.batched.next_target, compiled with the driver
-lane_begin = lane_fail = lane_stage_end = lane_gd_decide = None  # core.lane_driver's, compiled with the driver
+lane_begin = lane_fail = lane_stage_end = lane_crit_met = lane_gd_decide = None  # core.lane_driver's, compiled with the driver
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -143,9 +144,6 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
     target = np.zeros(Wm, np.int64)
     jj = np.zeros(Wm, np.int64)
     cargs = (crit,)  # what lane_criterion_of reads
-    ctl = (st, step, end, target, jj, live)  # the lanes' control, crit3 and ends: the batch's (lane_gd_decide)
-    crit3 = (crit_kind, crit_op, crit_thr)
-    ends = (end_step, end_t, end_reason)
     for blk in range(b0, b1, Wm):
         W = min(Wm, b1 - blk)
         for c in range(6):
@@ -188,8 +186,15 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
                 if not live[w]:
                     continue
                 b = blk + w
-                if lane_gd_decide(b, w, loss[w], cargs, Y, etv, ctl, n_stages, stage_len, crit3, every, pts, n_pts,
-                                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, ends, final_loss):
+                k = crit_kind[b, st[w]]  # a lane that steps on (the common case) does not enter lane_gd_decide
+                go = step[w] != target[w] and math.isfinite(loss[w]) and (
+                    k == 0 or not lane_crit_met(k, w, loss[w], cargs, crit_op[b, st[w]], crit_thr[b, st[w]]))
+                if not go:
+                    final_loss[b] = loss[w]  # (gd_trajectory's at the end of a gd_stage call)
+                    go = lane_gd_decide(b, w, loss[w], cargs, Y, etv, st, step, end, target, jj, live, n_stages,
+                                        stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts, rec_t, rec_step,
+                                        rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason)
+                if go:
                     move[w] = True
                     mode_w[w] = stage_mode[b, st[w]]
             first = -1

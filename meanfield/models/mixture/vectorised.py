@@ -468,7 +468,8 @@ _next_target = core_batched.instantiate(core_batched.next_target, globals(), "_n
                                         njit(cache=True, nogil=True))
 
 #: the per-lane control of every lane driver (``core.lane_driver``: lane_begin, lane_fail, lane_stage_end,
-#: lane_gd_decide), inlined into the drivers; :func:`build` compiles them anew over each build's namespace
+#: lane_crit_met, lane_gd_decide), inlined into the drivers; :func:`build` compiles them anew over each
+#: build's namespace
 _INLINE = njit(cache=True, nogil=True, inline="always")
 lane_driver.instantiate_into(globals(), _INLINE, "_mixture")
 
@@ -512,9 +513,6 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
     target = np.zeros(Wm, np.int64)
     jj = np.zeros(Wm, np.int64)
     cargs = (MG, consistent, DW)  # what lane_criterion_of reads
-    ctl = (st, step, end, target, jj, live)  # the lanes' control, crit3 and ends: the batch's (lane_gd_decide)
-    crit3 = (crit_kind, crit_op, crit_thr)
-    ends = (end_step, end_t, end_reason)
     for blk in range(b0, b1, Wm):
         W = min(Wm, b1 - blk)
         for w in range(W):
@@ -548,8 +546,15 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
                 if not live[w]:
                     continue
                 b = blk + w
-                if lane_gd_decide(b, w, loss[w], cargs, Y, etv, ctl, n_stages, stage_len, crit3, every, pts, n_pts,
-                                  rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage, ends, final_loss):
+                k = crit_kind[b, st[w]]  # a lane that steps on (the common case) does not enter lane_gd_decide
+                go = step[w] != target[w] and math.isfinite(loss[w]) and (
+                    k == 0 or not lane_crit_met(k, w, loss[w], cargs, crit_op[b, st[w]], crit_thr[b, st[w]]))
+                if not go:
+                    final_loss[b] = loss[w]  # (gd_trajectory's at the end of a gd_stage call)
+                    go = lane_gd_decide(b, w, loss[w], cargs, Y, etv, st, step, end, target, jj, live, n_stages,
+                                        stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts, rec_t, rec_step,
+                                        rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason)
+                if go:
                     move[w] = True
                     s = st[w]
                     t_att[w] = stage_mode[b, s, 1] != 0
