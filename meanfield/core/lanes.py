@@ -7,7 +7,7 @@ the mixture's hand-written lanes; ``meanfield.engine.lanes``, the engine's,
 produced from its scalar kernels by a source transform). What they share:
 :class:`NoAlias`, numba's pipeline with the ``noalias`` flag, for passes whose
 array arguments never overlap (their loops over lanes then vectorise without
-run-time overlap checks).
+run-time overlap checks). The per-lane control of their drivers is ``meanfield.core.lane_driver``.
 """
 
 from __future__ import annotations

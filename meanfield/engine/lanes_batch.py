@@ -10,9 +10,10 @@ threads as every CPU batch (``core.batched.run_cpu``: contiguous slices, the
 loop releases the GIL).
 
 The step/record logic is ``core.batched.gd_trajectory``'s over
-``kernels.eng_gd_advance_into``'s, per lane, as the mixture's lanes
-(``meanfield.models.mixture.vectorised.gd_batch_soa``) mirror it (not shared:
-each driver calls its own system's passes): stages of given lengths with
+``kernels.eng_gd_advance_into``'s, per lane: its per-lane control is
+``meanfield.core.lane_driver``'s (compiled inline here, as in the mixture's
+lanes, ``meanfield.models.mixture.vectorised.gd_batch_soa``; each driver calls
+its own system's passes): stages of given lengths with
 their masks and stop criteria (the criterion checked at every evaluated
 state, before the step), records every ``every[b]`` steps and at the points
 ``pts[b]`` and at stage ends (the record writer is ``core.batched.record_into``,
@@ -40,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from ..core import batched as core_batched
+from ..core import lane_driver
 from ..core.activations import accept_step
 from ..core.lanes import NoAlias
 
@@ -66,6 +68,26 @@ UPDATE = None
 CRITERION = None
 lane_record_into = None  # core.batched.record_into compiled for a lane's column
 _next_target = None  # core.batched.next_target, compiled with the driver
+lane_begin = lane_fail = lane_stage_end = lane_crit_met = lane_gd_decide = None  # core.lane_driver's, compiled with the driver
+
+
+@njit(cache=True, nogil=True, inline="always")
+def lane_criterion_of(kind, w, loss, cargs):
+    """The value of stop criterion ``kind`` of lane w: row ``kind`` of the block's criteria (cargs[0], (6, W),
+    computed once per kind in use); the hook of ``core.lane_driver.lane_gd_decide``."""
+    return cargs[0][kind, w]
+
+
+@njit(cache=True, nogil=True)
+def lane_scratch(n, L, P, H, R, C, Nmax, ny, Wm, rows):
+    """The lane kernels' scratch of a block of Wm lanes (zeros): u, margin, zb, f, df, G, gflat, T, p, v, om,
+    tk, Xm, Ym, tmp, pa, lka, LS, in the order ``eng_loss_grads_lanes`` / ``eng_update_lanes`` take them
+    (:func:`lane_gd_batch`, ``lanes_rk4.lane_rk4_batch``)."""
+    return (np.zeros((n, H, R, Wm)), np.zeros((n, Wm)), np.zeros((H, P, Wm)), np.zeros((C, Wm)),
+            np.zeros((C, Wm)), np.zeros((H, Nmax, Nmax, Wm)), np.zeros((ny, Wm)), np.zeros((P, Wm)),
+            np.zeros((L, Wm)), np.zeros((L, Wm)), np.zeros((P, Wm)), np.zeros((P, Wm)),
+            np.zeros((Nmax, Nmax, Wm)), np.zeros((Nmax, Nmax, Wm)), np.zeros((P, P, Wm)),
+            np.zeros((H, L, L, Wm)), np.zeros((H, L)), np.zeros((rows, Wm)))
 
 
 @njit(cache=True, nogil=True, pipeline_class=NoAlias)
@@ -104,24 +126,8 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
     Y = np.zeros((ny, Wm))
     NEW = np.zeros((ny, Wm))
     NEW1 = np.zeros((ny, Wm))
-    u = np.zeros((n, H, R, Wm))
-    margin = np.zeros((n, Wm))
-    zb = np.zeros((H, P, Wm))
-    f = np.zeros((C, Wm))
-    df = np.zeros((C, Wm))
-    G = np.zeros((H, Nmax, Nmax, Wm))
-    gflat = np.zeros((ny, Wm))
-    T = np.zeros((P, Wm))
-    p = np.zeros((L, Wm))
-    v = np.zeros((L, Wm))
-    om = np.zeros((P, Wm))
-    tk = np.zeros((P, Wm))
-    Xm = np.zeros((Nmax, Nmax, Wm))
-    Ym = np.zeros((Nmax, Nmax, Wm))
-    tmp = np.zeros((P, P, Wm))
-    pa = np.zeros((H, L, L, Wm))
-    lka = np.zeros((H, L))
-    LS = np.zeros((ROWS, Wm))
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka, LS = lane_scratch(n, L, P, H, R, C, Nmax,
+                                                                                           ny, Wm, ROWS)
     loss = np.zeros(Wm)
     crit = np.zeros((6, Wm))
     etv = np.zeros(Wm)
@@ -137,27 +143,21 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
     end = np.zeros(Wm, np.int64)
     target = np.zeros(Wm, np.int64)
     jj = np.zeros(Wm, np.int64)
+    cargs = (crit,)  # what lane_criterion_of reads
     for blk in range(b0, b1, Wm):
         W = min(Wm, b1 - blk)
         for c in range(6):
             need[c] = False
         for w in range(W):
             b = blk + w
-            for i in range(ny):
-                Y[i, w] = Y0[b, i]
             etv[w] = eta[b]
             mabv[w] = max_abs[b]
-            n_rec[b] = 0
-            status[b] = 0
-            stop_stage[b] = 0
             step[w] = 0
             jj[w] = 0
             st[w] = 0
             for s in range(n_stages[b]):
                 need[crit_kind[b, s]] = True
-            live[w] = lane_record_into(b, 0.0, 0, 1, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status)
-            if live[w] and n_stages[b] == 0:
-                live[w] = False
+            live[w] = lane_begin(b, w, Y, Y0, n_stages, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage)
             if live[w]:
                 end[w] = stage_len[b, 0]
                 target[w], jj[w] = _next_target(b, 0, end[w], every[b], 0, pts, n_pts)
@@ -186,55 +186,17 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
                 if not live[w]:
                     continue
                 b = blk + w
-                while True:
-                    s = st[w]
-                    code = -1
-                    if not math.isfinite(loss[w]):
-                        code = 2
-                    elif crit_kind[b, s] != 0:
-                        cv = crit[crit_kind[b, s], w]
-                        op = crit_op[b, s]
-                        if (op > 0 and cv >= crit_thr[b, s]) or (op < 0 and cv <= crit_thr[b, s]):
-                            code = 1
-                    if code == -1 and step[w] == target[w]:
-                        code = 0
-                    if code == -1:
-                        move[w] = True
-                        mode_w[w] = stage_mode[b, s]
-                        break
-                    # the end of a gd_stage call: gd_trajectory's handling
-                    final_loss[b] = loss[w]
-                    t = step[w] * etv[w]
-                    sidx = s + 1
-                    if code == 2:
-                        live[w] = False
-                        if lane_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
-                                           status):
-                            status[b] = code
-                            stop_stage[b] = sidx
-                        break
-                    if code == 1 or step[w] >= end[w]:
-                        if not lane_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
-                                               status):
-                            live[w] = False
-                            break
-                        end_step[b, s] = step[w]
-                        end_t[b, s] = t
-                        end_reason[b, s] = code
-                        stop_stage[b] = sidx
-                        if s + 1 >= n_stages[b]:
-                            live[w] = False
-                            break
-                        st[w] = s + 1
-                        end[w] = step[w] + stage_len[b, s + 1]
-                    else:
-                        ev = every[b]
-                        if (ev > 0 and step[w] % ev == 0) or (jj[w] < n_pts[b] and step[w] == pts[b, jj[w]]):
-                            if not lane_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y,
-                                                   n_rec, status):
-                                live[w] = False
-                                break
-                    target[w], jj[w] = _next_target(b, step[w], end[w], every[b], jj[w], pts, n_pts)
+                k = crit_kind[b, st[w]]  # a lane that steps on (the common case) does not enter lane_gd_decide
+                go = step[w] != target[w] and math.isfinite(loss[w]) and (
+                    k == 0 or not lane_crit_met(k, w, loss[w], cargs, crit_op[b, st[w]], crit_thr[b, st[w]]))
+                if not go:
+                    final_loss[b] = loss[w]  # (gd_trajectory's at the end of a gd_stage call)
+                    go = lane_gd_decide(b, w, loss[w], cargs, Y, etv, st, step, end, target, jj, live, n_stages,
+                                        stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts, rec_t, rec_step,
+                                        rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason)
+                if go:
+                    move[w] = True
+                    mode_w[w] = stage_mode[b, st[w]]
             first = -1
             for w in range(W):
                 if move[w] and first < 0:
@@ -268,11 +230,8 @@ def lane_gd_batch(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit
                     move[w] = False
                     live[w] = False
                     final_loss[b] = loss[w]
-                    sidx = st[w] + 1
-                    if lane_record_into(b, step[w] * etv[w], step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage,
-                                       rec_y, n_rec, status):
-                        status[b] = code
-                        stop_stage[b] = sidx
+                    lane_fail(b, w, code, step[w] * etv[w], step[w], st[w] + 1, Y, rec_t, rec_step, rec_stage,
+                              rec_y, n_rec, status, stop_stage)
                 for w in range(Wm):
                     movef[w] = 1.0 if move[w] else 0.0
                 lane_take(Y, NEW, movef)  # padding lanes never move
@@ -380,12 +339,14 @@ def batch_kernel(lanes: int, vector_exp: bool = False):
               LOSS_GRADS=mod.eng_loss_grads_lanes, UPDATE=mod.eng_update_lanes, CRITERION=mod.eng_criterion_lanes)
     from ..core import activations
 
-    files = (__file__, core_batched.__file__, activations.__file__)  # the driver, record_into, accept_step
+    # the driver; record_into, next_target; the per-lane control; accept_step
+    files = (__file__, core_batched.__file__, lane_driver.__file__, activations.__file__)
     me = hashlib.sha1(b"".join(Path(f).read_bytes() for f in files)).hexdigest()[:10]
     tag = f"_w{int(lanes)}_{mod.TAG}_{me}"
     cpu = njit(cache=True, nogil=True)
     ns["_next_target"] = core_batched.instantiate(core_batched.next_target, ns, "_next_target", cpu, tag)
     ns["lane_record_into"] = core_batched.instantiate(core_batched.record_into, ns, "lane_record_into", cpu, tag)
+    lane_driver.instantiate_into(ns, njit(cache=True, nogil=True, inline="always"), tag)
     fn = core_batched.instantiate(lane_gd_batch, ns, "lane_gd_batch", cpu, tag)
     from ..core.guard import first_use_notice
 

@@ -5,7 +5,8 @@ The flow's right-hand side of a block is the lane kernels of
 ``exact`` False: the scalar kernels' own source, as ``kernels.flow_rhs`` and
 the batch hook ``eng_rhs_stage`` compute it), evaluated at one point per lane
 each round; the step logic is ``core.batched.rk4_trajectory``'s per lane (as
-the mixture's lanes mirror it, ``meanfield.models.mixture.vectorised_rk4``):
+the mixture's lanes mirror it, ``meanfield.models.mixture.vectorised_rk4``; a lane's start, stop and stage
+end by ``meanfield.core.lane_driver``, the scratch by ``lanes_batch.lane_scratch``):
 stages of time ``stage_len``, the last step of a stage shortened to land on
 its end, each step's stages k2, k3, k4 and the new state's right-hand side
 in its operation order, a non-finite new state or right-hand side (status 2)
@@ -28,6 +29,8 @@ import numpy as np
 from numba import njit
 
 from ..core import batched as core_batched
+from ..core import lane_driver
+from .lanes_batch import lane_scratch
 
 # bound per build (:func:`rk4_kernel`), as in ``lanes_batch``
 LANES = 8
@@ -36,6 +39,7 @@ R_LOSS = 0
 LOSS_GRADS = None
 UPDATE = None
 lane_record_into = None
+lane_begin = lane_fail = lane_stage_end = None  # core.lane_driver's, compiled with the driver
 
 
 def lane_rk4_batch(b0, b1, Y0, dt, max_abs, n_stages, stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts,
@@ -52,24 +56,8 @@ def lane_rk4_batch(b0, b1, Y0, dt, max_abs, n_stages, stage_len, crit_kind, crit
     Wm = LANES
     Y, E, OUT, OUT1 = np.zeros((ny, Wm)), np.zeros((ny, Wm)), np.zeros((ny, Wm)), np.zeros((ny, Wm))
     f0, k2, k3, k4, y1 = np.zeros((ny, Wm)), np.zeros((ny, Wm)), np.zeros((ny, Wm)), np.zeros((ny, Wm)), np.zeros((ny, Wm))
-    u = np.zeros((n, H, R, Wm))
-    margin = np.zeros((n, Wm))
-    zb = np.zeros((H, P, Wm))
-    f = np.zeros((C, Wm))
-    df = np.zeros((C, Wm))
-    G = np.zeros((H, Nmax, Nmax, Wm))
-    gflat = np.zeros((ny, Wm))
-    T = np.zeros((P, Wm))
-    p = np.zeros((L, Wm))
-    v = np.zeros((L, Wm))
-    om = np.zeros((P, Wm))
-    tk = np.zeros((P, Wm))
-    Xm = np.zeros((Nmax, Nmax, Wm))
-    Ym = np.zeros((Nmax, Nmax, Wm))
-    tmp = np.zeros((P, P, Wm))
-    pa = np.zeros((H, L, L, Wm))
-    lka = np.zeros((H, L))
-    LS = np.zeros((ROWS, Wm))
+    u, margin, zb, f, df, G, gflat, T, p, v, om, tk, Xm, Ym, tmp, pa, lka, LS = lane_scratch(n, L, P, H, R, C, Nmax,
+                                                                                           ny, Wm, ROWS)
     one = np.ones(Wm)
     lossv = np.zeros(Wm)
     t = np.zeros(Wm)
@@ -84,18 +72,11 @@ def lane_rk4_batch(b0, b1, Y0, dt, max_abs, n_stages, stage_len, crit_kind, crit
         W = min(Wm, b1 - blk)
         for w in range(W):
             b = blk + w
-            for i in range(ny):
-                Y[i, w] = Y0[b, i]
-            n_rec[b] = 0
-            status[b] = 0
-            stop_stage[b] = 0
             t[w] = 0.0
             nstep[w] = 0
             st[w] = 0
             phase[w] = 0
-            live[w] = lane_record_into(b, 0.0, 0, 1, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status)
-            if live[w] and n_stages[b] == 0:
-                live[w] = False
+            live[w] = lane_begin(b, w, Y, Y0, n_stages, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage)
             if live[w]:
                 t_end[w] = t[w] + stage_len[b, 0]
         for w in range(W, Wm):  # padding lanes: a copy of lane 0, never recorded
@@ -196,11 +177,8 @@ def lane_rk4_batch(b0, b1, Y0, dt, max_abs, n_stages, stage_len, crit_kind, crit
                         nxt = True
                 if code != 0:  # the last accepted state stays: record it, stop the lane
                     live[w] = False
-                    sidx = st[w] + 1
-                    if lane_record_into(b, t[w], nstep[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
-                                        status):
-                        status[b] = code
-                        stop_stage[b] = sidx
+                    lane_fail(b, w, code, t[w], nstep[w], st[w] + 1, Y, rec_t, rec_step, rec_stage, rec_y, n_rec,
+                              status, stop_stage)
                     continue
                 if nxt:
                     te = t_end[w]
@@ -209,16 +187,8 @@ def lane_rk4_batch(b0, b1, Y0, dt, max_abs, n_stages, stage_len, crit_kind, crit
                         phase[w] = 1
                         continue
                     s = st[w]
-                    sidx = s + 1
-                    if not lane_record_into(b, t[w], nstep[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
-                                            status):
-                        live[w] = False
-                        continue
-                    end_step[b, s] = nstep[w]
-                    end_t[b, s] = t[w]
-                    end_reason[b, s] = 0
-                    stop_stage[b] = sidx
-                    if s + 1 >= n_stages[b]:
+                    if not lane_stage_end(b, w, s, t[w], nstep[w], 0, Y, n_stages, rec_t, rec_step, rec_stage, rec_y,
+                                          n_rec, status, stop_stage, end_step, end_t, end_reason):
                         live[w] = False
                         continue
                     st[w] = s + 1
@@ -264,11 +234,13 @@ def rk4_kernel(lanes: int, vector_exp: bool = False):
     ns = dict(globals())
     ns.update(LANES=int(lanes), ROWS=mod.ROWS, R_LOSS=mod.RET_eng_loss_grads[0], LOSS_GRADS=mod.eng_loss_grads_lanes,
               UPDATE=mod.eng_update_lanes)
-    files = (__file__, core_batched.__file__, activations.__file__)
+    files = (__file__, core_batched.__file__, lane_driver.__file__, activations.__file__)
     me = hashlib.sha1(b"".join(Path(f).read_bytes() for f in files)).hexdigest()[:10]
     tag = f"_w{int(lanes)}_{mod.TAG}_{me}"
     cpu = njit(cache=True, nogil=True)
     ns["lane_record_into"] = core_batched.instantiate(core_batched.record_into, ns, "lane_record_into", cpu, tag)
+    lane_driver.instantiate_into(ns, njit(cache=True, nogil=True, inline="always"), tag,
+                                 names=("lane_begin", "lane_fail", "lane_stage_end"))
     fn = core_batched.instantiate(lane_rk4_batch, ns, "lane_rk4_batch", cpu, tag)
     first_use_notice(mod.eng_loss_grads_lanes, mod.eng_update_lanes, seconds=COMPILE_S, echo=True)
     return fn

@@ -54,8 +54,9 @@ The step/record logic is ``meanfield.core.batched.gd_trajectory``'s, per lane:
 stages of given lengths with their modes and stop criteria, records every
 ``every[b]`` steps and at the points ``pts[b]``, a record at the same (step, t)
 as the previous one replacing it (the record writer is
-``core.batched.record_into``, compiled here for a lane's column),
-divergence (non-finite, above ``max_abs``: ``accept_step``'s checks, for
+``core.batched.record_into``, compiled here for a lane's column; the per-lane
+control, ``meanfield.core.lane_driver``, is the engine's lanes' too, compiled
+inline into each build), divergence (non-finite, above ``max_abs``: ``accept_step``'s checks, for
 every lane at once) stopping that lane only. Lanes may differ in everything
 the per-trajectory batch allows (eta, ReLU'(0), max_abs, stage lengths,
 modes, criteria, record grids); a lane that has finished idles until its
@@ -80,6 +81,7 @@ import numpy as np
 from numba import njit
 
 from ...core import batched as core_batched
+from ...core import lane_driver
 from ...core.activations import relu_prime, sigmoid_neg_e, softplus_neg_e
 from ...core.lane_exp import exp_lane, exp_libm  # the two choices of EXP (:func:`build`)
 from ...core.lanes import NoAlias as _NoAlias  # numba's pipeline with the noalias flag (for :data:`_NO_ALIAS`)
@@ -309,8 +311,10 @@ def soa_update(Y, NEW, G, DW, eta, t_att, t_w, T, D):
 
 
 @njit(cache=True, nogil=True)
-def lane_criterion(kind, loss, MG, consistent, DW, w):
-    """``kernels.criterion_of`` of lane w."""
+def lane_criterion_of(kind, w, loss, cargs):
+    """``kernels.criterion_of`` of lane w (cargs: the margins MG, the samples' consistency, DW; the hook of
+    ``core.lane_driver.lane_gd_decide``)."""
+    MG, consistent, DW = cargs
     if kind == 1:
         return loss
     if kind == 5:
@@ -329,13 +333,19 @@ def lane_criterion(kind, loss, MG, consistent, DW, w):
 
 #: the one record writer of every batch (``meanfield.core.batched.record_into``), compiled here for a lane's
 #: column ``Y[:, w]`` of the block state
-soa_record_into = core_batched.instantiate(core_batched.record_into, globals(), "soa_record_into",
-                                           njit(cache=True, nogil=True))
+lane_record_into = core_batched.instantiate(core_batched.record_into, globals(), "lane_record_into",
+                                            njit(cache=True, nogil=True))
 
 
 #: the next stop of a lane (``core.batched.next_target``, gd_trajectory's loop top), compiled here
 _next_target = core_batched.instantiate(core_batched.next_target, globals(), "_next_target",
                                         njit(cache=True, nogil=True))
+
+#: the per-lane control of every lane driver (``core.lane_driver``: lane_begin, lane_fail, lane_stage_end,
+#: lane_crit_met, lane_gd_decide), inlined into the drivers; :func:`build` compiles them anew over each
+#: build's namespace
+_INLINE = njit(cache=True, nogil=True, inline="always")
+lane_driver.instantiate_into(globals(), _INLINE, "_mixture")
 
 
 @njit(cache=True, nogil=True)
@@ -376,24 +386,18 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
     end = np.zeros(Wm, np.int64)
     target = np.zeros(Wm, np.int64)
     jj = np.zeros(Wm, np.int64)
+    cargs = (MG, consistent, DW)  # what lane_criterion_of reads
     for blk in range(b0, b1, Wm):
         W = min(Wm, b1 - blk)
         for w in range(W):
             b = blk + w
-            for i in range(ny):
-                Y[i, w] = Y0[b, i]
             etv[w] = eta[b]
             r0v[w] = r0[b]
             mabv[w] = max_abs[b]
-            n_rec[b] = 0
-            status[b] = 0
-            stop_stage[b] = 0
             step[w] = 0
             jj[w] = 0
             st[w] = 0
-            live[w] = soa_record_into(b, 0.0, 0, 1, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status)
-            if live[w] and n_stages[b] == 0:
-                live[w] = False
+            live[w] = lane_begin(b, w, Y, Y0, n_stages, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage)
             if live[w]:
                 end[w] = stage_len[b, 0]
                 target[w], jj[w] = _next_target(b, 0, end[w], every[b], 0, pts, n_pts)
@@ -416,55 +420,19 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
                 if not live[w]:
                     continue
                 b = blk + w
-                while True:
+                k = crit_kind[b, st[w]]  # a lane that steps on (the common case) does not enter lane_gd_decide
+                go = step[w] != target[w] and math.isfinite(loss[w]) and (
+                    k == 0 or not lane_crit_met(k, w, loss[w], cargs, crit_op[b, st[w]], crit_thr[b, st[w]]))
+                if not go:
+                    final_loss[b] = loss[w]  # (gd_trajectory's at the end of a gd_stage call)
+                    go = lane_gd_decide(b, w, loss[w], cargs, Y, etv, st, step, end, target, jj, live, n_stages,
+                                        stage_len, crit_kind, crit_op, crit_thr, every, pts, n_pts, rec_t, rec_step,
+                                        rec_stage, rec_y, n_rec, status, stop_stage, end_step, end_t, end_reason)
+                if go:
+                    move[w] = True
                     s = st[w]
-                    code = -1
-                    if not math.isfinite(loss[w]):
-                        code = 2
-                    elif crit_kind[b, s] != 0:
-                        c = lane_criterion(crit_kind[b, s], loss[w], MG, consistent, DW, w)
-                        op = crit_op[b, s]
-                        if (op > 0 and c >= crit_thr[b, s]) or (op < 0 and c <= crit_thr[b, s]):
-                            code = 1
-                    if code == -1 and step[w] == target[w]:
-                        code = 0
-                    if code == -1:
-                        move[w] = True
-                        t_att[w] = stage_mode[b, s, 1] != 0
-                        t_w[w] = stage_mode[b, s, 0] != 0
-                        break
-                    # the end of a gd_stage call: gd_trajectory's handling
-                    final_loss[b] = loss[w]
-                    t = step[w] * etv[w]
-                    sidx = s + 1
-                    if code == 2:
-                        live[w] = False
-                        if soa_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status):
-                            status[b] = code
-                            stop_stage[b] = sidx
-                        break
-                    if code == 1 or step[w] >= end[w]:
-                        if not soa_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
-                                           status):
-                            live[w] = False
-                            break
-                        end_step[b, s] = step[w]
-                        end_t[b, s] = t
-                        end_reason[b, s] = code
-                        stop_stage[b] = sidx
-                        if s + 1 >= n_stages[b]:
-                            live[w] = False
-                            break
-                        st[w] = s + 1
-                        end[w] = step[w] + stage_len[b, s + 1]
-                    else:
-                        ev = every[b]
-                        if (ev > 0 and step[w] % ev == 0) or (jj[w] < n_pts[b] and step[w] == pts[b, jj[w]]):
-                            if not soa_record_into(b, t, step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec,
-                                               status):
-                                live[w] = False
-                                break
-                    target[w], jj[w] = _next_target(b, step[w], end[w], every[b], jj[w], pts, n_pts)
+                    t_att[w] = stage_mode[b, s, 1] != 0
+                    t_w[w] = stage_mode[b, s, 0] != 0
             n_move = 0
             for w in range(W):
                 n_move += move[w]
@@ -488,11 +456,8 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
                         move[w] = False
                         live[w] = False
                         final_loss[b] = loss[w]
-                        sidx = st[w] + 1
-                        if soa_record_into(b, step[w] * etv[w], step[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y,
-                                       n_rec, status):
-                            status[b] = code
-                            stop_stage[b] = sidx
+                        lane_fail(b, w, code, step[w] * etv[w], step[w], st[w] + 1, Y, rec_t, rec_step, rec_stage,
+                                  rec_y, n_rec, status, stop_stage)
                 for i in range(ny):  # (a select, not a branch: vectorised; padding lanes never move)
                     for w in range(Wm):
                         Y[i, w] = NEW[i, w] if move[w] else Y[i, w]
@@ -520,7 +485,7 @@ def gd_batch_soa(b0, b1, Y0, eta, max_abs, n_stages, stage_len, crit_kind, crit_
 #: (8 lanes; 16 lanes 1.79); B = 10: 4.08 / 1.37 (16 lanes; two blocks of 8 about 2.0); B = 64: 0.75 (64)
 WIDTHS = ((48, 64), (9, 16), (4, 8), (1, 1))
 
-_KERNELS = (soa_forward, soa_backward, soa_update, soa_record_into, gd_batch_soa)
+_KERNELS = (soa_forward, soa_backward, soa_update, lane_record_into, gd_batch_soa)
 #: the passes whose array arguments never overlap (every call passes distinct arrays gd_batch_soa allocates)
 _NO_ALIAS = (soa_forward, soa_backward, soa_update)
 
@@ -549,6 +514,7 @@ def build(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: int) -> d
         fn.__qualname__ = name + tag
         extra = {"pipeline_class": _NoAlias} if f in _NO_ALIAS else {}
         ns[name] = njit(cache=True, nogil=True, **extra)(fn)
+    lane_driver.instantiate_into(ns, _INLINE, tag)
     ns["TAG"] = tag
     return ns
 

@@ -13,7 +13,8 @@ compiled per block width and sample set) for method rk4. Two pieces:
   right-hand side at each stage start (final_loss), four more a step (k2, k3, k4 and f1 at the new state),
   the checks in its order (a non-finite new state, then a non-finite f1: code 2; then an entry above max_abs:
   code 3), records every ``every[b]`` steps and at each stage end (the record writer of the gd lanes,
-  ``core.batched.record_into``), end_step / end_t / end_reason as rk4_trajectory writes them. A lane that
+  ``core.batched.record_into``; a lane's start, stop and stage end: ``core.lane_driver``'s), end_step /
+  end_t / end_reason as rk4_trajectory writes them. A lane that
   has finished idles until its block does; the right-hand sides of a stage start run for the whole block
   (rare: once a stage).
 
@@ -33,7 +34,8 @@ import numpy as np
 from numba import njit
 
 from . import vectorised
-from .vectorised import LANES, NL, NP, NS, _NoAlias, soa_backward, soa_forward, soa_record_into  # noqa: F401
+from .vectorised import (LANES, NL, NP, NS, _NoAlias, lane_begin, lane_fail, lane_record_into,  # noqa: F401
+                         lane_stage_end, soa_backward, soa_forward)
 
 
 @njit(cache=True, nogil=True)
@@ -96,15 +98,8 @@ def lane_top(w, b, Y, tv, tend, st, nstep, need, move, live, t_att, t_w, n_stage
         return
     move[w] = False
     s = st[w]
-    sidx = s + 1
-    if not soa_record_into(b, t, nstep[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status):
-        live[w] = False
-        return
-    end_step[b, s] = nstep[w]
-    end_t[b, s] = t
-    end_reason[b, s] = 0
-    stop_stage[b] = sidx
-    if s + 1 >= n_stages[b]:
+    if not lane_stage_end(b, w, s, t, nstep[w], 0, Y, n_stages, rec_t, rec_step, rec_stage, rec_y, n_rec, status,
+                          stop_stage, end_step, end_t, end_reason):
         live[w] = False
         return
     st[w] = s + 1
@@ -155,22 +150,15 @@ def rk4_batch_soa(b0, b1, Y0, dt, max_abs, n_stages, stage_len, crit_kind, crit_
         W = min(Wm, b1 - blk)
         for w in range(W):
             b = blk + w
-            for i in range(ny):
-                Y[i, w] = Y0[b, i]
             hmax[w] = dt[b]
             r0v[w] = r0[b]
             mabv[w] = max_abs[b]
-            n_rec[b] = 0
-            status[b] = 0
-            stop_stage[b] = 0
             tv[w] = 0.0
             nstep[w] = 0
             st[w] = 0
             move[w] = False
             need[w] = False
-            live[w] = soa_record_into(b, 0.0, 0, 1, Y[:, w], rec_t, rec_step, rec_stage, rec_y, n_rec, status)
-            if live[w] and n_stages[b] == 0:
-                live[w] = False
+            live[w] = lane_begin(b, w, Y, Y0, n_stages, rec_t, rec_step, rec_stage, rec_y, n_rec, status, stop_stage)
             if live[w]:
                 tend[w] = tv[w] + stage_len[b, 0]
                 t_att[w] = stage_mode[b, 0, 1] != 0
@@ -263,18 +251,15 @@ def rk4_batch_soa(b0, b1, Y0, dt, max_abs, n_stages, stage_len, crit_kind, crit_
                     if code[w] != 0:  # the last accepted state stays: record it, stop the lane
                         move[w] = False
                         live[w] = False
-                        sidx = st[w] + 1
-                        if soa_record_into(b, tv[w], nstep[w], sidx, Y[:, w], rec_t, rec_step, rec_stage, rec_y,
-                                           n_rec, status):
-                            status[b] = code[w]
-                            stop_stage[b] = sidx
+                        lane_fail(b, w, code[w], tv[w], nstep[w], st[w] + 1, Y, rec_t, rec_step, rec_stage, rec_y,
+                                  n_rec, status, stop_stage)
                         continue
                     tv[w] = tv[w] + H[w]
                     nstep[w] += 1
                     final_loss[b] = loss1[w]
                     ev = every[b]
                     if ev > 0 and nstep[w] % ev == 0:
-                        if not soa_record_into(b, tv[w], nstep[w], st[w] + 1, Y[:, w], rec_t, rec_step, rec_stage,
+                        if not lane_record_into(b, tv[w], nstep[w], st[w] + 1, Y[:, w], rec_t, rec_step, rec_stage,
                                                rec_y, n_rec, status):
                             move[w] = False
                             live[w] = False
