@@ -105,6 +105,7 @@ def test_old_lane_module_versions_are_pruned_when_a_new_one_is_written(tmp_path)
         (tmp_path / f"engine_lanes_{tag}.py").write_text("# old\n")
         (tmp_path / "__pycache__").mkdir(exist_ok=True)
         (tmp_path / "__pycache__" / f"engine_lanes_{tag}.eng_update-1.py311.nbi").write_text("")
+        (tmp_path / "__pycache__" / f"lanes_batch.lane_gd_batch_w8_{tag}_0123456789-300.py311.nbi").write_text("")
         used = tmp_path / f"engine_lanes_{tag}.used"
         used.touch()
         os.utime(used, (now - age, now - age))
@@ -113,8 +114,67 @@ def test_old_lane_module_versions_are_pruned_when_a_new_one_is_written(tmp_path)
     # kept: the new one, the 2 recent ones, and the KEEP - 3 most recent of the idle ones (the youngest ages)
     idle_kept = [f"{i:016x}" for i in range(lanes_files.KEEP - 3)]
     assert left == sorted(["f" * 16] + [f"{i:016x}" for i in (n_old, n_old + 1)] + idle_kept)
-    caches = sorted(p.name.split(".")[0][len("engine_lanes_"):] for p in (tmp_path / "__pycache__").iterdir())
-    assert caches == sorted(t for t in left if t != "f" * 16)
+    caches = sorted(p.name for p in (tmp_path / "__pycache__").iterdir())
+    assert len(caches) == 2 * (len(left) - 1)  # the module's and a width driver's, of each version left
+    assert all(any(t in c for t in left if t != "f" * 16) for c in caches)
     assert sorted(p.stem[len("engine_lanes_"):] for p in tmp_path.glob("*.used")) == left
     lanes_files._written(tmp_path, left[0], "# rewritten\n")  # an existing version: nothing pruned
     assert len(list(tmp_path.glob("engine_lanes_*.py"))) == len(left)
+
+
+@pytest.mark.parametrize("dep", ["lane_driver", "lane_exp", "batched", "lanes_batch"])
+def test_lane_builds_are_named_by_every_file_they_inline(monkeypatch, dep, tmp_path):
+    """numba's disk cache checks only a function's own file: each lane build's generated names carry a
+    checksum of the files its code inlines, so an edited dependency (here: its bytes as read changed)
+    renames the build (a stale cached kernel is never loaded). The mixture's gd/rk4 build, the engine's gd
+    and rk4 drivers."""
+    import meanfield.core.batched as core_batched
+    import meanfield.core.lane_driver as lane_driver
+    import meanfield.core.lane_exp as lane_exp
+    from meanfield.engine import lanes_rk4
+    from meanfield.models.mixture import vectorised
+
+    target = Path({"lane_driver": lane_driver, "lane_exp": lane_exp, "batched": core_batched,
+                   "lanes_batch": lanes_batch}[dep].__file__).resolve()
+    key = np.zeros(8 * 3 * 2, np.int64).tobytes()
+
+    monkeypatch.setenv("MEANFIELD_LANES_DIR", str(tmp_path))  # module()'s new version goes here
+
+    def names():
+        lanes.module.cache_clear()
+        vectorised.build.cache_clear()
+        lanes_batch.batch_kernel.cache_clear()
+        lanes_rk4.rk4_kernel.cache_clear()
+        return (vectorised.build(4, True, key, 4, 8, 3)["TAG"], lanes_batch.batch_kernel(8).py_func.__qualname__,
+                lanes_rk4.rk4_kernel(8).py_func.__qualname__)
+
+    try:
+        before = names()
+        real = Path.read_bytes
+        monkeypatch.setattr(Path, "read_bytes", lambda p: real(p) + (b"#" if Path(p).resolve() == target else b""))
+        after = names()
+    finally:
+        monkeypatch.undo()
+        lanes.module.cache_clear()
+        vectorised.build.cache_clear()
+        lanes_batch.batch_kernel.cache_clear()
+        lanes_rk4.rk4_kernel.cache_clear()
+    changed = [a != b for a, b in zip(before, after)]
+    if dep == "lanes_batch":  # the engine's rk4 driver calls lanes_batch.lane_scratch (the gd driver is that file)
+        assert changed[1:] == [True, True]
+    else:  # lane_exp: the mixture's build inlines exp_lane; the engine's drivers name module()'s TAG
+        assert changed == [True, True, True]
+
+
+def test_a_read_only_lane_folder_still_serves_its_module(tmp_path, monkeypatch):
+    """The use marker is housekeeping: where it cannot be written (a folder shared read-only) the module
+    already there is returned as it is (not rewritten elsewhere: that would cost a cold compile)."""
+    from meanfield.engine import lanes_files
+
+    (tmp_path / "engine_lanes_abc.py").write_text("# src\n")
+
+    def denied(self, *a, **k):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "touch", denied)
+    assert lanes_files._written(tmp_path, "abc", "# src\n") == tmp_path / "engine_lanes_abc.py"

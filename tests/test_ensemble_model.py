@@ -189,6 +189,7 @@ def test_model_sweep_no_lanes_same_bits_other_drivers(tmp_path, capsys, monkeypa
     (["--param", "omega=0.1,0.2", "--vector-exp", "--specialise"], "vector-exp"),
     (["--param", "omega=0.1,0.2", "--no-lanes", "--vector-exp"], "no-lanes"),
     (["--param", "omega=0.1,0.2", "--no-lanes", "--per-point"], "no-lanes"),
+    (["--param", "omega=0.1,0.2", "--no-lanes", "--backend", "cuda"], "no-lanes"),
 ])
 def test_model_sweep_chunked_bad_input_one_line(tmp_path, capsys, argv, field):
     out = tmp_path / "bad"

@@ -47,6 +47,8 @@ def test_new_dataset_is_create_dataset(track_order):
             g = f.create_group("g")
             cases = [(k, {"data": v}) for k, v in {**DATA, **ODD}.items()]
             cases += [(k, {"shape": s, "dtype": d, "fillvalue": fv}) for k, (s, d, fv) in SHAPED.items()]
+            cases += [("data_and_dtype", {"data": np.arange(3.0), "dtype": np.float32}),  # both: h5py's own call
+                      ("data_dtype_fill", {"data": np.arange(3), "dtype": np.int16, "fillvalue": 7})]
             for name, kw in cases:
                 ref = g.create_dataset("ref_" + name, **kw)
                 got = new_dataset(g, "new_" + name, **kw)

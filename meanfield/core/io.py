@@ -125,7 +125,8 @@ def new_dataset(g, name: str, data=None, *, shape=None, dtype=None, fillvalue=No
         except Exception:
             plain = False
     if not plain:
-        kw = {"data": data} if data is not None else {"shape": shape, "dtype": dtype, "fillvalue": fillvalue}
+        kw = {k: v for k, v in (("data", data), ("shape", shape), ("dtype", dtype), ("fillvalue", fillvalue))
+              if v is not None}  # everything given, as h5py's own call takes it
         return g.create_dataset(name, **kw).id
     dsid = h5d.create(g.id, name.encode("ascii"), tid, sid, dcpl=dcpl)
     if arr is not None:

@@ -12,7 +12,32 @@ run-time overlap checks). The per-lane control of their drivers is ``meanfield.c
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
+
+
+def source_tag(*files) -> str:
+    """A checksum (10 hex digits) of the source files a lane build compiles from, for the names of its
+    generated functions: numba's disk cache checks only the file defining a function, so a build whose code
+    inlines others' (the per-lane control, the exp, the record writer) names them all here.
+
+    Parameters
+    ----------
+    *files : str or pathlib.Path
+        The files (e.g. modules' ``__file__``).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> len(source_tag(__file__))
+    10
+    """
+    return hashlib.sha1(b"".join(Path(f).read_bytes() for f in files)).hexdigest()[:10]
 
 
 class NoAlias(CompilerBase):

@@ -400,10 +400,14 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
         ``meanfield.engine.lanes.module(vector_exp=True)``): faster where the
         description has softmax heads or a logistic / cross-entropy loss, equal
         to the per-trajectory batch to rounding (<= 1e-13 relative in
-        ``tests/test_engine_lanes.py``), no longer bit for bit. False (default):
+        ``tests/test_engine_lanes_vexp.py``), no longer bit for bit; the lanes
+        run however few trajectories a thread has (padded), so a trajectory's
+        bits do not depend on the batch size or the threads. False (default):
         the C library's exp, the bits of single runs (what ``meanfield model
-        sweep`` promises). Ignored where the lanes do not run (and by a
-        family's fast path, which has its own exp).
+        sweep`` promises). Ignored where the lanes cannot run (``lanes=False``,
+        ``specialise=True``, CUDA, a lane's scratch above
+        ``lanes_batch.LANE_SCRATCH_BYTES`` even in the narrowest block) and by a
+        family's fast path, which has its own exp.
 
     Returns
     -------
@@ -546,6 +550,10 @@ def run_batch(desc: Description, y0s=None, eta=None, seeds=None, widths=None, ba
             per_lane = lane_bytes(*pk.nzn.shape, lay.P, lay.hi.shape[0], pk.R, pk.C, lay.Nmax, ny)
             # 0: too few trajectories a thread (one after another), or a lane's scratch too large for a block
             width = width_for(B, get_num_threads(), per_lane)
+            if not width and vector_exp:  # the lanes' exp however few trajectories a thread has (padded lanes):
+                from .lanes_batch import LANE_SCRATCH_BYTES, WIDTHS  # a trajectory's bits then do not depend on
+
+                width = min((w for _, w in WIDTHS if w * per_lane <= LANE_SCRATCH_BYTES), default=0)  # B, threads
         if width:
             from .lanes import LaneTransformError
             from .lanes_batch import batch_kernel

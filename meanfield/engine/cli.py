@@ -366,9 +366,10 @@ def _cmd_sweep(args) -> int:
         if args.per_point or args.batched or resolve_backend(args.backend or "cpu") != "cpu":
             raise ConfigError("specialise: chunked sweeps on the CPU only (not with --per-point, --batched or "
                               "--backend cuda; a single run: model run --specialise)")
-    if not args.lanes and (args.per_point and not args.batched or args.vector_exp):
-        raise ConfigError("no-lanes: the batches' lanes off (chunked or --batched sweeps; not with --vector-exp, "
-                          "which runs in the lanes; a --per-point point runs alone, never in lanes)")
+    if not args.lanes:
+        if args.per_point and not args.batched or args.vector_exp or args.backend == "cuda":
+            raise ConfigError("no-lanes: the CPU batches' lanes off (chunked or --batched sweeps on the CPU; not "
+                              "with --vector-exp, which runs in the lanes, --per-point or --backend cuda)")
     if args.vector_exp:
         from .batched import resolve_backend
 

@@ -33,9 +33,7 @@ The width changes no bit of a lane: every lane performs its own operations.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
-from pathlib import Path
 
 import numpy as np
 from numba import njit
@@ -43,7 +41,7 @@ from numba import njit
 from ..core import batched as core_batched
 from ..core import lane_driver
 from ..core.activations import accept_step
-from ..core.lanes import NoAlias
+from ..core.lanes import NoAlias, source_tag
 
 #: seconds the lane kernels and a width's driver take to compile the first time (cold cache, 2 loaded cores)
 COMPILE_S = 50
@@ -341,7 +339,7 @@ def batch_kernel(lanes: int, vector_exp: bool = False):
 
     # the driver; record_into, next_target; the per-lane control; accept_step
     files = (__file__, core_batched.__file__, lane_driver.__file__, activations.__file__)
-    me = hashlib.sha1(b"".join(Path(f).read_bytes() for f in files)).hexdigest()[:10]
+    me = source_tag(*files)
     tag = f"_w{int(lanes)}_{mod.TAG}_{me}"
     cpu = njit(cache=True, nogil=True)
     ns["_next_target"] = core_batched.instantiate(core_batched.next_target, ns, "_next_target", cpu, tag)

@@ -21,15 +21,14 @@ but for the sign of zero entries, ``tests/test_engine_lanes.py``).
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
-from pathlib import Path
 
 import numpy as np
 from numba import njit
 
 from ..core import batched as core_batched
 from ..core import lane_driver
+from ..core.lanes import source_tag
 from .lanes_batch import lane_scratch
 
 # bound per build (:func:`rk4_kernel`), as in ``lanes_batch``
@@ -234,8 +233,11 @@ def rk4_kernel(lanes: int, vector_exp: bool = False):
     ns = dict(globals())
     ns.update(LANES=int(lanes), ROWS=mod.ROWS, R_LOSS=mod.RET_eng_loss_grads[0], LOSS_GRADS=mod.eng_loss_grads_lanes,
               UPDATE=mod.eng_update_lanes)
-    files = (__file__, core_batched.__file__, lane_driver.__file__, activations.__file__)
-    me = hashlib.sha1(b"".join(Path(f).read_bytes() for f in files)).hexdigest()[:10]
+    from . import lanes_batch
+
+    # the driver; lane_scratch (lanes_batch); record_into; the per-lane control; accept_step
+    files = (__file__, lanes_batch.__file__, core_batched.__file__, lane_driver.__file__, activations.__file__)
+    me = source_tag(*files)
     tag = f"_w{int(lanes)}_{mod.TAG}_{me}"
     cpu = njit(cache=True, nogil=True)
     ns["lane_record_into"] = core_batched.instantiate(core_batched.record_into, ns, "lane_record_into", cpu, tag)

@@ -84,6 +84,7 @@ from ...core import batched as core_batched
 from ...core import lane_driver
 from ...core.activations import relu_prime, sigmoid_neg_e, softplus_neg_e
 from ...core.lane_exp import exp_lane, exp_libm  # the two choices of EXP (:func:`build`)
+from ...core.lanes import source_tag
 from ...core.lanes import NoAlias as _NoAlias  # numba's pipeline with the noalias flag (for :data:`_NO_ALIAS`)
 
 #: lanes per block (a compile-time constant of each build, :func:`batch_kernel`; 64: the widest of WIDTHS)
@@ -506,7 +507,13 @@ def build(lanes: int, vector_exp: bool, key: bytes, P: int, n: int, L: int) -> d
     ns["LANES"] = lanes
     ns["EXP"] = exp_lane if vector_exp else exp_libm
     ns["EXACT"] = not vector_exp
-    tag = f"_w{lanes}{'v' if vector_exp else 'x'}_n{n}L{L}P{P}_{zlib.crc32(key):08x}"
+    from ...core import activations, lane_exp
+    from ...core import lanes as core_lanes
+
+    # numba's cache checks only the defining file: the files this build's code inlines are in its name too
+    me = source_tag(__file__, __file__.replace("vectorised.py", "vectorised_rk4.py"), core_batched.__file__,
+                    lane_driver.__file__, lane_exp.__file__, activations.__file__, core_lanes.__file__)
+    tag = f"_w{lanes}{'v' if vector_exp else 'x'}_n{n}L{L}P{P}_{zlib.crc32(key):08x}_{me}"
     for f in _KERNELS:
         py = f.py_func
         name = py.__name__
