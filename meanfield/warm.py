@@ -65,10 +65,15 @@ FAMILIES = tuple(name for name, _ in COMMANDS)
 
 
 def _mixture_lanes():
-    """The mixture's trajectory-vectorised blocks of every width (a tiny sweep takes one width only)."""
+    """The mixture's trajectory-vectorised blocks of every width (a tiny sweep takes one width only), and the
+    lanes' exp over an array (``core.lane_exp.lanes_exp``, a public helper)."""
+    import numpy as np
+
+    from .core.lane_exp import lanes_exp
     from .models.mixture.batched import warm_lanes
 
     warm_lanes()
+    lanes_exp(np.zeros(4), np.empty(4))
 
 
 def _twolayer_paths():
