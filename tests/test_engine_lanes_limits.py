@@ -178,3 +178,30 @@ def test_a_read_only_lane_folder_still_serves_its_module(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "touch", denied)
     assert lanes_files._written(tmp_path, "abc", "# src\n") == tmp_path / "engine_lanes_abc.py"
+
+
+def test_a_lane_module_pruned_before_its_import_is_written_again(tmp_path, monkeypatch):
+    """Another process's prune may remove a version between its writing and its import: the module is written
+    again and imported (control: the file was gone when the import was first tried)."""
+    from meanfield.engine import lanes_files
+
+    monkeypatch.setenv("MEANFIELD_LANES_DIR", str(tmp_path))
+    real = lanes_files._written
+    gone = []
+
+    def written_then_pruned(d, tag, src):
+        path = real(d, tag, src)
+        if not gone:
+            path.unlink()
+            gone.append(path)
+        return path
+
+    monkeypatch.setattr(lanes, "_written", written_then_pruned)
+    lanes.module.cache_clear()
+    for k in [k for k in __import__("sys").modules if k.startswith("_meanfield_engine_lanes_")]:
+        monkeypatch.delitem(__import__("sys").modules, k)
+    try:
+        mod = lanes.module()
+    finally:
+        lanes.module.cache_clear()
+    assert gone and gone[0].exists() and hasattr(mod, "eng_loss_grads_lanes")

@@ -752,12 +752,20 @@ def module(vector_exp: bool = False):
             "writable folder to keep them)", cache_dir(), e.strerror or e, path.parent)
     name = f"_meanfield_engine_lanes_{tag}"
     mod = sys.modules.get(name)
-    if mod is None:
+    for attempt in (0, 1):
+        if mod is not None:
+            break
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod  # numba's cache re-imports the defining module by name
         try:
             spec.loader.exec_module(mod)
+        except FileNotFoundError:  # pruned by another process just now (lanes_files.prune): written again
+            del sys.modules[name]
+            mod = None
+            if attempt:
+                raise
+            path = _written(path.parent, tag, src)
         except BaseException:
             del sys.modules[name]
             raise
