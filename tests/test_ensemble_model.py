@@ -115,7 +115,7 @@ def test_model_sweep_vector_exp_to_rounding_and_its_own_identity(tmp_path, capsy
     option is part of the sweep's identity (its chunk keys differ: a rerun with the other setting in the same
     folder reuses none of its chunks)."""
     out, out_v = tmp_path / "sw", tmp_path / "sw_v"
-    argv = ["model", "sweep", "mixture", "--steps", "60", "--record-every", "5", "--chunked", "--chunk-size", "32",
+    argv = ["model", "sweep", "mixture", "--steps", "60", "--record-every", "5", "--chunked", "--chunk-size", "16",
             "--param", "omega=0.05:0.3:lin:4", "--param", "seed=0:7:lin:8", "--param", "width=inf",
             "--keep-records", "every:4", "--workers", "1", "--quiet"]
     assert main(argv + ["--out", str(out)]) == 0
