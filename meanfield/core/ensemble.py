@@ -253,14 +253,10 @@ def _point(system, base: dict, over: dict, base_key: str | None = None) -> list:
     validation, the shape check and the chunk build the same points: one config each); a ConfigError is not."""
     if base_key is None:
         base_key = _base_key(system, base)
-    if len(over) == 1 and type(next(iter(over.values()))) in _PLAIN:  # one axis: the key below, in one step
-        o, ((k, v),) = dict(over), over.items()  # (a grid's points are looked up 4 times a solve)
-        key = (base_key, ((k, type(v).__name__, repr(v)),))
-    else:
-        o = {k: v.tolist() if isinstance(v, (np.generic, np.ndarray)) else v for k, v in over.items()}  # as chunks
-        plain = all(type(v) in _PLAIN for v in o.values())  # a grid's values: no JSON text
-        key = (base_key, tuple(sorted((k, type(v).__name__, repr(v)) for k, v in o.items())) if plain  # 2 != 2.0
-               else json.dumps(o, sort_keys=True, default=str))  # (repr: -0.0 != 0.0, nan == nan, as JSON)
+    o = {k: v.tolist() if isinstance(v, (np.generic, np.ndarray)) else v for k, v in over.items()}  # as chunks see
+    plain = all(type(v) in _PLAIN for v in o.values())  # a grid's values: no JSON text
+    key = (base_key, tuple(sorted((k, type(v).__name__, repr(v)) for k, v in o.items())) if plain  # 2 != 2.0
+           else json.dumps(o, sort_keys=True, default=str))  # (repr: -0.0 != 0.0, nan == nan, as JSON)
     hit = _MEMO.get(key)
     if hit is None:
         c = system.config(base, o)
