@@ -79,7 +79,7 @@ def _root(fn):
     incref/decref pair per array argument of every inlined helper call, inside
     the loops over sequences and queries (half of the time otherwise)."""
     portable(fn)
-    return njit(cache=True, _nrt=False)(fn)
+    return njit(cache=True, _nrt=False, error_model="numpy")(fn)
 
 
 @_hot
