@@ -155,11 +155,18 @@ def test_cli_refusals_exit_2_one_line(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[dictionary]\nfeatures = ["a", "b"]\n[data]\nrows = [{tokens = ["a"], target = 1}]\n'
                    '[[heads]]\nhidden_activation = "relu"\n')
+    # a last query left out of the keys (query_self = false) has no key in a one-token row: a softmax over
+    # nothing is undefined (was a division by zero inside the kernels)
+    alone = tmp_path / "alone.toml"
+    alone.write_text('[dictionary]\nfeatures = ["a", "b"]\n[data]\nrows = [{tokens = ["a", "b"], target = 1}, '
+                     '{tokens = ["b"], target = -1}]\n[[heads]]\nattention = "softmax"\nquery = "last"\n'
+                     'query_self = false\nvalue = "linear"\n')
     for args, start in (([str(bad), "--out", str(tmp_path / "x.h5")], "heads[0].hidden_activation"),
                         (["mixture", "--K", "1", "--out", str(tmp_path / "y.h5")], "K: must be an integer >= 2"),
                         ([str(bad.with_name("nope.toml"))], "model: no such file"),
                         (["mixture", "--omega-v", "2", "--out", str(tmp_path / "z.h5")], "--omega-v: not a parameter"),
-                        (["mixture", "--out", str(tmp_path / "z.txt")], "out: must be a path ending in .h5")):
+                        (["mixture", "--out", str(tmp_path / "z.txt")], "out: must be a path ending in .h5"),
+                        ([str(alone), "--out", str(tmp_path / "a.h5")], "heads[0].query_self")):
         p = _cli("run", *args)
         assert p.returncode == 2, p.stderr
         lines = p.stderr.strip().splitlines()
@@ -370,3 +377,19 @@ def test_every_description_shares_one_compiled_kernel():
         run(_desc(name, steps=2))
     assert len(K_.gd_advance.signatures) == 1, K_.gd_advance.signatures
     assert len(K_.loss_and_grads.signatures) == 1
+
+
+def test_a_last_query_without_keys_is_refused_from_python(tmp_path):
+    """The same refusal from ``meanfield.load`` + ``run``; with ``query_self = true`` the row is its own key."""
+    import meanfield as mf
+    from meanfield.core.config import ConfigError
+
+    text = ('[dictionary]\nfeatures = ["a", "b"]\n[data]\nrows = [{tokens = ["a", "b"], target = 1}, '
+            '{tokens = ["b"], target = -1}]\n[[heads]]\nattention = "softmax"\nquery = "last"\n'
+            'query_self = SELF\nvalue = "linear"\n[parameters]\nsteps = 3\n')
+    (tmp_path / "no.toml").write_text(text.replace("SELF", "false"))
+    with pytest.raises(ConfigError, match=r"heads\[0\]\.query_self"):
+        mf.run(mf.load(tmp_path / "no.toml"))
+    (tmp_path / "yes.toml").write_text(text.replace("SELF", "true"))
+    r = mf.run(mf.load(tmp_path / "yes.toml"))
+    assert r.status == "complete" and np.isfinite(r.loss).all()

@@ -14,7 +14,7 @@ wrong path or an inapplicable option in the README fails this test. Usage
 synopses (lines with ``[...]``, ``a|b`` or placeholders such as ``FILE.toml``)
 are checked only for naming an existing verb.
 
-Marked ``readme`` (it takes a few minutes on 2 cores): ``.ci/run`` runs it in a
+Marked ``readme`` (about two minutes on 2 cores): ``.ci/run`` runs it in a
 second process alongside ``make test``; run it alone with ``pytest -m readme tests/test_readme.py``.
 """
 

@@ -247,8 +247,10 @@ def _cmd_run(args) -> int:
         from .twolayer_run import cli_run
 
         return cli_run(args, out, desc)
+    from .packed import check_keys
     from .runs import compile_notice
 
+    check_keys(desc)  # (a refusal before the compile notice: one line)
     if args.specialise is not True:  # (the specialised loop says so itself when it compiles)
         compile_notice(desc)  # "compiling kernels, about N s, once" on a first use
     r, path = run_to_file(desc, out, progress=not args.quiet, specialise=args.specialise)

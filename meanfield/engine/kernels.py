@@ -77,7 +77,9 @@ def _root(fn):
     ``@portable``; on the CPU compiled without numba's reference counting
     (``_nrt=False``: it allocates nothing), because inlining keeps an
     incref/decref pair per array argument of every inlined helper call, inside
-    the loops over sequences and queries (half of the time otherwise)."""
+    the loops over sequences and queries (half of the time otherwise); and with
+    ``error_model="numpy"``: no zero-division check before each division (the loops
+    vectorise), a zero divisor gives a non-finite value and the run stops as diverged."""
     portable(fn)
     return njit(cache=True, _nrt=False, error_model="numpy")(fn)
 

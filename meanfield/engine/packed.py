@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core import integrate
+from ..core.config import ConfigError
 from . import kernels
 from .objects import STAGE_SHIFT, Description
 from .reduce import GROUP_BIT, LOSS, Layout, layout
@@ -57,6 +58,17 @@ def _state(y) -> np.ndarray:
     return np.require(y, np.float64, ["C", "W"])
 
 
+def check_keys(desc: Description) -> None:
+    """Refuse (ConfigError) a softmax head whose last query, left out of the keys (``query_self = false``),
+    has no key in some data row (a single token): a softmax over no keys is undefined."""
+    alone = np.flatnonzero((np.asarray(desc.data.count_array) > 0).sum(axis=1) < 2)
+    for k, h in enumerate(desc.model.heads):
+        if h.attention == "softmax" and h.query == "last" and not h.query_self and alone.size:
+            raise ConfigError(f"heads[{k}].query_self: false leaves data row {int(alone[0])} (a single token) "
+                              f"without a key, and a softmax over no keys is undefined; allowed: true, or rows of "
+                              f"at least two tokens")
+
+
 def pack(desc: Description) -> Packed:
     lay = layout(desc)
     d = desc.data
@@ -67,6 +79,7 @@ def pack(desc: Description) -> Packed:
         raise IndexError("pack: a sequence without a positive count")
     last = (cnt.shape[1] - 1 - np.argmax(pos[:, ::-1], axis=1)).astype(np.int64)  # the last position with c > 0
     leff = cnt.sum(axis=1)
+    check_keys(desc)
     C = desc.model.heads[0].outputs
     t = np.asarray(d.target, dtype=np.float64)
     target = _own(t.reshape(t.shape[0], -1), np.float64)

@@ -160,7 +160,8 @@ def _transformed(tag: str, frozen: tuple):
 
 @functools.lru_cache(maxsize=16)
 def _compiled(tag: str, frozen: tuple):
-    return njit(cache=True, _nrt=False)(_transformed(tag, frozen))
+    # the generic roots' flags (meanfield.engine.kernels._root): a zero divisor gives the same non-finite value
+    return njit(cache=True, _nrt=False, error_model="numpy")(_transformed(tag, frozen))
 
 
 ADV = None  # bound in each hook's own namespace (:func:`_batch`)
@@ -191,7 +192,7 @@ def _batch(pk, hooks: dict):
         return _BATCHES[tag]
     hook = types.FunctionType(_stage.__code__, {"ADV": _compiled(loop_tag, frozen)}, f"_stage_{tag}", None, None)
     hook.__qualname__ = f"_stage_{tag}"
-    ns = dict(hooks, gd_stage=njit(cache=True, _nrt=False)(hook))
+    ns = dict(hooks, gd_stage=njit(cache=True, _nrt=False, error_model="numpy")(hook))
     traj = core_batched.instantiate(core_batched.gd_trajectory, ns, "eng_gd_trajectory", njit, f"_{tag}")
     ns["trajectory"] = traj
     while len(_BATCHES) >= 16:
