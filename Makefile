@@ -34,7 +34,7 @@ $(ORACLE_STAMP): $(STAMP)
 
 test: $(STAMP) $(ORACLE_STAMP)
 	$(BIN)/lint-imports  # the layers and the papers' independence (setup.cfg [importlinter])
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)  # PYTEST_ARGS: .ci/run moves a few files to a second process
 
 # the documentation site (mkdocs.yml) into site/: --strict turns every warning
 # (a broken link or anchor, a missing page, an API reference that does not resolve) into a failure
