@@ -151,6 +151,12 @@ def _cli(*args):
                           cwd=ROOT)
 
 
+#: a softmax head's last query (query_self = SELF) on a data set with a one-token row
+ALONE = ('[dictionary]\nfeatures = ["a", "b"]\n[data]\nrows = [{tokens = ["a", "b"], target = 1}, '
+         '{tokens = ["b"], target = -1}]\n[[heads]]\nattention = "softmax"\nquery = "last"\n'
+         'query_self = SELF\nvalue = "linear"\n[parameters]\nsteps = 3\n')
+
+
 def test_cli_refusals_exit_2_one_line(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[dictionary]\nfeatures = ["a", "b"]\n[data]\nrows = [{tokens = ["a"], target = 1}]\n'
@@ -158,9 +164,7 @@ def test_cli_refusals_exit_2_one_line(tmp_path):
     # a last query left out of the keys (query_self = false) has no key in a one-token row: a softmax over
     # nothing is undefined (was a division by zero inside the kernels)
     alone = tmp_path / "alone.toml"
-    alone.write_text('[dictionary]\nfeatures = ["a", "b"]\n[data]\nrows = [{tokens = ["a", "b"], target = 1}, '
-                     '{tokens = ["b"], target = -1}]\n[[heads]]\nattention = "softmax"\nquery = "last"\n'
-                     'query_self = false\nvalue = "linear"\n')
+    alone.write_text(ALONE.replace("SELF", "false"))
     for args, start in (([str(bad), "--out", str(tmp_path / "x.h5")], "heads[0].hidden_activation"),
                         (["mixture", "--K", "1", "--out", str(tmp_path / "y.h5")], "K: must be an integer >= 2"),
                         ([str(bad.with_name("nope.toml"))], "model: no such file"),
@@ -382,14 +386,10 @@ def test_every_description_shares_one_compiled_kernel():
 def test_a_last_query_without_keys_is_refused_from_python(tmp_path):
     """The same refusal from ``meanfield.load`` + ``run``; with ``query_self = true`` the row is its own key."""
     import meanfield as mf
-    from meanfield.core.config import ConfigError
 
-    text = ('[dictionary]\nfeatures = ["a", "b"]\n[data]\nrows = [{tokens = ["a", "b"], target = 1}, '
-            '{tokens = ["b"], target = -1}]\n[[heads]]\nattention = "softmax"\nquery = "last"\n'
-            'query_self = SELF\nvalue = "linear"\n[parameters]\nsteps = 3\n')
-    (tmp_path / "no.toml").write_text(text.replace("SELF", "false"))
+    (tmp_path / "no.toml").write_text(ALONE.replace("SELF", "false"))
     with pytest.raises(ConfigError, match=r"heads\[0\]\.query_self"):
         mf.run(mf.load(tmp_path / "no.toml"))
-    (tmp_path / "yes.toml").write_text(text.replace("SELF", "true"))
+    (tmp_path / "yes.toml").write_text(ALONE.replace("SELF", "true"))
     r = mf.run(mf.load(tmp_path / "yes.toml"))
     assert r.status == "complete" and np.isfinite(r.loss).all()
