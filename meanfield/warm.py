@@ -15,7 +15,7 @@ trajectory-vectorised lanes at every block width), with the
 chunked sweep's summaries (``mixture sweep``, ``model sweep``: chunked by
 default); after some commands a Python warm-up (:data:`EXTRA`) reaches what
 their tiny sizes do not: the mixture's and the engine's lanes of every
-block width, the two-layer class's direct kernels and the pattern path's
+block width (the engine's with the vectorised exp too), the two-layer class's direct kernels and the pattern path's
 gather, and ``engine.run_batch``'s mixture fast path. ``tests/test_numba_cache.py`` checks that every kernel caches. The kernels' types
 do not depend on the sizes, so a later run at any size loads them from the
 cache instead of compiling. ``make install``, ``make demo`` and ``make test``
@@ -59,8 +59,7 @@ COMMANDS = (
     ("engine batched rk4", ["model", "sweep", "incontext", "--K", "2", "--N", "2", "--method", "rk4", "--t-end",
                             "0.1", "--dt", "0.05", "--record-every", "1", "--param", "eta=0.1,0.2", "--quiet",
                             "--out", "{tmp}/engine_sweep_rk4"]),
-    # the lanes' vectorised exp (opt-in): its lane kernels and the narrowest block's driver (a few trajectories
-    # a thread run in it, padded); in this process, the engine's other families being in the second (--jobs 2)
+    # the lanes' vectorised exp (opt-in): its lane kernels, then every block width's driver (EXTRA); in this process, the engine's other families being in the second (--jobs 2)
     ("engine batched vector exp", ["model", "sweep", "incontext", "--K", "2", "--N", "2", "--param", "eta=0.1,0.2",
                                    "--steps", "2", "--vector-exp", "--quiet", "--out", "{tmp}/engine_sweep_vexp"]),
 )
@@ -233,10 +232,11 @@ _LANES_DESC = {"name": "warm_lanes", "dictionary": {"features": ["a", "b"]},
                "heads": [{"name": "h", "value": "linear"}], "parameters": {"eta": 0.1, "steps": 2}}
 
 
-def _engine_lanes(method: str) -> None:
+def _engine_lanes(method: str, vector_exp: bool = False) -> None:
     """The engine's lane kernels and the driver of every block width (``meanfield.engine.lanes_batch.WIDTHS``)
-    for ``method``: a tiny description's batch of 8, 16, 32 and 64 trajectories a thread (a tiny sweep has
-    too few for lanes; the kernels' types do not depend on the description or its sizes)."""
+    for ``method`` (with ``vector_exp``: the lanes' vectorised exp): a tiny description's batch of 8, 16, 32 and
+    64 trajectories a thread (a tiny sweep has too few for lanes; the kernels' types do not depend on the
+    description or its sizes)."""
     from numba import get_num_threads
 
     from .engine.batched import run_batch
@@ -246,7 +246,7 @@ def _engine_lanes(method: str) -> None:
     over = {"method": "rk4", "dt": 0.05, "t_end": 0.1} if method == "rk4" else None
     desc = description_from_dict(_LANES_DESC, over)
     for lo, _ in WIDTHS:
-        run_batch(desc, seeds=list(range(lo * max(1, get_num_threads()))), fast=False)
+        run_batch(desc, seeds=list(range(lo * max(1, get_num_threads()))), fast=False, vector_exp=vector_exp)
 
 
 def _engine_lanes_gd():
@@ -257,6 +257,11 @@ def _engine_lanes_rk4():
     _engine_lanes("rk4")
 
 
+def _engine_lanes_vector_exp():
+    _engine_lanes("gd", vector_exp=True)
+
+
 #: Python warm-ups run after a family's command: paths its tiny command does not reach
 EXTRA = {"mixture batched": (_mixture_lanes, _engine_fast_batch), "twolayer": (_twolayer_paths,),
-         "engine batched": (_engine_lanes_gd,), "engine batched rk4": (_engine_lanes_rk4,)}
+         "engine batched": (_engine_lanes_gd,), "engine batched rk4": (_engine_lanes_rk4,),
+         "engine batched vector exp": (_engine_lanes_vector_exp,)}

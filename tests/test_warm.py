@@ -100,7 +100,31 @@ def test_after_warm_engine_and_induction_compile_nothing(tmp_path):
         r = _cli(args, env=dict(base, NUMBA_CACHE_DIR=str(hot)), cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         assert NOTICE not in r.stderr, (args, r.stderr)
+    # the engine's lanes at every block width, with the C library's exp and with the vectorised one
+    r = subprocess.run([sys.executable, "-c", LANES_EVERY_WIDTH], capture_output=True, text=True, cwd=tmp_path,
+                       env=dict(base, NUMBA_CACHE_DIR=str(hot)), timeout=600)
+    assert r.returncode == 0 and "widths 64 32 16 8" in r.stdout, r.stderr[-2000:]
     assert _cache_files(hot) == before
+
+
+#: runs the engine's batch in lanes at every block width (a description other than warm's own)
+LANES_EVERY_WIDTH = r'''
+from numba import get_num_threads
+from meanfield.engine.batched import run_batch
+from meanfield.engine.description import description_from_dict
+from meanfield.engine.lanes_batch import WIDTHS, width_for
+d = {"name": "w", "dictionary": {"features": ["a", "b", "c"]},
+     "data": {"rows": [{"tokens": ["a", "b", "c"], "target": 1}, {"tokens": ["c", "-a"], "target": -1}]},
+     "heads": [{"name": "h", "value": "neuron"}], "parameters": {"eta": 0.1, "steps": 3}}
+desc = description_from_dict(d)
+seen = []
+for lo, _ in WIDTHS:
+    B = lo * max(1, get_num_threads())
+    seen.append(width_for(B, get_num_threads()))
+    for vx in (False, True):
+        run_batch(desc, seeds=list(range(B)), fast=False, vector_exp=vx)
+print("widths", *seen)
+'''
 
 
 #: kernels `meanfield warm` leaves out, and why: the CPU copies of the portable helpers that the CPU path inlines
