@@ -153,7 +153,9 @@ def run(model, out=None, progress: bool = True, specialise: bool | str = "auto",
     specialise : bool or "auto"
         True: GD by the loop compiled for this description (``meanfield.engine.specialise``: equal bit
         for bit, faster; about 20 s to compile the first time, then cached); ``"auto"`` (default): that
-        loop where one is ready, else the generic loop (never a compile); False: the generic loop.
+        loop where one is ready, else the generic loop (never waiting for a compile; after 10 s there, a
+        long run has the loop compiled by a second process: ``meanfield.engine.background``); False: the
+        generic loop.
     **overrides
         parameter values, as for :func:`load`.
 

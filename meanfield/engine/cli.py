@@ -251,6 +251,10 @@ def _cmd_run(args) -> int:
     from .runs import compile_notice
 
     check_keys(desc)  # (a refusal before the compile notice: one line)
+    if args.specialise == "auto":
+        from .background import enabled
+
+        enabled()  # MEANFIELD_BACKGROUND_COMPILE, checked before the compile notice too
     if args.specialise is not True:  # (the specialised loop says so itself when it compiles)
         compile_notice(desc)  # "compiling kernels, about N s, once" on a first use
     r, path = run_to_file(desc, out, progress=not args.quiet, specialise=args.specialise)
@@ -511,7 +515,8 @@ def add_parser(systems) -> None:
     r.add_argument("--specialise", action="store_const", const=True, default="auto",
                    help="GD by the loop compiled for this description (the same kernels with its arrays as "
                         "constants: equal bit for bit, faster; about 20 s to compile once, then cached; "
-                        "default: that loop where one is ready, else the generic loop)")
+                        "default: that loop where one is ready, else the generic loop, and after 10 s there "
+                        "that loop compiled in a second process; MEANFIELD_BACKGROUND_COMPILE=0: not)")
     r.add_argument("--no-specialise", dest="specialise", action="store_const", const=False,
                    help="the generic loop, even where a specialised loop is ready")
     _add_param_flags(r)

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..core import integrate
 from ..core.config import ConfigError
-from . import kernels
+from . import background, kernels
 from .objects import STAGE_SHIFT, Description
 from .reduce import GROUP_BIT, LOSS, Layout, layout
 
@@ -133,6 +134,10 @@ class EngineSystem:
     specialise: bool | str = False
     #: the specialised loops built so far, per stage index (a stage's rates fix its arrays), and a scratch a thread
     _loops: dict = field(default_factory=dict, repr=False, compare=False)
+    #: GD steps this system has taken, and (``specialise="auto"``) the step from which the loop compiled in the
+    #: background ran (``meanfield.engine.background``; None: it did not)
+    steps_done: int = field(default=0, repr=False, compare=False)
+    switched_at: int | None = field(default=None, repr=False, compare=False)
 
     def _rated(self, mode):
         lay = self.pk.lay
@@ -161,12 +166,23 @@ class EngineSystem:
                 self._loops[st] = (specialise.loop(pk, Gr, hf) if self.specialise is True
                                    else specialise.cached(pk, Gr, hf, args) or False)
             fn = self._loops[st]
+            if fn is False:  # "auto" in the generic loop: a long run compiles the loop in a second process
+                watch = self._loops.setdefault(("watch", st), background.Watch())
+                fn = watch.loop(pk, Gr, hf, args)
+                if fn is not False:
+                    self._loops[st] = fn
+                    self.switched_at = self.steps_done  # from this step on (the same state bit for bit)
             if fn is not False:
                 done, code, _ = fn(*args)
+                self.steps_done += int(done)
                 return int(done), int(code)
+            t0 = time.perf_counter()
         done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), _bits(mode), lay.hi, hf, lay.qv, Gr,
                                            lay.grp, pk.Gam, *self._data(), pk.consistent, kind, op, thr,
                                            float(self.max_abs), pk.R, pk.C, lay.Nmax)
+        self.steps_done += int(done)
+        if self.specialise:
+            self._loops[("watch", st)].generic_s += time.perf_counter() - t0
         return int(done), int(code)
 
     def rhs(self, y, mode):

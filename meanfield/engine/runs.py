@@ -138,7 +138,9 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, sp
         (``meanfield.engine.specialise``: flow / RK4, the Gaussian population, trainable
         embeddings, two-layer descriptions, data or tables too large to compile in). ``"auto"``
         (default): that loop where one is ready (compiled before, in this process or on disk),
-        else the generic loop, never a compile; False: the generic loop.
+        else the generic loop, never waiting for a compile (after 10 s there, a long run has the loop
+        compiled by a second process and goes on in it: ``meanfield.engine.background``, the same
+        bits); False: the generic loop.
 
     Returns
     -------

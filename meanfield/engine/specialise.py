@@ -333,7 +333,8 @@ def choice(value):
     value : bool or str
         True: compile the loop where it is missing (about 20 s, once); ``"auto"`` (the default of every
         run): the specialised loop where one is ready (compiled in this process or in numba's on-disk
-        cache), else the generic loop, never a compile; False: the generic loop.
+        cache), else the generic loop, never waiting for a compile (a long single run has it compiled by
+        a second process: ``meanfield.engine.background``); False: the generic loop.
 
     Returns
     -------
