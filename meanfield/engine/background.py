@@ -97,7 +97,7 @@ def start(tag: str, pk, Gr, hf, args) -> subprocess.Popen | None:
     try:
         if os.path.exists(mark) and time.time() - os.path.getmtime(mark) > STALE_S:
             os.unlink(mark)
-        fd = os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        fd = os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except OSError:  # another process's child is at work (or the directory is not writable)
         return None
     try:
