@@ -181,7 +181,10 @@ def run(model, out=None, progress: bool = True, specialise: bool | str = "auto",
     from .engine.specialise import choice
     from .engine.twolayer_desc import TwoLayerDescription
 
-    choice(specialise)
+    if choice(specialise) == "auto":
+        from .engine.background import enabled
+
+        enabled()  # MEANFIELD_BACKGROUND_COMPILE, refused before any notice or work
     desc = _sized(model, overrides)  # the command's ceilings (meanfield.core.limits), before the work
     if isinstance(desc, TwoLayerDescription):  # the two-layer class (meanfield.engine.twolayer_run)
         if specialise is True:
@@ -200,7 +203,7 @@ def run(model, out=None, progress: bool = True, specialise: bool | str = "auto",
         r.path = Path(p)
         return r
     tr = desc.training
-    system = system_of(desc, specialise)
+    system = system_of(desc, specialise, background=True)
     with monitor(progress, total=tr.horizon, unit="step" if tr.method == "gd" else "t", desc=desc.name) as mon:
         _, traj = integrate_description(desc, None, mon, system)
         if traj.step:  # the bar ends where the run ended (the last chunk reports no update)

@@ -14,10 +14,14 @@ whichever loop ran which steps, so the run's file does not depend on when (or
 whether) the switch happened; later runs of the description find the loop ready
 from their first step.
 
-One child per description at a time (a marker file in the temporary directory,
-:func:`start`), whichever process asks; a child outlives its run if the run ends
-first (it finishes the cache entry, about 25 s, then exits). A child that fails
-changes nothing: the run stays in the generic loop. ``MEANFIELD_BACKGROUND_COMPILE=0``
+One child per description at a time, whichever process of the user asks (a marker
+file in the temporary directory that the child holds locked while it lives:
+:func:`start`, :func:`at_work`); a child outlives its run if the run ends first (it
+finishes the cache entry, about 25 s, then exits). A child that fails or is killed
+changes nothing: the run stays in the generic loop. Single runs only
+(``meanfield.engine.runs.run`` and ``run_to_file``, so ``model run`` and
+``meanfield.run``): the points of a per-point sweep, batches and the other users of
+``system_of`` never start one. ``MEANFIELD_BACKGROUND_COMPILE=0``
 turns it off (``1``, the default: on); any other value is refused in one line
 (:func:`enabled`).
 
@@ -38,12 +42,15 @@ import time
 
 from ..core.config import ConfigError
 
+try:
+    import fcntl
+except ImportError:  # (not on Windows: no background compile there)
+    fcntl = None
+
 #: seconds a run spends in the generic loop before its specialised loop is compiled in the background
 AFTER_S = 10.0
 #: the least seconds between two looks for the compiled loop
 POLL_S = 1.0
-#: a marker file older than this (seconds) belongs to a child that died: another may start
-STALE_S = 300.0
 ENV = "MEANFIELD_BACKGROUND_COMPILE"
 
 
@@ -81,41 +88,116 @@ def enabled(environ=None) -> bool:
 
 
 def _marker(tag: str) -> str:
-    return os.path.join(tempfile.gettempdir(), f"meanfield-compiling-{tag}")
+    """The job and lock file of the child compiling ``tag`` (this user's: the user id is in the name)."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.path.join(tempfile.gettempdir(), f"meanfield-compiling-{uid}-{tag}")
+
+
+def _try_lock(fd) -> bool:
+    """An exclusive lock on ``fd`` without waiting: False where a live child holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+
+
+def at_work(tag: str) -> bool:
+    """Whether a live child (of any process of this user) is compiling ``tag``: its marker exists and is
+    locked (the child holds the lock while it lives; the system releases it when the child dies, however).
+
+    Parameters
+    ----------
+    tag : str
+        The specialised loop's name (``meanfield.engine.specialise._key``).
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> at_work("no-such-loop")
+    False
+    """
+    if fcntl is None:
+        return False
+    try:
+        fd = os.open(_marker(tag), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return not _try_lock(fd)
+    finally:
+        os.close(fd)
 
 
 def start(tag: str, pk, Gr, hf, args) -> subprocess.Popen | None:
-    """Start the child compiling the specialised loop named ``tag`` for ``args`` (the loop's arguments, as
-    ``meanfield.engine.specialise.cached`` takes them), unless one is at work already.
+    """Start the child compiling the specialised loop named ``tag`` for ``args``, unless a live one is at
+    work on it already.
+
+    The job (the packed description, the stage's arrays, the loop's scalar arguments) is written to the
+    marker file, which is locked and handed to the child: it holds the lock while it lives, so a child that
+    is killed frees the tag at once, and two processes never start two children for one tag.
+
+    Parameters
+    ----------
+    tag : str
+        The loop's name (``meanfield.engine.specialise._key(pk, Gr, hf)[0]``).
+    pk : meanfield.engine.packed.Packed
+        The packed description.
+    Gr, hf : numpy.ndarray
+        The stage's rated Gram metric and head float table.
+    args : tuple
+        The loop's arguments, as ``meanfield.engine.specialise.cached`` takes them (the first eight are sent:
+        the state and the scalars; the child builds its own scratch).
 
     Returns
     -------
     subprocess.Popen or None
-        The child, or None where another is at work on the tag or it could not be started.
+        The child, or None where a live one is at work on the tag or none could be started (no
+        ``fcntl``, a temporary directory that cannot be written).
+
+    Examples
+    --------
+    >>> from meanfield.engine import specialise  # doctest: +SKIP
+    >>> child = start(specialise._key(pk, Gr, hf)[0], pk, Gr, hf, args)  # doctest: +SKIP
     """
+    if fcntl is None:  # (no file locks here: no background compile)
+        return None
     mark = _marker(tag)
     try:
-        if os.path.exists(mark) and time.time() - os.path.getmtime(mark) > STALE_S:
-            os.unlink(mark)
-        fd = os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except OSError:  # another process's child is at work (or the directory is not writable)
+        fd = os.open(mark, os.O_CREAT | os.O_RDWR, 0o600)
+    except OSError:
         return None
     try:
-        with os.fdopen(fd, "wb") as fh:  # the marker holds the job: the child reads it, then removes it when done
-            pickle.dump((pk, Gr, hf, tuple(args[:8]), int(args[0].shape[0])), fh)
-        return subprocess.Popen([sys.executable, "-m", "meanfield.engine.background", mark],
+        if not _try_lock(fd):  # a live child holds it
+            return None
+        job = pickle.dumps((pk, Gr, hf, tuple(args[:8]), int(args[0].shape[0])))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, job, 0)
+        path = os.pathsep.join(p for p in sys.path if p)  # the child imports the meanfield this process runs
+        env = dict(os.environ, PYTHONPATH=path)
+        return subprocess.Popen([sys.executable, "-m", "meanfield.engine.background", mark, str(fd)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                pass_fds=(fd,), env=env,
                                 start_new_session=True)  # not in the run's process group: a Ctrl-C stops the run only
     except Exception:  # noqa: BLE001 (a job that cannot be written or a process that cannot start: no switch)
-        try:
-            os.unlink(mark)
-        except OSError:
-            pass
         return None
+    finally:
+        os.close(fd)  # the child's copy keeps the lock; where none started, closing releases it
 
 
 class Watch:
-    """One stage's generic-loop time and its background compile (:mod:`meanfield.engine.background`)."""
+    """One stage's time in the generic loop and its background compile (what ``EngineSystem.gd_advance``
+    asks once per call while ``specialise="auto"`` runs the generic loop).
+
+    Examples
+    --------
+    >>> w = Watch()
+    >>> w.state, w.generic_s
+    ('generic', 0.0)
+    """
 
     def __init__(self):
         self.generic_s = 0.0
@@ -138,51 +220,66 @@ class Watch:
         Returns
         -------
         numba dispatcher or False
-        """
-        from . import specialise
 
+        Examples
+        --------
+        >>> Watch().loop(None, None, None, ())  # under AFTER_S seconds in the generic loop: nothing asked
+        False
+        """
         if self.state == "off":
             return False
         if self.state == "generic":
             if self.generic_s < AFTER_S:
                 return False
-            self.state = "off"
-            if not enabled():
-                return False
-            try:
-                self.tag, _ = specialise._key(pk, Gr, hf)
-            except ConfigError:  # a description specialise refuses (too large): the generic loop, as before
-                return False
-            self.child = start(self.tag, pk, Gr, hf, args)
-            if self.child is None and not os.path.exists(_marker(self.tag)):
-                return False  # it could not start, and no other process is at work on it
-            self.state = "waiting"
-            self._next = time.monotonic() + POLL_S
-            return False
+            return self._start(pk, Gr, hf, args)
         now = time.monotonic()
         if now < self._next:
             return False
         self._next = now + POLL_S
+        from . import specialise
+
         fn = specialise.cached(pk, Gr, hf, args)
         if fn is not None:
             self.state = "off"  # done: the caller keeps the loop
             return fn
-        gone = self.child.poll() is not None if self.child is not None else not os.path.exists(_marker(self.tag))
+        gone = self.child.poll() is not None if self.child is not None else not at_work(self.tag)
         if gone:  # the child exited: one last look (it may have finished since), else the generic loop stays
             self.state = "off"
             fn = specialise.cached(pk, Gr, hf, args)
             return fn if fn is not None else False
         return False
 
+    def _start(self, pk, Gr, hf, args):
+        from . import specialise
 
-def _main(path: str) -> int:
-    """The child: compile the specialised loop of the job in ``path`` (nothing printed; exit 0 when compiled)."""
+        self.state = "off"
+        try:
+            if not enabled():
+                return False
+            self.tag, _ = specialise._key(pk, Gr, hf)
+        except ConfigError:  # a bad variable set since the run began, or a description specialise refuses
+            return False
+        fn = specialise.cached(pk, Gr, hf, args)  # another process's child may have finished it already
+        if fn is not None:
+            return fn
+        self.child = start(self.tag, pk, Gr, hf, args)
+        if self.child is None and not at_work(self.tag):
+            return False  # it could not start, and no other process's child is at work on it
+        self.state = "waiting"
+        self._next = time.monotonic() + POLL_S
+        return False
+
+
+def _main(path: str, fd: int) -> int:
+    """The child: compile the specialised loop of the job in ``path`` (its locked file open as ``fd``);
+    nothing printed; exit 0 when compiled, 1 otherwise; the marker removed either way."""
     try:
         try:
             os.nice(10)
         except OSError:
             pass
-        with open(path, "rb") as fh:
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            fh.seek(0)
             pk, Gr, hf, head, ny = pickle.load(fh)
         from . import specialise
 
@@ -193,11 +290,23 @@ def _main(path: str) -> int:
     except BaseException:  # noqa: BLE001 (a child that fails leaves the run in the generic loop)
         return 1
     finally:
-        try:
-            os.unlink(path)
+        try:  # the marker is this child's while it holds the lock (no one else writes or removes it)
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                os.unlink(path)
         except OSError:
             pass
 
 
+def _cli(argv) -> int:
+    if len(argv) != 2:
+        return 2
+    try:
+        fd = int(argv[1])
+        os.fstat(fd)
+    except (ValueError, OSError):
+        return 2
+    return _main(argv[0], fd)
+
+
 if __name__ == "__main__":
-    raise SystemExit(_main(sys.argv[1]) if len(sys.argv) == 2 else 2)
+    raise SystemExit(_cli(sys.argv[1:]))

@@ -134,8 +134,11 @@ class EngineSystem:
     specialise: bool | str = False
     #: the specialised loops built so far, per stage index (a stage's rates fix its arrays), and a scratch a thread
     _loops: dict = field(default_factory=dict, repr=False, compare=False)
-    #: GD steps this system has taken, and (``specialise="auto"``) the step from which the loop compiled in the
-    #: background ran (``meanfield.engine.background``; None: it did not)
+    #: with ``specialise="auto"``: once the generic loop has run ``background.AFTER_S`` seconds, have the loop
+    #: compiled by a child process and switch to it (``meanfield.engine.background``; single runs set it)
+    background: bool = field(default=False, repr=False, compare=False)
+    #: GD steps this system has taken (every call, every stage), and the count when it switched to the loop
+    #: compiled in the background (None: it did not; with per-stage rates, the last stage's switch)
     steps_done: int = field(default=0, repr=False, compare=False)
     switched_at: int | None = field(default=None, repr=False, compare=False)
 
@@ -166,23 +169,30 @@ class EngineSystem:
                 self._loops[st] = (specialise.loop(pk, Gr, hf) if self.specialise is True
                                    else specialise.cached(pk, Gr, hf, args) or False)
             fn = self._loops[st]
-            if fn is False:  # "auto" in the generic loop: a long run compiles the loop in a second process
-                watch = self._loops.setdefault(("watch", st), background.Watch())
-                fn = watch.loop(pk, Gr, hf, args)
-                if fn is not False:
-                    self._loops[st] = fn
-                    self.switched_at = self.steps_done  # from this step on (the same state bit for bit)
+            watch = None
+            if fn is False and self.background:  # "auto" in the generic loop: a long run's loop compiled by a child
+                watch = self._loops.get(("watch", st))
+                if watch is None:
+                    watch = self._loops[("watch", st)] = background.Watch()
+                if watch.state != "off":
+                    fn = watch.loop(pk, Gr, hf, args)
+                    if fn is not False:
+                        self._loops[st] = fn
+                        self.switched_at = self.steps_done  # from this step on (the same state bit for bit)
             if fn is not False:
                 done, code, _ = fn(*args)
                 self.steps_done += int(done)
                 return int(done), int(code)
-            t0 = time.perf_counter()
+            if watch is not None and watch.state == "generic":
+                t0 = time.perf_counter()
+        else:
+            watch = None
         done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), _bits(mode), lay.hi, hf, lay.qv, Gr,
                                            lay.grp, pk.Gam, *self._data(), pk.consistent, kind, op, thr,
                                            float(self.max_abs), pk.R, pk.C, lay.Nmax)
         self.steps_done += int(done)
-        if self.specialise:
-            self._loops[("watch", st)].generic_s += time.perf_counter() - t0
+        if watch is not None and watch.state == "generic":
+            watch.generic_s += time.perf_counter() - t0
         return int(done), int(code)
 
     def rhs(self, y, mode):

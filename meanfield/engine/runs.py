@@ -157,7 +157,7 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, sp
     >>> r.status, len(r.t), round(float(r.loss[0]), 4)
     ('complete', 51, 0.6834)
     """
-    system = system_of(desc, specialise)
+    system = system_of(desc, specialise, background=True)
     if y0 is None:
         refuse_symmetric_start(desc, system)
         _, traj = integrate_description(desc, None, monitor, system)
@@ -374,7 +374,8 @@ def save(path: str | Path, desc: Description, r: Run, status: str | None = None,
 
 
 def run_to_file(desc: Description, out: str | Path, progress: bool = True, checkpoint_s: float = 60.0,
-                extra_attrs: dict | None = None, monitor_factory=None, specialise: bool | str = "auto"):
+                extra_attrs: dict | None = None, monitor_factory=None, specialise: bool | str = "auto",
+                background: bool = True):
     """Run a description and write its run file (what ``meanfield model run`` does).
 
     Through the shared harness (``meanfield.core.harness.run_to_file``):
@@ -398,6 +399,9 @@ def run_to_file(desc: Description, out: str | Path, progress: bool = True, check
         Builds the run's monitor (the Python API passes a tqdm one).
     specialise : bool or "auto"
         GD by the loop compiled for this description (as :func:`run`; default ``"auto"``).
+    background : bool
+        With ``"auto"``: a long run's loop compiled by a second process after ``background.AFTER_S``
+        seconds in the generic loop (as :func:`run`); False: not (the points of a per-point sweep).
 
     Returns
     -------
@@ -412,7 +416,7 @@ def run_to_file(desc: Description, out: str | Path, progress: bool = True, check
     >>> r.status, path.name
     ('complete', 'majority_short.h5')
     """
-    system = system_of(desc, specialise)
+    system = system_of(desc, specialise, background=background)
     refuse_symmetric_start(desc, system)  # before anything is written
     return harness.run_to_file(
         desc.training, lambda mon: integrate_description(desc, None, mon, system)[1],

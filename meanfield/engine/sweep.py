@@ -32,7 +32,7 @@ def _write_point(model, over: dict, path: Path, specialise="auto") -> None:
 
     desc = load_description(model, over)
     run_to_file(desc, path, progress=False, extra_attrs={"sweep_point": json.dumps(over, sort_keys=True)},
-                specialise=specialise)
+                specialise=specialise, background=False)  # (a point's run compiles nothing in the background)
 
 
 def _run_point(job: tuple[str, dict, str, object]) -> dict:

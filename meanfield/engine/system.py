@@ -22,20 +22,24 @@ from .packed import EngineSystem, mode_of, pack
 from .reduce import initial_state
 
 
-def system_of(desc: Description, specialise: bool | str = "auto") -> EngineSystem:
+def system_of(desc: Description, specialise: bool | str = "auto", background: bool = False) -> EngineSystem:
     """The system a description runs on; ``specialise``: True, GD by the loop compiled for this description
     (``meanfield.engine.specialise``; refused in one line where it does not apply); ``"auto"`` (default),
-    that loop where one is ready (compiled before: no compile now), else the generic loop, and once a run
-    has spent ``background.AFTER_S`` seconds there, that loop compiled in a second process and taken from
-    then on (``meanfield.engine.background``; the same state bit for bit); False, the generic loop."""
-    from . import background
+    that loop where one is ready (compiled before: no compile now), else the generic loop; False, the
+    generic loop. ``background`` (a single run's, with "auto"): once the run has spent
+    ``meanfield.engine.background.AFTER_S`` seconds in the generic loop, that loop compiled in a second
+    process and taken from then on (the same state bit for bit); ``MEANFIELD_BACKGROUND_COMPILE`` is
+    checked here then (a bad value: ConfigError, one line)."""
     from .specialise import choice
 
     if choice(specialise) == "auto":
         system = system_of(desc, False)
         if type(system) is EngineSystem and desc.training.method == "gd":
-            background.enabled()  # MEANFIELD_BACKGROUND_COMPILE checked before the run, in one line
             system.specialise = "auto"
+            if background:
+                from . import background as bg
+
+                system.background = bg.enabled()  # MEANFIELD_BACKGROUND_COMPILE, before the run
         return system
     if specialise:
         from .specialise import check, refuse_twolayer
