@@ -3,7 +3,7 @@
 ``specialise="auto"`` (the default of every single run) takes the loop compiled for
 the description (:mod:`meanfield.engine.specialise`: the same kernels with the
 description's arrays as constants, bit for bit the generic loop's state, about
-1.5x faster) only where one is *ready*, so a description's first runs take the
+1.5x to 2x faster) only where one is *ready*, so a description's first runs take the
 generic loop and wait for no compile. Once a run has spent :data:`AFTER_S`
 seconds in the generic loop, :class:`Watch` starts one child process
 (``python -m meanfield.engine.background FILE``, at a lower priority) that
