@@ -65,7 +65,7 @@ def _run_until(system, y, done, limit_s, chunk=200):
     return n
 
 
-def test_a_run_switches_to_a_loop_compiled_after_it_began(on, mixture):
+def test_a_run_switches_to_a_loop_that_became_ready_after_it_began(on, mixture):
     desc = mixture
     auto = system_of(desc, background=True)
     assert auto.specialise == "auto" and auto.background
@@ -87,7 +87,40 @@ def test_a_run_switches_to_a_loop_compiled_after_it_began(on, mixture):
     assert not plain.background and ("watch", 0) not in plain._loops and plain._loops[0] is False
 
 
-def test_the_child_compiles_a_job_and_cleans_up(on, mixture):
+def test_a_run_waits_for_the_child_and_switches_when_its_loop_is_ready(on, mixture, monkeypatch):
+    """The waiting branch: a child at work (a stand-in that sleeps), the loop not in the cache for the first
+    looks (``cached`` answers None), then there: the run switches on a later call, after the first look."""
+    dummy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        monkeypatch.setattr(background, "start", lambda *a: dummy)
+        looks = []
+        real = specialise.cached
+
+        def cached(*a):
+            looks.append(1)
+            return None if len(looks) <= 3 else real(*a)
+
+        monkeypatch.setattr(specialise, "cached", cached)
+        desc = mixture
+        auto = system_of(desc, background=True)
+        auto._loops[0] = False
+        y0 = initial_state(desc)
+        a, b = y0.copy(), y0.copy()
+        n = auto.gd_advance(a, 300, 0.5, 3, None)[0]
+        n += auto.gd_advance(a, 300, 0.5, 3, None)[0]  # starts the child (the first look: None)
+        watch = auto._loops[("watch", 0)]
+        assert watch.state == "waiting" and watch.child is dummy and auto.switched_at is None
+        n += _run_until(auto, a, lambda s: s.switched_at is not None, 60)
+        assert auto.switched_at >= 900 and len(looks) == 4 and watch.state == "off"
+        system_of(desc, specialise=False).gd_advance(b, n, 0.5, 3, None)
+        assert np.array_equal(a, b)
+    finally:
+        dummy.kill()
+        dummy.wait()
+
+
+def test_the_child_loads_or_compiles_a_job_and_cleans_up(on, mixture):
+    """The child end to end on a loop the fixture compiled (it loads it; the cold compile: the slow test)."""
     desc = mixture
     sy = system_of(desc, background=True)
     args = _job(sy, initial_state(desc))
@@ -217,7 +250,7 @@ def test_one_child_per_tag_and_a_killed_child_frees_it(on):
         child.wait(timeout=30)
         assert not background.at_work(tag)  # freed at once (its marker stays, unlocked)
         bad = background.start(tag, None, None, None, (np.zeros(1),))  # a bad job: it starts, fails, cleans up
-        assert bad is None or bad.wait(timeout=120) == 1
+        assert bad is not None and bad.wait(timeout=120) == 1 and not os.path.exists(mark)
     finally:
         if fd is not None:
             os.close(fd)
@@ -226,15 +259,37 @@ def test_one_child_per_tag_and_a_killed_child_frees_it(on):
 
 
 def test_the_child_answers_a_bad_job_quietly(tmp_path):
-    bad = tmp_path / "job"
-    bad.write_bytes(b"not a pickle")
+    bad = tmp_path / "marker"
+    bad.write_bytes(b"")
     fd = os.open(bad, os.O_RDONLY)
     try:
         for argv, rc, fds in (([str(bad), str(fd)], 1, (fd,)), ([str(bad), "x"], 2, ()),
                               ([str(bad), "999"], 2, ()), ([], 2, ())):
             p = subprocess.run([sys.executable, "-m", "meanfield.engine.background", *argv], capture_output=True,
-                               text=True, cwd=ROOT, timeout=120, pass_fds=fds)
-            assert p.returncode == rc and p.stdout == "" and p.stderr == "", (argv, p)
+                               input=b"not a pickle", cwd=ROOT, timeout=120, pass_fds=fds)
+            assert p.returncode == rc and p.stdout == b"" and p.stderr == b"", (argv, p)
     finally:
         os.close(fd)
-    assert not bad.exists()  # the child that read it removed it
+    assert not bad.exists()  # the child that held it removed it
+
+
+def test_a_marker_path_that_is_not_this_users_plain_file_is_never_used(on, tmp_path):
+    """A link (to a file of the user's) or a FIFO at the marker's predictable path: nothing written through
+    it, nothing waits on it, no child."""
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    for kind in ("symlink", "fifo"):
+        tag = f"test-{kind}-{os.getpid()}-{random.randrange(1 << 30)}"
+        mark = background._marker(tag)
+        if kind == "symlink":
+            os.symlink(target, mark)
+        else:
+            os.mkfifo(mark)
+        try:
+            t0 = time.monotonic()
+            assert background.start(tag, None, None, None, (np.zeros(1),)) is None
+            assert not background.at_work(tag)
+            assert time.monotonic() - t0 < 5
+        finally:
+            os.unlink(mark)
+    assert target.read_text() == "keep me"

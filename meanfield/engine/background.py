@@ -14,14 +14,16 @@ whichever loop ran which steps, so the run's file does not depend on when (or
 whether) the switch happened; later runs of the description find the loop ready
 from their first step.
 
-One child per description at a time, whichever process of the user asks (a marker
-file in the temporary directory that the child holds locked while it lives:
-:func:`start`, :func:`at_work`); a child outlives its run if the run ends first (it
+One child per loop at a time (a description's, or its stage's where stages have
+their own rates), whichever of the user's processes with this temporary directory
+asks: the child holds a marker file there locked while it lives (:func:`start`,
+:func:`at_work`; the job itself goes through its standard input); a child outlives its run if the run ends first (it
 finishes the cache entry, about 25 s, then exits). A child that fails or is killed
 changes nothing: the run stays in the generic loop. Single runs only
 (``meanfield.engine.runs.run`` and ``run_to_file``, so ``model run`` and
-``meanfield.run``): the points of a per-point sweep, batches and the other users of
-``system_of`` never start one. ``MEANFIELD_BACKGROUND_COMPILE=0``
+``meanfield.run``): the points of a per-point sweep, a width sweep's workers, batches and the other users of
+``system_of`` never start one; nor does a system without file locks (Windows).
+``MEANFIELD_BACKGROUND_COMPILE=0``
 turns it off (``1``, the default: on); any other value is refused in one line
 (:func:`enabled`).
 
@@ -33,8 +35,10 @@ Example
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
+import stat
 import subprocess
 import sys
 import tempfile
@@ -89,22 +93,50 @@ def enabled(environ=None) -> bool:
 
 def _marker(tag: str) -> str:
     """The job and lock file of the child compiling ``tag`` (this user's: the user id is in the name)."""
-    uid = os.getuid() if hasattr(os, "getuid") else 0
+    uid = os.getuid()
     return os.path.join(tempfile.gettempdir(), f"meanfield-compiling-{uid}-{tag}")
 
 
-def _try_lock(fd) -> bool:
-    """An exclusive lock on ``fd`` without waiting: False where a live child holds it."""
+def _try_lock(fd):
+    """An exclusive lock on ``fd`` without waiting: True, False where a live child holds it, None where the
+    lock cannot be asked for here (a file system without locks: no background compile)."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
+    except OSError as e:
+        return False if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else None
+
+
+def _open_marker(mark: str):
+    """The marker opened for locking, or None: never through a link, never a file this user does not own
+    or that is not a plain file (another user's file at a predictable path), never blocking (a FIFO)."""
+    try:
+        fd = os.open(mark, os.O_CREAT | os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0),
+                     0o600)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_uid == os.getuid():
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _same_file(fd, mark: str) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(mark, follow_symlinks=False)
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
     except OSError:
         return False
 
 
 def at_work(tag: str) -> bool:
-    """Whether a live child (of any process of this user) is compiling ``tag``: its marker exists and is
-    locked (the child holds the lock while it lives; the system releases it when the child dies, however).
+    """Whether a live child (of any process of this user with this temporary directory) is compiling
+    ``tag``: its marker exists and is locked (the child holds the lock while it lives; the system releases
+    it when the child dies, however).
 
     Parameters
     ----------
@@ -122,23 +154,44 @@ def at_work(tag: str) -> bool:
     """
     if fcntl is None:
         return False
-    try:
-        fd = os.open(_marker(tag), os.O_RDONLY)
-    except OSError:
+    mark = _marker(tag)
+    if not os.path.exists(mark):
+        return False
+    fd = _open_marker(mark)
+    if fd is None:
         return False
     try:
-        return not _try_lock(fd)
+        return _try_lock(fd) is False
     finally:
-        os.close(fd)
+        os.close(fd)  # (a lock this probe took goes with it)
+
+
+def _child_path() -> str:
+    """PYTHONPATH for the child: the directory this process's meanfield came from first, then its sys.path,
+    every entry absolute (the child runs with ``-P``: no working directory on its path)."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = [here]
+    for p in sys.path:
+        if p:
+            q = os.path.abspath(p)
+            if q not in out:
+                out.append(q)
+    return os.pathsep.join(out)
+
+
+#: this process's children (reaped at the next start: none left a zombie or dropped while it runs)
+_CHILDREN: list = []
 
 
 def start(tag: str, pk, Gr, hf, args) -> subprocess.Popen | None:
     """Start the child compiling the specialised loop named ``tag`` for ``args``, unless a live one is at
     work on it already.
 
-    The job (the packed description, the stage's arrays, the loop's scalar arguments) is written to the
-    marker file, which is locked and handed to the child: it holds the lock while it lives, so a child that
-    is killed frees the tag at once, and two processes never start two children for one tag.
+    The job (the packed description, the stage's arrays, the loop's scalar arguments) goes to the child
+    through its standard input; the marker file in the temporary directory is only a lock, taken here and
+    handed to the child, which holds it while it lives: a killed child frees the tag at once, and processes
+    that ask together start one child. (A process forked without exec by another thread in the
+    milliseconds the lock is being handed over would hold it too; nothing here forks.)
 
     Parameters
     ----------
@@ -156,36 +209,45 @@ def start(tag: str, pk, Gr, hf, args) -> subprocess.Popen | None:
     -------
     subprocess.Popen or None
         The child, or None where a live one is at work on the tag or none could be started (no
-        ``fcntl``, a temporary directory that cannot be written).
+        ``fcntl``, a temporary directory that cannot be written, a marker path this user does not own).
 
     Examples
     --------
     >>> from meanfield.engine import specialise  # doctest: +SKIP
     >>> child = start(specialise._key(pk, Gr, hf)[0], pk, Gr, hf, args)  # doctest: +SKIP
     """
+    _CHILDREN[:] = [c for c in _CHILDREN if c.poll() is None]
     if fcntl is None:  # (no file locks here: no background compile)
         return None
     mark = _marker(tag)
-    try:
-        fd = os.open(mark, os.O_CREAT | os.O_RDWR, 0o600)
-    except OSError:
-        return None
-    try:
-        if not _try_lock(fd):  # a live child holds it
+    for _ in range(2):  # once more where the marker was removed between the open and the lock
+        fd = _open_marker(mark)
+        if fd is None:
             return None
-        job = pickle.dumps((pk, Gr, hf, tuple(args[:8]), int(args[0].shape[0])))
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, job, 0)
-        path = os.pathsep.join(p for p in sys.path if p)  # the child imports the meanfield this process runs
-        env = dict(os.environ, PYTHONPATH=path)
-        return subprocess.Popen([sys.executable, "-m", "meanfield.engine.background", mark, str(fd)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                pass_fds=(fd,), env=env,
-                                start_new_session=True)  # not in the run's process group: a Ctrl-C stops the run only
-    except Exception:  # noqa: BLE001 (a job that cannot be written or a process that cannot start: no switch)
-        return None
-    finally:
-        os.close(fd)  # the child's copy keeps the lock; where none started, closing releases it
+        try:
+            if not _try_lock(fd):  # a live child holds it (False), or no locks here (None)
+                return None
+            if not _same_file(fd, mark):  # its child removed it meanwhile: a new marker, a new try
+                continue
+            try:
+                job = pickle.dumps((pk, Gr, hf, tuple(args[:8]), int(args[0].shape[0])))
+                env = dict(os.environ, PYTHONPATH=_child_path())
+                child = subprocess.Popen([sys.executable, "-P", "-m", "meanfield.engine.background", mark, str(fd)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, pass_fds=(fd,), env=env,
+                                         start_new_session=True)  # a Ctrl-C stops the run only
+            except Exception:  # noqa: BLE001 (a job that cannot be pickled or a process that cannot start)
+                return None
+            try:
+                child.stdin.write(job)
+                child.stdin.close()
+            except OSError:  # the child died at once: it fails, the run stays in the generic loop
+                pass
+            _CHILDREN.append(child)
+            return child
+        finally:
+            os.close(fd)  # the child's copy keeps the lock; where none started, closing releases it
+    return None
 
 
 class Watch:
@@ -262,8 +324,11 @@ class Watch:
         fn = specialise.cached(pk, Gr, hf, args)  # another process's child may have finished it already
         if fn is not None:
             return fn
-        self.child = start(self.tag, pk, Gr, hf, args)
-        if self.child is None and not at_work(self.tag):
+        for _ in range(2):  # once more where another's child held the tag and has just let it go
+            self.child = start(self.tag, pk, Gr, hf, args)
+            if self.child is not None or at_work(self.tag):
+                break
+        else:
             return False  # it could not start, and no other process's child is at work on it
         self.state = "waiting"
         self._next = time.monotonic() + POLL_S
@@ -271,16 +336,15 @@ class Watch:
 
 
 def _main(path: str, fd: int) -> int:
-    """The child: compile the specialised loop of the job in ``path`` (its locked file open as ``fd``);
-    nothing printed; exit 0 when compiled, 1 otherwise; the marker removed either way."""
+    """The child: compile the specialised loop of the job on standard input, holding the marker ``path``
+    locked (open as ``fd``) until it exits; nothing printed; exit 0 when compiled, 1 otherwise; the marker
+    removed either way (while the lock is held: no other process writes or removes it then)."""
     try:
         try:
             os.nice(10)
         except OSError:
             pass
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            fh.seek(0)
-            pk, Gr, hf, head, ny = pickle.load(fh)
+        pk, Gr, hf, head, ny = pickle.loads(sys.stdin.buffer.read())  # from the parent only (its pipe)
         from . import specialise
 
         fn = specialise._compiled(*specialise._key(pk, Gr, hf))
@@ -290,11 +354,11 @@ def _main(path: str, fd: int) -> int:
     except BaseException:  # noqa: BLE001 (a child that fails leaves the run in the generic loop)
         return 1
     finally:
-        try:  # the marker is this child's while it holds the lock (no one else writes or removes it)
-            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+        if _same_file(fd, path):
+            try:
                 os.unlink(path)
-        except OSError:
-            pass
+            except OSError:
+                pass
 
 
 def _cli(argv) -> int:

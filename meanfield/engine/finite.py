@@ -288,7 +288,7 @@ def _finite_job(job):
         sel = (r.t >= e["t_start"] - 1e-12) & (r.t <= e["t_end"] + 1e-12)
         uu = u[sel, e["sample"], e["col"]]
         sides.append([int(np.sum(uu > 0)), int(np.sum(uu < 0)), int(np.sum(uu == 0))])
-    red = engine_run(desc)
+    red = engine_run(desc, background=False)
     n = min(len(red.y), len(r.y))
     scale = np.maximum(np.abs(red.y[:n]).max(axis=1, keepdims=True), 1.0)
     rel = float(np.max(np.abs(r.y[:n] - red.y[:n]) / scale)) if n else math.nan

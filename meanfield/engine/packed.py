@@ -137,8 +137,9 @@ class EngineSystem:
     #: with ``specialise="auto"``: once the generic loop has run ``background.AFTER_S`` seconds, have the loop
     #: compiled by a child process and switch to it (``meanfield.engine.background``; single runs set it)
     background: bool = field(default=False, repr=False, compare=False)
-    #: GD steps this system has taken (every call, every stage), and the count when it switched to the loop
-    #: compiled in the background (None: it did not; with per-stage rates, the last stage's switch)
+    #: GD steps this system has taken (every call, every stage), and the count when it switched to a loop
+    #: that became ready during the run (compiled in the background, or by another process; None: it did
+    #: not; with per-stage rates, the last stage's switch; approximate where threads share the system)
     steps_done: int = field(default=0, repr=False, compare=False)
     switched_at: int | None = field(default=None, repr=False, compare=False)
 
@@ -172,8 +173,8 @@ class EngineSystem:
             watch = None
             if fn is False and self.background:  # "auto" in the generic loop: a long run's loop compiled by a child
                 watch = self._loops.get(("watch", st))
-                if watch is None:
-                    watch = self._loops[("watch", st)] = background.Watch()
+                if watch is None:  # (setdefault: one Watch where threads share the system)
+                    watch = self._loops.setdefault(("watch", st), background.Watch())
                 if watch.state != "off":
                     fn = watch.loop(pk, Gr, hf, args)
                     if fn is not False:

@@ -117,7 +117,8 @@ def compile_notice(desc: Description, echo: bool = False) -> bool:
                             kernels.loss_and_grads, family="engine", echo=echo)
 
 
-def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, specialise: bool | str = "auto") -> Run:
+def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, specialise: bool | str = "auto",
+        background: bool = True) -> Run:
     """Integrate the exact reduced dynamics of a description, in memory.
 
     Parameters
@@ -141,6 +142,8 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, sp
         else the generic loop, never waiting for a compile (after 10 s there, a long run has the loop
         compiled by a second process and goes on in it: ``meanfield.engine.background``, the same
         bits); False: the generic loop.
+    background : bool
+        With ``"auto"``: that background compile (default); False: not (a width sweep's reduced runs).
 
     Returns
     -------
@@ -157,7 +160,7 @@ def run(desc: Description, y0=None, monitor: integrate.Monitor | None = None, sp
     >>> r.status, len(r.t), round(float(r.loss[0]), 4)
     ('complete', 51, 0.6834)
     """
-    system = system_of(desc, specialise, background=True)
+    system = system_of(desc, specialise, background=background)
     if y0 is None:
         refuse_symmetric_start(desc, system)
         _, traj = integrate_description(desc, None, monitor, system)

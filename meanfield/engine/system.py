@@ -33,13 +33,15 @@ def system_of(desc: Description, specialise: bool | str = "auto", background: bo
     from .specialise import choice
 
     if choice(specialise) == "auto":
+        on = False
+        if background:
+            from . import background as bg
+
+            on = bg.enabled()  # MEANFIELD_BACKGROUND_COMPILE, before the run (whatever system it runs on)
         system = system_of(desc, False)
         if type(system) is EngineSystem and desc.training.method == "gd":
             system.specialise = "auto"
-            if background:
-                from . import background as bg
-
-                system.background = bg.enabled()  # MEANFIELD_BACKGROUND_COMPILE, before the run
+            system.background = on
         return system
     if specialise:
         from .specialise import check, refuse_twolayer
