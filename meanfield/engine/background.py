@@ -42,6 +42,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from ..core.config import ConfigError
@@ -179,6 +180,14 @@ def _child_path() -> str:
     return os.pathsep.join(out)
 
 
+def _feed(pipe, job: bytes) -> None:
+    try:
+        pipe.write(job)
+        pipe.close()
+    except OSError:  # the child died at once: it fails, the run stays in the generic loop
+        pass
+
+
 #: this process's children (reaped at the next start: none left a zombie or dropped while it runs)
 _CHILDREN: list = []
 
@@ -238,11 +247,8 @@ def start(tag: str, pk, Gr, hf, args) -> subprocess.Popen | None:
                                          start_new_session=True)  # a Ctrl-C stops the run only
             except Exception:  # noqa: BLE001 (a job that cannot be pickled or a process that cannot start)
                 return None
-            try:
-                child.stdin.write(job)
-                child.stdin.close()
-            except OSError:  # the child died at once: it fails, the run stays in the generic loop
-                pass
+            # fed by a thread: a job larger than the pipe would otherwise hold the run until the child reads
+            threading.Thread(target=_feed, args=(child.stdin, job), daemon=True).start()
             _CHILDREN.append(child)
             return child
         finally:
