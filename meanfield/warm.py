@@ -59,7 +59,8 @@ COMMANDS = (
     ("engine batched rk4", ["model", "sweep", "incontext", "--K", "2", "--N", "2", "--method", "rk4", "--t-end",
                             "0.1", "--dt", "0.05", "--record-every", "1", "--param", "eta=0.1,0.2", "--quiet",
                             "--out", "{tmp}/engine_sweep_rk4"]),
-    # the lanes' vectorised exp (opt-in): its lane kernels, then every block width's driver (EXTRA); in this process, the engine's other families being in the second (--jobs 2)
+    # the lanes' vectorised exp (opt-in): its lane kernels, then every block width's driver (EXTRA); in this
+    # process, the engine's other families being in the second (--jobs 2)
     ("engine batched vector exp", ["model", "sweep", "incontext", "--K", "2", "--N", "2", "--param", "eta=0.1,0.2",
                                    "--steps", "2", "--vector-exp", "--quiet", "--out", "{tmp}/engine_sweep_vexp"]),
 )
