@@ -15,8 +15,9 @@ trajectory-vectorised lanes at every block width), with the
 chunked sweep's summaries (``mixture sweep``, ``model sweep``: chunked by
 default); after some commands a Python warm-up (:data:`EXTRA`) reaches what
 their tiny sizes do not: the mixture's and the engine's lanes of every
-block width (the engine's with the vectorised exp too), the two-layer class's direct kernels and the pattern path's
-gather, and ``engine.run_batch``'s mixture fast path. ``tests/test_numba_cache.py`` checks that every kernel caches. The kernels' types
+block width (the engine's with the vectorised exp too), the two-layer
+class's direct kernels and the pattern path's gather, and
+``engine.run_batch``'s mixture fast path. ``tests/test_numba_cache.py`` checks that every kernel caches. The kernels' types
 do not depend on the sizes, so a later run at any size loads them from the
 cache instead of compiling. ``make install``, ``make demo`` and ``make test``
 run it once after installing. Nothing is written outside the temporary
