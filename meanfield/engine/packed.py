@@ -157,6 +157,7 @@ class EngineSystem:
         pk, lay = self.pk, self.pk.lay
         kind, op, thr = integrate.criterion_args(criterion, kernels.CRITERIA)
         Gr, hf = self._rated(mode)
+        watch = None  # "auto" with a background compile: this stage's time in the generic loop
         if self.specialise:
             from . import specialise
 
@@ -170,7 +171,6 @@ class EngineSystem:
                 self._loops[st] = (specialise.loop(pk, Gr, hf) if self.specialise is True
                                    else specialise.cached(pk, Gr, hf, args) or False)
             fn = self._loops[st]
-            watch = None
             if fn is False and self.background:  # "auto" in the generic loop: a long run's loop compiled by a child
                 watch = self._loops.get(("watch", st))
                 if watch is None:  # (setdefault: one Watch where threads share the system)
@@ -184,10 +184,7 @@ class EngineSystem:
                 done, code, _ = fn(*args)
                 self.steps_done += int(done)
                 return int(done), int(code)
-            if watch is not None and watch.state == "generic":
-                t0 = time.perf_counter()
-        else:
-            watch = None
+        t0 = time.perf_counter()
         done, code, _ = kernels.gd_advance(y, int(nsteps), float(eta), _bits(mode), lay.hi, hf, lay.qv, Gr,
                                            lay.grp, pk.Gam, *self._data(), pk.consistent, kind, op, thr,
                                            float(self.max_abs), pk.R, pk.C, lay.Nmax)
